@@ -1,0 +1,199 @@
+// Package artifact holds the task_runs.v1 model of DESIGN §8, its JSON
+// Schema validation on every write, and the Markdown report.
+package artifact
+
+// SchemaVersion is the value of Artifact.Schema.
+const SchemaVersion = "task_runs.v1"
+
+// Outcomes of a cell (DESIGN §8).
+const (
+	OutcomePassed          = "passed"
+	OutcomeFailed          = "failed"
+	OutcomePartial         = "partial"
+	OutcomeSolverTimeout   = "solver_timeout"
+	OutcomeVerifierTimeout = "verifier_timeout"
+	OutcomeVerifierError   = "verifier_error"
+	OutcomeErrored         = "errored"
+)
+
+// Error classes of an errored cell (DESIGN §8).
+const (
+	ErrorRefused       = "refused"
+	ErrorUnresolvedEnv = "unresolved_env"
+	ErrorBuild         = "build"
+	ErrorSandbox       = "sandbox"
+	ErrorSolver        = "solver_error"
+	ErrorInfra         = "infra"
+	ErrorVerifier      = "verifier_error"
+)
+
+// Artifact is a task_runs.v1 document.
+type Artifact struct {
+	Schema  string   `json:"schema"`
+	Run     RunInfo  `json:"run"`
+	Results []Result `json:"results"`
+	Summary Summary  `json:"summary"`
+}
+
+// RunInfo describes the run the artifact belongs to.
+type RunInfo struct {
+	ID              string            `json:"id"`
+	TasksRoot       string            `json:"tasks_root"`
+	Harnesses       []string          `json:"harnesses"`
+	Models          []string          `json:"models"`
+	Repeats         int               `json:"repeats"`
+	BaselineHarness string            `json:"baseline_harness,omitempty"`
+	StartedAt       string            `json:"started_at"`            // RFC 3339, from RunRequested
+	FinishedAt      string            `json:"finished_at,omitempty"` // RFC 3339, from RunFinished
+	ImageMap        map[string]string `json:"image_map,omitempty"`
+	ProctorVersion  string            `json:"proctor_version"`
+}
+
+// Result is one row per cell.
+type Result struct {
+	CellID  string `json:"cell_id"`
+	Task    string `json:"task"`
+	Harness string `json:"harness"`
+	Model   string `json:"model"`
+	Repeat  int    `json:"repeat"`
+	Attempt int    `json:"attempt"`
+	Outcome string `json:"outcome"`
+	// ErrorClass says why an errored cell has no verdict; "" otherwise.
+	ErrorClass string `json:"error_class,omitempty"`
+	// Passed is reward >= 1; false for errored cells (which never count).
+	Passed bool `json:"passed"`
+	// Reward is the primary reward in [0,1]; null when the cell has no verdict.
+	Reward *float64 `json:"reward"`
+	// Rewards holds every key of reward.json (or {"reward": r}).
+	Rewards map[string]float64 `json:"rewards,omitempty"`
+	// ReturnCode is the solve's exit code (124 on timeout); null when it never ran.
+	ReturnCode *int `json:"returncode"`
+	// VerifierReturnCode is test.sh's exit code; recorded, never decisive.
+	VerifierReturnCode *int `json:"verifier_returncode,omitempty"`
+	// ElapsedSec is the cell's wall time in seconds, from its first to its
+	// last event.
+	ElapsedSec   float64 `json:"elapsed_sec"`
+	TaskRevision string  `json:"task_revision,omitempty"`
+	OutputDir    string  `json:"output_dir,omitempty"`
+	// StdoutTail is the last bytes of the solve's output (valid UTF-8).
+	StdoutTail string `json:"stdout_tail,omitempty"`
+	// Error is a human-readable reason for errored / verifier_error cells.
+	Error string `json:"error,omitempty"`
+	// TaskMeta carries difficulty, category and tags for the dataset export.
+	TaskMeta map[string]any `json:"task_metadata,omitempty"`
+	Metrics  Metrics        `json:"metrics"`
+	// Operations are the cell's Operation events' data, in log order.
+	Operations []map[string]any `json:"operations,omitempty"`
+}
+
+// Metrics is the telemetry of a cell. Absent numbers are omitted, never 0.
+type Metrics struct {
+	CostUSD          *float64       `json:"cost_usd,omitempty"`
+	PromptTokens     *int64         `json:"prompt_tokens,omitempty"`
+	CompletionTokens *int64         `json:"completion_tokens,omitempty"`
+	TotalTokens      *int64         `json:"total_tokens,omitempty"`
+	CacheReadTokens  *int64         `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens *int64         `json:"cache_write_tokens,omitempty"`
+	NCalls           *int64         `json:"n_calls,omitempty"`
+	ToolCalls        map[string]int `json:"tool_calls,omitempty"`
+	OperationCount   int            `json:"operation_count"`
+	OperationsByType map[string]int `json:"operations_by_type,omitempty"`
+	SolverTimeout    bool           `json:"solver_timeout"`
+	VerifierTimeout  bool           `json:"verifier_timeout"`
+	SolverError      bool           `json:"solver_error"`
+	// Error is true when the cell has no verdict for an infrastructure or
+	// refusal reason (errored), so statistics treat it as missing data.
+	Error          bool              `json:"error"`
+	UnresolvedEnv  []string          `json:"unresolved_env,omitempty"`
+	Egress         *EgressCounts     `json:"egress,omitempty"`
+	Isolation      map[string]any    `json:"isolation,omitempty"`
+	IsolationProbe map[string]string `json:"isolation_probe,omitempty"`
+	AgentReported  map[string]any    `json:"agent_reported,omitempty"`
+	SolveSec       *float64          `json:"solve_sec,omitempty"`
+	VerifySec      *float64          `json:"verify_sec,omitempty"`
+	BuildSec       *float64          `json:"build_sec,omitempty"`
+}
+
+// EgressCounts counts the proxy's decisions for a cell.
+type EgressCounts struct {
+	Allowed int `json:"allowed"`
+	Denied  int `json:"denied"`
+	Errors  int `json:"errors"`
+}
+
+// Summary aggregates the rows.
+type Summary struct {
+	PerHarness  map[string]*HarnessSummary `json:"per_harness"`
+	Comparisons map[string]*Comparison     `json:"comparisons,omitempty"`
+}
+
+// HarnessSummary is summary.per_harness.<h>.
+type HarnessSummary struct {
+	N       int `json:"n"`
+	Errored int `json:"errored"`
+	Scored  int `json:"scored"`
+	Passed  int `json:"passed"`
+	// PassRate is passed / scored; null when scored is 0.
+	PassRate *float64 `json:"pass_rate"`
+	// PassRateCI is the Wilson 95 % interval [lo, hi] over scored cells;
+	// null when scored is 0.
+	PassRateCI *[2]float64 `json:"pass_rate_ci"`
+	// ElapsedSec is the sum of the rows' elapsed seconds.
+	ElapsedSec float64              `json:"elapsed_sec"`
+	Operations int                  `json:"operations"`
+	Cost       CostSummary          `json:"cost"`
+	PerTask    map[string]*TaskStat `json:"per_task"`
+}
+
+// CostSummary is summary.per_harness.<h>.cost, in USD.
+type CostSummary struct {
+	// TotalCostUSD is null when no row was priced.
+	TotalCostUSD *float64 `json:"total_cost_usd"`
+	// CostPerPassUSD is set only when every row, errored rows included,
+	// carries metrics.cost_usd and at least one row passed.
+	CostPerPassUSD *float64 `json:"cost_per_pass_usd"`
+}
+
+// TaskStat is summary.per_harness.<h>.per_task.<task>.
+type TaskStat struct {
+	N          int      `json:"n"`
+	Errored    int      `json:"errored"`
+	Scored     int      `json:"scored"`
+	Passed     int      `json:"passed"`
+	PassRate   *float64 `json:"pass_rate"`
+	MeanReward *float64 `json:"mean_reward"`
+}
+
+// Comparison is summary.comparisons.<h> against the baseline harness.
+type Comparison struct {
+	Baseline         string   `json:"baseline"`
+	PassRateDelta    *float64 `json:"pass_rate_delta"`
+	PassedDelta      *int     `json:"passed_delta"`
+	CostDeltaUSD     *float64 `json:"cost_delta_usd"`
+	NormalizedGain   *float64 `json:"normalized_gain"`
+	NormalizedChange *float64 `json:"normalized_change"`
+	Errored          int      `json:"errored"`
+	BaselineErrored  int      `json:"baseline_errored"`
+	McNemar          McNemar  `json:"mcnemar"`
+}
+
+// McNemar is the paired comparison on (task, repeat) cells both arms scored.
+type McNemar struct {
+	N                   int      `json:"n"`
+	NGained             int      `json:"n_gained"`
+	NLost               int      `json:"n_lost"`
+	NBothPassed         int      `json:"n_both_passed"`
+	NBothFailed         int      `json:"n_both_failed"`
+	NExcluded           int      `json:"n_excluded"`
+	NUnits              int      `json:"n_units"`
+	PseudoReplicated    bool     `json:"pseudo_replicated"`
+	PairedPassRateDelta *float64 `json:"paired_pass_rate_delta"`
+	CILo                *float64 `json:"ci_lo"`
+	CIHi                *float64 `json:"ci_hi"`
+	BootstrapResamples  int      `json:"bootstrap_resamples"`
+	BootstrapSeed       uint64   `json:"bootstrap_seed"`
+	PExact              *float64 `json:"p_exact"`
+	PAdjusted           *float64 `json:"p_adjusted"`
+	CorrectionFamily    string   `json:"correction_family"`
+	Significant         *bool    `json:"significant"`
+}

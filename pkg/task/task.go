@@ -1,0 +1,126 @@
+// Package task discovers and loads evaluation tasks in the Harbor /
+// terminal-bench layout (task.toml) and the BenchFlow / SkillsBench layout
+// (task.md), as DESIGN §3 describes.
+package task
+
+// Layout names the on-disk shape a task was loaded from.
+type Layout string
+
+const (
+	// LayoutHarbor is a directory with task.toml, instruction.md,
+	// environment/, solution/solve.sh and tests/test.sh.
+	LayoutHarbor Layout = "harbor"
+	// LayoutBenchFlow is a directory with task.md (YAML frontmatter and a
+	// Markdown body), environment/, oracle/solve.sh and verifier/test.sh.
+	LayoutBenchFlow Layout = "benchflow"
+)
+
+// Network policies, as Harbor and BenchFlow name them.
+const (
+	NetworkPublic    = "public"
+	NetworkNone      = "no-network"
+	NetworkAllowlist = "allowlist"
+)
+
+// NetworkPolicy is a phase's network access.
+type NetworkPolicy struct {
+	// Mode is NetworkPublic, NetworkNone or NetworkAllowlist.
+	Mode string `json:"mode"`
+	// AllowedHosts are host or host:port entries (bare host = :443); only
+	// meaningful for NetworkAllowlist.
+	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+}
+
+// Task is one loaded task. Paths are absolute and symlink-resolved; a path
+// field is "" when the file does not exist.
+type Task struct {
+	// Name is the task directory's path relative to the tasks root, with
+	// forward slashes (for a task loaded directly: the directory's base name).
+	Name string `json:"name"`
+	// Dir is the task directory.
+	Dir string `json:"dir"`
+	// Layout says which definition file the task was loaded from.
+	Layout Layout `json:"layout"`
+	// DefinitionFile is task.toml or task.md.
+	DefinitionFile string `json:"definition_file"`
+
+	// Prompt is the instruction given to an agent (instruction.md, or the
+	// task.md body reduced as DESIGN §3 says).
+	Prompt string `json:"prompt"`
+
+	// EnvironmentDir is the Docker build context (environment/).
+	EnvironmentDir string `json:"environment_dir,omitempty"`
+	// Dockerfile is environment/Dockerfile.
+	Dockerfile string `json:"dockerfile,omitempty"`
+	// DockerImage is the sandbox table's docker_image: a prebuilt image used
+	// when there is no Dockerfile.
+	DockerImage string `json:"docker_image,omitempty"`
+	// Workdir is the sandbox table's workdir ("" = the image's WORKDIR).
+	Workdir string `json:"workdir,omitempty"`
+
+	// SolutionDir holds the reference solution (solution/ or oracle/);
+	// SolutionScript is its solve.sh.
+	SolutionDir    string `json:"solution_dir,omitempty"`
+	SolutionScript string `json:"solution_script,omitempty"`
+	// TestsDir holds the verifier (tests/ or verifier/); TestScript is its
+	// test.sh.
+	TestsDir   string `json:"tests_dir,omitempty"`
+	TestScript string `json:"test_script,omitempty"`
+
+	// AgentTimeoutSec is [agent].timeout_sec in seconds (default 600).
+	AgentTimeoutSec float64 `json:"agent_timeout_sec"`
+	// VerifierTimeoutSec is [verifier].timeout_sec in seconds (default 600).
+	VerifierTimeoutSec float64 `json:"verifier_timeout_sec"`
+	// BuildTimeoutSec is the sandbox table's build_timeout_sec in seconds
+	// (default 600).
+	BuildTimeoutSec float64 `json:"build_timeout_sec"`
+
+	// CPUs, MemoryMB, StorageMB and GPUs are the sandbox table's resources
+	// (0 = not set). memory = "2G" style strings are converted to MB.
+	CPUs      float64 `json:"cpus,omitempty"`
+	MemoryMB  int64   `json:"memory_mb,omitempty"`
+	StorageMB int64   `json:"storage_mb,omitempty"`
+	GPUs      int     `json:"gpus,omitempty"`
+
+	// Network is the task's policy; AgentNetwork and VerifierNetwork are the
+	// per-phase policies after [agent]/[verifier] overrides.
+	Network         NetworkPolicy `json:"network"`
+	AgentNetwork    NetworkPolicy `json:"agent_network"`
+	VerifierNetwork NetworkPolicy `json:"verifier_network"`
+
+	// VerifierEnv, OracleEnv and SandboxEnv hold the literal values that are
+	// forwarded to the verifier, the oracle and every phase.
+	VerifierEnv map[string]string `json:"verifier_env,omitempty"`
+	OracleEnv   map[string]string `json:"oracle_env,omitempty"`
+	SandboxEnv  map[string]string `json:"sandbox_env,omitempty"`
+	// UnresolvedEnv lists, sorted, the env keys that are ${VAR} references
+	// (without a usable default) or non-scalar values; a cell of such a task
+	// is errored before any build.
+	UnresolvedEnv []string `json:"unresolved_env,omitempty"`
+
+	// Metadata is the [metadata] table as parsed (dates as ISO-8601 strings).
+	Metadata map[string]any `json:"metadata,omitempty"`
+
+	// Revision is the hex SHA-256 of the task's files (sorted relative
+	// paths and contents).
+	Revision string `json:"revision"`
+
+	// Unsupported is a reason the task cannot run yet (multi-step, compose
+	// environment); "" when it can.
+	Unsupported string `json:"unsupported,omitempty"`
+	// Warnings are non-fatal remarks from loading.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Difficulty returns metadata.difficulty as a string, or "".
+func (t *Task) Difficulty() string { return metaString(t.Metadata, "difficulty") }
+
+// Category returns metadata.category as a string, or "".
+func (t *Task) Category() string { return metaString(t.Metadata, "category") }
+
+func metaString(m map[string]any, k string) string {
+	if s, ok := m[k].(string); ok {
+		return s
+	}
+	return ""
+}
