@@ -1,0 +1,201 @@
+// Package sandbox runs a cell's commands in an isolated place: a Docker
+// container per cell (Docker, the default) or a host process tree (Process),
+// as DESIGN §4 describes. Both implement Driver and pass one conformance
+// suite (exit codes, timeouts that kill the whole tree, a grandchild that
+// keeps the output pipe open, output without a final newline, long lines,
+// invalid UTF-8, a process that ignores SIGTERM).
+//
+// A Driver is safe for concurrent use by several goroutines on different
+// Handles; the calls on one Handle are made one at a time by its owner
+// (phases of a cell run one after another).
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Labels put on every container, network and image the Docker driver
+// creates, so `proctor gc` can find what a run left behind.
+const (
+	LabelRun  = "proctor.run"
+	LabelCell = "proctor.cell"
+	// LabelManaged marks every object proctor created ("1").
+	LabelManaged = "proctor.managed"
+	// LabelTask and LabelRevision are put on built task images.
+	LabelTask     = "proctor.task"
+	LabelRevision = "proctor.revision"
+)
+
+// Network modes for Spec.Network.
+const (
+	// NetworkNone is `--network none`: loopback only. A container started
+	// this way can never be connected to a network later.
+	NetworkNone = "none"
+	// NetworkBridge is the engine's default bridge: the open network.
+	NetworkBridge = "bridge"
+	// NetworkInternal is a per-cell `--internal` bridge network created by
+	// Start and removed by Destroy: no way out of the host, but the
+	// container can later be joined to the bridge (Docker.ConnectBridge).
+	NetworkInternal = "internal"
+)
+
+// Driver names, as recorded in Handle.Driver.
+const (
+	DriverDocker  = "docker"
+	DriverProcess = "process"
+)
+
+// TimeoutExitCode is the exit code reported for a command killed at its
+// timeout or by context cancellation, as timeout(1) reports it.
+const TimeoutExitCode = 124
+
+// Errors returned by drivers. Test with errors.Is.
+var (
+	// ErrNotFound is returned by CopyOut when the sandbox path does not
+	// exist, and by CopyIn when the host path does not exist.
+	ErrNotFound = errors.New("sandbox: path not found")
+	// ErrDestroyed is returned by Exec, CopyIn and CopyOut on a Handle that
+	// was destroyed.
+	ErrDestroyed = errors.New("sandbox: sandbox destroyed")
+	// ErrInvalidSpec is wrapped by Start and Exec when a Spec or ExecSpec is
+	// unusable (empty image, empty command, unknown network mode, ...).
+	ErrInvalidSpec = errors.New("sandbox: invalid spec")
+)
+
+// Spec describes one sandbox for one cell.
+type Spec struct {
+	// RunID and CellID are put as labels proctor.run and proctor.cell on
+	// every container and network created for the sandbox (Docker) and
+	// recorded in Handle.State.
+	RunID, CellID string
+	// Image is the image reference to run, already mapped and built
+	// (Docker only; the process driver ignores it). It must exist locally
+	// (see Docker.EnsureImage): Start never pulls.
+	Image string
+	// Workdir is the working directory of every Exec that sets none.
+	// "" means the image's WORKDIR (Docker) or the root of the temp work
+	// tree (process). For the process driver a relative or absolute path
+	// is taken inside the work tree.
+	Workdir string
+	// Env is set for every Exec (ExecSpec.Env wins on a clash).
+	Env map[string]string
+	// Network is NetworkNone, NetworkBridge or NetworkInternal; "" means
+	// NetworkNone. The process driver ignores it (the host's network).
+	Network string
+	// CPUs limits the container to this many CPUs (fractions allowed);
+	// 0 means unlimited. MemoryMB limits memory in MiB; 0 means unlimited.
+	// Docker only.
+	CPUs     float64
+	MemoryMB int64
+	// Lifetime bounds how long the sandbox may live: the container's
+	// keep-alive command is `sleep <Lifetime in seconds>`, so a proctor that
+	// dies leaves nothing running forever. 0 means DefaultLifetime.
+	// Docker only; a process sandbox lives until Destroy.
+	Lifetime time.Duration
+}
+
+// DefaultLifetime is the Lifetime used when Spec.Lifetime is 0: the default
+// solve and verify budgets (600 s each, as Harbor's defaults) plus slack.
+const DefaultLifetime = 30 * time.Minute
+
+// ExecSpec describes one command run inside a sandbox.
+type ExecSpec struct {
+	// Cmd is the argv; Cmd[0] is looked up in PATH. Callers run scripts as
+	// []string{"bash", FILE}.
+	Cmd []string
+	// User is the user (name or uid[:gid]) to run as; "" means root in a
+	// container (the image's USER is not used) and the current user on the
+	// host. The process driver rejects a User other than "".
+	User string
+	// Workdir overrides Spec.Workdir for this command.
+	Workdir string
+	// Env is added to Spec.Env for this command.
+	Env map[string]string
+	// Timeout bounds the command's run time; 0 means none. At the timeout
+	// every process the command started gets SIGTERM, then SIGKILL after
+	// Grace, and the result is ExitCode 124 with TimedOut set.
+	Timeout time.Duration
+	// Grace is the time between SIGTERM and SIGKILL at a timeout or a
+	// context cancellation; 0 means SIGKILL at once. Callers running agents
+	// pass DefaultGrace.
+	Grace time.Duration
+	// Stdout and Stderr receive the command's output as it is produced;
+	// nil discards. Each is written from one goroutine at a time, but
+	// Stdout and Stderr may be written concurrently with each other. Stdin
+	// is always closed (empty).
+	Stdout, Stderr io.Writer
+}
+
+// DefaultGrace is the grace period between SIGTERM and SIGKILL that agent
+// phases get, so an agent can save its work (DESIGN §5.1).
+const DefaultGrace = 10 * time.Second
+
+// ExecResult is the outcome of a command.
+type ExecResult struct {
+	// ExitCode is the command's exit status; 124 when it timed out or its
+	// context ended; 128+N when it was killed by signal N (as a shell
+	// reports it).
+	ExitCode int
+	// TimedOut is true when the command was stopped at ExecSpec.Timeout or
+	// because ctx ended.
+	TimedOut bool
+	// Duration is the wall-clock time from the start of the command to
+	// the end of its output.
+	Duration time.Duration
+}
+
+// Driver runs sandboxes. Implementations: *Docker, *Process.
+type Driver interface {
+	// Start creates and starts the sandbox described by spec and returns
+	// its Handle. On error nothing created is left behind.
+	Start(ctx context.Context, spec Spec) (*Handle, error)
+	// Exec runs one command in the sandbox and waits until it has exited
+	// and its output is delivered. A background process the command left
+	// holding stdout does not keep Exec waiting (its output after the main
+	// process ends is drained for a short bounded time, then dropped).
+	// When ctx ends the command is stopped as at a timeout (TimedOut,
+	// ExitCode 124) and the error is nil; the caller then Destroys. The
+	// error is non-nil only when the command could not be run or followed
+	// (the sandbox is gone, the engine failed).
+	Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error)
+	// CopyIn copies the host file or directory tree at hostPath into the
+	// directory sandboxDir (created with parents when missing), so that
+	// hostPath's base name appears inside sandboxDir. File modes are kept;
+	// files are owned by root (Docker) or the current user (process).
+	// A missing hostPath is ErrNotFound.
+	CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error
+	// CopyOut copies the file or directory at sandboxPath into the host
+	// directory hostDir (created when missing), so that sandboxPath's base
+	// name appears inside hostDir. A missing sandboxPath is ErrNotFound.
+	CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error
+	// Destroy stops the sandbox and removes everything Start created (the
+	// container and its per-cell network; the temp work tree). It is
+	// idempotent: destroying a destroyed or half-created sandbox is nil.
+	Destroy(ctx context.Context, h *Handle) error
+}
+
+// Handle identifies a started sandbox.
+type Handle struct {
+	// Driver is DriverDocker or DriverProcess.
+	Driver string `json:"driver"`
+	// ID is the container id (Docker) or the temp work tree path (process).
+	ID string `json:"id"`
+	// State is the opaque state a restarted process needs to clean up what
+	// a dead one left: for Docker "container", "network" (the per-cell
+	// network id, when one was created), "run", "cell", "workdir"; for
+	// process "root", "home", "workdir". It is meant to be recorded in a
+	// SandboxStarted event and passed back to Destroy through a Handle
+	// rebuilt from it.
+	State map[string]string `json:"state"`
+}
+
+// state returns h.State[key], "" for a nil Handle or State.
+func (h *Handle) state(key string) string {
+	if h == nil || h.State == nil {
+		return ""
+	}
+	return h.State[key]
+}
