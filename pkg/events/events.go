@@ -1,0 +1,249 @@
+// Package events is the vocabulary every proctor service speaks: the event
+// envelope of DESIGN §7, one Go type per event's data, the subjects events
+// are published on, and encoding. It is the only package services share.
+package events
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Version is the envelope version written in Envelope.V.
+const Version = 1
+
+// Type names an event type.
+type Type string
+
+// Event types (DESIGN §7).
+const (
+	RunRequested   Type = "RunRequested"
+	RunPlanned     Type = "RunPlanned"
+	CellPlanned    Type = "CellPlanned"
+	CellRefused    Type = "CellRefused"
+	ImageBuilt     Type = "ImageBuilt"
+	SandboxStarted Type = "SandboxStarted"
+	Started        Type = "Started"
+	Message        Type = "Message"
+	Command        Type = "Command"
+	FileChange     Type = "FileChange"
+	ToolCall       Type = "ToolCall"
+	Usage          Type = "Usage"
+	Operation      Type = "Operation"
+	EgressDecision Type = "EgressDecision"
+	Finished       Type = "Finished"
+	VerifyStarted  Type = "VerifyStarted"
+	Verdict        Type = "Verdict"
+	CellErrored    Type = "CellErrored"
+	CellSuperseded Type = "CellSuperseded"
+	RunFinished    Type = "RunFinished"
+)
+
+// ErrUnknownType is returned by Decode for an event type this version does
+// not know.
+var ErrUnknownType = errors.New("events: unknown event type")
+
+// Envelope is one event as stored on JetStream:
+//
+//	{"v":1,"id":"<ULID>","type":"Usage","at":"<RFC3339Nano>","run_id":"<ULID>",
+//	 "cell_id":"<task>/<harness>/<model>/<repeat>","attempt":1,"source":"launcher","data":{...}}
+//
+// ID is also the Nats-Msg-Id, so a re-published event is dropped by the
+// stream's duplicate window, and projections dedupe by ID as well.
+type Envelope struct {
+	V       int             `json:"v"`
+	ID      string          `json:"id"`
+	Type    Type            `json:"type"`
+	At      time.Time       `json:"at"`
+	RunID   string          `json:"run_id"`
+	CellID  string          `json:"cell_id,omitempty"`
+	Attempt int             `json:"attempt,omitempty"`
+	Source  string          `json:"source"`
+	Data    json.RawMessage `json:"data"`
+}
+
+var (
+	entropyMu sync.Mutex
+	entropy   = ulid.Monotonic(rand.Reader, 0)
+)
+
+// NewID returns a new ULID string; IDs from one process are strictly
+// increasing.
+func NewID() string {
+	entropyMu.Lock()
+	defer entropyMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(time.Now()), entropy).String()
+}
+
+// New builds an envelope with a fresh ID and the current UTC time. data is
+// one of the *Data types of this package (or nil for an empty object).
+func New(t Type, runID, cellID string, attempt int, source string, data any) (Envelope, error) {
+	raw := json.RawMessage("{}")
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return Envelope{}, fmt.Errorf("events: encode %s data: %w", t, err)
+		}
+		raw = b
+	}
+	return Envelope{
+		V: Version, ID: NewID(), Type: t, At: time.Now().UTC(),
+		RunID: runID, CellID: cellID, Attempt: attempt, Source: source, Data: raw,
+	}, nil
+}
+
+// Must is New that panics on an encoding error; for data types that cannot
+// fail to encode.
+func Must(t Type, runID, cellID string, attempt int, source string, data any) Envelope {
+	e, err := New(t, runID, cellID, attempt, source, data)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
+// Encode returns the envelope's JSON bytes.
+func Encode(e Envelope) ([]byte, error) { return json.Marshal(e) }
+
+// Decode parses an envelope and checks its version and type. The data is
+// left raw; use DecodeData to obtain the typed value.
+func Decode(b []byte) (Envelope, error) {
+	var e Envelope
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&e); err != nil {
+		return e, fmt.Errorf("events: decode envelope: %w", err)
+	}
+	if e.V != Version {
+		return e, fmt.Errorf("events: envelope version %d, want %d", e.V, Version)
+	}
+	if _, ok := dataTypes[e.Type]; !ok {
+		return e, fmt.Errorf("%w %q", ErrUnknownType, e.Type)
+	}
+	if e.ID == "" || e.RunID == "" {
+		return e, fmt.Errorf("events: %s event without id or run_id", e.Type)
+	}
+	return e, nil
+}
+
+// DecodeData decodes the envelope's data into a new value of the type
+// registered for e.Type (a pointer, e.g. *VerdictData).
+func DecodeData(e Envelope) (any, error) {
+	mk, ok := dataTypes[e.Type]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, e.Type)
+	}
+	v := mk()
+	if len(e.Data) > 0 {
+		if err := json.Unmarshal(e.Data, v); err != nil {
+			return nil, fmt.Errorf("events: decode %s data of %s: %w", e.Type, e.ID, err)
+		}
+	}
+	return v, nil
+}
+
+// Into decodes the envelope's data into v.
+func Into(e Envelope, v any) error {
+	if err := json.Unmarshal(e.Data, v); err != nil {
+		return fmt.Errorf("events: decode %s data of %s: %w", e.Type, e.ID, err)
+	}
+	return nil
+}
+
+// CellHash is the subject token for a cell id: the first 16 hex digits of
+// its SHA-256 (cell ids hold '/', ':' and '.', which subjects cannot).
+func CellHash(cellID string) string {
+	s := sha256.Sum256([]byte(cellID))
+	return hex.EncodeToString(s[:8])
+}
+
+// CellID formats the cell id "<task>/<harness>/<model>/<repeat>".
+func CellID(task, harness, model string, repeat int) string {
+	return fmt.Sprintf("%s/%s/%s/%d", task, harness, model, repeat)
+}
+
+// Subject returns the subject an event is published on:
+// proctor.run.<run_id>.<type> for run-level events and
+// proctor.run.<run_id>.cell.<cell_hash>.<type> for cell events.
+func Subject(e Envelope) string {
+	if e.CellID == "" {
+		return RunSubject(e.RunID, e.Type)
+	}
+	return CellSubject(e.RunID, e.CellID, e.Type)
+}
+
+// RunSubject is the subject of a run-level event.
+func RunSubject(runID string, t Type) string { return "proctor.run." + runID + "." + string(t) }
+
+// CellSubject is the subject of a cell event.
+func CellSubject(runID, cellID string, t Type) string {
+	return "proctor.run." + runID + ".cell." + CellHash(cellID) + "." + string(t)
+}
+
+// RunFilter matches every event of one run.
+func RunFilter(runID string) string { return "proctor.run." + runID + ".>" }
+
+// TypeFilter matches one event type across runs and cells, e.g.
+// proctor.run.*.cell.*.Usage. Run-level types use proctor.run.*.<type>.
+func TypeFilter(t Type) string {
+	if IsRunLevel(t) {
+		return "proctor.run.*." + string(t)
+	}
+	return "proctor.run.*.cell.*." + string(t)
+}
+
+// IsRunLevel reports whether events of type t carry no cell id.
+func IsRunLevel(t Type) bool {
+	switch t {
+	case RunRequested, RunPlanned, RunFinished:
+		return true
+	}
+	return false
+}
+
+// Types returns every event type in DESIGN §7 order.
+func Types() []Type {
+	return []Type{RunRequested, RunPlanned, CellPlanned, CellRefused, ImageBuilt,
+		SandboxStarted, Started, Message, Command, FileChange, ToolCall, Usage,
+		Operation, EgressDecision, Finished, VerifyStarted, Verdict, CellErrored,
+		CellSuperseded, RunFinished}
+}
+
+// DataType returns a new zero value of the data type registered for t.
+func DataType(t Type) (any, bool) {
+	mk, ok := dataTypes[t]
+	if !ok {
+		return nil, false
+	}
+	return mk(), true
+}
+
+var dataTypes = map[Type]func() any{
+	RunRequested:   func() any { return new(RunRequestedData) },
+	RunPlanned:     func() any { return new(RunPlannedData) },
+	CellPlanned:    func() any { return new(CellPlannedData) },
+	CellRefused:    func() any { return new(CellRefusedData) },
+	ImageBuilt:     func() any { return new(ImageBuiltData) },
+	SandboxStarted: func() any { return new(SandboxStartedData) },
+	Started:        func() any { return new(StartedData) },
+	Message:        func() any { return new(MessageData) },
+	Command:        func() any { return new(CommandData) },
+	FileChange:     func() any { return new(FileChangeData) },
+	ToolCall:       func() any { return new(ToolCallData) },
+	Usage:          func() any { return new(UsageData) },
+	Operation:      func() any { return new(OperationData) },
+	EgressDecision: func() any { return new(EgressDecisionData) },
+	Finished:       func() any { return new(FinishedData) },
+	VerifyStarted:  func() any { return new(VerifyStartedData) },
+	Verdict:        func() any { return new(VerdictData) },
+	CellErrored:    func() any { return new(CellErroredData) },
+	CellSuperseded: func() any { return new(CellSupersededData) },
+	RunFinished:    func() any { return new(RunFinishedData) },
+}

@@ -1,0 +1,205 @@
+package events
+
+// RunSpec is what a user asked for in `proctor tasks run`.
+type RunSpec struct {
+	// TasksRoot is the absolute tasks root.
+	TasksRoot string `json:"tasks_root"`
+	// Tasks are the selected task names; empty with All means every task.
+	Tasks []string `json:"tasks,omitempty"`
+	All   bool     `json:"all,omitempty"`
+	// Harnesses are harness references ("oracle", "agent:<dir>", ...).
+	Harnesses []string `json:"harnesses"`
+	// Models default to ["default"].
+	Models  []string `json:"models"`
+	Repeats int      `json:"repeats"`
+	// BaselineHarness is the harness every other one is compared with.
+	BaselineHarness string `json:"baseline_harness,omitempty"`
+	// OutputDir is the absolute directory under which each cell's files go.
+	OutputDir string `json:"output_dir"`
+	// OutJSON and OutMD are where the aggregator writes the artifact and the
+	// report ("" = not written).
+	OutJSON string `json:"out_json,omitempty"`
+	OutMD   string `json:"out_md,omitempty"`
+	// ImageMap is the image-reference mapping in force (from, to).
+	ImageMap map[string]string `json:"image_map,omitempty"`
+	// AgentGraceSec is the SIGTERM-to-SIGKILL grace at an agent's deadline,
+	// in seconds.
+	AgentGraceSec float64 `json:"agent_grace_sec,omitempty"`
+}
+
+// RunRequestedData opens a run.
+type RunRequestedData struct {
+	Spec           RunSpec `json:"spec"`
+	ProctorVersion string  `json:"proctor_version"`
+	Host           string  `json:"host,omitempty"`
+}
+
+// RunPlannedData closes planning: Cells is the number of CellPlanned events
+// of the run, each of which ends in exactly one terminal event (Verdict,
+// CellErrored or CellRefused).
+type RunPlannedData struct {
+	Cells int      `json:"cells"`
+	Tasks []string `json:"tasks"`
+	// Error is set when planning failed (bad root, unknown harness); the run
+	// then has no cells.
+	Error string `json:"error,omitempty"`
+}
+
+// CellPlannedData describes one cell of the matrix.
+type CellPlannedData struct {
+	Task         string         `json:"task"`
+	Harness      string         `json:"harness"`
+	Model        string         `json:"model"`
+	Repeat       int            `json:"repeat"`
+	TaskDir      string         `json:"task_dir"`
+	TaskRevision string         `json:"task_revision"`
+	TaskMeta     map[string]any `json:"task_metadata,omitempty"`
+	OutputDir    string         `json:"output_dir"`
+}
+
+// CellRefusedData ends a cell that was never launched: a harness refusal or
+// an unresolved env reference, decided from the task files before any build.
+type CellRefusedData struct {
+	ErrorClass    string   `json:"error_class"`
+	Reason        string   `json:"reason"`
+	UnresolvedEnv []string `json:"unresolved_env,omitempty"`
+}
+
+// ImageBuiltData records the image a cell runs in.
+type ImageBuiltData struct {
+	Image    string   `json:"image"`
+	Cached   bool     `json:"cached"`
+	BuildSec float64  `json:"build_sec"`
+	Rewrites []string `json:"rewrites,omitempty"`
+	Workdir  string   `json:"workdir,omitempty"`
+}
+
+// SandboxStartedData records the driver's handle so a restarted process can
+// find and clean up what a dead one left.
+type SandboxStartedData struct {
+	Driver  string            `json:"driver"`
+	ID      string            `json:"id"`
+	State   map[string]string `json:"state,omitempty"`
+	Node    string            `json:"node"`
+	Network string            `json:"network,omitempty"`
+}
+
+// StartedData opens a solve.
+type StartedData struct {
+	Harness string `json:"harness"`
+	Model   string `json:"model,omitempty"`
+	// Synthesized is true when the agent printed no Started line.
+	Synthesized bool `json:"synthesized,omitempty"`
+}
+
+// MessageData is text from the agent (a reply or a response line).
+type MessageData struct {
+	Role string `json:"role,omitempty"`
+	Text string `json:"text"`
+}
+
+// CommandData is a shell command the agent ran.
+type CommandData struct {
+	Command  string `json:"command"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Output   string `json:"output,omitempty"`
+}
+
+// FileChangeData is a file the agent created, edited or deleted.
+type FileChangeData struct {
+	Path string `json:"path"`
+	Kind string `json:"kind,omitempty"`
+}
+
+// ToolCallData is one tool invocation.
+type ToolCallData struct {
+	Name  string `json:"name"`
+	Input any    `json:"input,omitempty"`
+	Error bool   `json:"error,omitempty"`
+}
+
+// UsageData is model usage; token counts add up over a cell. CostUSD is in
+// US dollars.
+type UsageData struct {
+	Model            string   `json:"model,omitempty"`
+	PromptTokens     int64    `json:"prompt_tokens,omitempty"`
+	CompletionTokens int64    `json:"completion_tokens,omitempty"`
+	CacheReadTokens  int64    `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64    `json:"cache_write_tokens,omitempty"`
+	CostUSD          *float64 `json:"cost_usd,omitempty"`
+	Calls            int64    `json:"calls,omitempty"`
+}
+
+// OperationData is a user-defined operation (PROCTOR_OP / DOKIMI_OP lines).
+type OperationData struct {
+	OpType string         `json:"op_type"`
+	Fields map[string]any `json:"fields,omitempty"`
+}
+
+// EgressDecisionData is one proxy decision.
+type EgressDecisionData struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Method   string `json:"method"`
+	Decision string `json:"decision"` // allowed, denied, error
+	Reason   string `json:"reason,omitempty"`
+}
+
+// FinishedData closes a solve. Seconds are wall time.
+type FinishedData struct {
+	// Reason is "exit N", "timeout", or the agent's own reason.
+	Reason      string  `json:"reason"`
+	ExitCode    int     `json:"exit_code"`
+	TimedOut    bool    `json:"timed_out,omitempty"`
+	DurationSec float64 `json:"duration_sec"`
+	// StdoutTail is the bounded, valid UTF-8 tail of the solve's output.
+	StdoutTail string `json:"stdout_tail,omitempty"`
+	// NoAttempt is true when the solver made no attempt (no output, no
+	// event, or its install failed): the cell is a solver_error.
+	NoAttempt bool `json:"no_attempt,omitempty"`
+	// Synthesized is true when proctor wrote this event for the agent.
+	Synthesized bool `json:"synthesized,omitempty"`
+	// AgentReported holds metrics.json values as the agent reported them.
+	AgentReported map[string]any `json:"agent_reported,omitempty"`
+	// Isolation records the sandbox of the solve phase (e.g. network).
+	Isolation map[string]any `json:"isolation,omitempty"`
+}
+
+// VerifyStartedData opens the verifier phase.
+type VerifyStartedData struct {
+	Node    string `json:"node"`
+	Network string `json:"network,omitempty"`
+}
+
+// VerdictData is the verifier's outcome. Reward is nil when there is no
+// verdict (Error says why); TimedOut means the verifier overran its budget
+// (reward 0, not an error).
+type VerdictData struct {
+	Reward      *float64           `json:"reward"`
+	Rewards     map[string]float64 `json:"rewards,omitempty"`
+	ReturnCode  *int               `json:"returncode,omitempty"`
+	TimedOut    bool               `json:"timed_out,omitempty"`
+	Error       string             `json:"error,omitempty"`
+	RawReward   string             `json:"raw_reward,omitempty"`
+	DurationSec float64            `json:"duration_sec"`
+	StdoutTail  string             `json:"stdout_tail,omitempty"`
+}
+
+// CellErroredData ends a cell that has no verdict.
+type CellErroredData struct {
+	ErrorClass string `json:"error_class"`
+	Error      string `json:"error"`
+}
+
+// CellSupersededData marks the attempts before Attempt as replaced.
+type CellSupersededData struct {
+	PreviousAttempt int    `json:"previous_attempt"`
+	Reason          string `json:"reason,omitempty"`
+}
+
+// RunFinishedData closes a run.
+type RunFinishedData struct {
+	Status string         `json:"status"` // finished, failed, interrupted
+	Counts map[string]int `json:"counts,omitempty"`
+	Error  string         `json:"error,omitempty"`
+}
