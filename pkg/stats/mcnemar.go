@@ -1,0 +1,80 @@
+package stats
+
+import (
+	"math"
+	"math/big"
+)
+
+// exactLimit is the largest number of discordant pairs for which
+// McNemarExact sums the binomial tail in exact integer arithmetic; above it
+// the tail is summed in log space (relative error below 1e-9).
+const exactLimit = 20000
+
+// McNemarExact returns the two-sided exact McNemar p-value for gained
+// (arm passed, baseline failed) and lost (arm failed, baseline passed)
+// discordant pairs: under H0 the discordant pairs are b+c Bernoulli(0.5)
+// trials, and p = min(1, 2·P(X ≤ min(b, c))) with X ~ Binomial(b+c, 0.5),
+// as statsmodels.stats.contingency_tables.mcnemar(exact=True) and
+// scipy.stats.binomtest(min(b,c), b+c, 0.5) compute it.
+//
+// p is in (0, 1]. ok is false (and p is 0) when gained+lost == 0, where the
+// test gives no verdict, or when either count is negative.
+//
+// Up to 20000 discordant pairs the tail is an exact rational rounded once to
+// float64; above that it is summed in log space from lgamma, so the result
+// stays finite and accurate for any count.
+func McNemarExact(gained, lost int) (p float64, ok bool) {
+	if gained < 0 || lost < 0 || gained+lost == 0 {
+		return 0, false
+	}
+	n := gained + lost
+	k := min(gained, lost)
+	if 2*k >= n-1 {
+		// P(X ≤ k) ≥ 1/2 whenever k ≥ (n-1)/2, so the doubled tail is ≥ 1.
+		return 1, true
+	}
+	var tail float64
+	if n <= exactLimit {
+		tail = binomTailExact(n, k)
+	} else {
+		tail = binomTailLog(n, k)
+	}
+	return min(1, 2*tail), true
+}
+
+// binomTailExact returns P(X ≤ k) for X ~ Binomial(n, 1/2), computed as
+// Σ_{i≤k} C(n,i) / 2^n in integers and rounded once to float64.
+func binomTailExact(n, k int) float64 {
+	sum := new(big.Int)
+	c := big.NewInt(1) // C(n, 0)
+	for i := 0; i <= k; i++ {
+		if i > 0 {
+			c.Mul(c, big.NewInt(int64(n-i+1)))
+			c.Quo(c, big.NewInt(int64(i)))
+		}
+		sum.Add(sum, c)
+	}
+	den := new(big.Int).Lsh(big.NewInt(1), uint(n))
+	f, _ := new(big.Rat).SetFrac(sum, den).Float64()
+	return f
+}
+
+// binomTailLog returns P(X ≤ k) for X ~ Binomial(n, 1/2) with k < n/2: the
+// largest term C(n,k)/2^n comes from lgamma, and the smaller ones follow by
+// the ratio C(n,i-1)/C(n,i) = i/(n-i+1), so nothing under- or overflows
+// before the final exp.
+func binomTailLog(n, k int) float64 {
+	lgN, _ := math.Lgamma(float64(n) + 1)
+	lgK, _ := math.Lgamma(float64(k) + 1)
+	lgNK, _ := math.Lgamma(float64(n-k) + 1)
+	logTop := lgN - lgK - lgNK - float64(n)*math.Ln2
+	sum, term := 1.0, 1.0
+	for i := k; i > 0; i-- {
+		term *= float64(i) / float64(n-i+1)
+		sum += term
+		if term < sum*1e-17 {
+			break
+		}
+	}
+	return math.Exp(logTop + math.Log(sum))
+}

@@ -1,0 +1,104 @@
+package stats
+
+import (
+	"math"
+	"testing"
+)
+
+func TestMcNemarExactReference(t *testing.T) {
+	// Reference values: scipy 1.10 binomtest(min(b,c), b+c, 0.5).pvalue and
+	// statsmodels 0.13 mcnemar(exact=True).
+	cases := []struct {
+		gained, lost int
+		p            float64
+	}{
+		{6, 0, 0.03125},
+		{4, 0, 0.125},
+		{5, 2, 0.453125},
+		{3, 3, 1.0},
+		{9, 1, 0.021484375},
+		{0, 1, 1.0},
+	}
+	for _, c := range cases {
+		p, ok := McNemarExact(c.gained, c.lost)
+		if !ok {
+			t.Fatalf("McNemarExact(%d, %d): ok = false", c.gained, c.lost)
+		}
+		if math.Abs(p-c.p) > 1e-12 {
+			t.Errorf("McNemarExact(%d, %d) = %.12f, want %.12f", c.gained, c.lost, p, c.p)
+		}
+	}
+}
+
+func TestMcNemarNoVerdict(t *testing.T) {
+	for _, c := range [][2]int{{0, 0}, {-1, 3}, {3, -1}} {
+		if p, ok := McNemarExact(c[0], c[1]); ok || p != 0 {
+			t.Errorf("McNemarExact(%d, %d) = %v, %v; want 0, false", c[0], c[1], p, ok)
+		}
+	}
+}
+
+func TestMcNemarProperties(t *testing.T) {
+	for b := 0; b <= 60; b++ {
+		for c := 0; c <= 60; c++ {
+			if b+c == 0 {
+				continue
+			}
+			p, ok := McNemarExact(b, c)
+			q, _ := McNemarExact(c, b)
+			if !ok || !(p > 0 && p <= 1) {
+				t.Fatalf("McNemarExact(%d, %d) = %v, %v; want p in (0,1]", b, c, p, ok)
+			}
+			if p != q {
+				t.Fatalf("McNemarExact not symmetric: (%d,%d)=%v, (%d,%d)=%v", b, c, p, c, b, q)
+			}
+			// Moving one discordant pair from the smaller to the larger
+			// side can only make the evidence stronger.
+			if b < c && b > 0 {
+				r, _ := McNemarExact(b-1, c+1)
+				if r > p {
+					t.Fatalf("McNemarExact(%d, %d) = %v > McNemarExact(%d, %d) = %v", b-1, c+1, r, b, c, p)
+				}
+			}
+		}
+	}
+}
+
+func TestMcNemarLargeCounts(t *testing.T) {
+	for _, c := range [][2]int{{5000, 4800}, {4800, 5000}, {12000, 9000}, {100000, 99000}, {1000000, 1}, {30000, 30000}} {
+		p, ok := McNemarExact(c[0], c[1])
+		if !ok || math.IsNaN(p) || math.IsInf(p, 0) || p < 0 || p > 1 {
+			t.Errorf("McNemarExact(%d, %d) = %v, %v; want a finite p in [0,1]", c[0], c[1], p, ok)
+		}
+	}
+	// 5000 vs 4800: z ≈ 2.02, so p is near the normal approximation's 0.044.
+	p, _ := McNemarExact(5000, 4800)
+	if p < 0.035 || p > 0.05 {
+		t.Errorf("McNemarExact(5000, 4800) = %v, want about 0.044", p)
+	}
+}
+
+func TestBinomTailLogMatchesExact(t *testing.T) {
+	// The log-space path must agree with exact arithmetic where both run.
+	for _, c := range [][2]int{{10, 2}, {100, 30}, {1000, 450}, {5000, 2400}, {9800, 4800}, {20000, 9700}, {20000, 9000}} {
+		n, k := c[0], c[1]
+		ex := binomTailExact(n, k)
+		lg := binomTailLog(n, k)
+		if ex == 0 {
+			t.Fatalf("binomTailExact(%d, %d) underflowed", n, k)
+		}
+		if rel := math.Abs(lg-ex) / ex; rel > 1e-9 {
+			t.Errorf("tail(%d, %d): log %v vs exact %v (relative error %g)", n, k, lg, ex, rel)
+		}
+	}
+}
+
+func TestMcNemarAcrossExactLimit(t *testing.T) {
+	// Just below and just above the switch to log space the p-values must
+	// stay continuous and ordered.
+	below, _ := McNemarExact(exactLimit/2+150, exactLimit/2-150)
+	above, _ := McNemarExact(exactLimit/2+151, exactLimit/2-150)
+	if !(above < below) || below/above > 1.1 {
+		t.Errorf("p around the exact limit: %v then %v", below, above)
+	}
+}
