@@ -71,10 +71,20 @@ func TestMcNemarLargeCounts(t *testing.T) {
 			t.Errorf("McNemarExact(%d, %d) = %v, %v; want a finite p in [0,1]", c[0], c[1], p, ok)
 		}
 	}
-	// 5000 vs 4800: z ≈ 2.02, so p is near the normal approximation's 0.044.
-	p, _ := McNemarExact(5000, 4800)
-	if p < 0.035 || p > 0.05 {
-		t.Errorf("McNemarExact(5000, 4800) = %v, want about 0.044", p)
+	// Reference values: exact rational arithmetic (Python fractions and
+	// math.comb) rounded to float64. (12000, 9000) takes the log-space path.
+	for _, c := range []struct {
+		gained, lost int
+		p, relTol    float64
+	}{
+		{5000, 4800, 0.04440414879984629, 1e-14},
+		{30, 10, 0.0022214337732293643, 1e-14},
+		{12000, 9000, 1.841925310561535e-95, 1e-9},
+	} {
+		p, _ := McNemarExact(c.gained, c.lost)
+		if math.Abs(p-c.p)/c.p > c.relTol {
+			t.Errorf("McNemarExact(%d, %d) = %v, want %v", c.gained, c.lost, p, c.p)
+		}
 	}
 }
 
