@@ -12,8 +12,9 @@ import (
 const DefaultResamples = 10000
 
 // DefaultSeed seeds the bootstrap when a caller sets none: the bytes of
-// "proctor" read as a big-endian integer.
-const DefaultSeed uint64 = 0x70726f63746f72
+// "proc" read as a big-endian integer. It is below 2^53, so a JSON reader
+// that parses numbers as float64 reads it back exactly.
+const DefaultSeed uint64 = 0x70726f63
 
 // pcgStream is the fixed second word of the PCG state; only the seed varies.
 const pcgStream uint64 = 0x9e3779b97f4a7c15
