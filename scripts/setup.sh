@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Prepares a machine to build and test proctor: a Docker engine that answers,
+# and the base images the tasks and tests use (debian:bookworm-slim,
+# python:3.11-slim). With --node it also installs the Node.js readers that
+# dataset tests use into .cache/node.
+#
+# Idempotent: every step first checks whether the machine already has what it
+# makes, so a second run takes about a second. Works as root on a fresh
+# Debian 12 machine with only the docker client (it installs docker.io and
+# debootstrap, starts dockerd, and builds the images from the Debian mirror
+# when Docker Hub cannot be reached), and on a laptop whose Docker already
+# runs and pulls.
+#
+# Usage: scripts/setup.sh [--node]
+#
+# Environment:
+#   DOCKERD_LOG        where a dockerd started here logs (default /var/log/dockerd.log)
+#   DOCKERD_FLAGS      extra flags for a dockerd started here (default none)
+#   DOCKERD_WAIT_SEC   how long to wait for that dockerd to answer (default 60)
+#   PULL_TIMEOUT_SEC   how long one `docker pull` may take before building locally (default 20)
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+want_node=0
+for arg in "$@"; do
+  case "$arg" in
+    --node) want_node=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node])" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# work is a scratch directory for rootfs trees and build logs, never inside
+# the repository; it is removed on exit.
+work=""
+cleanup() { if [[ -n "$work" ]]; then rm -rf "$work"; fi; }
+trap cleanup EXIT
+workdir() {
+  if [[ -z "$work" ]]; then work=$(mktemp -d "${TMPDIR:-/tmp}/proctor-setup.XXXXXX"); fi
+}
+
+need_root() {
+  [[ $(id -u) -eq 0 ]] || die "$1 needs root; run this script as root (or do it by hand)"
+}
+
+apt_updated=0
+apt_install() {
+  need_root "installing $*"
+  if [[ $apt_updated -eq 0 ]]; then
+    apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# apt_mirror prints the first URI apt uses for the main Debian archive (or,
+# with "security", the security archive), from sources.list and deb822
+# .sources files alike.
+apt_mirror() {
+  local kind=${1:-main} uris
+  uris=$( {
+    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^[[:space:]]*URIs:/ { print $2 }'
+    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+      awk '/^[[:space:]]*deb[[:space:]]/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }'
+  } || true)
+  if [[ $kind == security ]]; then
+    grep -m1 -E '/debian-security/?$' <<<"$uris" || echo "http://deb.debian.org/debian-security"
+  else
+    grep -m1 -E '/debian/?$' <<<"$uris" || echo "http://deb.debian.org/debian"
+  fi
+}
+
+engine_answers() { docker info >/dev/null 2>&1; }
+
+ensure_engine() {
+  if engine_answers; then
+    say "docker engine: running ($(docker info --format '{{.ServerVersion}}' 2>/dev/null))"
+    return
+  fi
+  if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
+    say "docker engine: installing docker.io"
+    apt_install docker.io
+  fi
+  need_root "starting dockerd"
+  local log=${DOCKERD_LOG:-/var/log/dockerd.log}
+  touch "$log" 2>/dev/null || log=/tmp/dockerd.log
+  say "docker engine: starting dockerd (log: $log)"
+  # setsid + nohup: dockerd outlives this script and its terminal. If another
+  # dockerd is already starting (a package's init script, say), this one
+  # exits on its pid file and the wait below sees the other answer.
+  # shellcheck disable=SC2086 # DOCKERD_FLAGS is a list of flags
+  setsid nohup dockerd ${DOCKERD_FLAGS:-} >>"$log" 2>&1 </dev/null &
+  local wait_sec=${DOCKERD_WAIT_SEC:-60}
+  local deadline=$((SECONDS + wait_sec))
+  until engine_answers; do
+    ((SECONDS < deadline)) || die "docker engine did not answer within ${wait_sec}s (see $log)"
+    sleep 0.5
+  done
+  say "docker engine: running ($(docker info --format '{{.ServerVersion}}' 2>/dev/null))"
+}
+
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+try_pull() {
+  local ref=$1
+  if timeout "${PULL_TIMEOUT_SEC:-20}" docker pull -q "$ref" >/dev/null 2>&1; then
+    say "image $ref: pulled"
+    return 0
+  fi
+  return 1
+}
+
+# build_debian makes debian:bookworm-slim from the Debian mirror apt uses:
+# a minbase debootstrap imported as an image whose apt sources point at the
+# same mirror, so apt-get works in containers built from it.
+build_debian() {
+  local ref=debian:bookworm-slim
+  need_root "building $ref with debootstrap"
+  command -v debootstrap >/dev/null || apt_install debootstrap
+  workdir
+  local mirror security rootfs=$work/rootfs
+  mirror=$(apt_mirror main)
+  security=$(apt_mirror security)
+  say "image $ref: building with debootstrap from $mirror (about a minute)"
+  if ! debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1; then
+    tail -n 20 "$work/debootstrap.log" >&2
+    die "debootstrap failed (full log above)"
+  fi
+  rm -f "$rootfs/etc/apt/sources.list"
+  cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: $security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  # As the official slim image does: no package caches or lists in the image.
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*.log
+  tar -C "$rootfs" -c . | docker import \
+    -c 'CMD ["bash"]' \
+    -c 'LABEL org.opencontainers.image.description="local stand-in for debian:bookworm-slim, built by scripts/setup.sh"' \
+    - "$ref" >/dev/null
+  rm -rf "$rootfs"
+  say "image $ref: built"
+}
+
+build_python() {
+  local ref=python:3.11-slim
+  workdir
+  say "image $ref: building from scripts/images/python-3.11-slim"
+  if ! docker build -q -t "$ref" "$repo/scripts/images/python-3.11-slim" >"$work/python-build.log" 2>&1; then
+    tail -n 20 "$work/python-build.log" >&2
+    die "docker build of $ref failed (log above)"
+  fi
+  say "image $ref: built"
+}
+
+ensure_image() {
+  local ref=$1 build=$2
+  if have_image "$ref"; then
+    say "image $ref: present"
+    return
+  fi
+  try_pull "$ref" && return
+  say "image $ref: pull failed; building locally"
+  "$build"
+}
+
+# ensure_node installs the pinned Node.js readers from scripts/node into
+# .cache/node (gitignored). Skipped when the installed set matches the pins.
+ensure_node() {
+  if ! command -v node >/dev/null; then
+    say "node: installing nodejs and npm"
+    apt_install nodejs npm
+  elif ! command -v npm >/dev/null; then
+    say "node: installing npm"
+    apt_install npm
+  fi
+  local dir=$repo/.cache/node
+  if cmp -s "$repo/scripts/node/package.json" "$dir/package.json" &&
+    [[ -f $dir/node_modules/@duckdb/node-api/package.json && -f $dir/node_modules/apache-arrow/package.json ]]; then
+    say "node: readers present in .cache/node (node $(node --version))"
+    return
+  fi
+  say "node: installing @duckdb/node-api and apache-arrow into .cache/node"
+  mkdir -p "$dir"
+  cp "$repo/scripts/node/package.json" "$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null) ||
+    die "npm install in $dir failed"
+  say "node: readers installed (node $(node --version))"
+}
+
+ensure_engine
+ensure_image debian:bookworm-slim build_debian
+ensure_image python:3.11-slim build_python
+if [[ $want_node -eq 1 ]]; then ensure_node; fi
