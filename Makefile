@@ -1,0 +1,42 @@
+# proctor's entry points. `make test` is what CI runs (.ci/run).
+
+GO ?= go
+
+.PHONY: all build setup setup-node test vet bench demo clean
+
+all: build
+
+## build: compile the proctor binary into bin/proctor
+build:
+	$(GO) build -o bin/proctor ./cmd/proctor
+
+## setup: make sure a Docker engine answers and the base images exist
+setup:
+	scripts/setup.sh
+
+## setup-node: setup, plus the Node.js dataset readers in .cache/node
+setup-node:
+	scripts/setup.sh --node
+
+## vet: static checks
+vet:
+	$(GO) vet ./...
+
+## test: vet, then every package's tests against the real engine
+test: setup
+	$(GO) vet ./...
+	$(GO) test -count=1 -p 2 -timeout 30m ./...
+
+## bench: run each benchmark once
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+## demo: run the example tasks with the oracle and write a report to out/demo
+demo:
+	$(MAKE) build
+	./bin/proctor tasks run --tasks-root examples/tasks --all --harnesses oracle \
+		--out-json out/demo/task_runs.json --out-md out/demo/report.md
+
+## clean: remove build and demo outputs
+clean:
+	rm -rf bin out
