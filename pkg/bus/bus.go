@@ -1,0 +1,150 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream and bucket names (DESIGN §7).
+const (
+	EventsStream = "PROCTOR_EVENTS"
+	WorkStream   = "PROCTOR_WORK"
+	RunsBucket   = "PROCTOR_RUNS"
+
+	// DuplicateWindow is how long the streams remember Nats-Msg-Id values.
+	DuplicateWindow = 2 * time.Minute
+	// MaxPending bounds outstanding async publishes before Publish waits.
+	MaxPending = 4096
+)
+
+// Bus is a JetStream connection with proctor's streams. It is safe for
+// concurrent use.
+type Bus struct {
+	NC     *nats.Conn
+	JS     jetstream.JetStream
+	Events jetstream.Stream
+	Work   jetstream.Stream
+	Runs   jetstream.KeyValue
+	log    *slog.Logger
+	owned  bool
+
+	failMu sync.Mutex
+	failed []failedPub
+}
+
+// Connect dials url (a nats:// URL, comma-separated for a cluster) and
+// makes sure the streams and bucket exist. A nil logger discards.
+func Connect(ctx context.Context, url string, log *slog.Logger, opts ...nats.Option) (*Bus, error) {
+	opts = append([]nats.Option{nats.Name("proctor"), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
+	}
+	b, err := newBus(ctx, nc, log)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	b.owned = true
+	return b, nil
+}
+
+// ConnectEmbedded connects in-process to an embedded server.
+func ConnectEmbedded(ctx context.Context, e *Embedded, log *slog.Logger) (*Bus, error) {
+	return Connect(ctx, e.ClientURL(), log, nats.InProcessServer(inProc{e.Server}))
+}
+
+type inProc struct{ s *server.Server }
+
+func (p inProc) InProcessConn() (net.Conn, error) { return p.s.InProcessConn() }
+
+func newBus(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*Bus, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Bus{NC: nc, log: log}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(MaxPending),
+		jetstream.WithPublishAsyncErrHandler(b.onAsyncError))
+	if err != nil {
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	b.JS = js
+	if err := b.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Bus) ensure(ctx context.Context) error {
+	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	b.Events, err = b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "proctor event log (DESIGN §7); replay reads it from the start",
+		Subjects:    []string{"proctor.run.>"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  DuplicateWindow,
+		Replicas:    1,
+	})
+	if err != nil {
+		return fmt.Errorf("bus: stream %s: %w", EventsStream, err)
+	}
+	b.Work, err = b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        WorkStream,
+		Description: "proctor work queue: launch and verify.<node> jobs",
+		Subjects:    []string{"proctor.work.>"},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  DuplicateWindow,
+		Replicas:    1,
+	})
+	if err != nil {
+		return fmt.Errorf("bus: stream %s: %w", WorkStream, err)
+	}
+	b.Runs, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      RunsBucket,
+		Description: "proctor run index: spec, status, artifact location",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("bus: kv %s: %w", RunsBucket, err)
+	}
+	return nil
+}
+
+// Close flushes pending publishes (5 s at most) and closes the connection
+// if Connect opened it.
+func (b *Bus) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.Flush(ctx); err != nil {
+		b.log.Warn("flush on close", "err", err)
+	}
+	if b.owned {
+		b.NC.Close()
+	}
+}
+
+// withDefaultTimeout applies d only when ctx has no deadline (as nats.go's
+// wrapContextWithoutDeadline does).
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// ErrNotFound is returned for a run id absent from the index.
+var ErrNotFound = errors.New("bus: not found")

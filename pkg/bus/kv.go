@@ -1,0 +1,156 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// Run statuses in the run index.
+const (
+	StatusRequested   = "requested"
+	StatusRunning     = "running"
+	StatusFinished    = "finished"
+	StatusFailed      = "failed"
+	StatusInterrupted = "interrupted"
+)
+
+// RunRecord is one entry of the run index (KV PROCTOR_RUNS, key = run id).
+type RunRecord struct {
+	ID         string         `json:"id"`
+	Status     string         `json:"status"`
+	Spec       events.RunSpec `json:"spec"`
+	Cells      int            `json:"cells,omitempty"`
+	Counts     map[string]int `json:"counts,omitempty"`
+	StartedAt  string         `json:"started_at,omitempty"`
+	FinishedAt string         `json:"finished_at,omitempty"`
+	Artifact   string         `json:"artifact,omitempty"`
+	Report     string         `json:"report,omitempty"`
+	Error      string         `json:"error,omitempty"`
+}
+
+// PutRun writes a run record.
+func (b *Bus) PutRun(ctx context.Context, r RunRecord) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if _, err := b.Runs.Put(ctx, r.ID, data); err != nil {
+		return fmt.Errorf("bus: run index put %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// UpdateRun reads a record, applies fn and writes it back with a
+// compare-and-set, retrying on a concurrent write. A missing record starts
+// from RunRecord{ID: id}.
+func (b *Bus) UpdateRun(ctx context.Context, id string, fn func(*RunRecord)) error {
+	for try := 0; try < 20; try++ {
+		var r RunRecord
+		var rev uint64
+		e, err := b.Runs.Get(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			r.ID = id
+		case err != nil:
+			return fmt.Errorf("bus: run index get %s: %w", id, err)
+		default:
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				return fmt.Errorf("bus: run index %s: %w", id, err)
+			}
+			rev = e.Revision()
+		}
+		fn(&r)
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = b.Runs.Create(ctx, id, data)
+		} else {
+			_, err = b.Runs.Update(ctx, id, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+			return fmt.Errorf("bus: run index update %s: %w", id, err)
+		}
+	}
+	return fmt.Errorf("bus: run index update %s: too much contention", id)
+}
+
+func isWrongSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// GetRun reads a run record; ErrNotFound when the id is unknown.
+func (b *Bus) GetRun(ctx context.Context, id string) (RunRecord, error) {
+	var r RunRecord
+	e, err := b.Runs.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return r, fmt.Errorf("%w: run %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return r, fmt.Errorf("bus: run index get %s: %w", id, err)
+	}
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return r, fmt.Errorf("bus: run index %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// ListRuns returns every run record, newest first (run ids are ULIDs).
+func (b *Bus) ListRuns(ctx context.Context) ([]RunRecord, error) {
+	keys, err := b.Runs.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bus: run index keys: %w", err)
+	}
+	var out []RunRecord
+	for k := range keys.Keys() {
+		r, err := b.GetRun(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out, nil
+}
+
+// WaitRun blocks until the run's record has a terminal status (finished,
+// failed, interrupted) and returns it, or until ctx ends.
+func (b *Bus) WaitRun(ctx context.Context, id string) (RunRecord, error) {
+	w, err := b.Runs.Watch(ctx, id)
+	if err != nil {
+		return RunRecord{}, fmt.Errorf("bus: watch run %s: %w", id, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return RunRecord{}, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return RunRecord{}, fmt.Errorf("bus: watch run %s ended", id)
+			}
+			if e == nil {
+				continue
+			}
+			var r RunRecord
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				return r, fmt.Errorf("bus: run index %s: %w", id, err)
+			}
+			switch r.Status {
+			case StatusFinished, StatusFailed, StatusInterrupted:
+				return r, nil
+			}
+		}
+	}
+}

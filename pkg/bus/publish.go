@@ -1,0 +1,98 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// Publish sends an event asynchronously with Nats-Msg-Id = e.ID on the
+// subject events.Subject(e). When too many publishes are outstanding it
+// waits (backpressure, never a lost event) until ctx ends. A publish that
+// the server later rejects is retried by Flush; call Flush before
+// acknowledging the work that produced the events.
+func (b *Bus) Publish(ctx context.Context, e events.Envelope) error {
+	data, err := events.Encode(e)
+	if err != nil {
+		return err
+	}
+	return b.publishRaw(ctx, &nats.Msg{Subject: events.Subject(e), Data: data, Header: nats.Header{}}, e.ID)
+}
+
+// PublishAll publishes events in order and then waits for every ack.
+func (b *Bus) PublishAll(ctx context.Context, evs ...events.Envelope) error {
+	for _, e := range evs {
+		if err := b.Publish(ctx, e); err != nil {
+			return err
+		}
+	}
+	return b.Flush(ctx)
+}
+
+func (b *Bus) publishRaw(ctx context.Context, msg *nats.Msg, id string) error {
+	msg.Header.Set(nats.MsgIdHdr, id)
+	for {
+		_, err := b.JS.PublishMsgAsync(msg, jetstream.WithStallWait(100*time.Millisecond))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return fmt.Errorf("bus: publish %s: %w", msg.Subject, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("bus: publish %s: %w", msg.Subject, ctx.Err())
+		}
+	}
+}
+
+type failedPub struct {
+	msg *nats.Msg
+	err error
+}
+
+// Flush waits until every outstanding publish is acknowledged, then
+// republishes synchronously (same Nats-Msg-Id, so the stream drops a
+// duplicate) any that failed, three tries each. It returns the first
+// publish that still failed, or ctx's error.
+func (b *Bus) Flush(ctx context.Context) error {
+	for {
+		select {
+		case <-b.JS.PublishAsyncComplete():
+		case <-ctx.Done():
+			return fmt.Errorf("bus: flush: %w", ctx.Err())
+		}
+		// nats.go runs the error handler before it closes the channel
+		// PublishAsyncComplete returned, so every failure is recorded here.
+		b.failMu.Lock()
+		failed := b.failed
+		b.failed = nil
+		b.failMu.Unlock()
+		if len(failed) == 0 {
+			return nil
+		}
+		for _, fp := range failed {
+			var err error
+			for try := 0; try < 3; try++ {
+				if _, err = b.JS.PublishMsg(ctx, fp.msg); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("bus: publish %s failed (first error: %v): %w", fp.msg.Subject, fp.err, err)
+			}
+		}
+	}
+}
+
+// onAsyncError records a publish the server did not acknowledge so Flush
+// can publish it again.
+func (b *Bus) onAsyncError(_ jetstream.JetStream, msg *nats.Msg, err error) {
+	b.failMu.Lock()
+	b.failed = append(b.failed, failedPub{msg: msg, err: err})
+	b.failMu.Unlock()
+}

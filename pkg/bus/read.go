@@ -1,0 +1,102 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// ErrStop, returned by a Follow callback, ends Follow without an error.
+var ErrStop = errors.New("bus: stop")
+
+// LastSeq is the stream sequence of the last event matching filter, or 0
+// when there is none.
+func (b *Bus) LastSeq(ctx context.Context, filter string) (uint64, error) {
+	m, err := b.Events.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bus: last event on %s: %w", filter, err)
+	}
+	return m.Sequence, nil
+}
+
+// ReadRun calls fn for every event of one run, in stream order from the
+// start, and returns once it has delivered the last event stored when it
+// was called. An fn error ends the read and is returned.
+func (b *Bus) ReadRun(ctx context.Context, runID string, fn func(events.Envelope) error) error {
+	return b.Read(ctx, []string{events.RunFilter(runID)}, fn)
+}
+
+// Read is ReadRun for any set of filter subjects on the event log.
+func (b *Bus) Read(ctx context.Context, filters []string, fn func(events.Envelope) error) error {
+	var last uint64
+	for _, f := range filters {
+		s, err := b.LastSeq(ctx, f)
+		if err != nil {
+			return err
+		}
+		last = max(last, s)
+	}
+	if last == 0 {
+		return nil
+	}
+	return b.follow(ctx, filters, func(e events.Envelope, seq uint64) error {
+		if err := fn(e); err != nil {
+			return err
+		}
+		if seq >= last {
+			return ErrStop
+		}
+		return nil
+	})
+}
+
+// Follow calls fn for every event matching filters from the start of the
+// log and keeps following new ones until ctx ends (returning ctx's error)
+// or fn returns ErrStop (returning nil) or another error.
+func (b *Bus) Follow(ctx context.Context, filters []string, fn func(events.Envelope) error) error {
+	return b.follow(ctx, filters, func(e events.Envelope, _ uint64) error { return fn(e) })
+}
+
+func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envelope, uint64) error) error {
+	cons, err := b.JS.OrderedConsumer(ctx, EventsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("bus: ordered consumer on %v: %w", filters, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2048))
+	if err != nil {
+		return fmt.Errorf("bus: read %v: %w", filters, err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("bus: read %v: %w", filters, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("bus: metadata: %w", err)
+		}
+		e, err := events.Decode(m.Data())
+		if err != nil {
+			return fmt.Errorf("bus: event at stream sequence %d: %w", md.Sequence.Stream, err)
+		}
+		if err := fn(e, md.Sequence.Stream); err != nil {
+			if errors.Is(err, ErrStop) {
+				return nil
+			}
+			return err
+		}
+	}
+}

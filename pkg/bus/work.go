@@ -1,0 +1,83 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PublishWork puts a job on the work queue and waits for the stream's ack.
+// id is the Nats-Msg-Id: publishing the same job twice inside the
+// duplicate window enqueues it once.
+func (b *Bus) PublishWork(ctx context.Context, subject, id string, job any) error {
+	data, err := json.Marshal(job)
+	if err != nil {
+		return fmt.Errorf("bus: encode job for %s: %w", subject, err)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(nats.MsgIdHdr, id)
+	if _, err := b.JS.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("bus: publish job %s: %w", subject, err)
+	}
+	return nil
+}
+
+// WorkConsumer creates (or updates) the durable pull consumer durable on
+// the work queue, filtered to subject, with explicit acks. A job not acked
+// within ackWait is redelivered (a crashed worker's job goes to another);
+// workers extend long jobs with Msg.InProgress. maxAckPending bounds the
+// jobs one consumer holds at once.
+func (b *Bus) WorkConsumer(ctx context.Context, durable, subject string, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
+	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := b.JS.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{
+		Durable:       durable,
+		FilterSubject: subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: maxAckPending,
+		MaxDeliver:    5,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", durable, subject, err)
+	}
+	return c, nil
+}
+
+// EventConsumer creates (or updates) a durable pull consumer on the event
+// log for one filter subject, delivering from the start of the log; services
+// use it for run-level triggers (RunRequested, RunPlanned).
+func (b *Bus) EventConsumer(ctx context.Context, durable, filter string, ackWait time.Duration) (jetstream.Consumer, error) {
+	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := b.JS.CreateOrUpdateConsumer(ctx, EventsStream, jetstream.ConsumerConfig{
+		Durable:       durable,
+		FilterSubject: filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", durable, filter, err)
+	}
+	return c, nil
+}
+
+// Job is a received work message.
+type Job = jetstream.Msg
+
+// Attempt is the delivery count of a job (1 for the first delivery).
+func Attempt(m jetstream.Msg) int {
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered < 1 {
+		return 1
+	}
+	return int(md.NumDelivered)
+}
