@@ -1,0 +1,350 @@
+package artifact
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/proctor-eval/proctor/pkg/stats"
+)
+
+// CorrectionFamily is mcnemar.correction_family: Holm's correction runs
+// across the compared harnesses of one run.
+const CorrectionFamily = "harnesses"
+
+// SignificanceLevel is the family-wise error rate mcnemar.significant is
+// decided at: significant = p_adjusted < SignificanceLevel.
+const SignificanceLevel = 0.05
+
+// Harnesses whose rows are checks of the setup, not treatments; they never
+// enter comparisons nor the correction family (DESIGN §8).
+const (
+	harnessOracle = "oracle"
+	harnessProbe  = "probe"
+)
+
+// CompareOptions configures Compare. The zero value means defaults.
+type CompareOptions struct {
+	// Resamples is the number of bootstrap resamples; < 1 means
+	// stats.DefaultResamples.
+	Resamples int
+	// Seed seeds the bootstrap; 0 means stats.DefaultSeed. Keep it below
+	// 2^53 so JSON readers that parse numbers as float64 read it exactly.
+	Seed uint64
+}
+
+func (o CompareOptions) withDefaults() CompareOptions {
+	if o.Resamples < 1 {
+		o.Resamples = stats.DefaultResamples
+	}
+	if o.Seed == 0 {
+		o.Seed = stats.DefaultSeed
+	}
+	return o
+}
+
+// cellKey identifies a cell within one harness.
+type cellKey struct {
+	task   string
+	model  string
+	repeat int
+}
+
+func compareKeys(a, b cellKey) int {
+	return cmp.Or(cmp.Compare(a.task, b.task), cmp.Compare(a.model, b.model), cmp.Compare(a.repeat, b.repeat))
+}
+
+// Compare computes summary.comparisons (DESIGN §8): one *Comparison per
+// harness of results other than baseline, keyed by harness. Rows of the
+// oracle and probe harnesses are checks of the setup and are dropped first:
+// they get no comparison, never serve as the baseline and never enter the
+// correction family. Compare returns nil when the baseline has no rows
+// left; results is not modified and its order does not matter.
+//
+// Cells. A cell is errored when Result.Errored says so (metrics.error,
+// metrics.solver_error or outcome "errored"): missing data, never a fail.
+// Any other cell is scored and passed = Result.Passed (reward >= 1; a
+// partial reward is a fail). When a harness holds several rows for one
+// (task, model, repeat), the one with the highest attempt counts.
+//
+// Pairing. Cells of the arm and the baseline are matched on (task, model,
+// repeat). When the baseline ran under a single model, that model stands
+// for every model: its cells are replicated once per model the arm ran
+// under, so an arm run under several models is compared, model by model,
+// against the one baseline run; counts, costs and pairs below are then
+// taken over the replicated baseline cells (baseline_errored and the
+// baseline cost scale with the number of arm models). When the baseline
+// ran under several models, an arm cell whose model the baseline lacks has
+// no partner. Replication makes pairs share baseline cells, which the
+// task-level bootstrap and pseudo_replicated account for.
+//
+// Deltas. pass_rate_delta = arm pass rate − baseline pass rate (each
+// passed/scored over its own cells), passed_delta = arm passed − baseline
+// passed, cost_delta_usd = arm total − baseline total (CostOf). All three
+// are null when the two arms lost different cells to errors (the sets of
+// errored cell keys differ; a cell both lost cancels out); pass_rate_delta
+// is also null when either arm scored nothing, and cost_delta_usd when
+// either total is null. normalized_gain (stats.NormalizedGain, Hake) and
+// normalized_change (stats.NormalizedChange, Marx & Cummings) are taken on
+// the two pass rates and are null when pass_rate_delta is, or when the
+// function says the value is undefined. errored and baseline_errored count
+// each side's errored cells.
+//
+// McNemar. Pairs are the keys both arms scored. n_excluded counts the keys
+// either arm attempted that are not pairs (present for one arm only, or
+// errored in either). paired_pass_rate_delta = (n_gained − n_lost)/n, and
+// ci_lo, ci_hi come from stats.PairedBootstrap resampling tasks (each task
+// brings all its pairs) with opts' resamples and seed, which are recorded;
+// all three are null when n is 0. p_exact is stats.McNemarExact on
+// (n_gained, n_lost); p_adjusted is stats.Holm across every compared
+// harness with at least one discordant pair, in harness order; significant
+// = p_adjusted < SignificanceLevel. With no discordant pair the three are
+// null and the harness stays out of the family. n_units counts the
+// distinct tasks behind the pairs; pseudo_replicated = n_units < n.
+//
+// Rounding. Every float is computed at full precision and rounded once at
+// the end as Decimals says (6 decimal places; bootstrap bounds included),
+// except p_exact and p_adjusted, which keep PValueDigits significant
+// digits; significant is decided on the rounded p_adjusted so it agrees
+// with the number beside it. Maps are walked in sorted order, so the same
+// results give the same JSON bytes.
+func Compare(results []Result, baseline string, opts CompareOptions) map[string]*Comparison {
+	opts = opts.withDefaults()
+	byHarness := map[string][]Result{}
+	for _, r := range sortedRows(results) {
+		if r.Harness == harnessOracle || r.Harness == harnessProbe {
+			continue
+		}
+		byHarness[r.Harness] = append(byHarness[r.Harness], r)
+	}
+	baseRows := byHarness[baseline]
+	if len(baseRows) == 0 {
+		return nil
+	}
+	harnesses := make([]string, 0, len(byHarness))
+	for h := range byHarness {
+		if h != baseline {
+			harnesses = append(harnesses, h)
+		}
+	}
+	slices.Sort(harnesses)
+
+	out := make(map[string]*Comparison, len(harnesses))
+	var family []string // harnesses with a verdict, in order
+	var raw []float64   // their unrounded p_exact
+	for _, h := range harnesses {
+		c, p, ok := compareArm(cells(byHarness[h]), cells(alignBaseline(baseRows, byHarness[h])), baseline, opts)
+		out[h] = c
+		if ok {
+			family = append(family, h)
+			raw = append(raw, p)
+		}
+	}
+	for i, adj := range stats.Holm(raw) {
+		m := &out[family[i]].McNemar
+		pAdj := roundSig(adj)
+		sig := pAdj < SignificanceLevel
+		m.PAdjusted = &pAdj
+		m.Significant = &sig
+	}
+	return out
+}
+
+// alignBaseline returns the baseline rows the arm is compared with: the
+// rows themselves, or, when they all carry one model, a copy of them for
+// each model the arm ran under (see Compare).
+func alignBaseline(base, arm []Result) []Result {
+	baseModels := distinctModels(base)
+	if len(baseModels) != 1 {
+		return base
+	}
+	armModels := distinctModels(arm)
+	aligned := make([]Result, 0, len(base)*len(armModels))
+	for _, m := range armModels {
+		for _, r := range base {
+			r.Model = m
+			aligned = append(aligned, r)
+		}
+	}
+	return aligned
+}
+
+func distinctModels(rows []Result) []string {
+	var ms []string
+	for _, r := range rows {
+		ms = append(ms, r.Model)
+	}
+	slices.Sort(ms)
+	return slices.Compact(ms)
+}
+
+// cells indexes rows by key; for a repeated key the row that sorts last in
+// sortedRows order (the highest attempt) wins.
+func cells(rows []Result) map[cellKey]Result {
+	m := make(map[cellKey]Result, len(rows))
+	for _, r := range rows {
+		k := cellKey{r.Task, r.Model, r.Repeat}
+		if old, ok := m[k]; !ok || cmp.Or(cmp.Compare(old.Attempt, r.Attempt), cmp.Compare(old.CellID, r.CellID)) <= 0 {
+			m[k] = r
+		}
+	}
+	return m
+}
+
+// side holds one arm's cell counts.
+type side struct {
+	errored, scored, passed int
+	erroredKeys             map[cellKey]bool
+	rows                    []Result
+}
+
+func tally(cs map[cellKey]Result) side {
+	s := side{erroredKeys: map[cellKey]bool{}}
+	for k, r := range cs {
+		s.rows = append(s.rows, r)
+		switch {
+		case r.Errored():
+			s.errored++
+			s.erroredKeys[k] = true
+		case r.Passed:
+			s.scored++
+			s.passed++
+		default:
+			s.scored++
+		}
+	}
+	return s
+}
+
+func (s side) rate() (float64, bool) {
+	if s.scored == 0 {
+		return 0, false
+	}
+	return float64(s.passed) / float64(s.scored), true
+}
+
+// compareArm builds one comparison, with p_adjusted and significant left
+// null for Compare to fill in. It also returns the unrounded p_exact and
+// whether the pair has a verdict (a discordant pair).
+func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptions) (*Comparison, float64, bool) {
+	a, b := tally(arm), tally(base)
+	c := &Comparison{
+		Baseline:        baseline,
+		Errored:         a.errored,
+		BaselineErrored: b.errored,
+	}
+	sameLosses := len(a.erroredKeys) == len(b.erroredKeys)
+	for k := range a.erroredKeys {
+		sameLosses = sameLosses && b.erroredKeys[k]
+	}
+	if sameLosses {
+		pd := a.passed - b.passed
+		c.PassedDelta = &pd
+		ar, aok := a.rate()
+		br, bok := b.rate()
+		if aok && bok {
+			c.PassRateDelta = roundPtr(ptr(ar - br))
+			if g, ok := stats.NormalizedGain(ar, br); ok {
+				c.NormalizedGain = roundPtr(&g)
+			}
+			if ch, ok := stats.NormalizedChange(ar, br); ok {
+				c.NormalizedChange = roundPtr(&ch)
+			}
+		}
+		ac, bc := CostOf(a.rows), CostOf(b.rows)
+		if ac.TotalCostUSD != nil && bc.TotalCostUSD != nil {
+			c.CostDeltaUSD = roundPtr(ptr(*ac.TotalCostUSD - *bc.TotalCostUSD))
+		}
+	}
+
+	keys := make([]cellKey, 0, len(arm)+len(base))
+	for k := range arm {
+		keys = append(keys, k)
+	}
+	for k := range base {
+		if _, ok := arm[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, compareKeys)
+
+	m := &c.McNemar
+	m.CorrectionFamily = CorrectionFamily
+	m.BootstrapResamples = opts.Resamples
+	m.BootstrapSeed = opts.Seed
+	var units [][]stats.Pair
+	lastTask := ""
+	for _, k := range keys {
+		ar, aok := arm[k]
+		br, bok := base[k]
+		if !aok || !bok || ar.Errored() || br.Errored() {
+			m.NExcluded++
+			continue
+		}
+		p := stats.Pair{Arm: ar.Passed, Base: br.Passed}
+		switch {
+		case p.Arm && p.Base:
+			m.NBothPassed++
+		case p.Arm:
+			m.NGained++
+		case p.Base:
+			m.NLost++
+		default:
+			m.NBothFailed++
+		}
+		m.N++
+		// keys are sorted by task first, so a task's pairs are contiguous.
+		if len(units) == 0 || k.task != lastTask {
+			units = append(units, nil)
+			lastTask = k.task
+		}
+		units[len(units)-1] = append(units[len(units)-1], p)
+	}
+	m.NUnits = len(units)
+	m.PseudoReplicated = m.NUnits < m.N
+	if m.N > 0 {
+		m.PairedPassRateDelta = roundPtr(ptr(float64(m.NGained-m.NLost) / float64(m.N)))
+		if lo, hi, ok := stats.PairedBootstrap(units, opts.Resamples, opts.Seed); ok {
+			m.CILo, m.CIHi = roundPtr(&lo), roundPtr(&hi)
+		}
+	}
+	p, ok := stats.McNemarExact(m.NGained, m.NLost)
+	if ok {
+		m.PExact = roundSigPtr(&p)
+	}
+	return c, p, ok
+}
+
+// CostOf returns the cost summary of rows in USD (DESIGN §8):
+// total_cost_usd is the sum of metrics.cost_usd over the rows that carry
+// it, null when none does; cost_per_pass_usd = total / passed, set only
+// when every row (errored rows included) carries metrics.cost_usd and at
+// least one row passed (Passed and not errored). The sum is taken in
+// ascending order of the values, so it does not depend on the order of
+// rows. Values are not rounded; callers round as Decimals says.
+func CostOf(rows []Result) CostSummary {
+	var costs []float64
+	passed := 0
+	for _, r := range rows {
+		if r.Metrics.CostUSD != nil {
+			costs = append(costs, *r.Metrics.CostUSD)
+		}
+		if r.Passed && !r.Errored() {
+			passed++
+		}
+	}
+	if len(costs) == 0 {
+		return CostSummary{}
+	}
+	slices.Sort(costs)
+	total := 0.0
+	for _, v := range costs {
+		total += v
+	}
+	s := CostSummary{TotalCostUSD: &total}
+	if len(costs) == len(rows) && passed > 0 {
+		s.CostPerPassUSD = ptr(total / float64(passed))
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
