@@ -158,7 +158,9 @@ build_python() {
   local ref=python:3.11-slim
   workdir
   say "image $ref: building from scripts/images/python-3.11-slim"
-  if ! docker build -q -t "$ref" "$repo/scripts/images/python-3.11-slim" >"$work/python-build.log" 2>&1; then
+  # Host networking: the build's apt-get reaches the mirror even where the
+  # engine has no working bridge network (iptables unavailable, say).
+  if ! docker build -q --network host -t "$ref" "$repo/scripts/images/python-3.11-slim" >"$work/python-build.log" 2>&1; then
     tail -n 20 "$work/python-build.log" >&2
     die "docker build of $ref failed (log above)"
   fi
