@@ -1,0 +1,145 @@
+// Package harness names how a cell's solve is driven (DESIGN §5): the
+// registry of harness kinds, what each refuses before any build, and the
+// reward rules every verifier-scored harness shares.
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// Kind is a harness kind.
+type Kind string
+
+// Harness kinds (DESIGN §5).
+const (
+	Oracle     Kind = "oracle"
+	Agent      Kind = "agent"
+	Command    Kind = "command"
+	Probe      Kind = "probe"
+	ClaudeCode Kind = "claude-code"
+)
+
+// Error classes a refusal carries (DESIGN §8).
+const (
+	ClassRefused       = "refused"
+	ClassUnresolvedEnv = "unresolved_env"
+)
+
+// ErrUnknown is returned by Parse for a name no harness answers to.
+var ErrUnknown = errors.New("harness: unknown harness")
+
+// Ref is a parsed harness reference: "oracle", "probe", "agent:<dir>",
+// "command:<template>".
+type Ref struct {
+	// Name is the reference as written; it names the harness in cell ids,
+	// rows and comparisons.
+	Name string
+	Kind Kind
+	// Arg is the agent directory or the command template.
+	Arg string
+}
+
+// Info describes a harness kind for `proctor tasks harnesses`.
+type Info struct {
+	Kind        Kind
+	Syntax      string
+	Description string
+	ScoredBy    string
+	Available   bool
+}
+
+// Registry lists every harness kind in DESIGN §5 order.
+func Registry() []Info {
+	return []Info{
+		{Oracle, "oracle", "the task's reference solution in the task container, as root", "the task verifier", true},
+		{Agent, "agent:<dir>", "your agent process inside the task container (agent.toml in <dir>)", "the task verifier", false},
+		{Command, "command:<template>", "a host command; placeholders {task_path} {task_name} {model} {output_dir}", "reward.txt in {output_dir}, else the exit code", false},
+		{Probe, "probe", "an isolation probe in the sandbox an agent arm gets", "every leak class closed", false},
+		{ClaudeCode, "claude-code", "Claude Code CLI in the task container", "the task verifier", false},
+	}
+}
+
+// Parse reads a harness reference. Kinds this build does not run yet are
+// refused here with a reason, so a run never half-starts.
+func Parse(s string) (Ref, error) {
+	s = strings.TrimSpace(s)
+	kind, arg, hasArg := strings.Cut(s, ":")
+	r := Ref{Name: s, Kind: Kind(kind), Arg: arg}
+	for _, in := range Registry() {
+		if in.Kind != r.Kind {
+			continue
+		}
+		needsArg := strings.Contains(in.Syntax, ":")
+		if needsArg != hasArg || (needsArg && arg == "") {
+			return r, fmt.Errorf("%w %q: write it as %s", ErrUnknown, s, in.Syntax)
+		}
+		if !in.Available {
+			return r, fmt.Errorf("harness %q: the %s harness is not available in this version", s, in.Kind)
+		}
+		if r.Kind == Agent {
+			r.Name = string(Agent) + ":" + path.Clean(arg)
+		}
+		return r, nil
+	}
+	return r, fmt.Errorf("%w %q (known: oracle, agent:<dir>, command:<template>, probe)", ErrUnknown, s)
+}
+
+// InContainer reports whether the harness solves inside the task container
+// (and so is scored by the task's verifier there).
+func (r Ref) InContainer() bool { return r.Kind != Command }
+
+// Comparable reports whether rows of this harness enter comparisons against
+// a baseline: oracle and probe rows check the setup and never do.
+func (r Ref) Comparable() bool { return r.Kind != Oracle && r.Kind != Probe }
+
+// Refusal decides from the task files alone, before any build, whether this
+// harness refuses the task. It returns the error class and a reason naming
+// the file or key, or "" when the task can run. The image WORKDIR check of
+// in-container agent arms needs the built image and is done by the
+// launcher with task.WorkdirAllowedForAgent.
+func (r Ref) Refusal(t *task.Task) (class, reason string) {
+	if t.Unsupported != "" {
+		return ClassRefused, t.Unsupported
+	}
+	if len(t.UnresolvedEnv) > 0 {
+		return ClassUnresolvedEnv, fmt.Sprintf("unresolved env in %s: %s (a ${VAR} reference or a non-scalar value is never forwarded)",
+			path.Base(t.DefinitionFile), strings.Join(t.UnresolvedEnv, ", "))
+	}
+	if r.Kind == Oracle && t.SolutionScript == "" {
+		return ClassRefused, "the oracle needs the reference solution, and " + t.Name + " has no " + solutionName(t)
+	}
+	if r.InContainer() && t.TestScript == "" {
+		return ClassRefused, "the " + string(r.Kind) + " harness is scored by the task verifier, and " + t.Name + " has no " + testName(t)
+	}
+	if r.InContainer() && t.Dockerfile == "" && t.DockerImage == "" {
+		return ClassRefused, t.Name + " has neither environment/Dockerfile nor a docker_image to run in"
+	}
+	if r.Kind == Agent && t.Workdir != "" && !workdirOK(t.Workdir) {
+		return ClassRefused, fmt.Sprintf("in-container agents work in /app as uid 10001; the task's workdir is %s", t.Workdir)
+	}
+	return "", ""
+}
+
+func workdirOK(dir string) bool {
+	dir = path.Clean(dir)
+	return dir == "/app" || strings.HasPrefix(dir, "/app/")
+}
+
+func solutionName(t *task.Task) string {
+	if t.Layout == task.LayoutBenchFlow {
+		return "oracle/solve.sh"
+	}
+	return "solution/solve.sh"
+}
+
+func testName(t *task.Task) string {
+	if t.Layout == task.LayoutBenchFlow {
+		return "verifier/test.sh"
+	}
+	return "tests/test.sh"
+}
