@@ -471,3 +471,29 @@ func checkRounded(t *testing.T, name string, v any) {
 		t.Errorf("%s = %v is not rounded to 6 decimals", name, f)
 	}
 }
+
+func TestCompareOutputValidates(t *testing.T) {
+	// Comparisons with withheld deltas, no-verdict nulls and replicated
+	// pairs must all satisfy the task_runs.v1 schema.
+	var results []Result
+	for r := 0; r < 2; r++ {
+		results = append(results, priced(arm("base", "m", r, "PFFPFEFPFF"), 0.013)...)
+		results = append(results, priced(arm("agent:x", "m", r, "PPFPPEPPFP"), 0.021)...)
+		results = append(results, arm("agent:y", "m", r, "FFPPFEFFPF")...)
+		results = append(results, arm("agent:z", "m", r, "FFPPF--FPF")...)
+		results = append(results, arm("agent:w", "m", r, "PFFPFEFPFF")...)
+	}
+	run := RunInfo{ID: "01J0000000000000000000000R", TasksRoot: "/tasks", Harnesses: []string{"base", "agent:w", "agent:x", "agent:y", "agent:z"},
+		Models: []string{"m"}, Repeats: 2, BaselineHarness: "base", StartedAt: "2024-01-01T00:00:00Z", ProctorVersion: "dev"}
+	a := &Artifact{Schema: SchemaVersion, Run: run, Results: results,
+		Summary: Summary{PerHarness: Summarize(results), Comparisons: Compare(results, "base", CompareOptions{})}}
+	if _, err := Marshal(a); err != nil {
+		t.Fatalf("comparisons do not validate: %v", err)
+	}
+	if z := a.Summary.Comparisons["agent:z"]; z.PassRateDelta != nil {
+		t.Errorf("agent:z lost no cell the baseline lost, yet its delta = %v", *z.PassRateDelta)
+	}
+	if w := a.Summary.Comparisons["agent:w"].McNemar; w.PExact != nil || w.NGained+w.NLost != 0 {
+		t.Errorf("agent:w mirrors the baseline, yet p_exact = %s", fmtPtr(w.PExact))
+	}
+}
