@@ -2,12 +2,14 @@ package artifact
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
@@ -61,7 +63,7 @@ type Violation struct {
 	// "/results/0/reward"; "" is the document root. For a missing key it
 	// points at the object that lacks it.
 	Pointer string
-	// Message says what is wrong, e.g. "maximum: got 1.5, want 1".
+	// Message says what is wrong, e.g. "must be <= 1 but found 1.5".
 	Message string
 }
 
@@ -74,7 +76,7 @@ type ValidationError struct {
 }
 
 // Error names the first failing value and how many more there are, e.g.
-// `task_runs.v1: /results/0/reward: maximum: got 1.5, want 1`.
+// `task_runs.v1: /results/0/reward: must be <= 1 but found 1.5`.
 func (e *ValidationError) Error() string {
 	v := e.Violations[0]
 	ptr := v.Pointer
@@ -129,10 +131,15 @@ func Validate(doc []byte) error {
 // is wrong rather than which subschema failed.
 func collect(e *jsonschema.ValidationError, out *[]Violation) {
 	if len(e.Causes) == 0 {
-		*out = append(*out, Violation{
-			Pointer: pointer(e.InstanceLocation),
-			Message: e.ErrorKind.LocalizedString(printer),
-		})
+		msg := e.ErrorKind.LocalizedString(printer)
+		// The library's enum and const messages leave out the value found.
+		switch k := e.ErrorKind.(type) {
+		case *kind.Enum:
+			msg += ", got " + quoteValue(k.Got)
+		case *kind.Const:
+			msg += ", got " + quoteValue(k.Got)
+		}
+		*out = append(*out, Violation{Pointer: pointer(e.InstanceLocation), Message: msg})
 		return
 	}
 	for _, c := range e.Causes {
@@ -149,6 +156,15 @@ func dedupe(vs []Violation) []Violation {
 		out = append(out, v)
 	}
 	return out
+}
+
+// quoteValue renders a JSON value found in a document for an error.
+func quoteValue(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // pointer renders tokens as an RFC 6901 JSON pointer.

@@ -1,0 +1,488 @@
+package artifact
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// dash marks a value that does not exist (no verdict, nothing scored, not
+// priced).
+const dash = "—"
+
+// WriteReport writes a's Markdown report to w: a headline per harness
+// (passed/scored with the pass rate and its Wilson 95 % interval, and the
+// errored count), a per-harness table, a per-task table (rows are tasks,
+// columns harnesses, cells "passed/scored" or "errored"), the comparisons
+// against the baseline and the paired McNemar table when a has
+// comparisons (with a pseudo-replication caveat when any comparison pairs
+// repeats of the same task), and a section per cell with its outcome,
+// reward, error and the tail of its stdout in a fenced block whose fence
+// is longer than any backtick run inside it, so no output can break the
+// document. Harnesses appear in run order (Run.Harnesses, then any other
+// in name order), tasks and cells in row order. Percentages are rounded
+// to one decimal, seconds to one decimal, USD to four. The output depends
+// only on a. It returns w's write error, wrapped.
+func WriteReport(w io.Writer, a *Artifact) error {
+	var buf bytes.Buffer
+	r := &reporter{w: &buf, a: a}
+	r.title()
+	r.headlines()
+	r.harnessTable()
+	r.taskTable()
+	r.comparisons()
+	r.cells()
+	out := append(bytes.TrimRight(buf.Bytes(), "\n"), '\n')
+	if _, err := w.Write(out); err != nil {
+		return fmt.Errorf("artifact: write report: %w", err)
+	}
+	return nil
+}
+
+// reporter renders into a buffer, which cannot fail.
+type reporter struct {
+	w *bytes.Buffer
+	a *Artifact
+}
+
+func (r *reporter) printf(format string, args ...any) {
+	fmt.Fprintf(r.w, format, args...)
+}
+
+func (r *reporter) title() {
+	run := r.a.Run
+	id := run.ID
+	if id == "" {
+		id = "(no id)"
+	}
+	r.printf("# proctor run %s\n\n", code(id))
+	var facts []string
+	if run.TasksRoot != "" {
+		facts = append(facts, "tasks root "+code(run.TasksRoot))
+	}
+	facts = append(facts, fmt.Sprintf("%d cells", len(r.a.Results)))
+	var ms []string
+	for _, m := range run.Models {
+		if m != "" {
+			ms = append(ms, code(m))
+		}
+	}
+	if len(ms) > 0 {
+		facts = append(facts, "models "+strings.Join(ms, ", "))
+	}
+	switch {
+	case run.Repeats == 1:
+		facts = append(facts, "1 repeat")
+	case run.Repeats > 1:
+		facts = append(facts, fmt.Sprintf("%d repeats", run.Repeats))
+	}
+	if run.BaselineHarness != "" {
+		facts = append(facts, "baseline "+code(run.BaselineHarness))
+	}
+	if run.StartedAt != "" {
+		facts = append(facts, "started "+run.StartedAt)
+	}
+	if run.FinishedAt != "" {
+		facts = append(facts, "finished "+run.FinishedAt)
+	}
+	if run.ProctorVersion != "" {
+		facts = append(facts, "proctor "+run.ProctorVersion)
+	}
+	r.printf("%s.\n\n", strings.Join(facts, " · "))
+}
+
+// harnesses lists the summarized harnesses in run order, then the others
+// by name.
+func (r *reporter) harnesses() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, h := range r.a.Run.Harnesses {
+		if r.a.Summary.PerHarness[h] != nil && !seen[h] {
+			out = append(out, h)
+			seen[h] = true
+		}
+	}
+	var rest []string
+	for h, s := range r.a.Summary.PerHarness {
+		if s != nil && !seen[h] {
+			rest = append(rest, h)
+		}
+	}
+	slices.Sort(rest)
+	return append(out, rest...)
+}
+
+// Headline returns the one-line verdict for harness h, e.g.
+// "oracle: 6/7 passed (85.7 %, 95 % CI 48.7–97.4 %), 1 errored".
+func Headline(h string, s *HarnessSummary) string {
+	if s.PassRate == nil {
+		return fmt.Sprintf("%s: %d/%d passed (no scored cells), %d errored", h, s.Passed, s.Scored, s.Errored)
+	}
+	ci := ""
+	if s.PassRateCI != nil {
+		ci = fmt.Sprintf(", 95 %% CI %s–%s %%", pct(s.PassRateCI[0]), pct(s.PassRateCI[1]))
+	}
+	return fmt.Sprintf("%s: %d/%d passed (%s %%%s), %d errored", h, s.Passed, s.Scored, pct(*s.PassRate), ci, s.Errored)
+}
+
+func (r *reporter) headlines() {
+	hs := r.harnesses()
+	if len(hs) == 0 {
+		r.printf("No results.\n\n")
+		return
+	}
+	for _, h := range hs {
+		line := Headline(h, r.a.Summary.PerHarness[h])
+		r.printf("- %s%s\n", code(h), strings.TrimPrefix(line, h))
+	}
+	r.printf("\n")
+}
+
+func (r *reporter) harnessTable() {
+	hs := r.harnesses()
+	if len(hs) == 0 {
+		return
+	}
+	r.printf("## Harnesses\n\n")
+	r.printf("| harness | n | errored | scored | passed | pass rate | 95 %% CI | elapsed (s) | operations | cost (USD) | cost per pass (USD) |\n")
+	r.printf("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, h := range hs {
+		s := r.a.Summary.PerHarness[h]
+		rate, ci := dash, dash
+		if s.PassRate != nil {
+			rate = pct(*s.PassRate) + " %"
+		}
+		if s.PassRateCI != nil {
+			ci = pct(s.PassRateCI[0]) + "–" + pct(s.PassRateCI[1]) + " %"
+		}
+		r.printf("| %s | %d | %d | %d | %d | %s | %s | %s | %d | %s | %s |\n",
+			tableCode(h), s.N, s.Errored, s.Scored, s.Passed, rate, ci,
+			secs(s.ElapsedSec), s.Operations, usdPtr(s.Cost.TotalCostUSD), usdPtr(s.Cost.CostPerPassUSD))
+	}
+	r.printf("\n")
+}
+
+// tasks lists the tasks of the rows in row order.
+func (r *reporter) tasks() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, row := range r.a.Results {
+		if !seen[row.Task] {
+			seen[row.Task] = true
+			out = append(out, row.Task)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *reporter) taskTable() {
+	hs, ts := r.harnesses(), r.tasks()
+	if len(hs) == 0 || len(ts) == 0 {
+		return
+	}
+	r.printf("## Tasks\n\n")
+	r.printf("| task |")
+	for _, h := range hs {
+		r.printf(" %s |", tableCode(h))
+	}
+	r.printf("\n|---|")
+	for range hs {
+		r.printf(":-:|")
+	}
+	r.printf("\n")
+	for _, t := range ts {
+		r.printf("| %s |", tableCode(t))
+		for _, h := range hs {
+			r.printf(" %s |", taskCell(r.a.Summary.PerHarness[h].PerTask[t]))
+		}
+		r.printf("\n")
+	}
+	r.printf("\n")
+}
+
+// taskCell is "passed/scored", "+N errored" when some of the task's cells
+// errored, "errored" when all did, and a dash when the harness did not
+// run the task.
+func taskCell(t *TaskStat) string {
+	switch {
+	case t == nil || t.N == 0:
+		return dash
+	case t.Scored == 0:
+		return "errored"
+	case t.Errored > 0:
+		return fmt.Sprintf("%d/%d (+%d errored)", t.Passed, t.Scored, t.Errored)
+	default:
+		return fmt.Sprintf("%d/%d", t.Passed, t.Scored)
+	}
+}
+
+// compared lists the harnesses with a comparison, in harness order.
+func (r *reporter) compared() []string {
+	var out []string
+	for _, h := range r.harnesses() {
+		if c := r.a.Summary.Comparisons[h]; c != nil {
+			out = append(out, h)
+		}
+	}
+	var rest []string
+	for h, c := range r.a.Summary.Comparisons {
+		if c != nil && !slices.Contains(out, h) {
+			rest = append(rest, h)
+		}
+	}
+	slices.Sort(rest)
+	return append(out, rest...)
+}
+
+func (r *reporter) comparisons() {
+	hs := r.compared()
+	if len(hs) == 0 {
+		return
+	}
+	cs := r.a.Summary.Comparisons
+	r.printf("## Comparison vs baseline\n\n")
+	r.printf("| harness | baseline | Δ pass rate | Δ passed | Δ cost (USD) | normalized gain | normalized change | errored | baseline errored |\n")
+	r.printf("|---|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, h := range hs {
+		c := cs[h]
+		r.printf("| %s | %s | %s | %s | %s | %s | %s | %d | %d |\n",
+			tableCode(h), tableCode(c.Baseline), ppPtr(c.PassRateDelta), intPtr(c.PassedDelta),
+			signedUSD(c.CostDeltaUSD), numPtr(c.NormalizedGain), numPtr(c.NormalizedChange),
+			c.Errored, c.BaselineErrored)
+	}
+	r.printf("\n")
+
+	r.printf("## Paired significance vs baseline (McNemar)\n\n")
+	r.printf("| harness | baseline | gained | lost | both passed | both failed | excluded | paired Δ | 95 %% CI | p_exact | p_adjusted | significant |\n")
+	r.printf("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n")
+	var pseudo []string
+	for _, h := range hs {
+		c := cs[h]
+		m := c.McNemar
+		ci := dash
+		if m.CILo != nil && m.CIHi != nil {
+			ci = signedPP(*m.CILo) + " to " + signedPP(*m.CIHi) + " pp"
+		}
+		sig := dash
+		if m.Significant != nil {
+			sig = "no"
+			if *m.Significant {
+				sig = "yes"
+			}
+		}
+		r.printf("| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n",
+			tableCode(h), tableCode(c.Baseline), m.NGained, m.NLost, m.NBothPassed, m.NBothFailed,
+			m.NExcluded, ppPtr(m.PairedPassRateDelta), ci, pPtr(m.PExact), pPtr(m.PAdjusted), sig)
+		if m.PseudoReplicated {
+			pseudo = append(pseudo, code(h))
+		}
+	}
+	r.printf("\n")
+	family := ""
+	for _, h := range hs {
+		if f := cs[h].McNemar.CorrectionFamily; f != "" {
+			family = f
+			break
+		}
+	}
+	if family != "" {
+		r.printf("p_adjusted: Holm correction across %s. Cells either arm errored on are excluded from the pairs.\n\n", family)
+	}
+	if len(pseudo) > 0 {
+		r.printf("> **Caveat (pseudo-replication):** %s pair several repeats of the same task, which are not independent; "+
+			"p-values and intervals computed over cells overstate the evidence. Compare n_units (distinct tasks) with n.\n\n",
+			strings.Join(pseudo, ", "))
+	}
+}
+
+func (r *reporter) cells() {
+	if len(r.a.Results) == 0 {
+		return
+	}
+	r.printf("## Cells\n\n")
+	for _, row := range r.a.Results {
+		r.printf("### %s · %s", code(row.Task), code(row.Harness))
+		if row.Model != "" {
+			r.printf(" · %s", code(row.Model))
+		}
+		r.printf(" · repeat %d", row.Repeat)
+		if row.Attempt > 1 {
+			r.printf(" · attempt %d", row.Attempt)
+		}
+		r.printf("\n\n")
+		outcome := row.Outcome
+		if row.ErrorClass != "" {
+			outcome += " (" + row.ErrorClass + ")"
+		}
+		reward := dash
+		if row.Reward != nil {
+			reward = num(*row.Reward, 4)
+		}
+		rc := dash
+		if row.ReturnCode != nil {
+			rc = strconv.Itoa(*row.ReturnCode)
+		}
+		r.printf("| outcome | reward | returncode | elapsed (s) | cost (USD) |\n")
+		r.printf("|---|--:|--:|--:|--:|\n")
+		r.printf("| %s | %s | %s | %s | %s |\n\n",
+			tableText(outcome), reward, rc, secs(row.ElapsedSec), usdPtr(row.Metrics.CostUSD))
+		if len(row.Rewards) > 1 {
+			keys := make([]string, 0, len(row.Rewards))
+			for k := range row.Rewards {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = code(k) + " " + num(row.Rewards[k], 4)
+			}
+			r.printf("Rewards: %s.\n\n", strings.Join(parts, ", "))
+		}
+		if len(row.Metrics.UnresolvedEnv) > 0 {
+			vs := make([]string, len(row.Metrics.UnresolvedEnv))
+			for i, v := range row.Metrics.UnresolvedEnv {
+				vs[i] = code(v)
+			}
+			r.printf("Unresolved environment: %s.\n\n", strings.Join(vs, ", "))
+		}
+		if row.Error != "" {
+			r.printf("Error:\n\n%s\n", fenced(row.Error))
+		}
+		if row.StdoutTail != "" {
+			r.printf("Stdout (tail):\n\n%s\n", fenced(row.StdoutTail))
+		}
+	}
+}
+
+// fenced wraps s in a fenced code block whose backtick fence is longer
+// than any backtick run in s (CommonMark closes a fence only with a run at
+// least as long), so s cannot end the block or inject Markdown.
+func fenced(s string) string {
+	fence := strings.Repeat("`", max(3, longestRun(s, '`')+1))
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return fence + "text\n" + s + fence + "\n"
+}
+
+// code renders s as an inline code span, with a delimiter longer than any
+// backtick run inside it; "" renders as a dash.
+func code(s string) string {
+	if s == "" {
+		return dash
+	}
+	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	delim := strings.Repeat("`", longestRun(s, '`')+1)
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return delim + s + delim
+}
+
+// tableCode is code(s) safe inside a GFM table cell: a pipe is escaped,
+// which GFM honours inside code spans too.
+func tableCode(s string) string {
+	return strings.ReplaceAll(code(s), "|", `\|`)
+}
+
+// tableText is plain text safe inside a GFM table cell.
+func tableText(s string) string {
+	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+func longestRun(s string, c byte) int {
+	best, cur := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			cur++
+			best = max(best, cur)
+		} else {
+			cur = 0
+		}
+	}
+	return best
+}
+
+// num formats x with at most prec decimals, trailing zeros trimmed.
+func num(x float64, prec int) string {
+	s := strconv.FormatFloat(x, 'f', prec, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	if s == "-0" {
+		s = "0"
+	}
+	return s
+}
+
+// pct formats a fraction as a percentage with one decimal ("85.7").
+func pct(x float64) string { return strconv.FormatFloat(x*100, 'f', 1, 64) }
+
+func secs(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+
+func usdPtr(p *float64) string {
+	if p == nil {
+		return dash
+	}
+	return strconv.FormatFloat(*p, 'f', 4, 64)
+}
+
+func signedUSD(p *float64) string {
+	if p == nil {
+		return dash
+	}
+	s := strconv.FormatFloat(*p, 'f', 4, 64)
+	if *p >= 0 {
+		s = "+" + s
+	}
+	return s
+}
+
+// signedPP formats a fraction difference in percentage points ("+14.3").
+func signedPP(x float64) string {
+	s := strconv.FormatFloat(x*100, 'f', 1, 64)
+	if s == "-0.0" {
+		s = "0.0"
+	}
+	if !strings.HasPrefix(s, "-") {
+		s = "+" + s
+	}
+	return s
+}
+
+func ppPtr(p *float64) string {
+	if p == nil {
+		return dash
+	}
+	return signedPP(*p) + " pp"
+}
+
+func numPtr(p *float64) string {
+	if p == nil {
+		return dash
+	}
+	return num(*p, 3)
+}
+
+func intPtr(p *int) string {
+	if p == nil {
+		return dash
+	}
+	if *p > 0 {
+		return "+" + strconv.Itoa(*p)
+	}
+	return strconv.Itoa(*p)
+}
+
+// pPtr formats a p-value with three significant digits.
+func pPtr(p *float64) string {
+	if p == nil {
+		return dash
+	}
+	return strconv.FormatFloat(*p, 'g', 3, 64)
+}

@@ -1,0 +1,101 @@
+package artifact
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// fencedBlocks parses the fenced code blocks of md the way CommonMark
+// does for backtick fences at column 0: a block opened by N backticks is
+// closed only by a line of at least N backticks and nothing else.
+func fencedBlocks(t *testing.T, md string) []string {
+	t.Helper()
+	var blocks []string
+	lines := strings.Split(md, "\n")
+	for i := 0; i < len(lines); i++ {
+		open := longestRun(lines[i], '`')
+		if open < 3 || !strings.HasPrefix(lines[i], strings.Repeat("`", open)) {
+			continue
+		}
+		var body []string
+		closed := false
+		for i++; i < len(lines); i++ {
+			l := lines[i]
+			if n := longestRun(l, '`'); n >= open && strings.TrimRight(l, "`") == "" {
+				closed = true
+				break
+			}
+			body = append(body, l)
+		}
+		if !closed {
+			t.Fatalf("a fence of %d backticks is never closed", open)
+		}
+		blocks = append(blocks, strings.Join(body, "\n"))
+	}
+	return blocks
+}
+
+func TestStdoutTailCannotBreakReport(t *testing.T) {
+	tails := []string{
+		"plain\n",
+		"```\n# injected heading\n```\n",
+		"````` five\n``````\nno newline at end",
+		"`",
+		"~~~\n| a | b |\n",
+	}
+	for _, tail := range tails {
+		row := scoredRow("t", 0, 1)
+		row.StdoutTail = tail
+		a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
+			[]Result{row}, BuildOptions{})
+		var md bytes.Buffer
+		if err := WriteReport(&md, a); err != nil {
+			t.Fatal(err)
+		}
+		blocks := fencedBlocks(t, md.String())
+		if len(blocks) != 1 {
+			t.Fatalf("tail %q: %d fenced blocks, want 1:\n%s", tail, len(blocks), md.String())
+		}
+		if want := strings.TrimSuffix(tail, "\n"); blocks[0] != want {
+			t.Errorf("tail %q came back as %q", tail, blocks[0])
+		}
+	}
+}
+
+func TestCodeSpan(t *testing.T) {
+	cases := map[string]string{
+		"oracle":     "`oracle`",
+		"a`b":        "``a`b``",
+		"`x":         "`` `x ``",
+		"":           "—",
+		"two\nlines": "`two lines`",
+		"agent:a|b":  "`agent:a|b`",
+	}
+	for in, want := range cases {
+		if got := code(in); got != want {
+			t.Errorf("code(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := tableCode("agent:a|b"); got != "`agent:a\\|b`" {
+		t.Errorf("tableCode = %q", got)
+	}
+}
+
+func TestReportHarnessOrderFollowsRun(t *testing.T) {
+	rows := []Result{scoredRow("t", 0, 1), scoredRow("t", 0, 0)}
+	rows[0].Harness, rows[1].Harness = "zeta", "alpha"
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"zeta", "alpha"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
+		rows, BuildOptions{})
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	s := md.String()
+	if strings.Index(s, "- `zeta`: 1/1") > strings.Index(s, "- `alpha`: 0/1") {
+		t.Errorf("headlines not in run order:\n%s", s)
+	}
+	if !strings.Contains(s, "| task | `zeta` | `alpha` |") {
+		t.Errorf("task table columns not in run order:\n%s", s)
+	}
+}
