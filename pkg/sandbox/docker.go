@@ -2,28 +2,43 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math"
+	"sort"
+	"strconv"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 )
 
 // Docker is the Driver that runs each sandbox as one Docker container
 // (DESIGN §4), through the engine API (github.com/docker/docker/client with
-// API version negotiation). Nothing is bind-mounted: files move through the
-// copy API. Every container and network it creates carries the labels
-// proctor.run, proctor.cell and proctor.managed.
+// API version negotiation; the engine here is 20.10, API 1.41). Nothing is
+// bind-mounted: files move through the copy API. Every container and
+// network it creates carries the labels proctor.run, proctor.cell and
+// proctor.managed, so GC can find them.
+//
+// The container's main process is `sleep <Lifetime>` (the image's
+// entrypoint and command are replaced), so a container whose proctor died
+// stops by itself; commands run as execs beside it.
 //
 // A *Docker is safe for concurrent use.
 type Docker struct {
-	cli *client.Client
-	log *slog.Logger
-	// imageMap rewrites image references before a build or a run; nil
-	// maps nothing.
+	cli      *client.Client
+	log      *slog.Logger
 	imageMap *ImageMap
+	builds   keyedMutex
 }
 
 var _ Driver = (*Docker)(nil)
@@ -35,13 +50,13 @@ type DockerOptions struct {
 	Client *client.Client
 	// Logger receives debug logs; nil discards.
 	Logger *slog.Logger
-	// ImageMap rewrites image references before a build or run (FROM lines
-	// and docker_image); nil maps nothing.
+	// ImageMap rewrites image references before a build or a run (FROM
+	// lines and docker_image, see EnsureImage); nil maps nothing.
 	ImageMap *ImageMap
 }
 
 // NewDocker returns a Docker driver. It does not contact the engine; the
-// first call that needs it does.
+// first call that needs it does (and negotiates the API version).
 func NewDocker(opts DockerOptions) (*Docker, error) {
 	cli := opts.Client
 	if cli == nil {
@@ -53,7 +68,7 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Docker{cli: cli, log: log, imageMap: opts.ImageMap}, nil
 }
@@ -61,104 +76,516 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 // Client returns the engine client the driver uses.
 func (d *Docker) Client() *client.Client { return d.cli }
 
-var errUnimplemented = errors.New("sandbox: not implemented yet")
+// ImageMap returns the image map in force (nil when none).
+func (d *Docker) ImageMap() *ImageMap { return d.imageMap }
 
-// Start implements Driver.
+// Timeouts of the Docker driver's own housekeeping, applied whatever the
+// caller's context says (so cleanup still happens after Ctrl-C).
+const (
+	// DestroyTimeout bounds Destroy and the kill steps of a timed-out Exec.
+	DestroyTimeout = 60 * time.Second
+	// killWait bounds the wait for an exec to stop after SIGKILL.
+	killWait = 10 * time.Second
+)
+
+// labels returns the labels of everything created for spec.
+func labels(spec Spec) map[string]string {
+	l := map[string]string{LabelManaged: "1"}
+	if spec.RunID != "" {
+		l[LabelRun] = spec.RunID
+	}
+	if spec.CellID != "" {
+		l[LabelCell] = spec.CellID
+	}
+	return l
+}
+
+// Start implements Driver. It creates the per-cell internal network when
+// spec.Network is NetworkInternal, then creates and starts the container
+// from spec.Image (which must exist locally: Start never pulls) with
+// `sleep <Lifetime seconds>` as its main process, spec.Env as its
+// environment, spec.Workdir as its WORKDIR (created by the engine when
+// missing), and the CPU and memory limits. Handle.ID is the container id;
+// Handle.State holds "container", "network" (when one was created), "run",
+// "cell", "image". On error everything created is removed.
 func (d *Docker) Start(ctx context.Context, spec Spec) (*Handle, error) {
-	return nil, errUnimplemented
+	if spec.Image == "" {
+		return nil, fmt.Errorf("%w: empty image", ErrInvalidSpec)
+	}
+	mode := spec.Network
+	if mode == "" {
+		mode = NetworkNone
+	}
+	switch mode {
+	case NetworkNone, NetworkBridge, NetworkInternal:
+	default:
+		return nil, fmt.Errorf("%w: network %q (want %q, %q or %q)", ErrInvalidSpec, spec.Network, NetworkNone, NetworkBridge, NetworkInternal)
+	}
+	if spec.CPUs < 0 || spec.MemoryMB < 0 || spec.Lifetime < 0 {
+		return nil, fmt.Errorf("%w: negative CPUs, MemoryMB or Lifetime", ErrInvalidSpec)
+	}
+	life := spec.Lifetime
+	if life == 0 {
+		life = DefaultLifetime
+	}
+	lbl := labels(spec)
+	h := &Handle{
+		Driver: DriverDocker,
+		State:  map[string]string{"image": spec.Image},
+		env:    maps.Clone(spec.Env),
+	}
+	if spec.RunID != "" {
+		h.State["run"] = spec.RunID
+	}
+	if spec.CellID != "" {
+		h.State["cell"] = spec.CellID
+	}
+	fail := func(err error) (*Handle, error) {
+		_ = d.Destroy(ctx, h)
+		return nil, err
+	}
+
+	netMode := mode
+	if mode == NetworkInternal {
+		name := "proctor-" + randomHex(6)
+		resp, err := d.cli.NetworkCreate(ctx, name, network.CreateOptions{
+			Driver:   "bridge",
+			Internal: true,
+			Labels:   lbl,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: docker: create network: %w", err)
+		}
+		h.State["network"] = resp.ID
+		netMode = name
+	}
+
+	cfg := &container.Config{
+		Image:      spec.Image,
+		Entrypoint: []string{"sleep", strconv.FormatInt(int64(math.Ceil(life.Seconds())), 10)},
+		Cmd:        []string{},
+		Env:        envList(spec.Env),
+		WorkingDir: spec.Workdir,
+		Labels:     lbl,
+	}
+	hc := &container.HostConfig{
+		NetworkMode: container.NetworkMode(netMode),
+		Resources: container.Resources{
+			NanoCPUs: int64(spec.CPUs * 1e9),
+			Memory:   spec.MemoryMB << 20,
+		},
+	}
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: docker: create container from %s: %w", spec.Image, err))
+	}
+	h.ID = created.ID
+	h.State["container"] = created.ID
+	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		return fail(fmt.Errorf("sandbox: docker: start container: %w", err))
+	}
+	d.log.Debug("sandbox started", "container", created.ID[:12], "image", spec.Image, "network", mode)
+	return h, nil
 }
 
-// Exec implements Driver.
+// envList turns a map into sorted KEY=VALUE pairs.
+func envList(m map[string]string) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (d *Docker) container(h *Handle) (string, error) {
+	if h == nil || h.Driver != DriverDocker {
+		return "", fmt.Errorf("%w: not a docker handle", ErrInvalidSpec)
+	}
+	id := h.state("container")
+	if id == "" {
+		return "", ErrDestroyed
+	}
+	return id, nil
+}
+
+// Exec implements Driver. The command runs as an exec in the container,
+// as root when spec.User is "" (the image's USER is not used), with stdin
+// closed, the container's environment plus spec.Env, in spec.Workdir (else
+// the container's working dir).
+//
+// Exec returns when the command's main process has exited and its output
+// is delivered: the exec's output stream is read until it closes; while it
+// is still open, the exec is inspected at a growing interval (10 ms
+// doubling to 500 ms), and once the main process has exited, what is still
+// buffered is drained for at most DrainTimeout and the stream is closed.
+// So a background process that inherited stdout (`sleep 100000 &` in
+// solve.sh) does not keep Exec waiting; it is not killed either (a
+// solution may start a server the verifier uses).
+//
+// At the timeout, or when ctx ends, every process in the container except
+// its PID 1 (the keep-alive sleep) gets SIGTERM, and SIGKILL when the main
+// process has not exited after spec.Grace (at once when Grace is 0): the
+// signals are sent by `sh -c 'kill -TERM -1'` in a new root exec. kill(2)
+// with pid -1 reaches every process the caller may signal except PID 1
+// and the caller itself, whatever session or process group a process
+// moved to and whichever user it runs as, which a process-group kill
+// would miss (a daemonising child calls setsid), and Docker's own kill
+// reaches only PID 1. This is sound because each cell has its own
+// container and its phases run one at a time, so every other process in
+// it belongs to this command or an earlier phase of the same cell. The
+// image needs a `sh` with a kill builtin (every image that runs task
+// scripts has one).
 func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error) {
-	return ExecResult{}, errUnimplemented
+	cid, err := d.container(h)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	if len(spec.Cmd) == 0 {
+		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidSpec)
+	}
+	if err := ctx.Err(); err != nil {
+		return ExecResult{TimedOut: true, ExitCode: TimeoutExitCode}, nil
+	}
+	user := spec.User
+	if user == "" {
+		user = "0"
+	}
+	start := time.Now()
+	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
+		User:         user,
+		AttachStdout: true,
+		AttachStderr: true,
+		Env:          envList(spec.Env),
+		WorkingDir:   spec.Workdir,
+		Cmd:          spec.Cmd,
+	})
+	if err != nil {
+		return ExecResult{}, d.execErr(err)
+	}
+	resp, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return ExecResult{}, d.execErr(err)
+	}
+	defer resp.Close()
+
+	copyDone := make(chan struct{})
+	go func() {
+		defer close(copyDone)
+		_, _ = stdcopy.StdCopy(safeWriter{spec.Stdout}, safeWriter{spec.Stderr}, resp.Reader)
+	}()
+	// drain waits up to DrainTimeout for the stream to end, then closes it.
+	drain := func() {
+		t := time.NewTimer(DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-copyDone:
+		case <-t.C:
+			resp.Close()
+			<-copyDone
+		}
+	}
+
+	var deadline <-chan time.Time
+	if spec.Timeout > 0 {
+		t := time.NewTimer(spec.Timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	interval := 10 * time.Millisecond
+	poll := time.NewTimer(interval)
+	defer poll.Stop()
+	for {
+		select {
+		case <-copyDone:
+			// The stream closed: the process has exited or is about to.
+			code, err := d.waitExec(context.WithoutCancel(ctx), created.ID, killWait)
+			if err != nil {
+				return ExecResult{}, err
+			}
+			return ExecResult{ExitCode: code, Duration: time.Since(start)}, nil
+		case <-poll.C:
+			ins, err := d.cli.ContainerExecInspect(ctx, created.ID)
+			if err == nil && !ins.Running {
+				drain()
+				return ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
+			}
+			if err != nil && ctx.Err() == nil {
+				if cerrdefs.IsNotFound(err) {
+					drain()
+					return ExecResult{}, fmt.Errorf("%w: %v", ErrDestroyed, err)
+				}
+				d.log.Debug("exec inspect", "err", err)
+			}
+			interval = min(interval*2, 500*time.Millisecond)
+			poll.Reset(interval)
+		case <-deadline:
+			return d.stopExec(ctx, cid, created.ID, spec.Grace, start, drain), nil
+		case <-ctx.Done():
+			return d.stopExec(ctx, cid, created.ID, spec.Grace, start, drain), nil
+		}
+	}
 }
 
-// CopyIn implements Driver.
-func (d *Docker) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error {
-	return errUnimplemented
+// stopExec kills every process in the container but PID 1 (see Exec) and
+// returns the timeout result once the exec has stopped and its output is
+// drained.
+func (d *Docker) stopExec(ctx context.Context, cid, execID string, grace time.Duration, start time.Time, drain func()) ExecResult {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout+grace)
+	defer cancel()
+	if grace > 0 {
+		if err := d.signalAll(cctx, cid, "TERM"); err != nil {
+			d.log.Warn("sandbox: SIGTERM to the exec's processes failed", "container", cid, "err", err)
+		}
+		_, _ = d.waitExec(cctx, execID, grace)
+	}
+	if err := d.signalAll(cctx, cid, "KILL"); err != nil {
+		d.log.Warn("sandbox: SIGKILL to the exec's processes failed", "container", cid, "err", err)
+	}
+	_, _ = d.waitExec(cctx, execID, killWait)
+	drain()
+	return ExecResult{ExitCode: TimeoutExitCode, TimedOut: true, Duration: time.Since(start)}
 }
 
-// CopyOut implements Driver.
-func (d *Docker) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error {
-	return errUnimplemented
+// signalAll sends SIGsig to every process in the container but PID 1, from
+// a new root exec, and waits for that exec to finish.
+func (d *Docker) signalAll(ctx context.Context, cid, sig string) error {
+	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
+		User: "0",
+		Cmd:  []string{"sh", "-c", "kill -" + sig + " -1"},
+	})
+	if err != nil {
+		return err
+	}
+	resp, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Reader)
+	resp.Close()
+	return nil
 }
 
-// Destroy implements Driver.
+// waitExec polls the exec until it is no longer running, for at most max,
+// and returns its exit code (-1 when it was still running).
+func (d *Docker) waitExec(ctx context.Context, execID string, max time.Duration) (int, error) {
+	end := time.Now().Add(max)
+	interval := 2 * time.Millisecond
+	for {
+		ins, err := d.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return -1, fmt.Errorf("%w: %v", ErrDestroyed, err)
+			}
+			return -1, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		if time.Now().After(end) {
+			return -1, nil
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return -1, ctx.Err()
+		}
+		interval = min(interval*2, 100*time.Millisecond)
+	}
+}
+
+func (d *Docker) execErr(err error) error {
+	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
+		// No such container, or it is not running.
+		return fmt.Errorf("%w: %v", ErrDestroyed, err)
+	}
+	return fmt.Errorf("sandbox: docker: exec: %w", err)
+}
+
+// safeWriter forwards to w (discarding when nil) and never fails, so a
+// failing caller's writer cannot stop the draining of the exec's stream.
+type safeWriter struct{ w io.Writer }
+
+func (s safeWriter) Write(p []byte) (int, error) {
+	if s.w != nil {
+		_, _ = s.w.Write(p)
+	}
+	return len(p), nil
+}
+
+// Destroy implements Driver: it force-removes the container (SIGKILL to
+// everything in it) with its anonymous volumes, then the per-cell network.
+// It ignores ctx's cancellation (not its values), so cleanup still happens
+// after Ctrl-C, and is bounded by DestroyTimeout. Missing objects are not
+// errors: Destroy is idempotent and accepts a Handle rebuilt from a
+// recorded State.
 func (d *Docker) Destroy(ctx context.Context, h *Handle) error {
-	return errUnimplemented
+	if h == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout)
+	defer cancel()
+	var errs []error
+	if cid := h.state("container"); cid != "" {
+		if err := d.removeContainer(ctx, cid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if nid := h.state("network"); nid != "" {
+		if err := d.removeNetwork(ctx, nid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Docker) removeContainer(ctx context.Context, cid string) error {
+	err := d.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil, cerrdefs.IsNotFound(err):
+		return nil
+	case cerrdefs.IsConflict(err):
+		// "removal already in progress": wait for it to finish.
+		for ctx.Err() == nil {
+			if _, err := d.cli.ContainerInspect(ctx, cid); cerrdefs.IsNotFound(err) {
+				return nil
+			}
+			sleepCtx(ctx, 50*time.Millisecond)
+		}
+		return fmt.Errorf("sandbox: docker: remove container %s: %w", short(cid), err)
+	default:
+		return fmt.Errorf("sandbox: docker: remove container %s: %w", short(cid), err)
+	}
+}
+
+func (d *Docker) removeNetwork(ctx context.Context, nid string) error {
+	var err error
+	for {
+		err = d.cli.NetworkRemove(ctx, nid)
+		if err == nil || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		// A network still has an endpoint for a moment after its
+		// container is removed: retry until DestroyTimeout.
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox: docker: remove network %s: %w", short(nid), err)
+		}
+		sleepCtx(ctx, 50*time.Millisecond)
+	}
+}
+
+// sleepCtx waits d or until ctx ends (a retry back-off, not
+// synchronisation).
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 // ConnectBridge joins the sandbox's container to the engine's default
-// bridge network and disconnects it from its per-cell internal network,
-// for a verifier phase whose policy is public after an agent phase
-// (DESIGN §4). A container started with NetworkNone cannot be connected.
+// bridge network and disconnects it from its per-cell internal network
+// (which Destroy still removes), for a verifier whose policy is public
+// after an agent phase (DESIGN §4). A container started with NetworkNone
+// cannot be connected (the engine refuses); one already on the bridge is
+// left as it is.
 func (d *Docker) ConnectBridge(ctx context.Context, h *Handle) error {
-	return errUnimplemented
+	cid, err := d.container(h)
+	if err != nil {
+		return err
+	}
+	ins, err := d.cli.ContainerInspect(ctx, cid)
+	if err != nil {
+		return d.execErr(err)
+	}
+	if ins.NetworkSettings != nil {
+		if _, ok := ins.NetworkSettings.Networks[NetworkBridge]; ok {
+			return nil
+		}
+	}
+	if err := d.cli.NetworkConnect(ctx, NetworkBridge, cid, nil); err != nil {
+		return fmt.Errorf("sandbox: docker: connect %s to bridge: %w", short(cid), err)
+	}
+	if nid := h.state("network"); nid != "" {
+		if err := d.cli.NetworkDisconnect(ctx, nid, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("sandbox: docker: disconnect %s from its internal network: %w", short(cid), err)
+		}
+	}
+	return nil
 }
 
-// BuildSpec describes the image of one task revision for EnsureImage.
-type BuildSpec struct {
-	// Task is the task name (used in the tag proctor-task/<name>:<rev>).
-	Task string
-	// Revision is the task revision (hex SHA-256); its first 12 characters
-	// make the tag.
-	Revision string
-	// EnvironmentDir is the task's environment/ directory: the build
-	// context when it holds a Dockerfile.
-	EnvironmentDir string
-	// DockerImage is the task's prebuilt image, used when EnvironmentDir
-	// has no Dockerfile.
-	DockerImage string
-	// Timeout bounds the build; 0 means DefaultBuildTimeout.
-	Timeout time.Duration
-	// Log receives the build log as it is produced; nil discards (the
-	// tail is also kept in ImageInfo.Log and BuildError.Log).
-	Log io.Writer
-	// Labels are added to the built image.
-	Labels map[string]string
+// GC removes every container and network labelled proctor.run=runID (a
+// run's leftovers, e.g. after a crash) and returns the number of containers
+// and networks removed.
+func (d *Docker) GC(ctx context.Context, runID string) (containers, networks int, err error) {
+	if runID == "" {
+		return 0, 0, fmt.Errorf("%w: empty run id", ErrInvalidSpec)
+	}
+	return d.gc(ctx, filters.NewArgs(filters.Arg("label", LabelRun+"="+runID)), nil)
 }
 
-// DefaultBuildTimeout bounds an image build when BuildSpec.Timeout is 0.
-const DefaultBuildTimeout = 30 * time.Minute
-
-// ImageInfo describes an image EnsureImage made available.
-type ImageInfo struct {
-	// Ref is the reference to pass in Spec.Image.
-	Ref string
-	// ID is the image id (sha256:...).
-	ID string
-	// Built is true when EnsureImage built it now; Cached when it existed.
-	Built, Cached bool
-	// Pulled is true when the image was pulled now.
-	Pulled bool
-	// Rewrites lists the image map rewrites applied.
-	Rewrites []Rewrite
-	// Workdir is the image's WORKDIR ("" when unset).
-	Workdir string
-	// Log is the tail of the build log (at most TailSize bytes).
-	Log string
-	// Duration is the time EnsureImage took.
-	Duration time.Duration
+// GCDead removes the containers and networks of every run (found by the
+// proctor.managed label) for which isAlive(runID) is false, and returns
+// the numbers removed. Objects without a proctor.run label are left alone.
+func (d *Docker) GCDead(ctx context.Context, isAlive func(runID string) bool) (containers, networks int, err error) {
+	return d.gc(ctx, filters.NewArgs(filters.Arg("label", LabelManaged)), func(l map[string]string) bool {
+		run := l[LabelRun]
+		return run != "" && !isAlive(run)
+	})
 }
 
-// EnsureImage makes the image of a task revision available and returns its
-// reference.
-func (d *Docker) EnsureImage(ctx context.Context, b BuildSpec) (ImageInfo, error) {
-	return ImageInfo{}, errUnimplemented
-}
-
-// ImageWorkdir returns the WORKDIR of the local image ref, "" when unset.
-func (d *Docker) ImageWorkdir(ctx context.Context, ref string) (string, error) {
-	return "", errUnimplemented
-}
-
-// GC removes every container and network labelled proctor.run=runID.
-func (d *Docker) GC(ctx context.Context, runID string) error {
-	return errUnimplemented
-}
-
-// GCDead removes the containers and networks of every run for which
-// isAlive(runID) is false.
-func (d *Docker) GCDead(ctx context.Context, isAlive func(runID string) bool) error {
-	return errUnimplemented
+func (d *Docker) gc(ctx context.Context, f filters.Args, pick func(map[string]string) bool) (nc, nn int, err error) {
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return 0, 0, fmt.Errorf("sandbox: docker: list containers: %w", err)
+	}
+	var errs []error
+	for _, c := range cs {
+		if pick != nil && !pick(c.Labels) {
+			continue
+		}
+		if err := d.removeContainer(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		nc++
+	}
+	ns, err := d.cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return nc, 0, errors.Join(append(errs, fmt.Errorf("sandbox: docker: list networks: %w", err))...)
+	}
+	for _, n := range ns {
+		if pick != nil && !pick(n.Labels) {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := d.removeNetwork(rctx, n.ID)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		nn++
+	}
+	return nc, nn, errors.Join(errs...)
 }

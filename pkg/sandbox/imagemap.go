@@ -1,18 +1,388 @@
 package sandbox
 
-// ImageMap rewrites image references (exact names and prefixes ending in
-// "/").
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// ImageMap rewrites image references before a build or a run, so a site
+// behind a registry mirror, or an offline machine with local stand-ins, runs
+// public tasks unchanged (`--image-map FILE`, `PROCTOR_IMAGE_MAP`).
+//
+// The map file has one rule per line, `from = to`; blank lines and lines
+// starting with `#` are ignored:
+//
+//	# exact names
+//	python:3.11-slim = proctor/python:3.11-slim
+//	# prefixes: both sides end in "/"
+//	docker.io/ = mirror.example.com/docker.io/
+//	ghcr.io/laude-institute/ = registry.local/tb/
+//
+// A rule whose `from` ends in "/" is a prefix rule: a reference starting
+// with it has that prefix replaced by `to` (which must end in "/" too).
+// Other rules match a reference exactly, as written (no normalisation:
+// `debian` and `docker.io/library/debian:latest` are different names).
+// An exact rule wins over a prefix rule; among prefix rules the longest
+// wins. Each reference is rewritten at most once (rules do not chain).
+//
+// The zero value and a nil *ImageMap map nothing. An ImageMap is immutable
+// after parsing and safe for concurrent use.
 type ImageMap struct {
 	exact    map[string]string
-	prefixes []prefixRule
+	prefixes []ImageRule // longest From first
 }
 
-type prefixRule struct{ from, to string }
+// ImageRule is one rule of an ImageMap.
+type ImageRule struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Prefix is true for a prefix rule (From and To end in "/").
+	Prefix bool `json:"prefix,omitempty"`
+}
 
 // Rewrite records one image reference rewritten by an ImageMap.
 type Rewrite struct {
-	// Line is the 1-based Dockerfile line (0 for a bare reference).
+	// Line is the 1-based Dockerfile line of the FROM instruction; 0 for a
+	// reference rewritten by RewriteRef (docker_image).
 	Line int    `json:"line,omitempty"`
 	From string `json:"from"`
 	To   string `json:"to"`
+}
+
+// LoadImageMap reads and parses the map file at path (see ImageMap for the
+// format).
+func LoadImageMap(path string) (*ImageMap, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("image map: %w", err)
+	}
+	defer f.Close()
+	return ParseImageMap(f, path)
+}
+
+// ParseImageMap parses a map (see ImageMap for the format) read from r;
+// name is used in errors ("FILE:LINE: ..."). A line without "=", an empty
+// side, a reference containing whitespace, a prefix rule whose sides do
+// not both end in "/", or the same `from` twice is an error.
+func ParseImageMap(r io.Reader, name string) (*ImageMap, error) {
+	m := &ImageMap{exact: map[string]string{}}
+	seen := map[string]int{}
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		from, to, ok := strings.Cut(line, "=")
+		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: want `from = to`, got %q", name, n, line)
+		}
+		if from == "" || to == "" {
+			return nil, fmt.Errorf("%s:%d: empty image reference in %q", name, n, line)
+		}
+		if strings.ContainsAny(from, " \t") || strings.ContainsAny(to, " \t") {
+			return nil, fmt.Errorf("%s:%d: image reference with whitespace in %q", name, n, line)
+		}
+		if prev, dup := seen[from]; dup {
+			return nil, fmt.Errorf("%s:%d: %q is already mapped on line %d", name, n, from, prev)
+		}
+		seen[from] = n
+		if strings.HasSuffix(from, "/") {
+			if !strings.HasSuffix(to, "/") {
+				return nil, fmt.Errorf("%s:%d: prefix rule %q must map to a prefix ending in \"/\", got %q", name, n, from, to)
+			}
+			m.prefixes = append(m.prefixes, ImageRule{From: from, To: to, Prefix: true})
+			continue
+		}
+		if strings.HasSuffix(to, "/") {
+			return nil, fmt.Errorf("%s:%d: exact rule %q maps to a prefix %q; end both sides in \"/\" for a prefix rule", name, n, from, to)
+		}
+		m.exact[from] = to
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	sort.SliceStable(m.prefixes, func(i, j int) bool { return len(m.prefixes[i].From) > len(m.prefixes[j].From) })
+	return m, nil
+}
+
+// Rules returns the map's rules, exact rules first (sorted by From), then
+// prefix rules (longest first): the mapping in force, for recording in a
+// run's events.
+func (m *ImageMap) Rules() []ImageRule {
+	if m == nil {
+		return nil
+	}
+	out := make([]ImageRule, 0, len(m.exact)+len(m.prefixes))
+	for from, to := range m.exact {
+		out = append(out, ImageRule{From: from, To: to})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].From < out[j].From })
+	return append(out, m.prefixes...)
+}
+
+// Len returns the number of rules.
+func (m *ImageMap) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.exact) + len(m.prefixes)
+}
+
+// RewriteRef returns ref rewritten by the map, or ref unchanged when no
+// rule matches.
+func (m *ImageMap) RewriteRef(ref string) string {
+	if m == nil {
+		return ref
+	}
+	if to, ok := m.exact[ref]; ok {
+		return to
+	}
+	for _, p := range m.prefixes {
+		if strings.HasPrefix(ref, p.From) {
+			return p.To + ref[len(p.From):]
+		}
+	}
+	return ref
+}
+
+// RewriteDockerfile rewrites the image references of the FROM instructions
+// of a Dockerfile and returns the new text and the rewrites made (nil when
+// none). Only the image operand of a FROM instruction is touched: its
+// `--platform=...` (or other `--flag`) options and its `AS name` are kept,
+// a FROM naming an earlier build stage is left alone, and so is a reference
+// with a variable (`${BASE}`). Text inside RUN/COPY heredocs (`<<EOF` ...
+// `EOF`, `<<-EOF`, quoted delimiters), continuation lines of any
+// instruction (after a trailing escape character), and comments are never
+// rewritten. The `# escape=` parser directive is honoured. Line endings
+// and all other bytes are kept as they are.
+func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
+	if m.Len() == 0 {
+		return src, nil
+	}
+	lines := bytes.SplitAfter(src, []byte("\n"))
+	escape := byte('\\')
+	stages := map[string]bool{}
+	var rewrites []Rewrite
+	var out bytes.Buffer
+	out.Grow(len(src))
+
+	directives := true    // parser directives may appear only at the top
+	continued := false    // the previous line ended with the escape char
+	var heredocs []string // pending heredoc terminators, in order
+	var heredocStrip []bool
+	var instr strings.Builder // the instruction so far (for heredoc detection)
+
+	for i, raw := range lines {
+		text := strings.TrimRight(string(raw), "\r\n")
+		lineNo := i + 1
+
+		// Inside heredoc bodies: copy until each terminator.
+		if len(heredocs) > 0 {
+			cmp := text
+			if heredocStrip[0] {
+				cmp = strings.TrimLeft(cmp, "\t")
+			}
+			if cmp == heredocs[0] {
+				heredocs, heredocStrip = heredocs[1:], heredocStrip[1:]
+			}
+			out.Write(raw)
+			continue
+		}
+
+		trimmed := strings.TrimSpace(text)
+		if directives {
+			if d, ok := parseDirective(trimmed); ok {
+				if d[0] == "escape" && (d[1] == "`" || d[1] == "\\") {
+					escape = d[1][0]
+				}
+				out.Write(raw)
+				continue
+			}
+			directives = false
+		}
+
+		if continued {
+			// A continuation line of an instruction: never rewritten.
+			// Comment and empty lines inside a continuation are skipped
+			// by Docker and do not end it.
+			out.Write(raw)
+			if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+				continue
+			}
+			continued = endsWithEscape(text, escape)
+			instr.WriteString(" " + trimmed)
+			if !continued {
+				heredocs, heredocStrip = parseHeredocs(instr.String())
+			}
+			continue
+		}
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			out.Write(raw)
+			continue
+		}
+
+		// The first line of an instruction.
+		continued = endsWithEscape(text, escape)
+		instr.Reset()
+		instr.WriteString(trimmed)
+		if !continued {
+			heredocs, heredocStrip = parseHeredocs(trimmed)
+		}
+		newText, rw, stage := m.rewriteFrom(text, stages)
+		if stage != "" {
+			stages[strings.ToLower(stage)] = true
+		}
+		if rw != nil {
+			rw.Line = lineNo
+			rewrites = append(rewrites, *rw)
+			out.WriteString(newText)
+			out.Write(raw[len(text):]) // the original line ending
+			continue
+		}
+		out.Write(raw)
+	}
+	if len(rewrites) == 0 {
+		return src, nil
+	}
+	return out.Bytes(), rewrites
+}
+
+// rewriteFrom rewrites the image of a FROM instruction on line (its first
+// physical line). It returns the new line and the rewrite, or a nil
+// rewrite, and the stage name the instruction declares (`AS name`), if any.
+func (m *ImageMap) rewriteFrom(line string, stages map[string]bool) (string, *Rewrite, string) {
+	// Tokenise by whitespace, keeping offsets.
+	type tok struct {
+		s   string
+		off int
+	}
+	var toks []tok
+	for i := 0; i < len(line); {
+		for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+			i++
+		}
+		j := i
+		for j < len(line) && line[j] != ' ' && line[j] != '\t' {
+			j++
+		}
+		if j > i {
+			toks = append(toks, tok{line[i:j], i})
+		}
+		i = j
+	}
+	if len(toks) < 2 || !strings.EqualFold(toks[0].s, "FROM") {
+		return line, nil, ""
+	}
+	k := 1
+	for k < len(toks) && strings.HasPrefix(toks[k].s, "--") {
+		k++
+	}
+	if k >= len(toks) {
+		return line, nil, ""
+	}
+	img := toks[k]
+	stage := ""
+	if k+2 < len(toks) && strings.EqualFold(toks[k+1].s, "AS") {
+		stage = toks[k+2].s
+	}
+	if strings.Contains(img.s, "$") || stages[strings.ToLower(img.s)] || img.s == "\\" || img.s == "`" {
+		return line, nil, stage
+	}
+	to := m.RewriteRef(img.s)
+	if to == img.s {
+		return line, nil, stage
+	}
+	newLine := line[:img.off] + to + line[img.off+len(img.s):]
+	return newLine, &Rewrite{From: img.s, To: to}, stage
+}
+
+// parseDirective recognises a parser directive line `# key=value`.
+func parseDirective(trimmed string) ([2]string, bool) {
+	if !strings.HasPrefix(trimmed, "#") {
+		return [2]string{}, false
+	}
+	body := strings.TrimSpace(trimmed[1:])
+	k, v, ok := strings.Cut(body, "=")
+	if !ok {
+		return [2]string{}, false
+	}
+	k = strings.ToLower(strings.TrimSpace(k))
+	if k != "escape" && k != "syntax" && k != "check" {
+		return [2]string{}, false
+	}
+	return [2]string{k, strings.TrimSpace(v)}, true
+}
+
+// endsWithEscape reports whether line ends with the escape character
+// (after trailing whitespace), continuing the instruction on the next line.
+func endsWithEscape(line string, escape byte) bool {
+	t := strings.TrimRight(line, " \t")
+	return len(t) > 0 && t[len(t)-1] == escape
+}
+
+// parseHeredocs returns the terminators of the heredocs an instruction
+// opens (`<<EOF`, `<<-EOF`, `<<"EOF"`, `<<'EOF'`), in order, and whether
+// each strips leading tabs (`<<-`). Only RUN, COPY and ADD take heredocs.
+func parseHeredocs(instr string) ([]string, []bool) {
+	kw, _, _ := strings.Cut(instr, " ")
+	switch strings.ToUpper(kw) {
+	case "RUN", "COPY", "ADD":
+	default:
+		return nil, nil
+	}
+	var terms []string
+	var strip []bool
+	s := instr
+	for {
+		i := strings.Index(s, "<<")
+		if i < 0 {
+			break
+		}
+		atWord := i == 0 || s[i-1] == ' ' || s[i-1] == '\t'
+		s = s[i+2:]
+		if !atWord {
+			continue // `$((1<<3))`, `a<<b`: not a heredoc
+		}
+		dash := false
+		if strings.HasPrefix(s, "-") {
+			dash = true
+			s = s[1:]
+		}
+		quote := byte(0)
+		if len(s) > 0 && (s[0] == '"' || s[0] == '\'') {
+			quote = s[0]
+			s = s[1:]
+		}
+		j := 0
+		for j < len(s) && (isWordByte(s[j])) {
+			j++
+		}
+		if j == 0 {
+			continue // `<<` not followed by a word: not a heredoc
+		}
+		word := s[:j]
+		s = s[j:]
+		if quote != 0 {
+			if len(s) == 0 || s[0] != quote {
+				continue
+			}
+			s = s[1:]
+		}
+		terms = append(terms, word)
+		strip = append(strip, dash)
+	}
+	return terms, strip
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

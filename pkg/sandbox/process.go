@@ -1,9 +1,39 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
 
-// Process is the Driver that runs commands on the host, each sandbox a
-// fresh temp work tree (DESIGN §4).
+// Process is the Driver that runs commands on the host (DESIGN §4): each
+// sandbox is a fresh temp work tree outside any checkout, HOME points at an
+// empty scratch dir inside it, the environment is an allowlist
+// (ProcessEnvAllowlist, then Spec.Env, then ExecSpec.Env), stdin is closed
+// and every command runs in its own process group.
+//
+// Sandbox paths (Spec.Workdir, ExecSpec.Workdir, CopyIn's sandboxDir,
+// CopyOut's sandboxPath) are taken inside the work tree: "/app" and "app"
+// both mean <root>/app. Handle.State["root"] is the tree's host path.
+//
+// Unlike Docker, a Process sandbox does not let a command's background
+// processes outlive it: when the command's main process exits, whatever
+// is left in its process group is killed (SIGKILL), and its output is no
+// longer read. A process that leaves the group (setsid) escapes this; its
+// output is drained for at most DrainTimeout after the main process exits.
+//
+// The zero value is ready to use and safe for concurrent use.
 type Process struct {
 	// BaseDir is where temp work trees are made; "" means os.TempDir().
 	BaseDir string
@@ -11,27 +41,421 @@ type Process struct {
 
 var _ Driver = (*Process)(nil)
 
-// Start implements Driver.
+// ProcessEnvAllowlist names the host environment variables a Process
+// command inherits (when set on the host). HOME is always the sandbox's
+// scratch dir.
+var ProcessEnvAllowlist = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// DrainTimeout bounds how long Exec keeps reading output after the
+// command's main process has exited, when something it started still holds
+// the output open (Docker: a lingering background process; process driver:
+// a process that left the process group).
+const DrainTimeout = 250 * time.Millisecond
+
+// Start implements Driver: it creates the work tree <BaseDir>/proctor-sbx-*
+// with home/ (HOME) and the workdir, and records them in Handle.State
+// ("root", "home", "workdir") and Handle.ID (the root).
 func (p *Process) Start(ctx context.Context, spec Spec) (*Handle, error) {
-	return nil, errUnimplemented
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp(p.BaseDir, "proctor-sbx-")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: process: work tree: %w", err)
+	}
+	if root, err = filepath.EvalSymlinks(root); err != nil {
+		return nil, fmt.Errorf("sandbox: process: work tree: %w", err)
+	}
+	home := filepath.Join(root, "home")
+	wd := inTree(root, spec.Workdir)
+	for _, d := range []string{home, wd} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			_ = os.RemoveAll(root)
+			return nil, fmt.Errorf("sandbox: process: %w", err)
+		}
+	}
+	st := map[string]string{"root": root, "home": home, "workdir": wd}
+	if spec.RunID != "" {
+		st["run"] = spec.RunID
+	}
+	if spec.CellID != "" {
+		st["cell"] = spec.CellID
+	}
+	return &Handle{Driver: DriverProcess, ID: root, State: st, env: maps.Clone(spec.Env)}, nil
 }
 
-// Exec implements Driver.
+// inTree maps a sandbox path into the work tree at root.
+func inTree(root, p string) string {
+	return filepath.Join(root, filepath.Clean("/"+p))
+}
+
+// HostPath returns the host path of the sandbox path p inside the work tree
+// of a process sandbox ("/app" and "app" are <root>/app).
+func (p *Process) HostPath(h *Handle, sandboxPath string) (string, error) {
+	root, err := p.root(h)
+	if err != nil {
+		return "", err
+	}
+	return inTree(root, sandboxPath), nil
+}
+
+func (p *Process) root(h *Handle) (string, error) {
+	root := h.state("root")
+	if root == "" {
+		return "", fmt.Errorf("%w: process handle without a work tree", ErrInvalidSpec)
+	}
+	if _, err := os.Stat(root); err != nil {
+		return "", ErrDestroyed
+	}
+	return root, nil
+}
+
+// env builds a command's environment: the allowlist, HOME, then the
+// sandbox's Env, then the command's Env.
+func (p *Process) env(h *Handle, extra map[string]string) []string {
+	m := map[string]string{}
+	for _, k := range ProcessEnvAllowlist {
+		if v, ok := os.LookupEnv(k); ok {
+			m[k] = v
+		}
+	}
+	m["HOME"] = h.state("home")
+	for k, v := range h.env {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Exec implements Driver. The command runs in its own process group with
+// stdin on /dev/null. Its output goes through pipes this driver reads, so
+// a grandchild holding a pipe open never blocks Exec: when the main process
+// exits, the group is killed and the pipes are drained for at most
+// DrainTimeout. At the timeout (or when ctx ends) the group gets SIGTERM,
+// then SIGKILL after spec.Grace (at once when the main process is gone and
+// when Grace is 0).
 func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error) {
-	return ExecResult{}, errUnimplemented
+	if len(spec.Cmd) == 0 {
+		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidSpec)
+	}
+	if spec.User != "" {
+		return ExecResult{}, fmt.Errorf("%w: the process driver cannot run as user %q", ErrInvalidSpec, spec.User)
+	}
+	root, err := p.root(h)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	wd := h.state("workdir")
+	if spec.Workdir != "" {
+		wd = inTree(root, spec.Workdir)
+	}
+	if wd == "" {
+		wd = root
+	}
+
+	cmd := exec.Command(spec.Cmd[0], spec.Cmd[1:]...)
+	cmd.Dir = wd
+	cmd.Env = p.env(h, spec.Env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Look the command up in the sandbox's PATH, not proctor's.
+	if !strings.Contains(spec.Cmd[0], "/") {
+		if path, ok := lookPathIn(spec.Cmd[0], cmd.Env); ok {
+			cmd.Path = path
+			cmd.Err = nil
+		}
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("sandbox: process: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return ExecResult{}, fmt.Errorf("sandbox: process: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return ExecResult{}, fmt.Errorf("sandbox: process: start %q: %w", spec.Cmd[0], err)
+	}
+	outW.Close()
+	errW.Close()
+	pgid := cmd.Process.Pid
+
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go copyOut(&copies, spec.Stdout, outR)
+	go copyOut(&copies, spec.Stderr, errR)
+
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(waited)
+	}()
+
+	var deadline <-chan time.Time
+	if spec.Timeout > 0 {
+		t := time.NewTimer(spec.Timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	timedOut := false
+	select {
+	case <-waited:
+	case <-deadline:
+		timedOut = true
+	case <-ctx.Done():
+		timedOut = true
+	}
+	if timedOut {
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		if spec.Grace > 0 {
+			g := time.NewTimer(spec.Grace)
+			select {
+			case <-waited:
+			case <-g.C:
+			}
+			g.Stop()
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-waited
+	}
+	// Kill whatever the command left in its group; a process holding the
+	// pipes dies with it and the pipes reach EOF.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+
+	drained := make(chan struct{})
+	go func() {
+		copies.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(DrainTimeout):
+		// Something outside the group holds a pipe: stop reading.
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+
+	res := ExecResult{Duration: time.Since(start)}
+	switch {
+	case timedOut:
+		res.ExitCode, res.TimedOut = TimeoutExitCode, true
+	default:
+		res.ExitCode = exitCode(cmd.ProcessState)
+	}
+	return res, nil
 }
 
-// CopyIn implements Driver.
+// exitCode returns a process's exit status, 128+N when killed by signal N.
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// copyOut copies r to w (io.Discard when nil) until EOF or a read error
+// (the pipe closed by Exec). A failing writer does not stop the draining.
+func copyOut(wg *sync.WaitGroup, w io.Writer, r io.Reader) {
+	defer wg.Done()
+	if w == nil {
+		w = io.Discard
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				w = io.Discard
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// lookPathIn finds an executable named file in the PATH of env.
+func lookPathIn(file string, env []string) (string, bool) {
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// CopyIn implements Driver: a directory's contents are copied into
+// sandboxDir (inside the work tree), a file into sandboxDir under its base
+// name. Modes are kept; symlinks are copied as symlinks.
 func (p *Process) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error {
-	return errUnimplemented
+	root, err := p.root(h)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(hostPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", ErrNotFound, hostPath)
+	} else if err != nil {
+		return fmt.Errorf("sandbox: copy in: %w", err)
+	}
+	dst := inTree(root, sandboxDir)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("sandbox: copy in: %w", err)
+	}
+	if fi.IsDir() {
+		return copyTree(ctx, hostPath, dst, false)
+	}
+	return copyTree(ctx, hostPath, filepath.Join(dst, filepath.Base(hostPath)), false)
 }
 
-// CopyOut implements Driver.
+// CopyOut implements Driver: sandboxPath (inside the work tree) is copied
+// into hostDir under its base name.
 func (p *Process) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error {
-	return errUnimplemented
+	root, err := p.root(h)
+	if err != nil {
+		return err
+	}
+	src := inTree(root, sandboxPath)
+	if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+	} else if err != nil {
+		return fmt.Errorf("sandbox: copy out: %w", err)
+	}
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return fmt.Errorf("sandbox: copy out: %w", err)
+	}
+	name := filepath.Base(src)
+	if src == root {
+		name = "root"
+	}
+	return copyTree(ctx, src, filepath.Join(hostDir, name), true)
 }
 
-// Destroy implements Driver.
+// copyTree copies the file, symlink or directory src to dst (a directory
+// src merges into an existing dst), keeping permission bits. The mode of
+// dst itself is set from src only when rootMode is true.
+func copyTree(ctx context.Context, src, dst string, rootMode bool) error {
+	// Directory modes are set after their contents are written, deepest
+	// first, so a read-only source dir still gets its files.
+	type dirMode struct {
+		path string
+		mode fs.FileMode
+	}
+	var dirs []dirMode
+	defer func() {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Chmod(dirs[i].path, dirs[i].mode)
+		}
+	}()
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("sandbox: copy: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("sandbox: copy: %w", err)
+		}
+		switch {
+		case d.IsDir():
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return fmt.Errorf("sandbox: copy: %w", err)
+			}
+			if rel != "." || rootMode {
+				dirs = append(dirs, dirMode{target, info.Mode().Perm()})
+			}
+			return nil
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return fmt.Errorf("sandbox: copy: %w", err)
+			}
+			_ = os.Remove(target)
+			if err := os.Symlink(link, target); err != nil {
+				return fmt.Errorf("sandbox: copy: %w", err)
+			}
+			return nil
+		case d.Type().IsRegular():
+			return copyFile(path, target, info.Mode().Perm())
+		default:
+			return nil // sockets, devices, fifos are not copied
+		}
+	})
+}
+
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("sandbox: copy: %w", err)
+	}
+	defer in.Close()
+	_ = os.Remove(dst)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return fmt.Errorf("sandbox: copy: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("sandbox: copy: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("sandbox: copy: %w", err)
+	}
+	return os.Chmod(dst, perm)
+}
+
+// Destroy implements Driver: it removes the work tree. Idempotent.
 func (p *Process) Destroy(ctx context.Context, h *Handle) error {
-	return errUnimplemented
+	root := h.state("root")
+	if root == "" {
+		return nil
+	}
+	// Make every dir writable so RemoveAll can empty read-only dirs a
+	// command created.
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(path, 0o755)
+		}
+		return nil
+	})
+	if err := os.RemoveAll(root); err != nil {
+		return fmt.Errorf("sandbox: process: destroy %s: %w", root, err)
+	}
+	return nil
 }

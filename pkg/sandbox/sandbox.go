@@ -190,6 +190,10 @@ type Handle struct {
 	// SandboxStarted event and passed back to Destroy through a Handle
 	// rebuilt from it.
 	State map[string]string `json:"state"`
+
+	// env is Spec.Env, kept out of State so that secrets in it are not
+	// recorded in events.
+	env map[string]string
 }
 
 // state returns h.State[key], "" for a nil Handle or State.

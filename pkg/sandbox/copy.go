@@ -1,0 +1,272 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+)
+
+// CopyIn implements Driver through the engine's copy API (a tar stream
+// extracted at "/"): a directory's contents are copied into sandboxDir, a
+// file into sandboxDir under its base name; missing parents of sandboxDir
+// are created (mode 0755, root). Files, directories and symlinks keep
+// their permission bits and are owned by root (uid 0, gid 0); an existing
+// sandboxDir keeps its own mode and owner. Other file types are skipped.
+// A missing hostPath is ErrNotFound.
+func (d *Docker) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error {
+	cid, err := d.container(h)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(hostPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", ErrNotFound, hostPath)
+	} else if err != nil {
+		return fmt.Errorf("sandbox: copy in: %w", err)
+	}
+	prefix := strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(sandboxDir)), "/")
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeTar(pw, hostPath, fi, prefix))
+	}()
+	err = d.cli.CopyToContainer(ctx, cid, "/", pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(io.ErrClosedPipe) // stop the writer if the engine quit early
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("%w: %v", ErrDestroyed, err)
+		}
+		return fmt.Errorf("sandbox: copy in %s to %s: %w", hostPath, sandboxDir, err)
+	}
+	return nil
+}
+
+// writeTar writes hostPath as a tar stream: for a directory, its contents
+// under prefix (prefix itself only when the directory is empty); for a file
+// or symlink, prefix/<base name>. Entries are owned by uid/gid 0.
+// Directory entries carry no trailing slash, so the engine creates their
+// missing parents.
+func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error {
+	tw := tar.NewWriter(w)
+	join := func(rel string) string {
+		if prefix == "" {
+			return rel
+		}
+		if rel == "" {
+			return prefix
+		}
+		return prefix + "/" + rel
+	}
+	add := func(p, name string, fi fs.FileInfo) error {
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			link = l
+		} else if !fi.Mode().IsRegular() && !fi.IsDir() {
+			return nil // sockets, devices, fifos
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = name
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		hdr.Format = tar.FormatPAX
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	}
+	if !fi.IsDir() {
+		if err := add(hostPath, join(filepath.Base(hostPath)), fi); err != nil {
+			return err
+		}
+		return tw.Close()
+	}
+	n := 0
+	err := filepath.WalkDir(hostPath, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(hostPath, p)
+		if rel == "." {
+			return nil
+		}
+		info, err := de.Info()
+		if err != nil {
+			return err
+		}
+		n++
+		return add(p, join(filepath.ToSlash(rel)), info)
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 && prefix != "" {
+		// An empty directory: create sandboxDir itself.
+		if err := add(hostPath, prefix, fi); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+// CopyOut implements Driver through the engine's copy API: sandboxPath
+// (file, symlink or directory tree) is copied into hostDir under its base
+// name; hostDir is created when missing. Permission bits are kept;
+// ownership is the current user's. Entries that would land outside hostDir
+// or be written through a symlink are refused with an error. A missing
+// sandboxPath is ErrNotFound.
+func (d *Docker) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error {
+	cid, err := d.container(h)
+	if err != nil {
+		return err
+	}
+	rc, _, err := d.cli.CopyFromContainer(ctx, cid, sandboxPath)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			// The engine says not found both for the path and for the
+			// container; tell them apart.
+			if _, ierr := d.cli.ContainerInspect(ctx, cid); cerrdefs.IsNotFound(ierr) {
+				return fmt.Errorf("%w: %v", ErrDestroyed, err)
+			}
+			return fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+		}
+		return fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
+	}
+	defer rc.Close()
+	if err := os.MkdirAll(hostDir, 0o755); err != nil {
+		return fmt.Errorf("sandbox: copy out: %w", err)
+	}
+	if err := extractTar(rc, hostDir); err != nil {
+		return fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
+	}
+	return nil
+}
+
+// extractTar extracts a tar stream into dir, refusing entries that escape
+// dir or pass through a symlink. Directory modes are applied last.
+func extractTar(r io.Reader, dir string) error {
+	tr := tar.NewReader(r)
+	type dirMode struct {
+		path string
+		mode fs.FileMode
+	}
+	var dirs []dirMode
+	defer func() {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Chmod(dirs[i].path, dirs[i].mode)
+		}
+	}()
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		target, err := safeJoin(dir, hdr.Name)
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(hdr.Mode).Perm()
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+			dirs = append(dirs, dirMode{target, mode})
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			_ = os.Remove(target)
+			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o200)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(target, mode); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			_ = os.Remove(target)
+			if err := os.Symlink(hdr.Linkname, target); err != nil {
+				return err
+			}
+		case tar.TypeLink:
+			src, err := safeJoin(dir, hdr.Linkname)
+			if err != nil {
+				return err
+			}
+			_ = os.Remove(target)
+			if err := os.Link(src, target); err != nil {
+				return err
+			}
+		default:
+			// Devices, fifos: skipped.
+		}
+	}
+}
+
+// safeJoin joins the tar entry name to dir, refusing a name that leaves
+// dir or whose parent directories inside dir include a symlink.
+func safeJoin(dir, name string) (string, error) {
+	clean := path.Clean("/" + name)
+	if clean == "/" {
+		return "", fmt.Errorf("tar entry %q: empty name", name)
+	}
+	target := filepath.Join(dir, filepath.FromSlash(clean))
+	rel, err := filepath.Rel(dir, target)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("tar entry %q leaves the destination", name)
+	}
+	// Every parent inside dir must be a real directory (or not exist yet).
+	cur := dir
+	parts := strings.Split(rel, string(filepath.Separator))
+	for _, p := range parts[:len(parts)-1] {
+		cur = filepath.Join(cur, p)
+		fi, err := os.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return "", fmt.Errorf("tar entry %q passes through the symlink %s", name, cur)
+		}
+	}
+	return target, nil
+}
