@@ -257,8 +257,8 @@ func (r *reporter) comparisons() {
 	r.printf("\n")
 
 	r.printf("## Paired significance vs baseline (McNemar)\n\n")
-	r.printf("| harness | baseline | gained | lost | both passed | both failed | excluded | paired Δ | 95 %% CI | p_exact | p_adjusted | significant |\n")
-	r.printf("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n")
+	r.printf("| harness | baseline | pairs (tasks) | gained | lost | both passed | both failed | excluded | paired Δ | 95 %% CI | p_exact | p_adjusted | significant |\n")
+	r.printf("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:-:|\n")
 	var pseudo []string
 	for _, h := range hs {
 		c := cs[h]
@@ -274,8 +274,8 @@ func (r *reporter) comparisons() {
 				sig = "yes"
 			}
 		}
-		r.printf("| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n",
-			tableCode(h), tableCode(c.Baseline), m.NGained, m.NLost, m.NBothPassed, m.NBothFailed,
+		r.printf("| %s | %s | %d (%d) | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n",
+			tableCode(h), tableCode(c.Baseline), m.N, m.NUnits, m.NGained, m.NLost, m.NBothPassed, m.NBothFailed,
 			m.NExcluded, ppPtr(m.PairedPassRateDelta), ci, pPtr(m.PExact), pPtr(m.PAdjusted), sig)
 		if m.PseudoReplicated {
 			pseudo = append(pseudo, code(h))
@@ -290,11 +290,15 @@ func (r *reporter) comparisons() {
 		}
 	}
 	if family != "" {
-		r.printf("p_adjusted: Holm correction across %s. Cells either arm errored on are excluded from the pairs.\n\n", family)
+		r.printf("Pairs are cells both arms scored; cells either arm errored on are excluded. "+
+			"p_exact is the two-sided exact McNemar test, p_adjusted its Holm correction over the family %q; "+
+			"significant means p_adjusted < %s. The interval is a seeded bootstrap over tasks.\n\n",
+			family, strconv.FormatFloat(SignificanceLevel, 'g', -1, 64))
 	}
 	if len(pseudo) > 0 {
-		r.printf("> **Caveat (pseudo-replication):** %s pair several repeats of the same task, which are not independent; "+
-			"p-values and intervals computed over cells overstate the evidence. Compare n_units (distinct tasks) with n.\n\n",
+		r.printf("> **Caveat (pseudo-replication):** the pairs of %s include several repeats of the same task, "+
+			"which are not independent; the exact p-values treat every pair as independent and overstate the evidence. "+
+			"Judge by the tasks count beside the pairs.\n\n",
 			strings.Join(pseudo, ", "))
 	}
 }

@@ -327,3 +327,21 @@ func TestValidateNotJSON(t *testing.T) {
 		t.Fatalf("a syntax error must not be a *ValidationError")
 	}
 }
+
+// Validate compiles the schema once and is safe for concurrent use (run
+// with -race).
+func TestValidateConcurrent(t *testing.T) {
+	data, err := os.ReadFile("testdata/agents.artifact.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func() { errs <- Validate(data) }()
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

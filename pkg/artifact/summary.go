@@ -87,7 +87,7 @@ func summarizeHarness(rows []Result) *HarnessSummary {
 	if lo, hi, ok := stats.Wilson(s.Passed, s.Scored, stats.Z95); ok {
 		s.PassRateCI = &[2]float64{round(lo), round(hi)}
 	}
-	s.Cost = pendingCostOf(rows) // TODO: CostOf from compare.go
+	s.Cost = CostOf(rows)
 	s.Cost.TotalCostUSD = roundPtr(s.Cost.TotalCostUSD)
 	s.Cost.CostPerPassUSD = roundPtr(s.Cost.CostPerPassUSD)
 	for task, t := range s.PerTask {
