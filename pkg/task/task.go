@@ -110,6 +110,54 @@ type Task struct {
 	Unsupported string `json:"unsupported,omitempty"`
 	// Warnings are non-fatal remarks from loading.
 	Warnings []string `json:"warnings,omitempty"`
+
+	// SchemaVersion is schema_version (or Harbor's older version key) as
+	// written ("" when absent).
+	SchemaVersion string `json:"schema_version,omitempty"`
+	// TaskName, Description, Keywords and Authors are the [task] table
+	// (Harbor's package info; BenchFlow's name shorthand fills TaskName).
+	TaskName    string   `json:"task_name,omitempty"`
+	Description string   `json:"description,omitempty"`
+	Keywords    []string `json:"keywords,omitempty"`
+	Authors     []Author `json:"authors,omitempty"`
+	// Source is the top-level source key (where the task was adapted from).
+	Source string `json:"source,omitempty"`
+	// AgentUser and VerifierUser are [agent].user and [verifier].user (a
+	// name or a uid as text; "" = the image's USER).
+	AgentUser    string `json:"agent_user,omitempty"`
+	VerifierUser string `json:"verifier_user,omitempty"`
+	// SkillsDir is the sandbox table's skills_dir (a path in the image).
+	SkillsDir string `json:"skills_dir,omitempty"`
+	// MCPServers is the sandbox table's mcp_servers, each as written.
+	MCPServers []map[string]any `json:"mcp_servers,omitempty"`
+	// Artifacts is the top-level artifacts list, each entry as written.
+	Artifacts []any `json:"artifacts,omitempty"`
+	// DockerfileWorkdir is the WORKDIR the final stage of
+	// environment/Dockerfile sets, when the file alone decides it ("" when
+	// it is the base image's or uses a variable: known only after a build).
+	DockerfileWorkdir string `json:"dockerfile_workdir,omitempty"`
+	// InstructionFile is the file Prompt was read from (instruction.md or
+	// task.md); "" when there is none.
+	InstructionFile string `json:"instruction_file,omitempty"`
+	// MultiRole is true for a task.md declaring agents, scenes or user: it
+	// runs as one agent with the base prompt.
+	MultiRole bool `json:"multi_role,omitempty"`
+	// Missing lists, sorted, the layout's files the task lacks
+	// ("tests/test.sh", "oracle/solve.sh", "instruction.md",
+	// "environment/Dockerfile" when there is no docker_image either).
+	Missing []string `json:"missing,omitempty"`
+	// Blocked is a reason every harness refuses the task because of its
+	// files (a symlink leaving the tasks root); "" when none.
+	Blocked string `json:"blocked,omitempty"`
+	// UncheckedKeys lists, sorted, the definition keys proctor read past
+	// without interpreting (dotted paths, "benchflow", "verifier.type", ...).
+	UncheckedKeys []string `json:"unchecked_keys,omitempty"`
+}
+
+// Author is one entry of [task].authors.
+type Author struct {
+	Name  string `json:"name"`
+	Email string `json:"email,omitempty"`
 }
 
 // Difficulty returns metadata.difficulty as a string, or "".
