@@ -230,7 +230,10 @@ func (d *Docker) container(h *Handle) (string, error) {
 // buffered is drained for at most DrainTimeout and the stream is closed.
 // So a background process that inherited stdout (`sleep 100000 &` in
 // solve.sh) does not keep Exec waiting; it is not killed either (a
-// solution may start a server the verifier uses).
+// solution may start a server the verifier uses). The engine itself (20.10)
+// spends about 4 s after such an exec ends waiting for the held output
+// streams, during which it reports no other exit of the same container, so
+// the next Exec in that container may take up to that much longer.
 //
 // At the timeout, or when ctx ends, every process in the container except
 // its PID 1 (the keep-alive sleep) gets SIGTERM, and SIGKILL when the main

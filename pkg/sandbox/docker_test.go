@@ -1,0 +1,411 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+)
+
+// newTestDocker returns a Docker driver on the local engine, skipping (or
+// failing under CI) when there is none or the test image is missing.
+func newTestDocker(t *testing.T, m *ImageMap) (*Docker, *client.Client) {
+	t.Helper()
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, testImage)
+	d, err := NewDocker(DockerOptions{Client: cli, ImageMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, cli
+}
+
+// labelled lists the containers and networks labelled proctor.run=run.
+func labelled(t *testing.T, cli *client.Client, run string) (containers, networks int) {
+	t.Helper()
+	f := filters.NewArgs(filters.Arg("label", LabelRun+"="+run))
+	cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cli.NetworkList(context.Background(), network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs), len(ns)
+}
+
+func TestDockerStartLabelsLimitsAndDestroy(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	run := "run-" + randomHex(4)
+	h, err := d.Start(ctx, Spec{RunID: run, CellID: "t/oracle/-/0", Image: testImage, CPUs: 0.5, MemoryMB: 256, Lifetime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	ins, err := cli.ContainerInspect(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.Config.Labels[LabelRun] != run || ins.Config.Labels[LabelCell] != "t/oracle/-/0" || ins.Config.Labels[LabelManaged] != "1" {
+		t.Errorf("labels %v", ins.Config.Labels)
+	}
+	if ins.HostConfig.NetworkMode != "none" || ins.HostConfig.NanoCPUs != 5e8 || ins.HostConfig.Memory != 256<<20 {
+		t.Errorf("network %q cpus %d memory %d", ins.HostConfig.NetworkMode, ins.HostConfig.NanoCPUs, ins.HostConfig.Memory)
+	}
+	if got := strings.Join(ins.Config.Entrypoint, " "); got != "sleep 60" {
+		t.Errorf("keep-alive %q, want sleep 60", got)
+	}
+	if len(ins.Mounts) != 0 {
+		t.Errorf("mounts %v, want none", ins.Mounts)
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
+		t.Fatalf("after Destroy: %d containers, %d networks labelled with the run", c, n)
+	}
+}
+
+func TestDockerUser(t *testing.T) {
+	t.Parallel()
+	d, _ := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, Spec{Image: testImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	for user, want := range map[string]string{"": "0\n", "10001": "10001\n"} {
+		var out syncBuffer
+		res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"id", "-u"}, User: user, Stdout: &out})
+		if err != nil || res.ExitCode != 0 || out.String() != want {
+			t.Errorf("user %q: %+v %v %q", user, res, err, out.String())
+		}
+	}
+}
+
+func TestDockerInternalNetworkAndConnectBridge(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	run := "run-" + randomHex(4)
+	h, err := d.Start(ctx, Spec{RunID: run, CellID: "c", Image: testImage, Network: NetworkInternal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	nid := h.State["network"]
+	if nid == "" {
+		t.Fatal("no network recorded in the handle state")
+	}
+	n, err := cli.NetworkInspect(ctx, nid, network.InspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Internal || n.Labels[LabelRun] != run {
+		t.Fatalf("network internal=%v labels=%v", n.Internal, n.Labels)
+	}
+	if err := d.ConnectBridge(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := cli.ContainerInspect(ctx, h.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nets := ins.NetworkSettings.Networks
+	if _, ok := nets[NetworkBridge]; !ok || len(nets) != 1 {
+		t.Fatalf("networks after ConnectBridge: %v", keys(nets))
+	}
+	if err := d.ConnectBridge(ctx, h); err != nil {
+		t.Fatalf("second ConnectBridge: %v", err)
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.NetworkInspect(ctx, nid, network.InspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("network still there after Destroy: %v", err)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestDockerLifetimeEndsContainer(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, Spec{Image: testImage, Lifetime: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ins, err := cli.ContainerInspect(ctx, h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ins.State.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("container still running long after its lifetime")
+		}
+	}
+	if _, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}}); !errors.Is(err, ErrDestroyed) {
+		t.Fatalf("Exec in a stopped container: %v, want ErrDestroyed", err)
+	}
+}
+
+func TestDockerStartErrors(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	if _, err := d.Start(ctx, Spec{Image: testImage, Network: "host"}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("network host: %v", err)
+	}
+	if _, err := d.Start(ctx, Spec{}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("no image: %v", err)
+	}
+	// A missing image leaves nothing behind, not even the network.
+	run := "run-" + randomHex(4)
+	if _, err := d.Start(ctx, Spec{RunID: run, Image: "proctor-test/missing:none", Network: NetworkInternal}); err == nil {
+		t.Fatal("Start of a missing image succeeded")
+	}
+	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
+		t.Fatalf("after a failed Start: %d containers, %d networks", c, n)
+	}
+}
+
+func TestDockerGC(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	dead, live := "run-"+randomHex(4), "run-"+randomHex(4)
+	for _, run := range []string{dead, dead, live} {
+		h, err := d.Start(ctx, Spec{RunID: run, CellID: "c", Image: testImage, Network: NetworkInternal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Destroy(ctx, h) })
+	}
+	nc, nn, err := d.GCDead(ctx, func(run string) bool { return run != dead })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nc < 2 || nn < 2 {
+		t.Errorf("GCDead removed %d containers, %d networks; want at least 2 each", nc, nn)
+	}
+	if c, n := labelled(t, cli, dead); c != 0 || n != 0 {
+		t.Errorf("dead run left %d containers, %d networks", c, n)
+	}
+	if c, n := labelled(t, cli, live); c != 1 || n != 1 {
+		t.Errorf("live run has %d containers, %d networks; want 1, 1", c, n)
+	}
+	if nc, nn, err := d.GC(ctx, live); err != nil || nc != 1 || nn != 1 {
+		t.Errorf("GC: %d %d %v", nc, nn, err)
+	}
+	if c, n := labelled(t, cli, live); c != 0 || n != 0 {
+		t.Errorf("after GC: %d containers, %d networks", c, n)
+	}
+}
+
+// writeEnv writes an environment dir with the given Dockerfile and a
+// skills/ dir holding a file.
+func writeEnv(t *testing.T, dockerfile string) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "Dockerfile"), dockerfile, 0o644)
+	writeFile(t, filepath.Join(dir, "skills", "secret.md"), "do not ship\n", 0o644)
+	writeFile(t, filepath.Join(dir, "data.txt"), "context file\n", 0o644)
+	return dir
+}
+
+func removeImage(t *testing.T, cli *client.Client, ref string) {
+	t.Cleanup(func() {
+		_, _ = cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+}
+
+func TestEnsureImageBuildCacheAndMap(t *testing.T) {
+	t.Parallel()
+	m, err := ParseImageMap(strings.NewReader("stand-in.invalid/debian:12 = "+testImage+"\n"), "map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, cli := newTestDocker(t, m)
+	ctx := context.Background()
+	env := writeEnv(t, `FROM stand-in.invalid/debian:12 AS base
+COPY data.txt /data.txt
+COPY skills/ /skills/
+RUN ls -A /skills | wc -l > /skills-count
+WORKDIR /app
+`)
+	rev := randomHex(32)
+	b := BuildSpec{Task: "Demo/Hello World", Revision: rev, EnvironmentDir: env}
+	var log syncBuffer
+	b.Log = &log
+	tag := ImageTag(b.Task, rev)
+	removeImage(t, cli, tag)
+	info, err := d.EnsureImage(ctx, b)
+	if err != nil {
+		t.Fatalf("EnsureImage: %v\n%s", err, log.String())
+	}
+	if info.Ref != tag || info.Cached || info.Source != "build" || info.Workdir != "/app" || info.ID == "" {
+		t.Fatalf("info %+v", info)
+	}
+	if !strings.HasPrefix(tag, "proctor-task/demo/hello-world:") || len(tag) != len("proctor-task/demo/hello-world:")+12 {
+		t.Fatalf("tag %q", tag)
+	}
+	if len(info.Rewrites) != 1 || info.Rewrites[0].From != "stand-in.invalid/debian:12" || info.Rewrites[0].Line != 1 {
+		t.Fatalf("rewrites %+v", info.Rewrites)
+	}
+	if !strings.Contains(log.String(), "Step 1/") || !strings.Contains(info.Log, "Successfully tagged") {
+		t.Fatalf("build log not kept: %q", info.Log)
+	}
+	ins, err := cli.ImageInspect(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.Config.Labels[LabelRevision] != rev || ins.Config.Labels[LabelTask] != b.Task {
+		t.Errorf("image labels %v", ins.Config.Labels)
+	}
+	if wd, err := d.ImageWorkdir(ctx, tag); err != nil || wd != "/app" {
+		t.Errorf("ImageWorkdir: %q %v", wd, err)
+	}
+	// skills/ went in empty, the other context files as they are.
+	h, err := d.Start(ctx, Spec{Image: tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	var out syncBuffer
+	if res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"sh", "-c", "cat /skills-count /data.txt; pwd"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if out.String() != "0\ncontext file\n/app\n" {
+		t.Fatalf("inside the image: %q", out.String())
+	}
+
+	// Cached: never rebuilt, whatever the context now says.
+	writeFile(t, filepath.Join(env, "Dockerfile"), "FROM "+testImage+"\nRUN exit 1\n", 0o644)
+	again, err := d.EnsureImage(ctx, BuildSpec{Task: b.Task, Revision: rev, EnvironmentDir: env})
+	if err != nil || !again.Cached || again.ID != info.ID {
+		t.Fatalf("second EnsureImage: %+v %v", again, err)
+	}
+}
+
+func TestEnsureImageBuildFailure(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	env := writeEnv(t, "FROM "+testImage+"\nRUN echo about to fail && exit 7\n")
+	b := BuildSpec{Task: "fails", Revision: randomHex(32), EnvironmentDir: env}
+	removeImage(t, cli, ImageTag(b.Task, b.Revision))
+	_, err := d.EnsureImage(context.Background(), b)
+	var be *BuildError
+	if !errors.As(err, &be) || be.TimedOut || be.Pull {
+		t.Fatalf("want a build error, got %v", err)
+	}
+	if !strings.Contains(be.Message, "returned a non-zero code: 7") || !strings.Contains(be.Log, "about to fail") {
+		t.Fatalf("message %q log %q", be.Message, be.Log)
+	}
+}
+
+func TestEnsureImageBuildTimeout(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	env := writeEnv(t, "FROM "+testImage+"\nRUN echo building && sleep 60\n")
+	b := BuildSpec{Task: "slow", Revision: randomHex(32), EnvironmentDir: env, Timeout: 3 * time.Second}
+	removeImage(t, cli, ImageTag(b.Task, b.Revision))
+	_, err := d.EnsureImage(context.Background(), b)
+	var be *BuildError
+	if !errors.As(err, &be) || !be.TimedOut {
+		t.Fatalf("want a timed-out build error, got %v", err)
+	}
+}
+
+func TestEnsureImageDockerImage(t *testing.T) {
+	t.Parallel()
+	m, err := ParseImageMap(strings.NewReader("gone.invalid/ = docker.io/library/\n"+"gone.invalid/debian:bookworm-slim = "+testImage+"\n"), "map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := newTestDocker(t, m)
+	ctx := context.Background()
+	empty := t.TempDir()
+	info, err := d.EnsureImage(ctx, BuildSpec{Task: "prebuilt", Revision: "abc", EnvironmentDir: empty, DockerImage: "gone.invalid/debian:bookworm-slim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Ref != testImage || !info.Cached || info.Pulled || info.Source != "image" || len(info.Rewrites) != 1 {
+		t.Fatalf("info %+v", info)
+	}
+	// A missing image that cannot be pulled is a pull error.
+	_, err = d.EnsureImage(ctx, BuildSpec{Task: "missing", DockerImage: "proctor-test.invalid/none:1", Timeout: time.Minute})
+	var be *BuildError
+	if !errors.As(err, &be) || !be.Pull {
+		t.Fatalf("want a pull error, got %v", err)
+	}
+	if _, err := d.EnsureImage(ctx, BuildSpec{Task: "nothing", EnvironmentDir: empty}); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("no Dockerfile, no docker_image: %v", err)
+	}
+	if _, err := d.ImageWorkdir(ctx, "proctor-test.invalid/none:1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ImageWorkdir of a missing image: %v", err)
+	}
+}
+
+// TestDockerDestroyAfterCancel checks that a cancelled context (Ctrl-C)
+// still lets Destroy remove the container.
+func TestDockerDestroyAfterCancel(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	run := "run-" + randomHex(4)
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := d.Start(ctx, Spec{RunID: run, Image: testImage, Network: NetworkInternal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}})
+	if err != nil || !res.TimedOut {
+		t.Fatalf("Exec with a cancelled context: %+v %v", res, err)
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
+		t.Fatalf("after Destroy: %d containers, %d networks", c, n)
+	}
+}
+
+func TestImageTag(t *testing.T) {
+	for _, tc := range []struct{ task, rev, want string }{
+		{"hello", "0123456789abcdef", "proctor-task/hello:0123456789ab"},
+		{"Nested/Task_Name.v2", "ABCDEF", "proctor-task/nested/task-name-v2:abcdef"},
+		{"--weird--//x", "1", "proctor-task/weird/x:1"},
+		{"", "1", "proctor-task/x:1"},
+	} {
+		if got := ImageTag(tc.task, tc.rev); got != tc.want {
+			t.Errorf("ImageTag(%q, %q) = %q, want %q", tc.task, tc.rev, got, tc.want)
+		}
+	}
+}
