@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -99,4 +100,20 @@ func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envel
 			return err
 		}
 	}
+}
+
+// LastEvent returns the last event stored on subject (no wildcards needed:
+// one cell's CellPlanned, one run's RunRequested). ErrNotFound when there
+// is none.
+func (b *Bus) LastEvent(ctx context.Context, subject string) (events.Envelope, error) {
+	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := b.Events.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.Envelope{}, fmt.Errorf("%w: no event on %s", ErrNotFound, subject)
+	}
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("bus: last event on %s: %w", subject, err)
+	}
+	return events.Decode(m.Data)
 }

@@ -3,7 +3,9 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,4 +82,58 @@ func Attempt(m jetstream.Msg) int {
 		return 1
 	}
 	return int(md.NumDelivered)
+}
+
+// Serve pulls messages from cons and runs handle for each, at most
+// concurrency at a time, until ctx ends; then it waits for running handlers
+// and returns nil. While a handler runs, the message is kept alive with
+// InProgress every heartbeat (0 = no heartbeats), so a long cell is not
+// redelivered; a handler that crashes with the process stops heartbeating
+// and its job is redelivered after the consumer's AckWait. The handler
+// acks, naks or terms the message itself.
+func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartbeat time.Duration, handle func(context.Context, jetstream.Msg)) error {
+	concurrency = max(concurrency, 1)
+	sem := make(chan struct{}, concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			<-sem
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+				continue
+			}
+			return fmt.Errorf("bus: next job: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			stop := make(chan struct{})
+			if heartbeat > 0 {
+				go func() {
+					t := time.NewTicker(heartbeat)
+					defer t.Stop()
+					for {
+						select {
+						case <-t.C:
+							_ = m.InProgress()
+						case <-stop:
+							return
+						}
+					}
+				}()
+			}
+			handle(ctx, m)
+			close(stop)
+		}()
+	}
 }

@@ -1,0 +1,112 @@
+// Package cli is proctor's command line: flag parsing and wiring of the
+// services and packages, nothing else. main calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3";
+// otherwise it is the module version from the build info, or "dev".
+var Version = ""
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+// Exit codes.
+const (
+	ExitOK          = 0
+	ExitError       = 1
+	ExitUsage       = 2
+	ExitInterrupted = 130
+)
+
+// ErrInterrupted is returned by a command stopped by SIGINT or SIGTERM.
+var ErrInterrupted = errors.New("interrupted")
+
+type usageError struct{ error }
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrInterrupted):
+		fmt.Fprintln(stderr, "proctor: interrupted")
+		return ExitInterrupted
+	}
+	fmt.Fprintln(stderr, "proctor:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return ExitUsage
+	}
+	return ExitError
+}
+
+type globals struct {
+	stdout, stderr io.Writer
+	verbose        bool
+	natsURL        string
+}
+
+func (g *globals) logger() *slog.Logger {
+	level := slog.LevelWarn
+	if g.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "proctor",
+		Short:         "Run AI coding agents against executable tasks and measure them honestly",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().BoolVarP(&g.verbose, "verbose-log", "v", false, "log debug messages on stderr")
+	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("PROCTOR_NATS_URL"), "NATS URL of an external cluster (default: an embedded server storing under $PROCTOR_HOME; env PROCTOR_NATS_URL)")
+
+	tasks := &cobra.Command{Use: "tasks", Short: "Discover, inspect and run tasks"}
+	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g))
+	root.AddCommand(tasks, newServe(g), newGC(g), newVersion(g))
+	return root
+}
+
+func newVersion(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print proctor's version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(g.stdout, "proctor", version())
+			return nil
+		},
+	}
+}

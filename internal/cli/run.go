@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/services/launcher"
+	"github.com/proctor-eval/proctor/services/planner"
+)
+
+type runFlags struct {
+	tasksRoot   string
+	tasks       []string
+	all         bool
+	harnesses   []string
+	models      []string
+	repeats     int
+	baseline    string
+	concurrency int
+	outputDir   string
+	outJSON     string
+	outMD       string
+	dryRun      bool
+	imageMap    string
+	node        string
+	commandTpl  string
+}
+
+func newTasksRun(g *globals) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run --tasks-root DIR (--tasks a,b | --all) --harnesses oracle",
+		Short: "Run a matrix of tasks × harnesses × models × repeats and write the task_runs.v1 artifact",
+		Long: `Run every selected task through every harness, verify each attempt with the
+task's own verifier in its Docker container, record everything in the event
+log, and write the task_runs.v1 artifact (--out-json) and a Markdown report
+(--out-md). With --nats the run is planned and executed by whatever proctor
+services serve that NATS cluster; without it everything runs in this process.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return g.tasksRun(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.tasksRoot, "tasks-root", "", "directory holding task directories (required)")
+	fl.StringSliceVar(&f.tasks, "tasks", nil, "task names to run (comma-separated)")
+	fl.BoolVar(&f.all, "all", false, "run every task under --tasks-root")
+	fl.StringSliceVar(&f.harnesses, "harnesses", []string{"oracle"}, "harnesses: oracle, agent:<dir>, command:<template>, probe")
+	fl.StringSliceVar(&f.models, "model", []string{"default"}, "model name(s) passed to agent harnesses")
+	fl.IntVar(&f.repeats, "repeats", 1, "attempts per (task, harness, model)")
+	fl.StringVar(&f.baseline, "baseline-harness", "", "harness the others are compared with (McNemar, deltas)")
+	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once (default 2 × CPUs, the measured knee of container throughput)")
+	fl.StringVar(&f.outputDir, "output-dir", "proctor-out", "directory for cell outputs; each run gets <output-dir>/<run-id>/")
+	fl.StringVar(&f.outJSON, "out-json", "", "write the task_runs.v1 artifact here (default <output-dir>/<run-id>/task_runs.json)")
+	fl.StringVar(&f.outMD, "out-md", "", "write the Markdown report here (default <output-dir>/<run-id>/report.md)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "show the matrix and every refusal, build and run nothing")
+	fl.StringVar(&f.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
+	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
+	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
+	return cmd
+}
+
+func (f *runFlags) spec(runID string) (events.RunSpec, error) {
+	if f.tasksRoot == "" {
+		return events.RunSpec{}, usageError{errors.New("--tasks-root is required")}
+	}
+	if !f.all && len(f.tasks) == 0 {
+		return events.RunSpec{}, usageError{errors.New("pass --tasks a,b or --all")}
+	}
+	if f.repeats < 1 {
+		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}
+	}
+	root, err := filepath.Abs(f.tasksRoot)
+	if err != nil {
+		return events.RunSpec{}, err
+	}
+	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+		return events.RunSpec{}, fmt.Errorf("--tasks-root %s: not a directory", f.tasksRoot)
+	}
+	out, err := filepath.Abs(filepath.Join(f.outputDir, runID))
+	if err != nil {
+		return events.RunSpec{}, err
+	}
+	harnesses := f.harnesses
+	if f.commandTpl != "" {
+		harnesses = append(harnesses, "command:"+f.commandTpl)
+	}
+	s := events.RunSpec{
+		TasksRoot: root, Tasks: f.tasks, All: f.all, Harnesses: harnesses, Models: f.models,
+		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out,
+	}
+	for _, p := range []*string{&f.outJSON, &f.outMD} {
+		if *p != "" {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return s, err
+			}
+		}
+	}
+	s.OutJSON, s.OutMD = f.outJSON, f.outMD
+	if f.imageMap != "" {
+		m, err := sandbox.LoadImageMap(f.imageMap)
+		if err != nil {
+			return s, err
+		}
+		s.ImageMap = map[string]string{}
+		for _, r := range m.Rules() {
+			s.ImageMap[r.From] = r.To
+		}
+	}
+	return s, nil
+}
+
+func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
+	runID := events.NewID()
+	spec, err := f.spec(runID)
+	if err != nil {
+		return err
+	}
+	if f.dryRun {
+		return g.dryRun(spec)
+	}
+	// Check the matrix before anything starts: a bad root or harness fails
+	// here with the file and line, not inside a service.
+	if _, err := planner.Matrix(spec); err != nil {
+		return err
+	}
+	conn, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	runCtx, cancelServices := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelServices()
+	grp, gctx := errgroup.WithContext(runCtx)
+	var docker *sandbox.Docker
+	if g.natsURL == "" {
+		st, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices})
+		if err != nil {
+			return err
+		}
+		docker = st.docker
+	}
+
+	host, _ := os.Hostname()
+	if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
+		r.Status, r.Spec, r.StartedAt = bus.StatusRequested, spec, time.Now().UTC().Format(time.RFC3339Nano)
+	}); err != nil {
+		return err
+	}
+	if err := conn.PublishAll(ctx, events.Must(events.RunRequested, runID, "", 0, "cli",
+		events.RunRequestedData{Spec: spec, ProctorVersion: version(), Host: host})); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "run %s: %s → %s\n", runID, spec.TasksRoot, spec.OutputDir)
+
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		g.progress(ctx, conn.Bus, runID)
+	}()
+
+	waitErr := make(chan error, 1)
+	var rec bus.RunRecord
+	go func() {
+		var err error
+		rec, err = conn.WaitRun(ctx, runID)
+		waitErr <- err
+	}()
+	select {
+	case err = <-waitErr:
+	case <-gctx.Done():
+		err = fmt.Errorf("a service stopped: %w", grp.Wait())
+	}
+	interrupted := ctx.Err() != nil
+	cancelServices()
+	if werr := grp.Wait(); werr != nil && !errors.Is(werr, context.Canceled) && err == nil {
+		err = werr
+	}
+	<-progressDone
+	if interrupted {
+		return g.interrupt(conn.Bus, docker, runID)
+	}
+	if err != nil {
+		return err
+	}
+	return g.printResult(rec)
+}
+
+// interrupt ends a run stopped by a signal: it removes every container and
+// network labelled with the run, then writes the artifact of what finished
+// (unfinished cells are errored rows).
+func (g *globals) interrupt(b *bus.Bus, docker *sandbox.Docker, runID string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if docker != nil {
+		if nc, nn, err := docker.GC(ctx, runID); err != nil {
+			fmt.Fprintln(g.stderr, "proctor: cleaning up run containers:", err)
+		} else if nc+nn > 0 {
+			fmt.Fprintf(g.stderr, "removed %d containers and %d networks of run %s\n", nc, nn, runID)
+		}
+	}
+	rec, err := aggregator.Finish(ctx, b, runID, bus.StatusInterrupted, version())
+	if err == nil {
+		_ = g.printResult(rec)
+	} else {
+		fmt.Fprintln(g.stderr, "proctor: writing the partial artifact:", err)
+	}
+	return ErrInterrupted
+}
+
+func (g *globals) printResult(rec bus.RunRecord) error {
+	var parts []string
+	for _, k := range []string{"passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored"} {
+		if n := rec.Counts[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	fmt.Fprintf(g.stdout, "run %s %s: %s\n", rec.ID, rec.Status, strings.Join(parts, ", "))
+	if rec.Artifact != "" {
+		fmt.Fprintf(g.stdout, "artifact: %s\nreport:   %s\n", rec.Artifact, rec.Report)
+	}
+	if rec.Status == bus.StatusFailed {
+		return fmt.Errorf("run %s failed: %s", rec.ID, rec.Error)
+	}
+	return nil
+}
+
+func (g *globals) dryRun(spec events.RunSpec) error {
+	cells, err := planner.Matrix(spec)
+	if err != nil {
+		return err
+	}
+	runnable := 0
+	for _, c := range cells {
+		state := "run"
+		if c.Refusal != "" {
+			state = "errored (" + c.RefusalClass + "): " + c.Refusal
+		} else {
+			runnable++
+		}
+		fmt.Fprintf(g.stdout, "%s\t%s\n", c.ID, state)
+	}
+	fmt.Fprintf(g.stdout, "%d cells, %d would run, %d errored before any build\n", len(cells), runnable, len(cells)-runnable)
+	return nil
+}

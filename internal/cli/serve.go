@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/services/launcher"
+)
+
+func newServe(g *globals) *cobra.Command {
+	var node, imageMap string
+	var concurrency int
+	cmd := &cobra.Command{
+		Use:   "serve (planner|launcher|verifier|aggregator|all)... --nats URL",
+		Short: "Run proctor services as a long-lived process against a NATS cluster",
+		Long: `Run one or more services against the NATS cluster given by --nats. The same
+services run in-process under 'proctor tasks run'; here they serve every run
+published to the cluster until SIGINT or SIGTERM. A launcher and the verifier
+of the same machine must use the same --node.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.natsURL == "" {
+				return usageError{errors.New("serve needs --nats URL (or PROCTOR_NATS_URL)")}
+			}
+			services := args
+			if len(args) == 1 && args[0] == "all" {
+				services = allServices
+			}
+			ctx := cmd.Context()
+			conn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			grp, gctx := errgroup.WithContext(ctx)
+			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services}); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "serving %s on %s\n", strings.Join(services, ", "), g.natsURL)
+			err = grp.Wait()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "this machine's node name (default: host name)")
+	cmd.Flags().IntVar(&concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once by the launcher")
+	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
+	return cmd
+}
+
+func newGC(g *globals) *cobra.Command {
+	var runID string
+	cmd := &cobra.Command{
+		Use:   "gc [--run ID]",
+		Short: "Remove containers and networks left by dead runs (by label)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			d, err := sandbox.NewDocker(sandbox.DockerOptions{Logger: g.logger()})
+			if err != nil {
+				return err
+			}
+			report := func(nc, nn int, err error) error {
+				if err == nil {
+					fmt.Fprintf(g.stdout, "removed %d containers and %d networks\n", nc, nn)
+				}
+				return err
+			}
+			if runID != "" {
+				return report(d.GC(ctx, runID))
+			}
+			conn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			return report(d.GCDead(ctx, func(id string) bool {
+				r, err := conn.GetRun(ctx, id)
+				return err == nil && (r.Status == "requested" || r.Status == "running")
+			}))
+		},
+	}
+	cmd.Flags().StringVar(&runID, "run", "", "remove everything of this run, alive or not")
+	return cmd
+}
+
+func newTasksHarnesses(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "harnesses",
+		Short: "List the harnesses proctor knows",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, h := range harness.Registry() {
+				state := ""
+				if !h.Available {
+					state = " (not available in this version)"
+				}
+				fmt.Fprintf(g.stdout, "%-20s %s; scored by %s%s\n", h.Syntax, h.Description, h.ScoredBy, state)
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/services/launcher"
+	"github.com/proctor-eval/proctor/services/planner"
+	"github.com/proctor-eval/proctor/services/verifier"
+)
+
+var allServices = []string{"planner", "launcher", "verifier", "aggregator"}
+
+type stackConfig struct {
+	node        string
+	concurrency int
+	imageMap    string
+	services    []string
+}
+
+type stack struct {
+	docker *sandbox.Docker
+}
+
+// startStack starts the named services on b in grp. Services that run
+// sandboxes share one Docker driver.
+func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bus, cfg stackConfig) (*stack, error) {
+	log := g.logger()
+	st := &stack{}
+	if cfg.node == "" {
+		h, _ := os.Hostname()
+		cfg.node = launcher.NodeName(h)
+	}
+	needDocker := slices.Contains(cfg.services, "launcher") || slices.Contains(cfg.services, "verifier")
+	if needDocker {
+		var m *sandbox.ImageMap
+		if cfg.imageMap != "" {
+			var err error
+			if m, err = sandbox.LoadImageMap(cfg.imageMap); err != nil {
+				return nil, err
+			}
+		}
+		d, err := sandbox.NewDocker(sandbox.DockerOptions{Logger: log, ImageMap: m})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := d.Client().Ping(ctx); err != nil {
+			return nil, fmt.Errorf("no Docker engine answers (%v); run `make setup` or start dockerd", err)
+		}
+		st.docker = d
+	}
+	for _, name := range cfg.services {
+		var run func(context.Context) error
+		switch name {
+		case "planner":
+			s, err := planner.New(planner.Config{Logger: log}, b)
+			if err != nil {
+				return nil, err
+			}
+			run = s.Run
+		case "launcher":
+			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log}, b, st.docker)
+			if err != nil {
+				return nil, err
+			}
+			run = s.Run
+		case "verifier":
+			s, err := verifier.New(verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log}, b, st.docker)
+			if err != nil {
+				return nil, err
+			}
+			run = s.Run
+		case "aggregator":
+			s, err := aggregator.New(aggregator.Config{Version: version(), Logger: log}, b)
+			if err != nil {
+				return nil, err
+			}
+			run = s.Run
+		default:
+			return nil, usageError{fmt.Errorf("unknown service %q (planner, launcher, verifier, aggregator, all)", name)}
+		}
+		grp.Go(func() error { return run(ctx) })
+	}
+	return st, nil
+}

@@ -1,0 +1,131 @@
+// Package cellfs is the on-disk layout of a cell's output directory, shared
+// by the services that write into it:
+//
+//	<output_dir>/<task>/<harness>/<model>/<repeat>/
+//	  run.log              one line per phase, written by proctor
+//	  solve.log            the solve's stdout and stderr, interleaved (capped)
+//	  verifier.log         the verifier's stdout and stderr (capped)
+//	  stdout.tail.txt      the last 64 KiB of solve.log as valid UTF-8
+//	  reward.txt           the reward, when the verifier gave one
+//	  verifier/            /logs/verifier copied out of the sandbox
+//	  logs/agent/, logs/artifacts/  /logs/agent and /logs/artifacts copied out
+package cellfs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+)
+
+// MaxLogBytes caps solve.log and verifier.log: 64 MiB each. Output past the
+// cap is counted, not stored; the tails still see it.
+const MaxLogBytes = 64 << 20
+
+// RowTailBytes bounds the stdout tail carried in events and artifact rows:
+// 4 KiB, cut at a rune boundary.
+const RowTailBytes = 4 << 10
+
+// Dir is a cell's output directory.
+type Dir string
+
+// Ensure creates the directory.
+func (d Dir) Ensure() error { return os.MkdirAll(string(d), 0o755) }
+
+// Path joins elements under the directory.
+func (d Dir) Path(elem ...string) string { return filepath.Join(append([]string{string(d)}, elem...)...) }
+
+// Logf appends a timestamped line to run.log; errors are ignored (the event
+// log is the record, run.log a convenience).
+func (d Dir) Logf(format string, args ...any) {
+	f, err := os.OpenFile(d.Path("run.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+}
+
+// WriteReward writes reward.txt.
+func (d Dir) WriteReward(r float64) error {
+	return os.WriteFile(d.Path("reward.txt"), []byte(strconv.FormatFloat(r, 'f', -1, 64)+"\n"), 0o644)
+}
+
+// Capture is the output sink of one phase: a capped log file plus a tail.
+// It is safe for concurrent writes (stdout and stderr).
+type Capture struct {
+	mu      sync.Mutex
+	f       *os.File
+	written int64
+	Tail    *sandbox.Tail
+}
+
+// OpenCapture creates (truncates) the log file name in the directory.
+func (d Dir) OpenCapture(name string) (*Capture, error) {
+	if err := d.Ensure(); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(d.Path(name))
+	if err != nil {
+		return nil, fmt.Errorf("cellfs: %w", err)
+	}
+	return &Capture{f: f, Tail: sandbox.NewTail(0)}, nil
+}
+
+// Write stores p in the file up to MaxLogBytes and always in the tail; it
+// never fails, so a full disk does not stop a solve.
+func (c *Capture) Write(p []byte) (int, error) {
+	c.Tail.Write(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := MaxLogBytes - c.written; room > 0 {
+		q := p
+		if int64(len(q)) > room {
+			q = q[:room]
+		}
+		n, _ := c.f.Write(q)
+		c.written += int64(n)
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = (*Capture)(nil)
+
+// Close closes the file and writes the tail file tailName ("" = none).
+func (c *Capture) Close(d Dir, tailName string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Tail.Total() > MaxLogBytes {
+		fmt.Fprintf(c.f, "\n[proctor: output capped at %d bytes of %d]\n", MaxLogBytes, c.Tail.Total())
+	}
+	err := c.f.Close()
+	if tailName != "" {
+		if werr := os.WriteFile(d.Path(tailName), []byte(c.Tail.String()), 0o644); err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// RowTail is the last RowTailBytes of the captured output as valid UTF-8,
+// cut at a rune boundary.
+func (c *Capture) RowTail() string { return Suffix(c.Tail.String(), RowTailBytes) }
+
+// Suffix returns the last n bytes of s or fewer, never starting inside a
+// rune.
+func Suffix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return s
+}

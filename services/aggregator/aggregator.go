@@ -1,0 +1,217 @@
+// Package aggregator projects the event log into results: it follows each
+// planned run, closes it with RunFinished once every cell has its terminal
+// event, and writes the task_runs.v1 artifact and the Markdown report.
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// Source is the envelope source of the aggregator's events.
+const Source = "aggregator"
+
+// Config configures the aggregator. The zero value is usable.
+type Config struct {
+	// Version is written as run.proctor_version when the log lacks one.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Service is the aggregator.
+type Service struct {
+	cfg Config
+	bus *bus.Bus
+	log *slog.Logger
+}
+
+// New returns an aggregator on b.
+func New(cfg Config, b *bus.Bus) (*Service, error) {
+	if b == nil {
+		return nil, errors.New("aggregator: nil bus")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: cfg, bus: b, log: cfg.Logger.With("service", Source)}, nil
+}
+
+// Run follows every planned run until ctx ends. A run it was following
+// when it stopped is picked up again (from the start of the run's events)
+// by the next aggregator, because its RunPlanned message stays unacked.
+func (s *Service) Run(ctx context.Context) error {
+	cons, err := s.bus.EventConsumer(ctx, "aggregator", events.TypeFilter(events.RunPlanned), time.Minute)
+	if err != nil {
+		return err
+	}
+	return bus.Serve(ctx, cons, 256, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
+		e, err := events.Decode(m.Data())
+		if err != nil {
+			_ = m.Term()
+			return
+		}
+		if err := s.follow(ctx, e.RunID); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("aggregate", "run", e.RunID, "err", err)
+				_ = m.NakWithDelay(5 * time.Second)
+			}
+			return
+		}
+		_ = m.Ack()
+	})
+}
+
+// follow projects one run live; when every cell is done it publishes
+// RunFinished, and when that event comes back it writes the results.
+func (s *Service) follow(ctx context.Context, runID string) error {
+	rec, err := s.bus.GetRun(ctx, runID)
+	if err == nil && isTerminal(rec.Status) {
+		return nil
+	}
+	p := NewProjector(runID)
+	closing := false
+	err = s.bus.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
+		p.Apply(e)
+		if p.Finished() {
+			return bus.ErrStop
+		}
+		if p.Done() && !closing {
+			closing = true
+			status := bus.StatusFinished
+			if p.PlanError() != "" {
+				status = bus.StatusFailed
+			}
+			return s.bus.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
+				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: p.PlanError()}))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return WriteResults(ctx, s.bus, runID, p, s.cfg.Version)
+}
+
+func isTerminal(status string) bool {
+	return status == bus.StatusFinished || status == bus.StatusFailed || status == bus.StatusInterrupted
+}
+
+// Finish ends a run that will not complete (interrupted): it publishes
+// RunFinished with status unless the log already has one, projects the
+// whole log (unfinished cells become errored rows) and writes the results.
+func Finish(ctx context.Context, b *bus.Bus, runID, status, version string) (bus.RunRecord, error) {
+	p, err := Project(ctx, b, runID)
+	if err != nil {
+		return bus.RunRecord{}, err
+	}
+	if !p.Finished() {
+		if err := b.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
+			events.RunFinishedData{Status: status, Counts: p.Counts()})); err != nil {
+			return bus.RunRecord{}, err
+		}
+		if p, err = Project(ctx, b, runID); err != nil {
+			return bus.RunRecord{}, err
+		}
+	}
+	if err := WriteResults(ctx, b, runID, p, version); err != nil {
+		return bus.RunRecord{}, err
+	}
+	return b.GetRun(ctx, runID)
+}
+
+// Project reads every stored event of a run and folds it.
+func Project(ctx context.Context, b *bus.Bus, runID string) (*Projector, error) {
+	p := NewProjector(runID)
+	if err := b.ReadRun(ctx, runID, func(e events.Envelope) error { p.Apply(e); return nil }); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Render returns the artifact JSON (validated against task_runs.v1) and the
+// Markdown report of a projection.
+func Render(p *Projector, version string) (js, md []byte, err error) {
+	a := p.Artifact(version)
+	js, err = artifact.Marshal(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	var buf bytes.Buffer
+	if err := artifact.WriteReport(&buf, a); err != nil {
+		return nil, nil, err
+	}
+	return js, buf.Bytes(), nil
+}
+
+// Paths are where a run's artifact and report go: the spec's --out-json and
+// --out-md, else task_runs.json and report.md in the run's output dir.
+func Paths(spec events.RunSpec) (js, md string) {
+	js, md = spec.OutJSON, spec.OutMD
+	if js == "" {
+		js = filepath.Join(spec.OutputDir, "task_runs.json")
+	}
+	if md == "" {
+		md = filepath.Join(spec.OutputDir, "report.md")
+	}
+	return js, md
+}
+
+// WriteResults renders the projection, writes both files and records them
+// and the run's final status in the run index.
+func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, version string) error {
+	js, md, err := Render(p, version)
+	if err != nil {
+		return fmt.Errorf("aggregator: run %s: %w", runID, err)
+	}
+	jsPath, mdPath := Paths(p.Spec())
+	for path, data := range map[string][]byte{jsPath: js, mdPath: md} {
+		if err := writeAtomic(path, data); err != nil {
+			return err
+		}
+	}
+	status := bus.StatusFinished
+	if p.finished != nil && p.finished.Status != "" {
+		status = p.finished.Status
+	}
+	return b.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
+		r.Status = status
+		r.Counts = p.Counts()
+		r.Artifact, r.Report = jsPath, mdPath
+		if !p.finishedAt.IsZero() {
+			r.FinishedAt = p.finishedAt.UTC().Format(time.RFC3339Nano)
+		}
+		if p.PlanError() != "" {
+			r.Error = p.PlanError()
+		}
+	})
+}
+
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("aggregator: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("aggregator: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("aggregator: write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,350 @@
+package aggregator
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// Projector folds one run's events, in log order, into run state and the
+// task_runs.v1 artifact. It dedupes events by id, keeps only the last
+// attempt of each cell (events of an older attempt are ignored, a newer
+// attempt resets the cell), and depends on nothing but the events: the same
+// log always projects to the same bytes. Not safe for concurrent use.
+type Projector struct {
+	runID      string
+	seen       map[string]struct{}
+	requested  *events.RunRequestedData
+	startedAt  time.Time
+	planned    *events.RunPlannedData
+	finished   *events.RunFinishedData
+	finishedAt time.Time
+	cells      map[string]*cellState
+	terminal   int
+}
+
+type cellState struct {
+	plan     events.CellPlannedData
+	attempt  int
+	first    time.Time
+	last     time.Time
+	terminal bool
+
+	refused  *events.CellRefusedData
+	errored  *events.CellErroredData
+	verdict  *events.VerdictData
+	finished *events.FinishedData
+	image    *events.ImageBuiltData
+
+	usage     bool
+	prompt    int64
+	complete  int64
+	cacheRead int64
+	cacheWrit int64
+	calls     int64
+	cost      *float64
+	tools     map[string]int
+	ops       []map[string]any
+	opsByType map[string]int
+	egress    *artifact.EgressCounts
+}
+
+// NewProjector returns an empty projector for one run.
+func NewProjector(runID string) *Projector {
+	return &Projector{runID: runID, seen: map[string]struct{}{}, cells: map[string]*cellState{}}
+}
+
+// Apply folds one event. Events of other runs are ignored.
+func (p *Projector) Apply(e events.Envelope) {
+	if e.RunID != p.runID {
+		return
+	}
+	if _, dup := p.seen[e.ID]; dup {
+		return
+	}
+	p.seen[e.ID] = struct{}{}
+	if e.CellID == "" {
+		p.applyRun(e)
+		return
+	}
+	c := p.cells[e.CellID]
+	if c == nil {
+		c = &cellState{attempt: max(e.Attempt, 1)}
+		p.cells[e.CellID] = c
+	}
+	if e.Type == events.CellPlanned {
+		_ = events.Into(e, &c.plan)
+		return
+	}
+	switch {
+	case e.Attempt < c.attempt:
+		return // a superseded attempt's late event
+	case e.Attempt > c.attempt:
+		p.reset(c, e.Attempt)
+	}
+	if c.terminal {
+		return // the first terminal event of an attempt decides it
+	}
+	if c.first.IsZero() {
+		c.first = e.At
+	}
+	c.last = e.At
+	switch e.Type {
+	case events.CellRefused:
+		c.refused = new(events.CellRefusedData)
+		_ = events.Into(e, c.refused)
+		p.end(c)
+	case events.CellErrored:
+		c.errored = new(events.CellErroredData)
+		_ = events.Into(e, c.errored)
+		p.end(c)
+	case events.Verdict:
+		c.verdict = new(events.VerdictData)
+		_ = events.Into(e, c.verdict)
+		p.end(c)
+	case events.Finished:
+		c.finished = new(events.FinishedData)
+		_ = events.Into(e, c.finished)
+	case events.ImageBuilt:
+		c.image = new(events.ImageBuiltData)
+		_ = events.Into(e, c.image)
+	case events.Usage:
+		var u events.UsageData
+		_ = events.Into(e, &u)
+		c.usage = true
+		c.prompt += u.PromptTokens
+		c.complete += u.CompletionTokens
+		c.cacheRead += u.CacheReadTokens
+		c.cacheWrit += u.CacheWriteTokens
+		c.calls += max(u.Calls, 1)
+		if u.CostUSD != nil {
+			c.cost = ptr(deref(c.cost) + *u.CostUSD)
+		}
+	case events.ToolCall:
+		var t events.ToolCallData
+		_ = events.Into(e, &t)
+		if c.tools == nil {
+			c.tools = map[string]int{}
+		}
+		c.tools[t.Name]++
+	case events.Operation:
+		var o events.OperationData
+		_ = events.Into(e, &o)
+		if c.opsByType == nil {
+			c.opsByType = map[string]int{}
+		}
+		c.opsByType[o.OpType]++
+		op := map[string]any{"op_type": o.OpType, "at": e.At.UTC().Format(time.RFC3339Nano)}
+		maps.Copy(op, o.Fields)
+		op["op_type"] = o.OpType
+		c.ops = append(c.ops, op)
+	case events.EgressDecision:
+		var d events.EgressDecisionData
+		_ = events.Into(e, &d)
+		if c.egress == nil {
+			c.egress = &artifact.EgressCounts{}
+		}
+		switch d.Decision {
+		case "allowed":
+			c.egress.Allowed++
+		case "denied":
+			c.egress.Denied++
+		default:
+			c.egress.Errors++
+		}
+	}
+}
+
+func (p *Projector) applyRun(e events.Envelope) {
+	switch e.Type {
+	case events.RunRequested:
+		if p.requested == nil {
+			p.requested = new(events.RunRequestedData)
+			_ = events.Into(e, p.requested)
+			p.startedAt = e.At
+		}
+	case events.RunPlanned:
+		if p.planned == nil {
+			p.planned = new(events.RunPlannedData)
+			_ = events.Into(e, p.planned)
+		}
+	case events.RunFinished:
+		if p.finished == nil {
+			p.finished = new(events.RunFinishedData)
+			_ = events.Into(e, p.finished)
+			p.finishedAt = e.At
+		}
+	}
+}
+
+func (p *Projector) reset(c *cellState, attempt int) {
+	if c.terminal {
+		p.terminal--
+	}
+	*c = cellState{plan: c.plan, attempt: attempt}
+}
+
+func (p *Projector) end(c *cellState) {
+	c.terminal = true
+	p.terminal++
+}
+
+// Planned reports whether the run's RunPlanned event was seen.
+func (p *Projector) Planned() bool { return p.planned != nil }
+
+// Done reports whether every planned cell has its terminal event (or
+// planning failed).
+func (p *Projector) Done() bool {
+	return p.planned != nil && (p.planned.Error != "" || p.terminal >= p.planned.Cells)
+}
+
+// Finished reports whether the run's RunFinished event was seen.
+func (p *Projector) Finished() bool { return p.finished != nil }
+
+// Spec is the run's spec (zero before RunRequested).
+func (p *Projector) Spec() events.RunSpec {
+	if p.requested == nil {
+		return events.RunSpec{}
+	}
+	return p.requested.Spec
+}
+
+// PlanError is the planning error of a run that could not be planned.
+func (p *Projector) PlanError() string {
+	if p.planned == nil {
+		return ""
+	}
+	return p.planned.Error
+}
+
+// Counts returns the number of cells by outcome so far.
+func (p *Projector) Counts() map[string]int {
+	out := map[string]int{}
+	for _, id := range slices.Sorted(maps.Keys(p.cells)) {
+		out[p.row(id).Outcome]++
+	}
+	return out
+}
+
+// Artifact projects the run. Cells without a terminal event are errored
+// rows (class infra): missing data, never a 0 and never a pass.
+func (p *Projector) Artifact(version string) *artifact.Artifact {
+	spec := p.Spec()
+	run := artifact.RunInfo{
+		ID: p.runID, TasksRoot: spec.TasksRoot, Harnesses: spec.Harnesses, Models: spec.Models,
+		Repeats: max(spec.Repeats, 1), BaselineHarness: spec.BaselineHarness, ImageMap: spec.ImageMap,
+		ProctorVersion: version,
+	}
+	if p.requested != nil && p.requested.ProctorVersion != "" {
+		run.ProctorVersion = p.requested.ProctorVersion
+	}
+	if !p.startedAt.IsZero() {
+		run.StartedAt = p.startedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !p.finishedAt.IsZero() {
+		run.FinishedAt = p.finishedAt.UTC().Format(time.RFC3339Nano)
+	}
+	var rows []artifact.Result
+	for _, id := range slices.Sorted(maps.Keys(p.cells)) {
+		if p.cells[id].plan.Task == "" {
+			continue // events of a cell whose CellPlanned is missing
+		}
+		rows = append(rows, p.row(id))
+	}
+	return artifact.Build(run, rows, artifact.BuildOptions{})
+}
+
+func (p *Projector) row(id string) artifact.Result {
+	c := p.cells[id]
+	r := artifact.Result{
+		CellID: id, Task: c.plan.Task, Harness: c.plan.Harness, Model: c.plan.Model, Repeat: c.plan.Repeat,
+		Attempt: c.attempt, TaskRevision: c.plan.TaskRevision, OutputDir: c.plan.OutputDir, TaskMeta: c.plan.TaskMeta,
+	}
+	if !c.first.IsZero() {
+		r.ElapsedSec = round3(c.last.Sub(c.first).Seconds())
+	}
+	m := &r.Metrics
+	if c.usage {
+		m.PromptTokens, m.CompletionTokens = ptr(c.prompt), ptr(c.complete)
+		m.TotalTokens = ptr(c.prompt + c.complete)
+		m.CacheReadTokens, m.CacheWriteTokens = ptr(c.cacheRead), ptr(c.cacheWrit)
+		m.NCalls = ptr(c.calls)
+		m.CostUSD = c.cost
+	}
+	m.ToolCalls = c.tools
+	m.OperationCount = len(c.ops)
+	m.OperationsByType = c.opsByType
+	m.Egress = c.egress
+	r.Operations = c.ops
+	if c.image != nil {
+		m.BuildSec = ptr(c.image.BuildSec)
+	}
+	if f := c.finished; f != nil {
+		r.ReturnCode = ptr(f.ExitCode)
+		r.StdoutTail = f.StdoutTail
+		m.SolverTimeout = f.TimedOut
+		m.SolveSec = ptr(f.DurationSec)
+		m.AgentReported = f.AgentReported
+		m.Isolation = f.Isolation
+	}
+	if v := c.verdict; v != nil {
+		r.VerifierReturnCode = v.ReturnCode
+		m.VerifySec = ptr(v.DurationSec)
+	}
+	errored := func(class, msg string) {
+		r.Outcome, r.ErrorClass, r.Error = artifact.OutcomeErrored, class, msg
+		r.Passed, r.Reward, r.Rewards = false, nil, nil
+		m.Error = true
+	}
+	switch {
+	case c.refused != nil:
+		errored(c.refused.ErrorClass, c.refused.Reason)
+		m.UnresolvedEnv = c.refused.UnresolvedEnv
+	case c.errored != nil:
+		errored(c.errored.ErrorClass, c.errored.Error)
+	case c.finished != nil && c.finished.NoAttempt:
+		errored(artifact.ErrorSolver, "the solver made no attempt: "+c.finished.Reason)
+		m.Error, m.SolverError = false, true
+	case c.verdict != nil && c.verdict.TimedOut:
+		r.Outcome, r.Reward = artifact.OutcomeVerifierTimeout, ptr(0.0)
+		r.Rewards = map[string]float64{"reward": 0}
+		m.VerifierTimeout = true
+	case c.verdict != nil && c.verdict.Reward == nil:
+		r.Outcome, r.Error = artifact.OutcomeVerifierError, c.verdict.Error
+		if c.verdict.RawReward != "" {
+			r.Error += " (raw: " + c.verdict.RawReward + ")"
+		}
+		m.Error = true
+	case c.verdict != nil:
+		rw := *c.verdict.Reward
+		r.Reward, r.Rewards = ptr(rw), c.verdict.Rewards
+		switch {
+		case c.finished != nil && c.finished.TimedOut:
+			r.Outcome = artifact.OutcomeSolverTimeout // a miss, whatever the files say
+		case rw >= 1:
+			r.Outcome, r.Passed = artifact.OutcomePassed, true
+		case rw > 0:
+			r.Outcome = artifact.OutcomePartial
+		default:
+			r.Outcome = artifact.OutcomeFailed
+		}
+	default:
+		errored(artifact.ErrorInfra, "no verdict: the run ended before this cell finished")
+	}
+	return r
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

@@ -1,0 +1,244 @@
+// Package planner turns a RunRequested event into the run's matrix: one
+// CellPlanned event per (task, harness, model, repeat), a CellRefused event
+// for every cell a harness refuses before any build, a RunPlanned event with
+// the cell count, and one launch job per runnable cell.
+package planner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// Source is the envelope source of the planner's events.
+const Source = "planner"
+
+// Config configures the planner. The zero value is usable.
+type Config struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Service is the planner.
+type Service struct {
+	bus *bus.Bus
+	log *slog.Logger
+}
+
+// New returns a planner on b.
+func New(cfg Config, b *bus.Bus) (*Service, error) {
+	if b == nil {
+		return nil, errors.New("planner: nil bus")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{bus: b, log: log.With("service", Source)}, nil
+}
+
+// Cell is one planned cell.
+type Cell struct {
+	ID      string
+	Task    *task.Task
+	Harness harness.Ref
+	Model   string
+	Repeat  int
+	// RefusalClass and Refusal are set when the harness refuses the task
+	// before any build.
+	RefusalClass, Refusal string
+}
+
+// Matrix builds the run's cells from a spec, in task, harness, model,
+// repeat order. It fails as a whole when discovery fails, a task name is
+// unknown, or a harness reference does not parse; it is what --dry-run
+// shows.
+func Matrix(spec events.RunSpec) ([]Cell, error) {
+	if len(spec.Harnesses) == 0 {
+		return nil, errors.New("no harness given (--harnesses oracle)")
+	}
+	var refs []harness.Ref
+	seen := map[string]bool{}
+	for _, h := range spec.Harnesses {
+		r, err := harness.Parse(h)
+		if err != nil {
+			return nil, err
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("harness %q given twice", r.Name)
+		}
+		seen[r.Name] = true
+		refs = append(refs, r)
+	}
+	if spec.BaselineHarness != "" && !seen[spec.BaselineHarness] {
+		return nil, fmt.Errorf("baseline harness %q is not among --harnesses %s", spec.BaselineHarness, strings.Join(spec.Harnesses, ","))
+	}
+	d, err := task.Discover(spec.TasksRoot)
+	if err != nil {
+		return nil, err
+	}
+	tasks := d.Tasks
+	if !spec.All {
+		if len(spec.Tasks) == 0 {
+			return nil, errors.New("no task selected: pass --tasks a,b or --all")
+		}
+		if tasks, err = task.Select(d, spec.Tasks); err != nil {
+			return nil, err
+		}
+	}
+	models := spec.Models
+	if len(models) == 0 {
+		models = []string{"default"}
+	}
+	repeats := max(spec.Repeats, 1)
+	var cells []Cell
+	for _, t := range tasks {
+		for _, r := range refs {
+			class, reason := r.Refusal(t)
+			for _, m := range models {
+				for rep := 1; rep <= repeats; rep++ {
+					cells = append(cells, Cell{
+						ID: events.CellID(t.Name, r.Name, m, rep), Task: t, Harness: r, Model: m, Repeat: rep,
+						RefusalClass: class, Refusal: reason,
+					})
+				}
+			}
+		}
+	}
+	return cells, nil
+}
+
+// CellDir is the directory of a cell's files under a run's output dir:
+// <output_dir>/<task>/<harness>/<model>/<repeat>, with characters that are
+// awkward in paths (':', '/', '{', ' ' in harness names) replaced by '_'.
+func CellDir(outputDir string, c Cell) string {
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.', r == '_':
+				return r
+			}
+			return '_'
+		}, s)
+	}
+	return filepath.Join(outputDir, filepath.FromSlash(c.Task.Name), clean(c.Harness.Name), clean(c.Model), fmt.Sprint(c.Repeat))
+}
+
+// Run consumes RunRequested events until ctx ends. A run already planned
+// (its index record is past "requested") is skipped, so a redelivered
+// request never plans twice.
+func (s *Service) Run(ctx context.Context) error {
+	cons, err := s.bus.EventConsumer(ctx, "planner", events.TypeFilter(events.RunRequested), time.Minute)
+	if err != nil {
+		return err
+	}
+	return bus.Serve(ctx, cons, 1, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
+		e, err := events.Decode(m.Data())
+		if err != nil {
+			s.log.Error("bad RunRequested", "err", err)
+			_ = m.Term()
+			return
+		}
+		if err := s.handle(ctx, e); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Error("plan", "run", e.RunID, "err", err)
+			_ = m.Nak()
+			return
+		}
+		_ = m.Ack()
+	})
+}
+
+func (s *Service) handle(ctx context.Context, e events.Envelope) error {
+	rec, err := s.bus.GetRun(ctx, e.RunID)
+	if err == nil && rec.Status != bus.StatusRequested {
+		return nil
+	}
+	var d events.RunRequestedData
+	if err := events.Into(e, &d); err != nil {
+		return err
+	}
+	return s.Plan(ctx, e.RunID, d.Spec)
+}
+
+// Plan publishes the matrix of one run. A spec that cannot be planned ends
+// the run: RunPlanned carries the error and zero cells.
+func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) error {
+	cells, err := Matrix(spec)
+	if err != nil {
+		s.log.Warn("run cannot be planned", "run", runID, "err", err)
+		if perr := s.bus.PublishAll(ctx, events.Must(events.RunPlanned, runID, "", 0, Source, events.RunPlannedData{Error: err.Error()})); perr != nil {
+			return perr
+		}
+		return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Error = err.Error() })
+	}
+	var taskNames []string
+	seenTask := map[string]bool{}
+	for _, c := range cells {
+		if !seenTask[c.Task.Name] {
+			seenTask[c.Task.Name] = true
+			taskNames = append(taskNames, c.Task.Name)
+		}
+		meta := taskMeta(c.Task)
+		if err := s.bus.Publish(ctx, events.Must(events.CellPlanned, runID, c.ID, 1, Source, events.CellPlannedData{
+			Task: c.Task.Name, Harness: c.Harness.Name, Model: c.Model, Repeat: c.Repeat,
+			TaskDir: c.Task.Dir, TaskRevision: c.Task.Revision, TaskMeta: meta,
+			OutputDir: CellDir(spec.OutputDir, c),
+		})); err != nil {
+			return err
+		}
+		if c.Refusal != "" {
+			if err := s.bus.Publish(ctx, events.Must(events.CellRefused, runID, c.ID, 1, Source, events.CellRefusedData{
+				ErrorClass: c.RefusalClass, Reason: c.Refusal, UnresolvedEnv: unresolved(c),
+			})); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.bus.PublishAll(ctx, events.Must(events.RunPlanned, runID, "", 0, Source, events.RunPlannedData{Cells: len(cells), Tasks: taskNames})); err != nil {
+		return err
+	}
+	for _, c := range cells {
+		if c.Refusal != "" {
+			continue
+		}
+		if err := s.bus.PublishWork(ctx, events.LaunchSubject, runID+"/"+c.ID, events.LaunchJob{RunID: runID, CellID: c.ID}); err != nil {
+			return err
+		}
+	}
+	s.log.Info("planned", "run", runID, "cells", len(cells), "tasks", len(taskNames))
+	return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Cells = len(cells) })
+}
+
+func unresolved(c Cell) []string {
+	if c.RefusalClass == harness.ClassUnresolvedEnv {
+		return c.Task.UnresolvedEnv
+	}
+	return nil
+}
+
+// taskMeta keeps the metadata the dataset export promotes to columns.
+func taskMeta(t *task.Task) map[string]any {
+	m := map[string]any{}
+	for _, k := range []string{"difficulty", "category", "tags"} {
+		if v, ok := t.Metadata[k]; ok {
+			m[k] = v
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
