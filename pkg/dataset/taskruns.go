@@ -1,0 +1,180 @@
+package dataset
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+)
+
+// batchRows is how many rows are converted and handed to a writer at a
+// time: the export holds one batch of flat rows, never the whole table.
+const batchRows = 4096
+
+// parquetRowGroupRows bounds a Parquet row group, so readers can split a
+// large file and the writer's buffers stay bounded.
+const parquetRowGroupRows = 256 * 1024
+
+// ExportTaskRuns writes one row per result of a (see TaskRunRow and
+// SCHEMA.md) into outDir, which is created when missing, and returns the
+// paths of the files written:
+//
+//   - "jsonl": task_runs.jsonl, one JSON object per row with every column
+//     as a key (null for a missing value);
+//   - "parquet": task_runs.parquet, zstd-compressed, typed nullable columns;
+//   - "hf": a Hugging Face datasets directory as Dataset.save_to_disk
+//     writes it: data-00000-of-00001.arrow (Arrow IPC stream),
+//     dataset_info.json and state.json, loadable with
+//     datasets.load_from_disk(outDir).
+//
+// Each file is written to a temporary name and renamed into place, so an
+// error leaves no partial file under its final name (files of the same
+// export renamed before the error stay). An unknown format is an error
+// naming the allowed ones; a result whose metrics, operations, rewards or
+// task metadata cannot be encoded as JSON is an error naming its cell.
+func ExportTaskRuns(a *artifact.Artifact, outDir string, format string) ([]string, error) {
+	if a == nil {
+		return nil, fmt.Errorf("dataset: export task runs: nil artifact")
+	}
+	var write func(io.Writer, *artifact.Artifact) error
+	var name string
+	switch format {
+	case FormatJSONL:
+		write, name = WriteTaskRunsJSONL, TaskRunsJSONLFile
+	case FormatParquet:
+		write, name = WriteTaskRunsParquet, TaskRunsParquetFile
+	case FormatHF:
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return nil, fmt.Errorf("dataset: export task runs: %w", err)
+		}
+		return writeHF(a, outDir)
+	default:
+		return nil, unknownFormat("export task runs", format, TaskRunFormats())
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("dataset: export task runs: %w", err)
+	}
+	path := filepath.Join(outDir, name)
+	if err := writeFileAtomic(path, func(w io.Writer) error { return write(w, a) }); err != nil {
+		return nil, err
+	}
+	return []string{path}, nil
+}
+
+// WriteTaskRunsJSONL writes the rows of a to w as JSON Lines: one object
+// per row, keys in TaskRunRow order, every key present (null for a missing
+// value), no HTML escaping, '\n' after each line.
+func WriteTaskRunsJSONL(w io.Writer, a *artifact.Artifact) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	err := eachBatch(a, func(rows []TaskRunRow) error {
+		for i := range rows {
+			if err := enc.Encode(&rows[i]); err != nil {
+				return fmt.Errorf("dataset: cell %s: %w", rows[i].CellID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// ParquetWriterOptions are the writer options of every Parquet file this
+// package writes: zstd compression on every column, row groups of at most
+// 262,144 rows, and MetadataKey = SchemaVersion in the key-value metadata.
+func ParquetWriterOptions() []parquet.WriterOption {
+	return []parquet.WriterOption{
+		parquet.Compression(&parquet.Zstd),
+		parquet.MaxRowsPerRowGroup(parquetRowGroupRows),
+		parquet.KeyValueMetadata(MetadataKey, SchemaVersion),
+	}
+}
+
+// WriteTaskRunsParquet writes the rows of a to w as one Parquet file with
+// ParquetWriterOptions; the schema is TaskRunRow's (SCHEMA.md). w is not
+// closed.
+func WriteTaskRunsParquet(w io.Writer, a *artifact.Artifact) error {
+	pw := parquet.NewGenericWriter[TaskRunRow](w, ParquetWriterOptions()...)
+	err := eachBatch(a, func(rows []TaskRunRow) error {
+		_, err := pw.Write(rows)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("dataset: write parquet: %w", err)
+	}
+	if err := pw.Close(); err != nil {
+		return fmt.Errorf("dataset: write parquet: %w", err)
+	}
+	return nil
+}
+
+// eachBatch converts the results of a batch by batch into one reused
+// buffer and calls fn with each batch; the rows are valid only during the
+// call. It stops at the first conversion or fn error.
+func eachBatch(a *artifact.Artifact, fn func([]TaskRunRow) error) error {
+	if a == nil {
+		return fmt.Errorf("dataset: nil artifact")
+	}
+	n := min(batchRows, len(a.Results))
+	c := newConverter(a.Run.ID, n)
+	buf := make([]TaskRunRow, n)
+	for start := 0; start < len(a.Results); start += n {
+		end := min(start+n, len(a.Results))
+		rows := buf[:end-start]
+		c.reset()
+		for i := range rows {
+			if err := c.convert(&rows[i], &a.Results[start+i]); err != nil {
+				return err
+			}
+		}
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFileAtomic creates a temporary file next to path, lets write fill
+// it through a buffer, syncs it and renames it to path. On error the
+// temporary file is removed and path is untouched.
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 256<<10)
+	if err = write(bw); err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	if err = bw.Flush(); err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("dataset: write %s: %w", path, err)
+	}
+	return nil
+}
