@@ -1,0 +1,189 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+)
+
+// samples collects durations and summarises them.
+type samples []time.Duration
+
+func (s samples) mean() time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return sum / time.Duration(len(s))
+}
+
+// pct returns the p-th percentile (0 < p <= 100), nearest rank.
+func (s samples) pct(p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	c := append(samples(nil), s...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	k := int(float64(len(c))*p/100+0.999999) - 1
+	return c[max(0, min(k, len(c)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// rawExec runs cmd in the container through the bare API: create, attach,
+// read to EOF, inspect.
+func rawExec(ctx context.Context, b *testing.B, cli *client.Client, cid string, cmd []string) {
+	created, err := cli.ContainerExecCreate(ctx, cid, container.ExecOptions{AttachStdout: true, AttachStderr: true, Cmd: cmd})
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = stdcopy.StdCopy(io.Discard, io.Discard, resp.Reader)
+	resp.Close()
+	ins, err := cli.ContainerExecInspect(ctx, created.ID)
+	if err != nil || ins.ExitCode != 0 {
+		b.Fatalf("raw exec: %+v %v", ins, err)
+	}
+}
+
+// BenchmarkCellOverhead measures one sandbox's life through the Docker
+// driver (Start, two Execs of `true`, Destroy) against the bare API doing
+// the same (create + start of a `--network none` container, two execs of
+// `true`, forced remove), alternating the two in the same run. Target:
+// ratio <= 1.2.
+func BenchmarkCellOverhead(b *testing.B) {
+	cli := testutil.Docker(b)
+	testutil.RequireImage(b, cli, testImage)
+	d, err := NewDocker(DockerOptions{Client: cli})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var raw, drv samples
+	for b.Loop() {
+		t0 := time.Now()
+		created, err := cli.ContainerCreate(ctx, &container.Config{
+			Image: testImage, Entrypoint: []string{"sleep", "600"}, Labels: map[string]string{LabelManaged: "1"},
+		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		rawExec(ctx, b, cli, created.ID, []string{"true"})
+		rawExec(ctx, b, cli, created.ID, []string{"true"})
+		if err := cli.ContainerRemove(ctx, created.ID, container.RemoveOptions{Force: true}); err != nil {
+			b.Fatal(err)
+		}
+		raw = append(raw, time.Since(t0))
+
+		t0 = time.Now()
+		h, err := d.Start(ctx, Spec{RunID: "bench", CellID: "bench/cell", Image: testImage, Network: NetworkNone})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
+				b.Fatalf("%+v %v", res, err)
+			}
+		}
+		if err := d.Destroy(ctx, h); err != nil {
+			b.Fatal(err)
+		}
+		drv = append(drv, time.Since(t0))
+	}
+	b.ReportMetric(ms(raw.mean()), "raw-ms/cell")
+	b.ReportMetric(ms(drv.mean()), "driver-ms/cell")
+	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
+	b.ReportMetric(float64(drv.pct(99))/float64(raw.pct(99)), "p99-ratio")
+}
+
+// BenchmarkEnsureImageCached measures EnsureImage of an image already built
+// for its revision against a bare ImageInspect of the same tag. Target:
+// ratio <= 1.5 (a cached image is never rebuilt).
+func BenchmarkEnsureImageCached(b *testing.B) {
+	cli := testutil.Docker(b)
+	testutil.RequireImage(b, cli, testImage)
+	d, err := NewDocker(DockerOptions{Client: cli})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	env := b.TempDir()
+	writeFile(b, filepath.Join(env, "Dockerfile"), "FROM "+testImage+"\nRUN echo bench > /bench\n", 0o644)
+	spec := BuildSpec{Task: "bench-cached", Revision: randomHex(32), EnvironmentDir: env}
+	tag := ImageTag(spec.Task, spec.Revision)
+	b.Cleanup(func() {
+		_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+	if _, err := d.EnsureImage(ctx, spec); err != nil {
+		b.Fatal(err)
+	}
+	var raw, drv samples
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := cli.ImageInspect(ctx, tag); err != nil {
+			b.Fatal(err)
+		}
+		raw = append(raw, time.Since(t0))
+		t0 = time.Now()
+		info, err := d.EnsureImage(ctx, spec)
+		if err != nil || !info.Cached {
+			b.Fatalf("%+v %v", info, err)
+		}
+		drv = append(drv, time.Since(t0))
+	}
+	b.ReportMetric(ms(raw.mean()), "inspect-ms")
+	b.ReportMetric(ms(drv.mean()), "ensure-ms")
+	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
+}
+
+// BenchmarkProcessExec measures the process driver running /bin/true in a
+// started sandbox against a bare os/exec fork/exec of /bin/true. Target:
+// ratio <= 3 (mean and p99).
+func BenchmarkProcessExec(b *testing.B) {
+	p := &Process{BaseDir: b.TempDir()}
+	ctx := context.Background()
+	h, err := p.Start(ctx, Spec{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Destroy(ctx, h)
+	var raw, drv samples
+	for b.Loop() {
+		t0 := time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		raw = append(raw, time.Since(t0))
+		t0 = time.Now()
+		if res, err := p.Exec(ctx, h, ExecSpec{Cmd: []string{"/bin/true"}, Stdout: io.Discard, Stderr: io.Discard}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+		drv = append(drv, time.Since(t0))
+	}
+	b.ReportMetric(float64(raw.mean())/1e3, "raw-us")
+	b.ReportMetric(float64(drv.mean())/1e3, "driver-us")
+	b.ReportMetric(float64(raw.pct(99))/1e3, "raw-p99-us")
+	b.ReportMetric(float64(drv.pct(99))/1e3, "driver-p99-us")
+	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
+	b.ReportMetric(float64(drv.pct(99))/float64(raw.pct(99)), "p99-ratio")
+}
