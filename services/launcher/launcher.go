@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -197,16 +196,19 @@ func (c *cell) run(ctx context.Context) error {
 		}
 		return c.fail(ctx, "sandbox", err)
 	}
-	handedOver := false
-	defer func() {
-		if !handedOver {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
-			defer cancel()
-			if err := c.s.docker.Destroy(dctx, h); err != nil {
-				c.s.log.Warn("destroy", "cell", c.job.CellID, "err", err)
-			}
+	handedOver, destroyed := false, false
+	teardown := func() {
+		if handedOver || destroyed {
+			return
 		}
-	}()
+		destroyed = true
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
+		defer cancel()
+		if err := c.s.docker.Destroy(dctx, h); err != nil {
+			c.s.log.Warn("destroy", "cell", c.job.CellID, "err", err)
+		}
+	}
+	defer teardown()
 	sb := events.SandboxStartedData{Driver: h.Driver, ID: h.ID, State: h.State, Node: c.s.cfg.Node, Network: phases.start}
 	if err := c.emit(ctx, events.SandboxStarted, sb); err != nil {
 		return err
@@ -217,6 +219,7 @@ func (c *cell) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		teardown() // before the terminal event: an ended cell owns no container
 		return c.fail(ctx, "infra", err)
 	}
 	if err := c.emit(ctx, events.Finished, fin); err != nil {
@@ -291,23 +294,6 @@ func lifetime(t *task.Task) time.Duration {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
-
-// stage copies dir into a fresh temp directory under each of names, so a
-// single CopyIn per name puts it at /<name> in the sandbox.
-func stage(dir string, names ...string) (string, func(), error) {
-	tmp, err := os.MkdirTemp("", "proctor-stage-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { os.RemoveAll(tmp) }
-	for _, n := range names {
-		if err := os.CopyFS(filepath.Join(tmp, n), os.DirFS(dir)); err != nil {
-			cleanup()
-			return "", nil, fmt.Errorf("stage %s: %w", dir, err)
-		}
-	}
-	return tmp, cleanup, nil
-}
 
 // environmentDir is the build context, or "" when the task has no
 // Dockerfile and runs its docker_image.

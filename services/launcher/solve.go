@@ -33,13 +33,8 @@ func (c *cell) solveOracle(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	if err := c.emit(ctx, events.Started, events.StartedData{Harness: c.plan.Harness, Model: c.plan.Model}); err != nil {
 		return events.FinishedData{}, err
 	}
-	tmp, cleanup, err := stage(t.SolutionDir, "solution", "oracle")
-	if err != nil {
-		return events.FinishedData{}, err
-	}
-	defer cleanup()
-	for _, name := range []string{"solution", "oracle"} {
-		if err := c.s.docker.CopyIn(ctx, h, filepath.Join(tmp, name), "/"); err != nil {
+	for _, dst := range []string{"/solution", "/oracle"} {
+		if err := c.s.docker.CopyIn(ctx, h, t.SolutionDir, dst); err != nil {
 			return events.FinishedData{}, fmt.Errorf("copy the solution in: %w", err)
 		}
 	}

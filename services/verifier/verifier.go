@@ -89,15 +89,18 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
-	err := s.verify(ctx, job, h)
+	end, err := s.verify(ctx, job, h)
+	// The sandbox goes before the cell's terminal event, so a run is never
+	// reported finished while one of its containers still exists.
+	s.destroy(ctx, h)
 	if ctx.Err() != nil {
-		// Interrupted: the sandbox goes with the cell; the job stays for a
-		// verifier restarted on this node.
-		s.destroy(ctx, h)
+		// Interrupted: the job stays for a verifier restarted on this node.
 		_ = m.Nak()
 		return
 	}
-	s.destroy(ctx, h)
+	if err == nil && end != nil {
+		err = s.bus.PublishAll(ctx, *end)
+	}
 	if err != nil {
 		s.log.Error("verify", "cell", job.CellID, "err", err)
 		_ = m.NakWithDelay(5 * time.Second)
@@ -115,35 +118,39 @@ func (s *Service) destroy(ctx context.Context, h *sandbox.Handle) {
 }
 
 func (s *Service) emit(ctx context.Context, job events.VerifyJob, t events.Type, data any) error {
-	return s.bus.Publish(ctx, events.Must(t, job.RunID, job.CellID, job.Attempt, Source, data))
+	return s.bus.Publish(ctx, event(job, t, data))
 }
 
-// verify scores one cell. It returns an error only when the event log
-// cannot be written; every other failure is recorded on the cell.
-func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.Handle) error {
+func event(job events.VerifyJob, t events.Type, data any) events.Envelope {
+	return events.Must(t, job.RunID, job.CellID, job.Attempt, Source, data)
+}
+
+// verify scores one cell and returns its terminal event (Verdict or
+// CellErrored) for the caller to publish once the sandbox is gone; nil when
+// the job belongs to an ended run. The error is non-nil only when the event
+// log cannot be read or written.
+func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.Handle) (*events.Envelope, error) {
 	rec, err := s.bus.GetRun(ctx, job.RunID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch rec.Status {
 	case bus.StatusFinished, bus.StatusFailed, bus.StatusInterrupted:
-		return nil
+		return nil, nil
 	}
 	pe, err := s.bus.LastEvent(ctx, events.CellSubject(job.RunID, job.CellID, events.CellPlanned))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var plan events.CellPlannedData
 	if err := events.Into(pe, &plan); err != nil {
-		return err
+		return nil, err
 	}
 	dir := cellfs.Dir(plan.OutputDir)
-	fail := func(err error) error {
+	fail := func(err error) (*events.Envelope, error) {
 		dir.Logf("verifier errored: %v", err)
-		if perr := s.emit(ctx, job, events.CellErrored, events.CellErroredData{ErrorClass: "infra", Error: err.Error()}); perr != nil {
-			return perr
-		}
-		return s.bus.Flush(ctx)
+		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: "infra", Error: err.Error()})
+		return &e, nil
 	}
 	t, err := task.Load(plan.TaskDir)
 	if err != nil {
@@ -158,12 +165,12 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		network = sandbox.NetworkBridge
 	}
 	if err := s.emit(ctx, job, events.VerifyStarted, events.VerifyStartedData{Node: s.cfg.Node, Network: network}); err != nil {
-		return err
+		return nil, err
 	}
 	v, err := s.runTests(ctx, t, h, dir)
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		return fail(err)
 	}
@@ -176,10 +183,8 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)
 	}
-	if err := s.emit(ctx, job, events.Verdict, v); err != nil {
-		return err
-	}
-	return s.bus.Flush(ctx)
+	e := event(job, events.Verdict, v)
+	return &e, nil
 }
 
 // runTests copies the tests to /tests and /verifier, creates
@@ -197,16 +202,8 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	if err != nil || prep.ExitCode != 0 {
 		return v, fmt.Errorf("prepare /logs/verifier: exit %d: %v", prep.ExitCode, err)
 	}
-	tmp, err := os.MkdirTemp("", "proctor-tests-")
-	if err != nil {
-		return v, err
-	}
-	defer os.RemoveAll(tmp)
-	for _, name := range []string{"tests", "verifier"} {
-		if err := os.CopyFS(filepath.Join(tmp, name), os.DirFS(t.TestsDir)); err != nil {
-			return v, fmt.Errorf("stage tests: %w", err)
-		}
-		if err := s.docker.CopyIn(ctx, h, filepath.Join(tmp, name), "/"); err != nil {
+	for _, dst := range []string{"/tests", "/verifier"} {
+		if err := s.docker.CopyIn(ctx, h, t.TestsDir, dst); err != nil {
 			return v, fmt.Errorf("copy tests in: %w", err)
 		}
 	}

@@ -1,0 +1,3 @@
+#!/bin/bash
+echo started
+sleep 120
