@@ -58,15 +58,18 @@ func (r *configReader) apply(t *Task, m map[string]any) error {
 	if r.markdown {
 		// BenchFlow authoring shorthands expand into defaults proctor does
 		// not reproduce; refuse them rather than run something else.
-		for _, k := range []string{"image", "profile", "profiles"} {
+		if _, ok := m["image"]; ok {
+			return r.errf("image", "the BenchFlow shorthand image: is not supported; set sandbox.docker_image instead")
+		}
+		for _, k := range []string{"profile", "profiles"} {
 			if _, ok := m[k]; ok {
-				return r.errf(k, "the BenchFlow authoring shorthand %q is not supported; write the canonical tables (sandbox.docker_image, ...) instead", k)
+				return r.errf(k, "BenchFlow authoring profiles (%s:) are not supported; write out the tables the profile would fill", k)
 			}
 		}
 		for _, k := range []string{"verifier", "oracle"} {
 			if v, ok := m[k]; ok {
 				if _, isStr := v.(string); isStr {
-					return r.errf(k, "the BenchFlow path shorthand %s: <path> is not supported; put the files in %s/ and use a %s mapping", k, k, k)
+					return r.errf(k, "the BenchFlow path shorthand %s: <path> is not supported; put the files in %s/ and write %s as a mapping", k, k, k)
 				}
 			}
 		}

@@ -91,9 +91,21 @@ func yamlSyntaxError(err error, off int) error {
 		if tk := ye.GetToken(); tk != nil && tk.Position != nil {
 			line = tk.Position.Line + off - 1
 		}
-		return &fileError{line: line, msg: "invalid YAML: " + ye.GetMessage(), err: err}
+		return &fileError{line: line, msg: "invalid YAML: " + shiftPositions(ye.GetMessage(), off), err: err}
 	}
 	return &fileError{msg: "invalid YAML: " + firstLine(err.Error()), err: err}
+}
+
+var yamlPosRE = regexp.MustCompile(`\[(\d+):(\d+)\]`)
+
+// shiftPositions rewrites go-yaml's "[line:column]" references inside a
+// message into file lines ("line 3").
+func shiftPositions(msg string, off int) string {
+	return yamlPosRE.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := yamlPosRE.FindStringSubmatch(m)
+		n, _ := strconv.Atoi(sub[1])
+		return "line " + strconv.Itoa(n+off-1)
+	})
 }
 
 func firstLine(s string) string {
