@@ -23,7 +23,7 @@ vet:
 	$(GO) vet ./...
 
 ## test: vet, then every package's tests against the real engine
-test: setup
+test: setup-node
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 30m ./...
 
@@ -32,8 +32,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 ## demo: run the example tasks with the oracle and write a report to out/demo
-demo:
-	$(MAKE) build
+demo: setup build
 	./bin/proctor tasks run --tasks-root examples/tasks --all --harnesses oracle \
 		--out-json out/demo/task_runs.json --out-md out/demo/report.md
 
