@@ -307,29 +307,42 @@ func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult
 	interval := 10 * time.Millisecond
 	poll := time.NewTimer(interval)
 	defer poll.Stop()
+	stream := (<-chan struct{})(copyDone)
+	streamClosed := false
+	failures := 0
 	for {
 		select {
-		case <-copyDone:
-			// The stream closed: the process has exited or is about to.
-			code, err := d.waitExec(context.WithoutCancel(ctx), created.ID, killWait)
-			if err != nil {
-				return ExecResult{}, err
-			}
-			return ExecResult{ExitCode: code, Duration: time.Since(start)}, nil
+		case <-stream:
+			// The stream closed: the process has exited or is about to;
+			// ask at once, then at a short interval until the engine
+			// reports the exit.
+			stream, streamClosed = nil, true
+			interval = 2 * time.Millisecond
+			poll.Reset(0)
 		case <-poll.C:
 			ins, err := d.cli.ContainerExecInspect(ctx, created.ID)
-			if err == nil && !ins.Running {
-				drain()
-				return ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
-			}
-			if err != nil && ctx.Err() == nil {
-				if cerrdefs.IsNotFound(err) {
+			switch {
+			case err == nil && !ins.Running:
+				if !streamClosed {
 					drain()
-					return ExecResult{}, fmt.Errorf("%w: %v", ErrDestroyed, err)
 				}
-				d.log.Debug("exec inspect", "err", err)
+				return ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
+			case err != nil && cerrdefs.IsNotFound(err):
+				drain()
+				return ExecResult{}, fmt.Errorf("%w: %v", ErrDestroyed, err)
+			case err != nil && ctx.Err() == nil:
+				if failures++; failures >= 20 {
+					drain()
+					return ExecResult{}, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
+				}
+			case err == nil:
+				failures = 0
 			}
-			interval = min(interval*2, 500*time.Millisecond)
+			if streamClosed {
+				interval = min(interval*2, 100*time.Millisecond)
+			} else {
+				interval = min(interval*2, 500*time.Millisecond)
+			}
 			poll.Reset(interval)
 		case <-deadline:
 			return d.stopExec(ctx, cid, created.ID, spec.Grace, start, drain), nil

@@ -162,14 +162,18 @@ type Driver interface {
 	// (the sandbox is gone, the engine failed).
 	Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error)
 	// CopyIn copies the host file or directory tree at hostPath into the
-	// directory sandboxDir (created with parents when missing), so that
-	// hostPath's base name appears inside sandboxDir. File modes are kept;
-	// files are owned by root (Docker) or the current user (process).
-	// A missing hostPath is ErrNotFound.
+	// directory sandboxDir, created with its parents when missing: a
+	// directory's contents land in sandboxDir (CopyIn("task/solution",
+	// "/oracle") makes /oracle/solve.sh), a file lands in sandboxDir under
+	// its base name. Permission bits are kept; files are owned by root
+	// (Docker) or the current user (process); an existing sandboxDir keeps
+	// its mode and owner. A missing hostPath is ErrNotFound.
 	CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error
 	// CopyOut copies the file or directory at sandboxPath into the host
-	// directory hostDir (created when missing), so that sandboxPath's base
-	// name appears inside hostDir. A missing sandboxPath is ErrNotFound.
+	// directory hostDir (created when missing) under its base name
+	// (CopyOut("/logs/verifier", cellDir) makes cellDir/verifier/...).
+	// Permission bits are kept, ownership is the current user's. A missing
+	// sandboxPath is ErrNotFound.
 	CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error
 	// Destroy stops the sandbox and removes everything Start created (the
 	// container and its per-cell network; the temp work tree). It is
