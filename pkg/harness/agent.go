@@ -1,0 +1,140 @@
+package harness
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// AgentSpec is an agent directory's agent.toml (DESIGN §5.1):
+//
+//	install = "apt-get install -y jq"   # run once per task image, as root, cached
+//	run = "bash /opt/proctor/agent/agent.sh"
+//	max_timeout_sec = 900                # optional cap on the task's [agent].timeout_sec
+//	[env]
+//	LOG_LEVEL = "info"
+type AgentSpec struct {
+	Dir     string            `toml:"-"`
+	Install string            `toml:"install"`
+	Run     string            `toml:"run"`
+	Env     map[string]string `toml:"env"`
+	// MaxTimeoutSec caps the solve budget in seconds; 0 means the Anpord
+	// command harness's 15-minute cap (900 s).
+	MaxTimeoutSec float64 `toml:"max_timeout_sec"`
+	// Hash is the hex SHA-256 of the directory's files (sorted paths and
+	// contents); it keys the install cache.
+	Hash string `toml:"-"`
+}
+
+// AgentMount is where the agent directory is copied in the container.
+const AgentMount = "/opt/proctor/agent"
+
+// DefaultAgentCapSec is the Anpord command harness's default cap: 15 minutes.
+const DefaultAgentCapSec = 900
+
+// LoadAgent reads dir/agent.toml. Errors name the file and key.
+func LoadAgent(dir string) (*AgentSpec, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(abs, "agent.toml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", dir, err)
+	}
+	a := &AgentSpec{Dir: abs}
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(a); err != nil {
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, _ := de.Position()
+			return nil, fmt.Errorf("%s:%d: %s", path, row, de.Error())
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if a.Run == "" {
+		return nil, fmt.Errorf("%s: key run: the command that starts the agent is required", path)
+	}
+	if a.MaxTimeoutSec < 0 {
+		return nil, fmt.Errorf("%s: key max_timeout_sec: must not be negative", path)
+	}
+	if a.MaxTimeoutSec == 0 {
+		a.MaxTimeoutSec = DefaultAgentCapSec
+	}
+	if a.Hash, err = hashDir(abs); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Budget is the agent's solve budget in seconds: the task's
+// [agent].timeout_sec capped at MaxTimeoutSec.
+func (a *AgentSpec) Budget(taskTimeoutSec float64) float64 {
+	return min(taskTimeoutSec, a.MaxTimeoutSec)
+}
+
+func hashDir(dir string) (string, error) {
+	var paths []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			paths = append(paths, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(paths)
+	h := sha256.New()
+	for _, p := range paths {
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(h, "%s\x00", filepath.ToSlash(rel))
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Metrics is the Archal Docker harness's metrics.json, as the agent wrote it.
+type Metrics map[string]any
+
+// ReadMetrics parses metrics.json; numbers stay numbers, unknown keys are
+// kept.
+func ReadMetrics(b []byte) (Metrics, error) {
+	var m Metrics
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("metrics.json: %w", err)
+	}
+	return m, nil
+}
+
+// Int returns a numeric key as an integer.
+func (m Metrics) Int(key string) (int64, bool) {
+	if f, ok := m[key].(float64); ok {
+		return int64(f), true
+	}
+	return 0, false
+}

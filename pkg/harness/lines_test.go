@@ -1,0 +1,82 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+func TestParseLine(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	u := ParseLine(`{"_tag":"Usage","inputTokens":120,"output_tokens":30,"cache_read_input_tokens":7,"cost_usd":0.0125,"at":1767323045123}`, now)
+	if u.Kind != LineEvent || u.Type != events.Usage {
+		t.Fatalf("usage line: %+v", u)
+	}
+	ud := u.Data.(*events.UsageData)
+	if ud.PromptTokens != 120 || ud.CompletionTokens != 30 || ud.CacheReadTokens != 7 || ud.CostUSD == nil || *ud.CostUSD != 0.0125 {
+		t.Fatalf("usage data %+v", ud)
+	}
+	if !u.At.Equal(time.UnixMilli(1767323045123)) {
+		t.Fatalf("at %v", u.At)
+	}
+	c := ParseLine(`  {"_tag":"Command","command":"ls -la","exitCode":2}  `, now)
+	if cd := c.Data.(*events.CommandData); c.Type != events.Command || cd.Command != "ls -la" || cd.ExitCode == nil || *cd.ExitCode != 2 || !c.At.Equal(now) {
+		t.Fatalf("command %+v", c)
+	}
+	tc := ParseLine(`{"_tag":"ToolCall","toolName":"bash","input":{"cmd":"x"}}`, now)
+	if td := tc.Data.(*events.ToolCallData); td.Name != "bash" || td.Input == nil {
+		t.Fatalf("tool %+v", td)
+	}
+	op := ParseLine(`PROCTOR_OP {"type":"skill_read","skill":"csv","bytes":12}`, now)
+	if od := op.Data.(*events.OperationData); op.Kind != LineOperation || od.OpType != "skill_read" || od.Fields["bytes"] != int64(12) || od.Fields["skill"] != "csv" {
+		t.Fatalf("op %+v", op.Data)
+	}
+	if d := ParseLine(`DOKIMI_OP {"op":"search"}`, now); d.Kind != LineOperation || d.Data.(*events.OperationData).OpType != "search" {
+		t.Fatalf("dokimi op %+v", d)
+	}
+	for _, text := range []string{`hello`, `{"_tag":"Unknown"}`, `{"no_tag":1}`, `{broken`, `[1,2]`, `PROCTOR_OP not json`, ``} {
+		if l := ParseLine(text, now); l.Kind != LineText || l.Text != text {
+			t.Errorf("%q: %+v, want text", text, l)
+		}
+	}
+	f := ParseLine(`{"_tag":"Finished","exitReason":"completed"}`, now)
+	if f.Type != events.Finished || f.Data.(*events.FinishedData).Reason != "completed" {
+		t.Fatalf("finished %+v", f)
+	}
+}
+
+func TestLoadAgent(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) {
+		if err := os.WriteFile(filepath.Join(dir, "agent.toml"), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("run = \"bash agent.sh\"\ninstall = \"true\"\n[env]\nA = \"1\"\n")
+	a, err := LoadAgent(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Run != "bash agent.sh" || a.Env["A"] != "1" || a.MaxTimeoutSec != DefaultAgentCapSec || len(a.Hash) != 64 {
+		t.Fatalf("%+v", a)
+	}
+	if a.Budget(600) != 600 || a.Budget(3600) != 900 {
+		t.Fatalf("budget %v %v", a.Budget(600), a.Budget(3600))
+	}
+	h1 := a.Hash
+	write("run = \"bash agent.sh\"\ninstall = \"true\"\n[env]\nA = \"2\"\n")
+	if b, _ := LoadAgent(dir); b.Hash == h1 {
+		t.Fatal("hash did not change with the files")
+	}
+	write("install = \"true\"\n")
+	if _, err := LoadAgent(dir); err == nil {
+		t.Fatal("agent.toml without run loaded")
+	}
+	write("run = \"x\"\nrunn = \"typo\"\n")
+	if _, err := LoadAgent(dir); err == nil {
+		t.Fatal("unknown key accepted")
+	}
+}
