@@ -159,7 +159,11 @@ type Driver interface {
 	// When ctx ends the command is stopped as at a timeout (TimedOut,
 	// ExitCode 124) and the error is nil; the caller then Destroys. The
 	// error is non-nil only when the command could not be run or followed
-	// (the sandbox is gone, the engine failed).
+	// (the sandbox is gone: ErrDestroyed; the engine failed; the process
+	// driver could not start the binary). The Docker driver reports a
+	// command the runtime cannot start (missing binary, workdir or user)
+	// as exit 126 with the runtime's message on the output, as `docker
+	// exec` does.
 	Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error)
 	// CopyIn copies the host file or directory tree at hostPath into the
 	// directory sandboxDir, created with its parents when missing: a
