@@ -88,16 +88,11 @@ const (
 	killWait = 10 * time.Second
 )
 
-// labels returns the labels of everything created for spec.
+// labels returns the labels of everything created for spec. The run and
+// cell labels are always set (possibly empty) so that a container never
+// inherits them from an image committed from another run's container.
 func labels(spec Spec) map[string]string {
-	l := map[string]string{LabelManaged: "1"}
-	if spec.RunID != "" {
-		l[LabelRun] = spec.RunID
-	}
-	if spec.CellID != "" {
-		l[LabelCell] = spec.CellID
-	}
-	return l
+	return map[string]string{LabelManaged: "1", LabelRun: spec.RunID, LabelCell: spec.CellID}
 }
 
 // Start implements Driver. It creates the per-cell internal network when
