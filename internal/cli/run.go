@@ -95,7 +95,12 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.commandTpl != "" {
 		harnesses = append(harnesses, "command:"+f.commandTpl)
 	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return events.RunSpec{}, err
+	}
 	s := events.RunSpec{
+		BaseDir:   cwd,
 		TasksRoot: root, Tasks: f.tasks, All: f.all, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out,
 	}

@@ -23,8 +23,11 @@ type RunSpec struct {
 	// ImageMap is the image-reference mapping in force (from, to).
 	ImageMap map[string]string `json:"image_map,omitempty"`
 	// AgentGraceSec is the SIGTERM-to-SIGKILL grace at an agent's deadline,
-	// in seconds.
+	// in seconds (0 = 10 s).
 	AgentGraceSec float64 `json:"agent_grace_sec,omitempty"`
+	// BaseDir is the directory relative agent:<dir> and command:<template>
+	// paths were given against (the caller's working directory).
+	BaseDir string `json:"base_dir,omitempty"`
 }
 
 // RunRequestedData opens a run.

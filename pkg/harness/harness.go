@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/proctor-eval/proctor/pkg/task"
@@ -57,8 +58,8 @@ type Info struct {
 func Registry() []Info {
 	return []Info{
 		{Oracle, "oracle", "the task's reference solution in the task container, as root", "the task verifier", true},
-		{Agent, "agent:<dir>", "your agent process inside the task container (agent.toml in <dir>)", "the task verifier", false},
-		{Command, "command:<template>", "a host command; placeholders {task_path} {task_name} {model} {output_dir}", "reward.txt in {output_dir}, else the exit code", false},
+		{Agent, "agent:<dir>", "your agent process inside the task container (agent.toml in <dir>)", "the task verifier", true},
+		{Command, "command:<template>", "a host command; placeholders {task_path} {task_name} {model} {output_dir}", "reward.txt in {output_dir}, else the exit code", true},
 		{Probe, "probe", "an isolation probe in the sandbox an agent arm gets", "every leak class closed", false},
 		{ClaudeCode, "claude-code", "Claude Code CLI in the task container", "the task verifier", false},
 	}
@@ -87,6 +88,15 @@ func Parse(s string) (Ref, error) {
 		return r, nil
 	}
 	return r, fmt.Errorf("%w %q (known: oracle, agent:<dir>, command:<template>, probe)", ErrUnknown, s)
+}
+
+// AgentDir is the absolute agent directory of an agent:<dir> reference,
+// resolved against base when relative.
+func (r Ref) AgentDir(base string) string {
+	if filepath.IsAbs(r.Arg) {
+		return filepath.Clean(r.Arg)
+	}
+	return filepath.Join(base, r.Arg)
 }
 
 // InContainer reports whether the harness solves inside the task container

@@ -37,6 +37,14 @@ import (
 type Process struct {
 	// BaseDir is where temp work trees are made; "" means os.TempDir().
 	BaseDir string
+	// Host runs commands in the caller's own world instead of a closed
+	// one: the whole environment of proctor (HOME included) instead of the
+	// allowlist, and an absolute workdir is a host path, not a path in the
+	// work tree. It is for command:<template> harnesses, which wrap host
+	// tools and are run "in the tasks root's parent directory with the
+	// caller's environment" (DESIGN §5). Process groups, timeouts and the
+	// kill of what a command leaves behind are the same.
+	Host bool
 }
 
 var _ Driver = (*Process)(nil)
@@ -114,12 +122,20 @@ func (p *Process) root(h *Handle) (string, error) {
 // sandbox's Env, then the command's Env.
 func (p *Process) env(h *Handle, extra map[string]string) []string {
 	m := map[string]string{}
-	for _, k := range ProcessEnvAllowlist {
-		if v, ok := os.LookupEnv(k); ok {
-			m[k] = v
+	if p.Host {
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				m[k] = v
+			}
 		}
+	} else {
+		for _, k := range ProcessEnvAllowlist {
+			if v, ok := os.LookupEnv(k); ok {
+				m[k] = v
+			}
+		}
+		m["HOME"] = h.state("home")
 	}
-	m["HOME"] = h.state("home")
 	for k, v := range h.env {
 		m[k] = v
 	}
@@ -153,7 +169,10 @@ func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResul
 		return ExecResult{}, err
 	}
 	wd := h.state("workdir")
-	if spec.Workdir != "" {
+	switch {
+	case p.Host && filepath.IsAbs(spec.Workdir):
+		wd = spec.Workdir
+	case spec.Workdir != "":
 		wd = inTree(root, spec.Workdir)
 	}
 	if wd == "" {

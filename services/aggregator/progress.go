@@ -104,6 +104,17 @@ func (p *Projector) States() map[string]int {
 	return out
 }
 
+// Cells returns the ids of the planned cells, sorted.
+func (p *Projector) Cells() []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(p.cells)) {
+		if p.cells[id].plan.Task != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // CellState is the state of one cell: its outcome once done (see
 // Progress), else StateRunning or StateQueued; "" for a cell the
 // projection has not seen planned.

@@ -290,6 +290,10 @@ func (p *Projector) row(id string) artifact.Result {
 		m.SolveSec = ptr(f.DurationSec)
 		m.AgentReported = f.AgentReported
 		m.Isolation = f.Isolation
+		// metrics.json fills a count only when no event carried it.
+		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n > 0 && len(m.ToolCalls) == 0 {
+			m.ToolCalls = map[string]int{"unnamed": int(n)}
+		}
 	}
 	if v := c.verdict; v != nil {
 		r.VerifierReturnCode = v.ReturnCode
@@ -304,6 +308,9 @@ func (p *Projector) row(id string) artifact.Result {
 	case c.refused != nil:
 		errored(c.refused.ErrorClass, c.refused.Reason)
 		m.UnresolvedEnv = c.refused.UnresolvedEnv
+	case c.errored != nil && c.errored.ErrorClass == artifact.ErrorSolver:
+		errored(artifact.ErrorSolver, c.errored.Error) // e.g. the agent's install failed
+		m.Error, m.SolverError = false, true
 	case c.errored != nil:
 		errored(c.errored.ErrorClass, c.errored.Error)
 	case c.finished != nil && c.finished.NoAttempt:

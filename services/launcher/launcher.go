@@ -61,10 +61,11 @@ func (c *Config) Validate() error {
 
 // Service is a launcher.
 type Service struct {
-	cfg    Config
-	bus    *bus.Bus
-	docker *sandbox.Docker
-	log    *slog.Logger
+	cfg      Config
+	bus      *bus.Bus
+	docker   *sandbox.Docker
+	log      *slog.Logger
+	installs keyedMutex
 }
 
 // New returns a launcher that runs sandboxes with docker.
@@ -176,6 +177,9 @@ func (c *cell) run(ctx context.Context) error {
 		return c.fail(ctx, "refused", err)
 	}
 
+	if ref.Kind == harness.Command {
+		return c.runCommand(ctx, ref, t)
+	}
 	img, err := c.image(ctx, t)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -184,9 +188,28 @@ func (c *cell) run(ctx context.Context) error {
 		return c.fail(ctx, "build", err)
 	}
 
+	runImage, workdir := img.Ref, t.Workdir
+	var agent *harness.AgentSpec
+	if ref.Kind == harness.Agent {
+		if workdir, err = agentWorkdir(t, img); err != nil {
+			return c.fail(ctx, harness.ClassRefused, err)
+		}
+		if agent, err = harness.LoadAgent(ref.AgentDir(c.spec.BaseDir)); err != nil {
+			return c.fail(ctx, harness.ClassRefused, err)
+		}
+		if runImage, err = c.agentImage(ctx, t, img, agent); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, errInstall) {
+				return c.fail(ctx, "solver_error", err)
+			}
+			return c.fail(ctx, "sandbox", err)
+		}
+	}
 	phases := planNetworks(ref, t)
 	h, err := c.s.docker.Start(ctx, sandbox.Spec{
-		RunID: c.job.RunID, CellID: c.job.CellID, Image: img.Ref, Workdir: t.Workdir,
+		RunID: c.job.RunID, CellID: c.job.CellID, Image: runImage, Workdir: workdir,
 		Env: t.SandboxEnv, Network: phases.start, CPUs: t.CPUs, MemoryMB: t.MemoryMB,
 		Lifetime: lifetime(t),
 	})
@@ -214,7 +237,12 @@ func (c *cell) run(ctx context.Context) error {
 		return err
 	}
 
-	fin, err := c.solve(ctx, ref, t, h, phases)
+	var fin events.FinishedData
+	if agent != nil {
+		fin, err = c.solveAgent(ctx, t, h, agent, workdir)
+	} else {
+		fin, err = c.solve(ctx, ref, t, h, phases)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -274,6 +302,12 @@ type networks struct {
 // whose solve phase is not starts on a per-cell internal network, because a
 // --network none container can never be connected later.
 func planNetworks(ref harness.Ref, t *task.Task) networks {
+	if ref.Kind == harness.Agent {
+		// Agent arms never get the open network: a per-cell internal
+		// network whose only way out will be the egress proxy; the verifier
+		// joins the bridge afterwards when its policy is public.
+		return networks{start: sandbox.NetworkInternal, solve: "internal"}
+	}
 	solvePublic := t.AgentNetwork.Mode == task.NetworkPublic || t.AgentNetwork.Mode == ""
 	verifyPublic := t.VerifierNetwork.Mode == task.NetworkPublic || t.VerifierNetwork.Mode == ""
 	switch {

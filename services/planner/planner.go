@@ -74,6 +74,11 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.Kind == harness.Agent {
+			if _, err := harness.LoadAgent(r.AgentDir(spec.BaseDir)); err != nil {
+				return nil, fmt.Errorf("harness %s: %w", r.Name, err)
+			}
+		}
 		if seen[r.Name] {
 			return nil, fmt.Errorf("harness %q given twice", r.Name)
 		}

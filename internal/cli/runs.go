@@ -1,0 +1,349 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/services/aggregator"
+)
+
+// outcomeOrder is the order outcomes and live states are listed in.
+var outcomeOrder = []string{"passed", "partial", "failed", "solver_timeout", "verifier_timeout",
+	"verifier_error", "errored", aggregator.StateRunning, aggregator.StateQueued}
+
+func newRuns(g *globals) *cobra.Command {
+	runs := &cobra.Command{Use: "runs", Short: "List and inspect runs of the run index"}
+	runs.AddCommand(newRunsList(g), newRunsShow(g))
+	return runs
+}
+
+// runView is a run index record as `runs list` and `runs show` print it,
+// with live state from the log for a run that has not ended.
+type runView struct {
+	bus.RunRecord
+	// Stale is true when the record says requested or running but no
+	// proctor process serves this store: the process that ran it died.
+	Stale bool `json:"stale,omitempty"`
+	// States counts cells by outcome, running or queued, from the log.
+	States map[string]int `json:"states,omitempty"`
+	// Progress is the per-harness progress from the log (runs show only).
+	Progress []aggregator.HarnessProgress `json:"progress,omitempty"`
+	// CellStates maps each planned cell to its state (runs show --cells).
+	CellStates map[string]string `json:"cell_states,omitempty"`
+}
+
+func terminalStatus(s string) bool {
+	return s == bus.StatusFinished || s == bus.StatusFailed || s == bus.StatusInterrupted
+}
+
+func newRunsList(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the runs of the run index, newest first",
+		Long: `List every run of the run index (KV bucket PROCTOR_RUNS), newest first: id,
+status, start and finish times (UTC), harnesses, cells and cell counts by
+state, and the artifact's path. Counts of a finished run are the index's;
+those of a run still going are projected from its events (running and
+queued cells included). "running*" marks a run whose process died: no
+proctor serves this store any more. --json prints the records as a JSON
+array instead.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			conn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			recs, err := conn.ListRuns(ctx)
+			if err != nil {
+				return err
+			}
+			views := make([]runView, 0, len(recs))
+			for _, r := range recs {
+				v, err := g.view(ctx, conn, r, false, false)
+				if err != nil {
+					return err
+				}
+				views = append(views, v)
+			}
+			if asJSON {
+				return writeJSON(g.stdout, views)
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tSTATUS\tSTARTED\tFINISHED\tHARNESSES\tCELLS\tSTATES\tARTIFACT")
+			for _, v := range views {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.ID, statusText(v), shortTime(v.StartedAt), shortTime(v.FinishedAt),
+					strings.Join(v.Spec.Harnesses, ","), v.Cells, countsText(v.States), orDash(v.Artifact))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+func newRunsShow(g *globals) *cobra.Command {
+	var asJSON, cells bool
+	cmd := &cobra.Command{
+		Use:   "show RUN [--json] [--cells]",
+		Short: "Show one run: status, spec, times, cell counts by state, progress per harness, artifact paths",
+		Long: `Show one run of the run index. RUN is a run id or a unique prefix of one.
+The record's fields are printed one per line, followed by the per-harness
+progress projected from the run's events (done, running, queued, errored,
+passed, pass rate over scored cells). --cells adds every cell with its
+state; --json prints the same as one indented JSON object (the record's
+fields plus "stale", "states", "progress" and, with --cells,
+"cell_states").`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			conn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			id, err := g.resolveRun(ctx, conn.Bus, args[0])
+			if err != nil {
+				return err
+			}
+			rec, err := conn.GetRun(ctx, id)
+			if err != nil {
+				return err
+			}
+			v, err := g.view(ctx, conn, rec, true, cells)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, v)
+			}
+			writeRunView(g.stdout, v)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one indented JSON object")
+	cmd.Flags().BoolVar(&cells, "cells", false, "list every cell with its state")
+	return cmd
+}
+
+// view builds a runView. The log is projected for runs show (detail) and
+// for any run that has not ended; a finished run in a list keeps the
+// index's counts.
+func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, detail, cells bool) (runView, error) {
+	v := runView{RunRecord: r, States: r.Counts}
+	done := terminalStatus(r.Status)
+	v.Stale = !done && conn.embedded != nil
+	if done && !detail {
+		return v, nil
+	}
+	p, err := aggregator.Project(ctx, conn.Bus, r.ID)
+	if err != nil {
+		return v, err
+	}
+	v.States = p.States()
+	if !detail {
+		return v, nil
+	}
+	v.Progress = p.Progress()
+	if cells {
+		v.CellStates = map[string]string{}
+		for _, id := range p.Cells() {
+			v.CellStates[id] = p.CellState(id)
+		}
+	}
+	return v, nil
+}
+
+func writeRunView(w io.Writer, v runView) {
+	line := func(k, val string) {
+		if val != "" {
+			fmt.Fprintf(w, "%-10s %s\n", k, val)
+		}
+	}
+	line("run", v.ID)
+	line("status", statusText(v))
+	line("started", v.StartedAt)
+	line("finished", v.FinishedAt)
+	tasks := "all"
+	if !v.Spec.All {
+		tasks = strings.Join(v.Spec.Tasks, ", ")
+	}
+	line("tasks", v.Spec.TasksRoot+" ("+tasks+")")
+	line("harnesses", strings.Join(v.Spec.Harnesses, ", "))
+	line("models", strings.Join(v.Spec.Models, ", "))
+	line("repeats", fmt.Sprint(v.Spec.Repeats))
+	if v.Spec.BaselineHarness != "" {
+		line("baseline", v.Spec.BaselineHarness)
+	}
+	line("cells", fmt.Sprintf("%d: %s", v.Cells, countsText(v.States)))
+	line("output", v.Spec.OutputDir)
+	line("artifact", v.Artifact)
+	line("report", v.Report)
+	line("error", v.Error)
+	if v.Stale {
+		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor replay %s` projects what finished\n", v.ID)
+	}
+	for _, h := range v.Progress {
+		fmt.Fprintf(w, "harness    %s\n", progressText(h))
+	}
+	for _, id := range slices.Sorted(maps.Keys(v.CellStates)) {
+		fmt.Fprintf(w, "cell       %s %s\n", id, v.CellStates[id])
+	}
+}
+
+// progressText is one harness's progress on one line.
+func progressText(h aggregator.HarnessProgress) string {
+	rate := "pass rate —"
+	if h.PassRate != nil {
+		rate = fmt.Sprintf("pass rate %d/%d = %.1f %%", h.Passed, h.Scored, 100**h.PassRate)
+	}
+	return fmt.Sprintf("%s: %d/%d done, %d running, %d queued, %d errored, %s",
+		h.Harness, h.Done, h.Cells, h.Running, h.Queued, h.Errored, rate)
+}
+
+func statusText(v runView) string {
+	if v.Stale {
+		return v.Status + "*"
+	}
+	return v.Status
+}
+
+// countsText lists counts in outcomeOrder, then any other key sorted:
+// "5 passed, 1 verifier_timeout, 2 errored".
+func countsText(m map[string]int) string {
+	var parts []string
+	for _, k := range outcomeOrder {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if !slices.Contains(outcomeOrder, k) && m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func shortTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return orDash(s)
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// resolveRun turns a command-line RUN into a run id: "" is the newest run
+// of the index; an id of the index is itself; otherwise a unique prefix
+// of an indexed id. An id absent from the index is returned as given, so
+// commands that read the log (replay, events export) work on a log whose
+// index entry is missing.
+func (g *globals) resolveRun(ctx context.Context, b *bus.Bus, arg string) (string, error) {
+	if arg != "" {
+		if _, err := b.GetRun(ctx, arg); err == nil {
+			return arg, nil
+		} else if !errors.Is(err, bus.ErrNotFound) {
+			return "", err
+		}
+	}
+	recs, err := b.ListRuns(ctx)
+	if err != nil {
+		return "", err
+	}
+	if arg == "" {
+		if len(recs) == 0 {
+			return "", fmt.Errorf("no runs in the run index of %s", g.storeName())
+		}
+		return recs[0].ID, nil
+	}
+	var match []string
+	for _, r := range recs {
+		if strings.HasPrefix(r.ID, strings.ToUpper(arg)) {
+			match = append(match, r.ID)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return arg, nil
+	case 1:
+		return match[0], nil
+	}
+	return "", usageError{fmt.Errorf("run prefix %q matches %d runs: %s", arg, len(match), strings.Join(match, ", "))}
+}
+
+// requireEvents returns an error when the log holds no event of the run.
+func (g *globals) requireEvents(ctx context.Context, b *bus.Bus, runID string) error {
+	seq, err := b.LastSeq(ctx, events.RunFilter(runID))
+	if err != nil {
+		return err
+	}
+	if seq == 0 {
+		return fmt.Errorf("run %s: no events in the log of %s (set PROCTOR_HOME or --nats to the store that holds it)", runID, g.storeName())
+	}
+	return nil
+}
+
+// storeName names the log commands read, for error messages.
+func (g *globals) storeName() string {
+	if g.natsURL != "" {
+		return g.natsURL
+	}
+	return filepath.Join(bus.Home(), "jetstream")
+}
+
+// writeOutput writes data to path atomically (a temporary file renamed
+// into place, directories created), or to stdout when path is "-".
+func (g *globals) writeOutput(path string, write func(io.Writer) error) error {
+	if path == "-" {
+		return write(g.stdout)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := write(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
