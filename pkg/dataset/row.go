@@ -1,8 +1,6 @@
 package dataset
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -95,39 +93,74 @@ func Rows(a *artifact.Artifact) []TaskRunRow {
 	if a == nil {
 		return nil
 	}
-	c := newConverter(a.Run.ID, len(a.Results))
+	// The slabs are never reset here (rows keep pointing into them); the
+	// arena becomes one string per batch.
+	c := newConverter(a.Run.ID, min(len(a.Results), batchRows))
 	rows := make([]TaskRunRow, len(a.Results))
 	for i := range a.Results {
 		_ = c.convert(&rows[i], &a.Results[i])
+		if (i+1)%batchRows == 0 {
+			c.finish()
+		}
 	}
+	c.finish()
 	return rows
 }
 
-// converter flattens results. Its slabs hand out the int64 and string
-// values rows point to, so a batch of rows costs a few allocations instead
-// of several per row; reset reuses them once the previous batch is written.
+// converter flattens results a batch at a time. Its slabs hand out the
+// int64, string and tag values rows point to, and the JSON columns of a
+// batch are written into one byte arena that becomes one string, so a batch
+// costs a few allocations instead of several per row. Rows converted since
+// the last finish are complete only after finish; reset then reuses the
+// slabs, after which those rows must no longer be used.
 type converter struct {
-	runID string
-	ints  []int64
-	strs  []string
-	buf   bytes.Buffer
-	enc   *json.Encoder
+	runID  string
+	ints   []int64
+	strs   []string
+	tags   []string
+	arena  []byte
+	fixups []fixup
+	enc    jsonEncoder
+}
+
+// fixup is a string field to be pointed at arena[lo:hi] by finish.
+type fixup struct {
+	dst    *string
+	lo, hi int
 }
 
 func newConverter(runID string, n int) *converter {
-	c := &converter{runID: runID}
-	c.enc = json.NewEncoder(&c.buf)
-	c.enc.SetEscapeHTML(false)
-	c.ints = make([]int64, 0, 4*n)
-	c.strs = make([]string, 0, 2*n)
-	return c
+	return &converter{
+		runID:  runID,
+		ints:   make([]int64, 0, 4*n),
+		strs:   make([]string, 0, 2*n),
+		tags:   make([]string, 0, 2*n),
+		arena:  make([]byte, 0, 256*n),
+		fixups: make([]fixup, 0, 3*n),
+	}
 }
 
-// reset forgets the values handed out so far; rows converted before must
-// no longer be used.
+// finish turns the arena into one string and points every JSON field
+// converted since the last finish into it.
+func (c *converter) finish() {
+	if len(c.fixups) == 0 {
+		return
+	}
+	s := string(c.arena)
+	for _, f := range c.fixups {
+		*f.dst = s[f.lo:f.hi]
+	}
+	c.arena = c.arena[:0]
+	c.fixups = c.fixups[:0]
+}
+
+// reset forgets the values handed out so far.
 func (c *converter) reset() {
 	c.ints = c.ints[:0]
 	c.strs = c.strs[:0]
+	c.tags = c.tags[:0]
+	c.arena = c.arena[:0]
+	c.fixups = c.fixups[:0]
 }
 
 func (c *converter) int64p(v int64) *int64 {
@@ -154,6 +187,16 @@ func (c *converter) strp(s string) *string {
 	return &c.strs[len(c.strs)-1]
 }
 
+// tagList returns a slice of n strings from the tag slab, capacity n.
+func (c *converter) tagList(n int) []string {
+	if len(c.tags)+n > cap(c.tags) {
+		c.tags = make([]string, 0, max(64, 2*cap(c.tags), n))
+	}
+	l := len(c.tags)
+	c.tags = c.tags[:l+n]
+	return c.tags[l : l+n : l+n]
+}
+
 // nonEmpty points at s when it is not "", else nil.
 func nonEmpty(s *string) *string {
 	if *s == "" {
@@ -162,8 +205,9 @@ func nonEmpty(s *string) *string {
 	return s
 }
 
-// convert fills row from r. The error names the cell and the block that
-// could not be encoded; the row is complete either way (see Rows).
+// convert fills row from r; the JSON columns are set by the next finish.
+// The error names the cell and the block that could not be encoded; the
+// row is complete either way (see Rows).
 func (c *converter) convert(row *TaskRunRow, r *artifact.Result) error {
 	m := &r.Metrics
 	*row = TaskRunRow{
@@ -216,50 +260,36 @@ func (c *converter) convert(row *TaskRunRow, r *artifact.Result) error {
 		row.MetricEgressErrors = c.int64p(int64(e.Errors))
 	}
 	var firstErr error
-	fail := func(block string, err error) {
-		if firstErr == nil {
-			firstErr = fmt.Errorf("dataset: cell %s: encode %s: %w", r.CellID, block, err)
+	jsonCol := func(dst *string, block string, encode func([]byte) ([]byte, error)) {
+		lo := len(c.arena)
+		out, err := encode(c.arena)
+		if err != nil {
+			out = append(out[:lo], "null"...)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("dataset: cell %s: encode %s: %w", r.CellID, block, err)
+			}
 		}
+		c.arena = out
+		c.fixups = append(c.fixups, fixup{dst: dst, lo: lo, hi: len(out)})
 	}
 	if r.TaskMeta != nil {
 		row.Difficulty = c.metaString(r.TaskMeta["difficulty"])
 		row.Category = c.metaString(r.TaskMeta["category"])
 		row.Tags = c.metaTags(r.TaskMeta["tags"])
-		s, err := c.json(r.TaskMeta)
-		if err != nil {
-			fail("task_metadata", err)
-		}
-		row.TaskMetadataJSON = c.strp(s)
+		row.TaskMetadataJSON = c.strp("")
+		jsonCol(row.TaskMetadataJSON, "task_metadata", func(b []byte) ([]byte, error) { return c.enc.appendAny(b, r.TaskMeta) })
 	}
-	s, err := c.json(m)
-	if err != nil {
-		fail("metrics", err)
-	}
-	row.MetricsJSON = s
+	jsonCol(&row.MetricsJSON, "metrics", func(b []byte) ([]byte, error) { return c.enc.appendMetrics(b, m) })
 	if len(r.Operations) == 0 {
 		row.OperationsJSON = "[]"
-	} else if row.OperationsJSON, err = c.json(r.Operations); err != nil {
-		fail("operations", err)
+	} else {
+		jsonCol(&row.OperationsJSON, "operations", func(b []byte) ([]byte, error) { return c.enc.appendAny(b, r.Operations) })
 	}
 	if r.Rewards != nil {
-		s, err := c.json(r.Rewards)
-		if err != nil {
-			fail("rewards", err)
-		}
-		row.RewardsJSON = c.strp(s)
+		row.RewardsJSON = c.strp("")
+		jsonCol(row.RewardsJSON, "rewards", func(b []byte) ([]byte, error) { return c.enc.appendAny(b, r.Rewards) })
 	}
 	return firstErr
-}
-
-// json encodes v compactly without HTML escaping; on error it returns
-// "null" and the error.
-func (c *converter) json(v any) (string, error) {
-	c.buf.Reset()
-	if err := c.enc.Encode(v); err != nil {
-		return "null", err
-	}
-	b := c.buf.Bytes()
-	return string(b[:len(b)-1]), nil // drop Encode's '\n'
 }
 
 // metaString renders a task metadata scalar: a string as itself, nil as
@@ -279,16 +309,16 @@ func (c *converter) metaString(v any) *string {
 	case bool:
 		return c.strp(strconv.FormatBool(v))
 	}
-	s, err := c.json(v)
+	b, err := c.enc.appendAny(nil, v)
 	if err != nil {
-		s = fmt.Sprint(v)
+		return c.strp(fmt.Sprint(v))
 	}
-	return c.strp(s)
+	return c.strp(string(b))
 }
 
 // metaTags renders task metadata tags as a list of strings: a list's
-// elements each as metaString does, a lone string as a one-element list,
-// nil as null.
+// elements each as metaString does ("null" for a null element), a lone
+// string as a one-element list, nil as null.
 func (c *converter) metaTags(v any) []string {
 	switch v := v.(type) {
 	case nil:
@@ -296,17 +326,23 @@ func (c *converter) metaTags(v any) []string {
 	case []string:
 		return v
 	case string:
-		return []string{v}
+		l := c.tagList(1)
+		l[0] = v
+		return l
 	case []any:
-		out := make([]string, len(v))
+		l := c.tagList(len(v))
 		for i, e := range v {
-			if p := c.metaString(e); p != nil {
-				out[i] = *p
+			if s, ok := e.(string); ok {
+				l[i] = s
+			} else if p := c.metaString(e); p != nil {
+				l[i] = *p
 			} else {
-				out[i] = "null"
+				l[i] = "null"
 			}
 		}
-		return out
+		return l
 	}
-	return []string{*c.metaString(v)}
+	l := c.tagList(1)
+	l[0] = *c.metaString(v)
+	return l
 }

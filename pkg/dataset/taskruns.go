@@ -117,30 +117,67 @@ func WriteTaskRunsParquet(w io.Writer, a *artifact.Artifact) error {
 	return nil
 }
 
-// eachBatch converts the results of a batch by batch into one reused
-// buffer and calls fn with each batch; the rows are valid only during the
-// call. It stops at the first conversion or fn error.
+// eachBatch converts the results of a, batch by batch, on a goroutine of
+// its own, and calls fn on the caller's goroutine with each batch in order,
+// so conversion overlaps with fn's writing. The rows passed to fn are
+// valid only during the call. It stops at the first conversion or fn
+// error and returns it; the goroutine has ended when eachBatch returns.
 func eachBatch(a *artifact.Artifact, fn func([]TaskRunRow) error) error {
 	if a == nil {
 		return fmt.Errorf("dataset: nil artifact")
 	}
+	if len(a.Results) == 0 {
+		return nil
+	}
 	n := min(batchRows, len(a.Results))
-	c := newConverter(a.Run.ID, n)
-	buf := make([]TaskRunRow, n)
-	for start := 0; start < len(a.Results); start += n {
-		end := min(start+n, len(a.Results))
-		rows := buf[:end-start]
-		c.reset()
-		for i := range rows {
-			if err := c.convert(&rows[i], &a.Results[start+i]); err != nil {
-				return err
+	type batch struct {
+		buf, rows []TaskRunRow
+		c         *converter
+		err       error
+	}
+	// depth batches circulate: one being converted, one being written, one
+	// ready; neither channel send below can block on a full channel.
+	const depth = 3
+	free := make(chan *batch, depth)
+	full := make(chan *batch, depth)
+	for range depth {
+		free <- &batch{buf: make([]TaskRunRow, n), c: newConverter(a.Run.ID, n)}
+	}
+	stop := make(chan struct{})
+	go func() {
+		defer close(full)
+		for start := 0; start < len(a.Results); start += n {
+			var b *batch
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			b.rows = b.buf[:min(n, len(a.Results)-start)]
+			b.c.reset()
+			for i := range b.rows {
+				if b.err = b.c.convert(&b.rows[i], &a.Results[start+i]); b.err != nil {
+					full <- b
+					return
+				}
+			}
+			b.c.finish()
+			full <- b
+		}
+	}()
+	var err error
+	for b := range full {
+		if err == nil {
+			if err = b.err; err == nil {
+				err = fn(b.rows)
+			}
+			if err != nil {
+				close(stop)
 			}
 		}
-		if err := fn(rows); err != nil {
-			return err
-		}
+		free <- b
 	}
-	return nil
+	return err
 }
 
 // writeFileAtomic creates a temporary file next to path, lets write fill
