@@ -37,6 +37,7 @@ var benchflowKeys = map[string]bool{
 // gives lines for errors; unchecked collects the keys read past.
 type configReader struct {
 	pos       positions
+	lazyPos   func() positions // builds pos on first use when set
 	markdown  bool
 	lookup    LookupEnv
 	unchecked []string
@@ -44,6 +45,9 @@ type configReader struct {
 }
 
 func (r *configReader) errf(key, format string, args ...any) *fileError {
+	if r.pos == nil && r.lazyPos != nil {
+		r.pos = r.lazyPos()
+	}
 	return errAt(r.pos.line(key), key, format, args...)
 }
 

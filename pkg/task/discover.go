@@ -59,9 +59,9 @@ func (l *Loader) Discover(root string) (*Discovery, error) {
 }
 
 type candidate struct {
-	rel  string // relative to root, "." for the root itself
-	dir  string // absolute
-	peek *mdPeek
+	rel   string // relative to root, "." for the root itself
+	dir   string // absolute
+	probe *dirProbe
 }
 
 // discover walks and loads; lenient collects malformed files instead of
@@ -100,7 +100,7 @@ func (l *Loader) discover(root string, lenient bool) (*Discovery, []*Error, erro
 				if name == "." {
 					name = filepath.Base(real)
 				}
-				results[i] = l.loadDir(real, c.dir, name, c.rel, c.peek)
+				results[i] = l.loadDir(real, c.dir, name, c.rel, c.probe)
 			}
 		}()
 	}
@@ -138,7 +138,7 @@ func walkRoot(root string) ([]candidate, []Skipped, error) {
 	var skipped []Skipped
 	var visit func(dir, rel string) error
 	visit = func(dir, rel string) error {
-		des, err := os.ReadDir(dir)
+		pr, err := probeDir(dir)
 		if err != nil {
 			if rel == "." {
 				return fmt.Errorf("tasks root: %w", err)
@@ -146,33 +146,20 @@ func walkRoot(root string) ([]candidate, []Skipped, error) {
 			skipped = append(skipped, Skipped{Dir: rel, Reason: "unreadable directory: " + err.Error()})
 			return nil
 		}
-		var hasTOML, hasMD bool
-		for _, de := range des {
-			switch de.Name() {
-			case TOMLFile:
-				hasTOML = entryIsFile(dir, de)
-			case MarkdownFile:
-				hasMD = entryIsFile(dir, de)
-			}
-		}
 		descend := true
 		switch {
-		case hasTOML:
-			cands = append(cands, candidate{rel: rel, dir: dir})
+		case pr.hasTOML:
+			cands = append(cands, candidate{rel: rel, dir: dir, probe: pr})
 			descend = false
-		case hasMD:
-			data, err := os.ReadFile(filepath.Join(dir, MarkdownFile))
-			if err != nil {
-				data = nil
-			}
-			cands = append(cands, candidate{rel: rel, dir: dir, peek: &mdPeek{data: data}})
-			doc, splitErr := SplitFrontmatter(data)
-			descend = splitErr == nil && !doc.HasFrontmatter
+		case pr.hasMD:
+			cands = append(cands, candidate{rel: rel, dir: dir, probe: pr})
+			doc, splitErr := SplitFrontmatter(pr.md)
+			descend = pr.mdErr == nil && splitErr == nil && !doc.HasFrontmatter
 		}
 		if !descend {
 			return nil
 		}
-		for _, de := range des {
+		for _, de := range pr.entries {
 			name := de.Name()
 			if strings.HasPrefix(name, ".") {
 				continue

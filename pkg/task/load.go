@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/lexer"
 	"github.com/goccy/go-yaml/parser"
 )
 
@@ -55,7 +56,11 @@ func (l *Loader) Load(dir string) (*Task, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s: not a directory", dir)
 	}
-	res := l.loadDir(filepath.Dir(real), real, filepath.Base(real), filepath.ToSlash(filepath.Clean(dir)), nil)
+	pr, err := probeDir(real)
+	if err != nil {
+		return nil, err
+	}
+	res := l.loadDir(filepath.Dir(real), real, filepath.Base(real), filepath.ToSlash(filepath.Clean(dir)), pr)
 	switch {
 	case res.err != nil:
 		return nil, res.err
@@ -75,15 +80,40 @@ type dirResult struct {
 	err  *Error
 }
 
-// mdPeek is a task.md read during the walk, so it is not read twice.
-type mdPeek struct {
-	data []byte
+// dirProbe is what one ReadDir of a directory says about it: whether it
+// holds the definition files, and a lone task.md's bytes (read to tell a
+// note from a task).
+type dirProbe struct {
+	entries        []os.DirEntry
+	hasTOML, hasMD bool
+	md             []byte
+	mdErr          error
+}
+
+func probeDir(dir string) (*dirProbe, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	pr := &dirProbe{entries: des}
+	for _, de := range des {
+		switch de.Name() {
+		case TOMLFile:
+			pr.hasTOML = entryIsFile(dir, de)
+		case MarkdownFile:
+			pr.hasMD = entryIsFile(dir, de)
+		}
+	}
+	if pr.hasMD && !pr.hasTOML {
+		pr.md, pr.mdErr = os.ReadFile(filepath.Join(dir, MarkdownFile))
+	}
+	return pr, nil
 }
 
 // loadDir examines dir (absolute, symlink-resolved, inside root). name is
 // the task's name; prefix is how files are named in errors ("t1" gives
-// "t1/task.md").
-func (l *Loader) loadDir(root, dir, name, prefix string, peek *mdPeek) dirResult {
+// "t1/task.md"). pr is the directory's probe.
+func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult {
 	fileName := func(f string) string {
 		if f == "" {
 			return prefix
@@ -93,51 +123,63 @@ func (l *Loader) loadDir(root, dir, name, prefix string, peek *mdPeek) dirResult
 		}
 		return prefix + "/" + f
 	}
-	hasTOML := isFile(filepath.Join(dir, TOMLFile))
-	hasMD := isFile(filepath.Join(dir, MarkdownFile))
+	hasTOML, hasMD := pr.hasTOML, pr.hasMD
 	if !hasTOML && !hasMD {
 		return dirResult{}
 	}
-	t := &Task{Name: name, Dir: dir}
-	var warnings []string
 
+	// A lone task.md is looked at before anything else is read: a note's
+	// directory may hold a whole suite below it.
+	if hasMD && !hasTOML {
+		if pr.mdErr != nil {
+			return dirResult{err: inFile(fileName(MarkdownFile), pr.mdErr)}
+		}
+		mdData := pr.md
+		doc, err := SplitFrontmatter(mdData)
+		if err != nil {
+			return dirResult{err: inFile(fileName(MarkdownFile), err)}
+		}
+		if !doc.HasFrontmatter {
+			reason := "task.md has no YAML frontmatter: an author's note, not a task"
+			if first, _, _ := strings.Cut(normalizeText(mdData), "\n"); strings.TrimSpace(first) == "+++" {
+				reason = "task.md opens with +++ (Hugo TOML frontmatter), not YAML frontmatter: an author's note, not a task"
+			}
+			return dirResult{note: &Skipped{Dir: name, File: fileName(MarkdownFile), Reason: reason}}
+		}
+	}
+
+	tree, err := scanTask(dir, root, pr.entries)
+	if err != nil {
+		return dirResult{err: inFile(fileName(""), fmt.Errorf("reading task files: %w", err))}
+	}
+	content := func(f string) ([]byte, *Error) {
+		if _, ok := tree.file(f); !ok {
+			return nil, &Error{File: fileName(f), Msg: "not readable inside the tasks root (a symlink leaving it?)"}
+		}
+		return tree.contents[f], nil
+	}
+
+	t := &Task{Name: name, Dir: dir, Revision: tree.revision}
+	var warnings []string
 	var doc Document
 	var splitErr error
 	var fm map[string]any
 	var fmPos positions
 	var fmErr error
-	hugo := false
 	if hasMD {
-		var data []byte
-		if peek != nil {
-			data = peek.data
-		} else {
-			var err error
-			if data, err = os.ReadFile(filepath.Join(dir, MarkdownFile)); err != nil {
-				return dirResult{err: inFile(fileName(MarkdownFile), err)}
-			}
+		data, e := content(MarkdownFile)
+		if e != nil {
+			return dirResult{err: e}
 		}
 		doc, splitErr = SplitFrontmatter(data)
 		if splitErr == nil && doc.HasFrontmatter {
 			fm, fmPos, fmErr = parseYAMLMapping(doc.Frontmatter, doc.FrontmatterLine)
 		}
-		first, _, _ := strings.Cut(normalizeText(data), "\n")
-		hugo = strings.TrimSpace(first) == "+++"
 	}
 
 	useMarkdown := false
 	switch {
 	case hasMD && !hasTOML:
-		if splitErr != nil {
-			return dirResult{err: inFile(fileName(MarkdownFile), splitErr)}
-		}
-		if !doc.HasFrontmatter {
-			reason := "task.md has no YAML frontmatter: an author's note, not a task"
-			if hugo {
-				reason = "task.md opens with +++ (Hugo TOML frontmatter), not YAML frontmatter: an author's note, not a task"
-			}
-			return dirResult{note: &Skipped{Dir: name, File: fileName(MarkdownFile), Reason: reason}}
-		}
 		if fmErr != nil {
 			return dirResult{err: inFile(fileName(MarkdownFile), fmErr)}
 		}
@@ -185,24 +227,20 @@ func (l *Loader) loadDir(root, dir, name, prefix string, peek *mdPeek) dirResult
 	} else {
 		t.Layout = LayoutHarbor
 		t.DefinitionFile = filepath.Join(dir, TOMLFile)
-		data, err := os.ReadFile(t.DefinitionFile)
-		if err != nil {
-			return dirResult{err: inFile(fileName(TOMLFile), err)}
+		data, e := content(TOMLFile)
+		if e != nil {
+			return dirResult{err: e}
 		}
 		m, pos, err := parseTOMLMapping(normalizeText(data))
 		if err != nil {
 			return dirResult{err: inFile(fileName(TOMLFile), err)}
 		}
-		r.pos = pos
+		r.lazyPos = pos
 		if err := r.apply(t, m); err != nil {
 			return dirResult{err: inFile(fileName(TOMLFile), err)}
 		}
-		if p, ok := l.resolveFile(root, dir, InstructionFile); ok {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return dirResult{err: inFile(fileName(InstructionFile), err)}
-			}
-			t.Prompt = normalizeText(b)
+		if p, ok := tree.file(InstructionFile); ok {
+			t.Prompt = normalizeText(tree.contents[InstructionFile])
 			t.InstructionFile = p
 		} else if t.Unsupported == "" {
 			// Multi-step tasks keep their instructions in steps/<name>/.
@@ -212,15 +250,8 @@ func (l *Loader) loadDir(root, dir, name, prefix string, peek *mdPeek) dirResult
 	t.Warnings = append(r.warnings, warnings...)
 	t.UncheckedKeys = r.unchecked
 
-	if err := l.locateFiles(t, root, dir); err != nil {
-		return dirResult{err: inFile(fileName(""), err)}
-	}
-	rev, issues, err := revision(dir, root)
-	if err != nil {
-		return dirResult{err: inFile(fileName(""), fmt.Errorf("hashing task files: %w", err))}
-	}
-	t.Revision = rev
-	for _, is := range issues {
+	locateFiles(t, tree)
+	for _, is := range tree.issues {
 		switch is.kind {
 		case linkOutside:
 			if t.Blocked == "" {
@@ -237,34 +268,29 @@ func (l *Loader) loadDir(root, dir, name, prefix string, peek *mdPeek) dirResult
 }
 
 // locateFiles fills the environment, solution and verifier paths, the
-// Dockerfile's WORKDIR, Missing, and the compose check. As BenchFlow does,
-// oracle/ is used when it exists, else solution/; verifier/ when it exists,
-// else tests/ — in both layouts.
-func (l *Loader) locateFiles(t *Task, root, dir string) error {
-	if p, ok := l.resolveFile(root, dir, "environment"); ok && isDir(p) {
+// Dockerfile's WORKDIR, Missing, and the compose check from the walked
+// tree. As BenchFlow does, oracle/ is used when it exists, else solution/;
+// verifier/ when it exists, else tests/ — in both layouts.
+func locateFiles(t *Task, tree *taskTree) {
+	multiStep := strings.HasPrefix(t.Unsupported, "multi-step")
+	if p, ok := tree.dir("environment"); ok {
 		t.EnvironmentDir = p
-		if df, ok := l.resolveFile(root, dir, "environment/Dockerfile"); ok && isFile(df) {
+		if df, ok := tree.file("environment/Dockerfile"); ok {
 			t.Dockerfile = df
-			if data, err := os.ReadFile(df); err == nil {
-				t.DockerfileWorkdir = dockerfileWorkdir(data)
-			}
+			t.DockerfileWorkdir = dockerfileWorkdir(tree.contents["environment/Dockerfile"])
 		}
 		for _, name := range []string{"docker-compose.yaml", "docker-compose.yml"} {
-			cf, ok := l.resolveFile(root, dir, "environment/"+name)
-			if !ok || !isFile(cf) {
+			rel := "environment/" + name
+			if _, ok := tree.file(rel); !ok {
 				continue
 			}
-			data, err := os.ReadFile(cf)
+			hasMain, err := composeHasMain(tree.contents[rel])
 			if err != nil {
-				return err
-			}
-			hasMain, err := composeHasMain(data)
-			if err != nil {
-				t.Warnings = append(t.Warnings, fmt.Sprintf("environment/%s does not parse as YAML (%v); treated as a data file", name, err))
+				t.Warnings = append(t.Warnings, fmt.Sprintf("%s does not parse as YAML (%v); treated as a data file", rel, err))
 				continue
 			}
 			if hasMain && t.Unsupported == "" {
-				t.Unsupported = fmt.Sprintf("compose environment (environment/%s defines a main service): not supported yet, listed only", name)
+				t.Unsupported = fmt.Sprintf("compose environment (%s defines a main service): not supported yet, listed only", rel)
 			}
 		}
 	}
@@ -277,45 +303,29 @@ func (l *Loader) locateFiles(t *Task, root, dir string) error {
 		solDir, testDir = "oracle", "verifier"
 	}
 	for _, d := range []string{"oracle", "solution"} {
-		if p, ok := l.resolveFile(root, dir, d); ok && isDir(p) {
+		if _, ok := tree.dir(d); ok {
 			solDir = d
 			break
 		}
 	}
 	for _, d := range []string{"verifier", "tests"} {
-		if p, ok := l.resolveFile(root, dir, d); ok && isDir(p) {
+		if _, ok := tree.dir(d); ok {
 			testDir = d
 			break
 		}
 	}
-	if p, ok := l.resolveFile(root, dir, solDir); ok && isDir(p) {
-		t.SolutionDir = p
-	}
-	if p, ok := l.resolveFile(root, dir, solDir+"/solve.sh"); ok && isFile(p) {
+	t.SolutionDir, _ = tree.dir(solDir)
+	if p, ok := tree.file(solDir + "/solve.sh"); ok {
 		t.SolutionScript = p
-	} else if t.Unsupported == "" || !strings.HasPrefix(t.Unsupported, "multi-step") {
+	} else if !multiStep {
 		t.Missing = append(t.Missing, solDir+"/solve.sh")
 	}
-	if p, ok := l.resolveFile(root, dir, testDir); ok && isDir(p) {
-		t.TestsDir = p
-	}
-	if p, ok := l.resolveFile(root, dir, testDir+"/test.sh"); ok && isFile(p) {
+	t.TestsDir, _ = tree.dir(testDir)
+	if p, ok := tree.file(testDir + "/test.sh"); ok {
 		t.TestScript = p
-	} else if t.Unsupported == "" || !strings.HasPrefix(t.Unsupported, "multi-step") {
+	} else if !multiStep {
 		t.Missing = append(t.Missing, testDir+"/test.sh")
 	}
-	return nil
-}
-
-// resolveFile resolves dir/rel through symbolic links and reports whether it
-// exists inside root. A path that leaves root is reported as absent (the
-// revision walk records it and the task is blocked).
-func (l *Loader) resolveFile(root, dir, rel string) (string, bool) {
-	p, err := filepath.EvalSymlinks(filepath.Join(dir, filepath.FromSlash(rel)))
-	if err != nil || !within(p, root) {
-		return "", false
-	}
-	return p, true
 }
 
 func isFile(p string) bool {
@@ -334,10 +344,11 @@ func isDir(p string) bool {
 // the keys are inspected and nothing is expanded.
 func composeHasMain(data []byte) (bool, error) {
 	text := normalizeText(data)
-	if err := checkYAMLDepth(text, 1); err != nil {
+	toks := lexer.Tokenize(text)
+	if err := checkYAMLDepth(toks, 1); err != nil {
 		return false, err
 	}
-	f, err := parser.ParseBytes([]byte(text), 0)
+	f, err := parser.Parse(toks, 0)
 	if err != nil {
 		return false, errors.New(firstLine(yamlSyntaxError(err, 0).Error()))
 	}

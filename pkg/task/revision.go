@@ -3,12 +3,13 @@ package task
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Revision hashing. A task's revision is the hex SHA-256 of a manifest
@@ -29,14 +30,67 @@ import (
 // so a fresh checkout of the same files has the same revision. Files that
 // are neither regular files, directories nor links (sockets, FIFOs) are
 // skipped.
-func revision(dir, root string) (string, []linkIssue, error) {
-	type entry struct {
-		rel  string
-		path string // file to hash, or "" for an unfollowed link
-		link string
-	}
-	var entries []entry
-	var issues []linkIssue
+
+// treeEntry is one path under a task directory.
+type treeEntry struct {
+	rel   string // slash-separated, relative to the task directory
+	real  string // resolved absolute path; "" for a link not followed
+	link  string // link text, for a link not followed
+	isDir bool
+}
+
+// linkIssue is a symbolic link in a task directory that was not followed.
+type linkIssue struct {
+	rel    string // path relative to the task directory
+	target string // the link text
+	kind   string
+}
+
+const (
+	linkDangling = "dangling"
+	linkOutside  = "outside"
+	linkCycle    = "cycle"
+)
+
+// taskTree is a task directory walked once: every path (symlinks resolved
+// inside the root), the contents of the few files the loader parses, and
+// the revision.
+type taskTree struct {
+	entries  []treeEntry // files and unfollowed links, sorted by rel
+	dirs     map[string]string
+	files    map[string]string
+	contents map[string][]byte
+	issues   []linkIssue
+	revision string
+}
+
+// keptFiles are read once while hashing and kept for the loader.
+var keptFiles = map[string]bool{
+	TOMLFile: true, MarkdownFile: true, InstructionFile: true,
+	"environment/Dockerfile":          true,
+	"environment/docker-compose.yaml": true,
+	"environment/docker-compose.yml":  true,
+}
+
+// file returns the resolved path of the regular file rel, if present.
+func (tr *taskTree) file(rel string) (string, bool) {
+	p, ok := tr.files[rel]
+	return p, ok
+}
+
+// dir returns the resolved path of the directory rel, if present.
+func (tr *taskTree) dir(rel string) (string, bool) {
+	p, ok := tr.dirs[rel]
+	return p, ok
+}
+
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 32*1024); return &b }}
+
+// scanTask walks dir (absolute, real, inside root), hashes every file and
+// keeps the contents of keptFiles; top, when non-nil, is dir's entries as
+// already read. It fails only when a file or directory cannot be read.
+func scanTask(dir, root string, top []os.DirEntry) (*taskTree, error) {
+	tr := &taskTree{dirs: map[string]string{"": dir}, files: map[string]string{}, contents: map[string][]byte{}}
 	ancestors := map[string]bool{}
 	for d := dir; ; {
 		ancestors[d] = true
@@ -51,9 +105,13 @@ func revision(dir, root string) (string, []linkIssue, error) {
 	}
 	var walk func(real, rel string) error
 	walk = func(real, rel string) error {
-		des, err := os.ReadDir(real)
-		if err != nil {
-			return err
+		des := top
+		top = nil
+		if rel != "" || des == nil {
+			var err error
+			if des, err = os.ReadDir(real); err != nil {
+				return err
+			}
 		}
 		for _, de := range des {
 			p := filepath.Join(real, de.Name())
@@ -70,16 +128,18 @@ func revision(dir, root string) (string, []linkIssue, error) {
 				if err == nil {
 					fi, err = os.Stat(resolved)
 				}
+				kind := ""
 				switch {
 				case err != nil:
-					issues = append(issues, linkIssue{rel: r, target: text, kind: linkDangling})
+					kind = linkDangling
 				case !within(resolved, root):
-					issues = append(issues, linkIssue{rel: r, target: text, kind: linkOutside})
+					kind = linkOutside
 				case fi.IsDir() && ancestors[resolved]:
-					issues = append(issues, linkIssue{rel: r, target: text, kind: linkCycle})
+					kind = linkCycle
 				}
-				if err != nil || !within(resolved, root) || (fi.IsDir() && ancestors[resolved]) {
-					entries = append(entries, entry{rel: r, link: text})
+				if kind != "" {
+					tr.issues = append(tr.issues, linkIssue{rel: r, target: text, kind: kind})
+					tr.entries = append(tr.entries, treeEntry{rel: r, link: text})
 					continue
 				}
 				target = resolved
@@ -87,6 +147,7 @@ func revision(dir, root string) (string, []linkIssue, error) {
 			}
 			switch {
 			case mode.IsDir():
+				tr.dirs[r] = target
 				ancestors[target] = true
 				err := walk(target, r)
 				delete(ancestors, target)
@@ -94,56 +155,76 @@ func revision(dir, root string) (string, []linkIssue, error) {
 					return err
 				}
 			case mode.IsRegular():
-				entries = append(entries, entry{rel: r, path: target})
+				tr.files[r] = target
+				tr.entries = append(tr.entries, treeEntry{rel: r, real: target})
 			}
 		}
 		return nil
 	}
 	if err := walk(dir, ""); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].rel < entries[j].rel })
+	sort.Slice(tr.entries, func(i, j int) bool { return tr.entries[i].rel < tr.entries[j].rel })
+	sort.Slice(tr.issues, func(i, j int) bool { return tr.issues[i].rel < tr.issues[j].rel })
+
+	bufp := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(bufp)
 	manifest := sha256.New()
-	buf := make([]byte, 64*1024)
-	for _, e := range entries {
-		if e.path == "" {
-			fmt.Fprintf(manifest, "%s\x00->%s\n", e.rel, e.link)
+	fileHash := sha256.New()
+	var sum [sha256.Size]byte
+	var hexSum [2 * sha256.Size]byte
+	for _, e := range tr.entries {
+		if e.real == "" {
+			io.WriteString(manifest, e.rel)
+			io.WriteString(manifest, "\x00->")
+			io.WriteString(manifest, e.link)
+			io.WriteString(manifest, "\n")
 			continue
 		}
-		sum, err := fileSHA256(e.path, buf)
-		if err != nil {
-			return "", nil, err
+		fileHash.Reset()
+		var keep *[]byte
+		if keptFiles[e.rel] {
+			keep = new([]byte)
 		}
-		fmt.Fprintf(manifest, "%s\x00%s\n", e.rel, sum)
+		if err := hashFile(e.real, fileHash, *bufp, keep); err != nil {
+			return nil, err
+		}
+		if keep != nil {
+			tr.contents[e.rel] = *keep
+		}
+		hex.Encode(hexSum[:], fileHash.Sum(sum[:0]))
+		io.WriteString(manifest, e.rel)
+		manifest.Write([]byte{0})
+		manifest.Write(hexSum[:])
+		manifest.Write([]byte{'\n'})
 	}
-	sort.Slice(issues, func(i, j int) bool { return issues[i].rel < issues[j].rel })
-	return hex.EncodeToString(manifest.Sum(nil)), issues, nil
+	tr.revision = hex.EncodeToString(manifest.Sum(nil))
+	return tr, nil
 }
 
-// linkIssue is a symbolic link in a task directory that was not followed.
-type linkIssue struct {
-	rel    string // path relative to the task directory
-	target string // the link text
-	kind   string
-}
-
-const (
-	linkDangling = "dangling"
-	linkOutside  = "outside"
-	linkCycle    = "cycle"
-)
-
-func fileSHA256(path string, buf []byte) (string, error) {
+// hashFile streams path into h through buf; when keep is non-nil the bytes
+// are also collected into it.
+func hashFile(path string, h io.Writer, buf []byte, keep *[]byte) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, buf); err != nil {
-		return "", err
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			h.Write(buf[:n])
+			if keep != nil {
+				*keep = append(*keep, buf[:n]...)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // within reports whether path is root or inside it (both cleaned, absolute,

@@ -24,7 +24,10 @@ import (
 // "YYYY-MM-DDTHH:MM:SS[.frac]" and offset date-times RFC 3339 with the
 // offset as written ("Z" for UTC). Duplicate keys, a table defined twice
 // and an inline table extended later by a header are errors naming the line.
-func parseTOMLMapping(src string) (map[string]any, positions, error) {
+//
+// The returned function builds the key -> line index on first use (a second
+// parse, only needed when an error must name a line).
+func parseTOMLMapping(src string) (map[string]any, func() positions, error) {
 	var raw map[string]any
 	if err := toml.Unmarshal([]byte(src), &raw); err != nil {
 		var de *toml.DecodeError
@@ -39,7 +42,7 @@ func parseTOMLMapping(src string) (map[string]any, positions, error) {
 	if m == nil {
 		m = map[string]any{}
 	}
-	return m, tomlPositions([]byte(src)), nil
+	return m, func() positions { return tomlPositions([]byte(src)) }, nil
 }
 
 func tomlValue(v any) any {

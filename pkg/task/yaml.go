@@ -50,10 +50,11 @@ func (p positions) line(path string) int {
 // "-.inf" and ".nan"; tags other than the YAML core ones are refused; the
 // document must be a mapping (empty frontmatter is an empty mapping).
 func parseYAMLMapping(src string, lineOffset int) (map[string]any, positions, error) {
-	if err := checkYAMLDepth(src, lineOffset); err != nil {
+	toks := lexer.Tokenize(src)
+	if err := checkYAMLDepth(toks, lineOffset); err != nil {
 		return nil, nil, err
 	}
-	file, err := parser.ParseBytes([]byte(src), 0)
+	file, err := parser.Parse(toks, 0)
 	if err != nil {
 		return nil, nil, yamlSyntaxError(err, lineOffset)
 	}
@@ -126,8 +127,7 @@ func nodeLine(n ast.Node, off int) int {
 
 // checkYAMLDepth estimates the nesting depth from the token stream (the
 // lexer is iterative) and refuses documents deeper than MaxYAMLDepth.
-func checkYAMLDepth(src string, off int) error {
-	toks := lexer.Tokenize(src)
+func checkYAMLDepth(toks token.Tokens, off int) error {
 	flow := 0
 	var cols []int
 	push := func(col int) {
