@@ -188,6 +188,7 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 	if err := c.copyPrompt(ctx, h, t.Prompt); err != nil {
 		return events.FinishedData{}, err
 	}
+	c.dir.Logf("agent directory, prompt and /agent-output ready")
 	deadline := time.Now().Add(seconds(budget))
 	env := map[string]string{}
 	for k, v := range a.Env {

@@ -232,6 +232,7 @@ func (c *cell) run(ctx context.Context) error {
 		}
 	}
 	defer teardown()
+	c.dir.Logf("sandbox %.12s started on network %s", h.ID, phases.start)
 	sb := events.SandboxStartedData{Driver: h.Driver, ID: h.ID, State: h.State, Node: c.s.cfg.Node, Network: phases.start}
 	if err := c.emit(ctx, events.SandboxStarted, sb); err != nil {
 		return err

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+func runMain(t *testing.T, args ...string) (*artifact.Artifact, string) {
+	t.Helper()
+	out := t.TempDir()
+	js := filepath.Join(out, "a.json")
+	var stdout, stderr bytes.Buffer
+	args = append(args, "--output-dir", out, "--out-json", js)
+	if code := Main(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
+	}
+	a, err := artifact.Read(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, out
+}
+
+func byCell(a *artifact.Artifact) map[string]artifact.Result {
+	m := map[string]artifact.Result{}
+	for _, r := range a.Results {
+		m[r.Task+" "+r.Harness] = r
+	}
+	return m
+}
+
+// TestAgentArms runs both example agents beside the oracle with the
+// scripted agent as the baseline, and checks the agents' telemetry, the
+// comparison, the /root refusal and the events by subject.
+func TestAgentArms(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	home := t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
+	scripted, metrics := "agent:"+abs(t, "../../examples/agents/scripted"), "agent:"+abs(t, "../../examples/agents/metrics")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--tasks", "fix-sum,count-words,noisy-daemon,home-workdir",
+		"--harnesses", "oracle,"+scripted+","+metrics, "--baseline-harness", scripted)
+	rows := byCell(a)
+	s := rows["fix-sum "+scripted]
+	if s.Outcome != "passed" || s.Metrics.PromptTokens == nil || *s.Metrics.PromptTokens == 0 || s.Metrics.CostUSD == nil ||
+		s.Metrics.ToolCalls["bash"] != 1 || s.Metrics.OperationCount != 2 || s.Metrics.OperationsByType["plan"] != 1 {
+		t.Errorf("scripted agent row: %+v", s)
+	}
+	if s.Metrics.Isolation["network"] != "internal" {
+		t.Errorf("agent phase network: %v", s.Metrics.Isolation)
+	}
+	m := rows["fix-sum "+metrics]
+	if m.Outcome != "failed" || m.Metrics.PromptTokens == nil || *m.Metrics.PromptTokens != 812 || m.Metrics.NCalls == nil || *m.Metrics.NCalls != 2 ||
+		m.Metrics.AgentReported["exitReason"] != "completed" {
+		t.Errorf("metrics agent row (tokens from metrics.json): %+v", m)
+	}
+	if r := rows["noisy-daemon "+metrics]; r.Outcome != "passed" {
+		t.Errorf("metrics agent on a marker task: %+v", r)
+	}
+	for _, h := range []string{scripted, metrics} {
+		r := rows["home-workdir "+h]
+		if r.Outcome != "errored" || r.ErrorClass != "refused" || !strings.Contains(r.Error, "/root") {
+			t.Errorf("home-workdir under %s: %+v", h, r)
+		}
+	}
+	if r := rows["home-workdir oracle"]; r.Outcome != "passed" {
+		t.Errorf("home-workdir under the oracle: %+v", r)
+	}
+	cmp := a.Summary.Comparisons[metrics]
+	if cmp == nil || cmp.McNemar.NLost != 2 || cmp.McNemar.NGained != 0 || cmp.McNemar.NExcluded != 1 {
+		t.Fatalf("comparison vs the scripted baseline: %+v", cmp)
+	}
+	if _, ok := a.Summary.Comparisons["oracle"]; ok {
+		t.Error("the oracle entered the comparisons")
+	}
+	// The agents' events are on the log by subject.
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "jetstream")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	b, err := bus.Connect(context.Background(), e.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	n := 0
+	err = b.Read(context.Background(), []string{"proctor.run." + a.Run.ID + ".cell.*.Usage"}, func(ev events.Envelope) error {
+		if ev.Type != events.Usage {
+			t.Errorf("%s on the Usage subject", ev.Type)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n < 6 {
+		t.Fatalf("read %d Usage events (%v)", n, err)
+	}
+}
+
+// TestAgentFailureModes: a budget overrun is a miss that leaves no process
+// behind; an agent that exits without a word, or whose install fails, made
+// no attempt (solver_error); an install runs once per image.
+func TestAgentFailureModes(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	ag := func(name string) string { return "agent:" + abs(t, "testdata/agents/"+name) }
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--repeats", "2", "--concurrency", "4",
+		"--harnesses", strings.Join([]string{ag("sleeper"), ag("silent"), ag("badinstall"), ag("installer")}, ","))
+	installs := 0
+	for _, r := range a.Results {
+		switch {
+		case strings.HasSuffix(r.Harness, "/sleeper"):
+			if r.Outcome != "solver_timeout" || !r.Metrics.SolverTimeout || r.Passed || r.ReturnCode == nil || *r.ReturnCode != 124 {
+				t.Errorf("sleeper: %+v", r)
+			}
+			if r.Reward == nil || *r.Reward != 1 {
+				t.Errorf("sleeper: processes of the agent survived the timeout (reward %v, verifier says: %s)", r.Reward, r.Error)
+			}
+		case strings.HasSuffix(r.Harness, "/silent"), strings.HasSuffix(r.Harness, "/badinstall"):
+			if r.Outcome != "errored" || r.ErrorClass != "solver_error" || !r.Metrics.SolverError || r.Metrics.Error {
+				t.Errorf("%s: %+v", r.Harness, r)
+			}
+		case strings.HasSuffix(r.Harness, "/installer"):
+			if r.Outcome != "passed" || r.Metrics.PromptTokens == nil || *r.Metrics.PromptTokens != 5 {
+				t.Errorf("installer: %+v", r)
+			}
+			if _, err := os.Stat(filepath.Join(r.OutputDir, "install.log")); err == nil {
+				installs++
+			}
+		}
+	}
+	if installs != 1 {
+		t.Errorf("the install step ran %d times for one image, want 1", installs)
+	}
+	if s := a.Summary.PerHarness[ag("silent")]; s.Errored != 2 || s.Scored != 0 || s.PassRate != nil {
+		t.Errorf("silent summary %+v", s)
+	}
+}
+
+func abs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
