@@ -31,10 +31,12 @@ test: setup-node
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
-## demo: run the example tasks with the oracle and write a report to out/demo
+## demo: run the example tasks through the oracle and the two example agents; report in out/demo
 demo: setup build
-	./bin/proctor tasks run --tasks-root examples/tasks --all --harnesses oracle \
-		--out-json out/demo/task_runs.json --out-md out/demo/report.md
+	./bin/proctor tasks run --tasks-root examples/tasks --all \
+		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics \
+		--baseline-harness agent:examples/agents/scripted \
+		--output-dir out/demo --out-json out/demo/task_runs.json --out-md out/demo/report.md
 
 ## clean: remove build and demo outputs
 clean:

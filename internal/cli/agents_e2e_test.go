@@ -48,8 +48,9 @@ func TestAgentArms(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("PROCTOR_HOME", home)
 	scripted, metrics := "agent:"+abs(t, "../../examples/agents/scripted"), "agent:"+abs(t, "../../examples/agents/metrics")
+	command := "command:bash commands/has-solution.sh {task_path} {output_dir}"
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--tasks", "fix-sum,count-words,noisy-daemon,home-workdir",
-		"--harnesses", "oracle,"+scripted+","+metrics, "--baseline-harness", scripted)
+		"--harnesses", "oracle,"+scripted+","+metrics, "--baseline-harness", scripted, "--command-template", "bash commands/has-solution.sh {task_path} {output_dir}")
 	rows := byCell(a)
 	s := rows["fix-sum "+scripted]
 	if s.Outcome != "passed" || s.Metrics.PromptTokens == nil || *s.Metrics.PromptTokens == 0 || s.Metrics.CostUSD == nil ||
@@ -76,9 +77,18 @@ func TestAgentArms(t *testing.T) {
 	if r := rows["home-workdir oracle"]; r.Outcome != "passed" {
 		t.Errorf("home-workdir under the oracle: %+v", r)
 	}
+	c := rows["fix-sum "+command]
+	if c.Outcome != "passed" || c.Metrics.OperationsByType["file_found"] != 2 || c.Metrics.OperationsByType["checked"] != 1 {
+		t.Errorf("command harness (reward.txt, PROCTOR_OP lines, operations file): %+v", c)
+	}
 	cmp := a.Summary.Comparisons[metrics]
 	if cmp == nil || cmp.McNemar.NLost != 2 || cmp.McNemar.NGained != 0 || cmp.McNemar.NExcluded != 1 {
 		t.Fatalf("comparison vs the scripted baseline: %+v", cmp)
+	}
+	// The command harness is compared too; agreeing on every pair, it has
+	// no verdict (no discordant pair) rather than a p-value of 1.
+	if cc := a.Summary.Comparisons[command]; cc == nil || cc.McNemar.NBothPassed != 3 || cc.McNemar.PExact != nil || cc.McNemar.Significant != nil {
+		t.Errorf("command harness comparison: %+v", cc)
 	}
 	if _, ok := a.Summary.Comparisons["oracle"]; ok {
 		t.Error("the oracle entered the comparisons")

@@ -52,7 +52,11 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 				_ = bar.Set(done)
 				return nil
 			}
-			fmt.Fprintf(g.stderr, "[%d/%d] %s %s\n", done, total, e.CellID, describe(e))
+			of := "?"
+			if total > 0 {
+				of = fmt.Sprint(total)
+			}
+			fmt.Fprintf(g.stderr, "[%d/%s] %s %s\n", done, of, e.CellID, describe(e))
 		case events.RunFinished:
 			if bar != nil {
 				_ = bar.Finish()

@@ -39,7 +39,9 @@ type Dir string
 func (d Dir) Ensure() error { return os.MkdirAll(string(d), 0o755) }
 
 // Path joins elements under the directory.
-func (d Dir) Path(elem ...string) string { return filepath.Join(append([]string{string(d)}, elem...)...) }
+func (d Dir) Path(elem ...string) string {
+	return filepath.Join(append([]string{string(d)}, elem...)...)
+}
 
 // Logf appends a timestamped line to run.log; errors are ignored (the event
 // log is the record, run.log a convenience).

@@ -273,7 +273,9 @@ func (p *Projector) row(id string) artifact.Result {
 		m.TotalTokens = ptr(c.prompt + c.complete)
 		m.CacheReadTokens, m.CacheWriteTokens = ptr(c.cacheRead), ptr(c.cacheWrit)
 		m.NCalls = ptr(c.calls)
-		m.CostUSD = c.cost
+		if c.cost != nil {
+			m.CostUSD = ptr(math.Round(*c.cost*1e9) / 1e9) // a sum of floats, to the nano-dollar
+		}
 	}
 	m.ToolCalls = c.tools
 	m.OperationCount = len(c.ops)
