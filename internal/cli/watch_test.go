@@ -119,7 +119,6 @@ func TestWatchFollowsLive(t *testing.T) {
 	for _, e := range evs {
 		p.Apply(e)
 	}
-	t.Log(r.out)
 	checkFinal(t, r.out, p.Artifact("test"))
 	if !strings.Contains(r.out, "] agent:demo: ") || !strings.Contains(r.out, "running") {
 		t.Errorf("no live progress line:\n%s", r.out)
@@ -203,7 +202,6 @@ func TestWatchMidRun(t *testing.T) {
 	if !strings.Contains(wout, "watching run "+runID) {
 		t.Fatalf("watch followed another run:\n%s", wout)
 	}
-	t.Log(wout, werr)
 	checkFinal(t, wout, a)
 	if s := a.Summary.PerHarness["oracle"]; s.N != 4 || s.Errored != 1 || s.Passed != 2 || s.Scored != 3 {
 		t.Errorf("artifact summary %+v", s)
