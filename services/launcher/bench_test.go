@@ -1,0 +1,152 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+)
+
+func benchLines() int {
+	if n, err := strconv.Atoi(os.Getenv("PROCTOR_BENCH_LINES")); err == nil && n > 0 {
+		return n
+	}
+	return 200_000
+}
+
+// BenchmarkAgentEventLines measures an agent in a container printing N
+// event lines (Usage, ToolCall, Command, Message mixed): lines per second
+// from its stdout into JetStream through the launcher's path (docker exec
+// attach, line splitting, event-line parsing, Publish, Flush), against
+// min(raw attach-and-decode rate, raw PublishAsync rate) measured in the
+// same run. Target: ratio ≥ 0.6.
+func BenchmarkAgentEventLines(b *testing.B) {
+	cli := testutil.Docker(b)
+	testutil.RequireImage(b, cli, "debian:bookworm-slim")
+	n := benchLines()
+	d, err := sandbox.NewDocker(sandbox.DockerOptions{Client: cli})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bb, _ := bustest.Bus(b)
+	ctx := context.Background()
+
+	// The agent's output, prepared as a file so the container prints it at
+	// pipe speed.
+	dir := b.TempDir()
+	var sb strings.Builder
+	kinds := []string{
+		`{"_tag":"Usage","input_tokens":%d,"output_tokens":12,"cost_usd":0.0001}`,
+		`{"_tag":"ToolCall","name":"bash","input":{"cmd":"ls %d"}}`,
+		`{"_tag":"Command","command":"echo %d","exit_code":0}`,
+		`{"_tag":"Message","role":"assistant","text":"step %d"}`,
+	}
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, kinds[i%len(kinds)]+"\n", i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lines.jsonl"), []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	h, err := d.Start(ctx, sandbox.Spec{Image: "debian:bookworm-slim", RunID: "bench", CellID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Destroy(context.Background(), h)
+	if err := d.CopyIn(ctx, h, filepath.Join(dir, "lines.jsonl"), "/bench"); err != nil {
+		b.Fatal(err)
+	}
+
+	var rawAttach, rawPublish, through float64
+	for i := 0; i < b.N; i++ {
+		// Raw 1: exec + attach + demux + split + parse, nothing published.
+		start := time.Now()
+		parsed := 0
+		lines := sandbox.NewLines(func(l string, _ bool) {
+			if harness.ParseLine(l, start).Kind == harness.LineEvent {
+				parsed++
+			}
+		}, 0)
+		ex, err := cli.ContainerExecCreate(ctx, h.State["container"], container.ExecOptions{Cmd: []string{"cat", "/bench/lines.jsonl"}, AttachStdout: true, AttachStderr: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := stdcopy.StdCopy(lines, io.Discard, att.Reader); err != nil {
+			b.Fatal(err)
+		}
+		att.Close()
+		lines.Close()
+		if parsed != n {
+			b.Fatalf("raw attach parsed %d of %d lines", parsed, n)
+		}
+		rawAttach = float64(n) / time.Since(start).Seconds()
+
+		// Raw 2: PublishAsync of n encoded events.
+		run := events.NewID()
+		payload, _ := events.Encode(events.Must(events.Usage, run, "raw/x/y/1", 1, Source, events.UsageData{PromptTokens: 1}))
+		subj := events.CellSubject(run, "raw/x/y/1", events.Usage)
+		start = time.Now()
+		for j := 0; j < n; j++ {
+			for {
+				if _, err := bb.JS.PublishAsync(subj, payload); err == nil {
+					break
+				} else if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+					b.Fatal(err)
+				}
+			}
+		}
+		<-bb.JS.PublishAsyncComplete()
+		rawPublish = float64(n) / time.Since(start).Seconds()
+
+		// Through the launcher's path.
+		run = events.NewID()
+		c := &cell{s: &Service{bus: bb, docker: d}, job: events.LaunchJob{RunID: run, CellID: "t/agent:x/m/1"}, attempt: 1,
+			plan: events.CellPlannedData{Harness: "agent:x", Model: "m"}, dir: cellfs.Dir(b.TempDir())}
+		ar := &agentRun{c: c, ctx: ctx}
+		start = time.Now()
+		lines = sandbox.NewLines(ar.line, 0)
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: lines})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+		lines.Close()
+		if err := bb.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		through = float64(n) / time.Since(start).Seconds()
+		if ar.publishErr != nil {
+			b.Fatal(ar.publishErr)
+		}
+		stored := 0
+		if err := bb.ReadRun(ctx, run, func(events.Envelope) error { stored++; return nil }); err != nil {
+			b.Fatal(err)
+		}
+		if stored != n+1 { // + the synthesised Started
+			b.Fatalf("%d events stored for %d lines", stored, n)
+		}
+	}
+	b.ReportMetric(rawAttach, "raw-attach-lines/s")
+	b.ReportMetric(rawPublish, "raw-publish-events/s")
+	b.ReportMetric(through, "agent-lines/s")
+	b.ReportMetric(through/min(rawAttach, rawPublish), "ratio")
+}
