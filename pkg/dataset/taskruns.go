@@ -19,7 +19,7 @@ const batchRows = 4096
 
 // parquetRowGroupRows bounds a Parquet row group, so readers can split a
 // large file and the writer's buffers stay bounded.
-const parquetRowGroupRows = 256 * 1024
+const parquetRowGroupRows = 128 * 1024
 
 // ExportTaskRuns writes one row per result of a (see TaskRunRow and
 // SCHEMA.md) into outDir, which is created when missing, and returns the
@@ -90,7 +90,7 @@ func WriteTaskRunsJSONL(w io.Writer, a *artifact.Artifact) error {
 
 // ParquetWriterOptions are the writer options of every Parquet file this
 // package writes: zstd compression on every column, row groups of at most
-// 262,144 rows, and MetadataKey = SchemaVersion in the key-value metadata.
+// 131,072 rows, and MetadataKey = SchemaVersion in the key-value metadata.
 func ParquetWriterOptions() []parquet.WriterOption {
 	return []parquet.WriterOption{
 		parquet.Compression(&parquet.Zstd),
