@@ -209,29 +209,44 @@ func ExportEvents(evs []events.Envelope, w io.Writer, format string) error {
 	return ew.Close()
 }
 
-// ReadEventsJSONL reads an events jsonl export: one envelope per line,
-// each checked by events.Decode (envelope version, known type, id and
-// run_id present). Blank lines are skipped; lines may be of any length.
-// The envelopes equal the exported ones field for field, data bytes
-// included (data is kept raw; an exported envelope's data is compact JSON,
-// as events.New makes it). An error names the line.
+// ReadEventsJSONL reads a whole events jsonl export into memory (see
+// ScanEventsJSONL for the rules and errors). The envelopes equal the
+// exported ones field for field, data bytes included.
 func ReadEventsJSONL(r io.Reader) ([]events.Envelope, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var out []events.Envelope
+	err := ScanEventsJSONL(r, func(e events.Envelope) error {
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// ScanEventsJSONL reads an events jsonl export line by line and calls fn
+// with each envelope, in file order, without holding the file in memory.
+// Each line is one envelope checked by events.Decode (envelope version,
+// known type, id and run_id present); data is kept raw, byte for byte.
+// Blank lines are skipped, a trailing '\r' is ignored, and lines may be of
+// any length. A line that does not decode is an error naming its number
+// ("dataset: events jsonl line 7: ..."); an error from fn stops the scan
+// and is returned as is.
+func ScanEventsJSONL(r io.Reader, fn func(events.Envelope) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
 	for line := 1; ; line++ {
 		b, err := br.ReadBytes('\n')
 		if err != nil && err != io.EOF {
-			return out, fmt.Errorf("dataset: events jsonl line %d: %w", line, err)
+			return fmt.Errorf("dataset: events jsonl line %d: %w", line, err)
 		}
 		if t := bytes.TrimSpace(b); len(t) > 0 {
 			e, derr := decodeLine(t)
 			if derr != nil {
-				return out, fmt.Errorf("dataset: events jsonl line %d: %w", line, derr)
+				return fmt.Errorf("dataset: events jsonl line %d: %w", line, derr)
 			}
-			out = append(out, e)
+			if ferr := fn(e); ferr != nil {
+				return ferr
+			}
 		}
 		if err == io.EOF {
-			return out, nil
+			return nil
 		}
 	}
 }

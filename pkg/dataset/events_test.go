@@ -3,6 +3,7 @@ package dataset
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -226,5 +227,23 @@ func TestEventWriterClose(t *testing.T) {
 	}
 	if err := w.Write(fixtureEvents(t)[0]); err == nil {
 		t.Error("Write after Close succeeded")
+	}
+}
+
+func TestScanEventsJSONLStops(t *testing.T) {
+	var buf bytes.Buffer
+	if err := ExportEvents(fixtureEvents(t), &buf, FormatJSONL); err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("stop")
+	n := 0
+	err := ScanEventsJSONL(&buf, func(events.Envelope) error {
+		if n++; n == 3 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || n != 3 {
+		t.Errorf("err %v after %d events, want the callback's error after 3", err, n)
 	}
 }

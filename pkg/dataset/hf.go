@@ -178,8 +178,16 @@ func TaskRunsArrowSchema() *arrow.Schema {
 // WriteTaskRunsArrow writes the rows of a to w as an Arrow IPC stream (the
 // format datasets keeps its .arrow files in and reads with
 // pyarrow.ipc.open_stream), schema TaskRunsArrowSchema, record batches of
-// up to 8,192 rows, uncompressed. w is not closed.
+// up to 8,192 rows, uncompressed. w is not closed. Errors are those of
+// WriteTaskRunsJSONL.
 func WriteTaskRunsArrow(w io.Writer, a *artifact.Artifact) error {
+	if err := writeArrow(w, a); err != nil {
+		return fmt.Errorf("dataset: write arrow: %w", err)
+	}
+	return nil
+}
+
+func writeArrow(w io.Writer, a *artifact.Artifact) error {
 	schema := TaskRunsArrowSchema()
 	mem := memory.NewGoAllocator()
 	iw := ipc.NewWriter(w, ipc.WithSchema(schema), ipc.WithAllocator(mem))
@@ -211,12 +219,9 @@ func WriteTaskRunsArrow(w io.Writer, a *artifact.Artifact) error {
 	}
 	if err != nil {
 		iw.Close()
-		return fmt.Errorf("dataset: write arrow: %w", err)
+		return err
 	}
-	if err := iw.Close(); err != nil {
-		return fmt.Errorf("dataset: write arrow: %w", err)
-	}
-	return nil
+	return iw.Close()
 }
 
 // appendArrowRow appends one TaskRunRow (row) to the builders of rb.
@@ -309,14 +314,14 @@ func writeHF(a *artifact.Artifact, dir string) ([]string, error) {
 	dataPath := filepath.Join(dir, HFDataFile)
 	var h hash.Hash = sha256.New()
 	err := writeFileAtomic(dataPath, func(w io.Writer) error {
-		return WriteTaskRunsArrow(io.MultiWriter(w, h), a)
+		return writeArrow(io.MultiWriter(w, h), a)
 	})
 	if err != nil {
 		return nil, err
 	}
 	info, err := hfDatasetInfo()
 	if err != nil {
-		return nil, fmt.Errorf("dataset: %s: %w", HFInfoFile, err)
+		return nil, fmt.Errorf("dataset: %s: %w", filepath.Join(dir, HFInfoFile), err)
 	}
 	state, err := json.MarshalIndent(hfState{
 		DataFiles:    []hfDataFile{{Filename: HFDataFile}},
@@ -324,7 +329,7 @@ func writeHF(a *artifact.Artifact, dir string) ([]string, error) {
 		FormatKwargs: map[string]any{},
 	}, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("dataset: %s: %w", HFStateFile, err)
+		return nil, fmt.Errorf("dataset: %s: %w", filepath.Join(dir, HFStateFile), err)
 	}
 	paths := []string{dataPath}
 	for _, f := range []struct {

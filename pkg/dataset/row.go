@@ -266,7 +266,7 @@ func (c *converter) convert(row *TaskRunRow, r *artifact.Result) error {
 		if err != nil {
 			out = append(out[:lo], "null"...)
 			if firstErr == nil {
-				firstErr = fmt.Errorf("dataset: cell %s: encode %s: %w", r.CellID, block, err)
+				firstErr = fmt.Errorf("cell %s: encode %s: %w", r.CellID, block, err)
 			}
 		}
 		c.arena = out

@@ -46,9 +46,9 @@ func ExportTaskRuns(a *artifact.Artifact, outDir string, format string) ([]strin
 	var name string
 	switch format {
 	case FormatJSONL:
-		write, name = WriteTaskRunsJSONL, TaskRunsJSONLFile
+		write, name = writeJSONL, TaskRunsJSONLFile
 	case FormatParquet:
-		write, name = WriteTaskRunsParquet, TaskRunsParquetFile
+		write, name = writeParquet, TaskRunsParquetFile
 	case FormatHF:
 		if err := os.MkdirAll(outDir, 0o755); err != nil {
 			return nil, fmt.Errorf("dataset: export task runs: %w", err)
@@ -69,15 +69,24 @@ func ExportTaskRuns(a *artifact.Artifact, outDir string, format string) ([]strin
 
 // WriteTaskRunsJSONL writes the rows of a to w as JSON Lines: one object
 // per row, keys in TaskRunRow order, every key present (null for a missing
-// value), no HTML escaping, '\n' after each line.
+// value), no HTML escaping, '\n' after each line. It returns an error
+// naming the cell whose blocks cannot be encoded (see ExportTaskRuns), or
+// the write error. w is not closed.
 func WriteTaskRunsJSONL(w io.Writer, a *artifact.Artifact) error {
+	if err := writeJSONL(w, a); err != nil {
+		return fmt.Errorf("dataset: write jsonl: %w", err)
+	}
+	return nil
+}
+
+func writeJSONL(w io.Writer, a *artifact.Artifact) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
 	err := eachBatch(a, func(rows []TaskRunRow) error {
 		for i := range rows {
 			if err := enc.Encode(&rows[i]); err != nil {
-				return fmt.Errorf("dataset: cell %s: %w", rows[i].CellID, err)
+				return fmt.Errorf("cell %s: %w", rows[i].CellID, err)
 			}
 		}
 		return nil
@@ -101,20 +110,24 @@ func ParquetWriterOptions() []parquet.WriterOption {
 
 // WriteTaskRunsParquet writes the rows of a to w as one Parquet file with
 // ParquetWriterOptions; the schema is TaskRunRow's (SCHEMA.md). w is not
-// closed.
+// closed. Errors are those of WriteTaskRunsJSONL.
 func WriteTaskRunsParquet(w io.Writer, a *artifact.Artifact) error {
+	if err := writeParquet(w, a); err != nil {
+		return fmt.Errorf("dataset: write parquet: %w", err)
+	}
+	return nil
+}
+
+func writeParquet(w io.Writer, a *artifact.Artifact) error {
 	pw := parquet.NewGenericWriter[TaskRunRow](w, ParquetWriterOptions()...)
 	err := eachBatch(a, func(rows []TaskRunRow) error {
 		_, err := pw.Write(rows)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("dataset: write parquet: %w", err)
+		return err
 	}
-	if err := pw.Close(); err != nil {
-		return fmt.Errorf("dataset: write parquet: %w", err)
-	}
-	return nil
+	return pw.Close()
 }
 
 // eachBatch converts the results of a, batch by batch, on a goroutine of
@@ -124,7 +137,7 @@ func WriteTaskRunsParquet(w io.Writer, a *artifact.Artifact) error {
 // error and returns it; the goroutine has ended when eachBatch returns.
 func eachBatch(a *artifact.Artifact, fn func([]TaskRunRow) error) error {
 	if a == nil {
-		return fmt.Errorf("dataset: nil artifact")
+		return fmt.Errorf("nil artifact")
 	}
 	if len(a.Results) == 0 {
 		return nil
