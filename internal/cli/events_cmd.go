@@ -72,13 +72,15 @@ func newEventsImport(g *globals) *cobra.Command {
 		Short: "Publish the events of a jsonl export into this store and index their runs",
 		Long: `Read a jsonl file written by 'proctor events export' (FILE, or "-" for stdin)
 and publish its events, in file order and with their own ids, into this
-store's event log; then write a run index record for each run in the file,
-so that 'proctor replay', 'runs show' and 'watch' work on this machine. A run
-that already has events in this log is refused (nothing is published): the
-stream drops a re-published id only within its duplicate window (2 minutes),
-so importing twice would duplicate the log. The record's status is the
-run's RunFinished status, or "interrupted" when the file has none; its
-artifact paths are empty (replay writes where you ask).`,
+store's event log, streaming (the file is never held in memory); then write
+a run index record for each run in the file, so that 'proctor replay', 'runs
+show' and 'watch' work on this machine. A run that already has events in
+this log is refused at its first event (none of its events is published;
+runs before it in the file are imported): the stream drops a re-published
+id only within its duplicate window (2 minutes), so importing twice would
+duplicate the log. The record's status is the run's RunFinished status, or
+"interrupted" when the file has none; its artifact paths are empty (replay
+writes where you ask).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in := io.Reader(os.Stdin)
@@ -91,36 +93,36 @@ artifact paths are empty (replay writes where you ask).`,
 				defer f.Close()
 				in, name = f, args[0]
 			}
-			evs, err := dataset.ReadEventsJSONL(in)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			if len(evs) == 0 {
-				return fmt.Errorf("%s: no events", name)
-			}
-			var runs []string
-			for _, e := range evs {
-				if !slices.Contains(runs, e.RunID) {
-					runs = append(runs, e.RunID)
-				}
-			}
 			ctx := cmd.Context()
 			conn, err := g.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			for _, id := range runs {
-				seq, err := conn.LastSeq(ctx, events.RunFilter(id))
-				if err != nil {
-					return err
+			var runs []string
+			n := 0
+			err = dataset.ScanEventsJSONL(in, func(e events.Envelope) error {
+				if !slices.Contains(runs, e.RunID) {
+					seq, err := conn.LastSeq(ctx, events.RunFilter(e.RunID))
+					if err != nil {
+						return err
+					}
+					if seq != 0 {
+						return fmt.Errorf("run %s is already in the log of %s; its events were not imported", e.RunID, g.storeName())
+					}
+					runs = append(runs, e.RunID)
 				}
-				if seq != 0 {
-					return fmt.Errorf("%s: run %s is already in the log of %s; nothing imported", name, id, g.storeName())
-				}
+				n++
+				return conn.Publish(ctx, e)
+			})
+			if ferr := conn.Flush(ctx); err == nil {
+				err = ferr
 			}
-			if err := conn.PublishAll(ctx, evs...); err != nil {
-				return err
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if n == 0 {
+				return fmt.Errorf("%s: no events", name)
 			}
 			for _, id := range runs {
 				p, err := aggregator.Project(ctx, conn.Bus, id)
@@ -139,7 +141,7 @@ artifact paths are empty (replay writes where you ask).`,
 				}
 				fmt.Fprintf(g.stdout, "imported run %s (%s): %d cells: %s\n", id, rec.Status, len(p.Cells()), countsText(rec.Counts))
 			}
-			fmt.Fprintf(g.stderr, "published %d events from %s\n", len(evs), name)
+			fmt.Fprintf(g.stderr, "published %d events from %s\n", n, name)
 			return nil
 		},
 	}
