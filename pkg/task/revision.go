@@ -3,8 +3,8 @@ package task
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -202,30 +202,9 @@ func scanTask(dir, root string, top []os.DirEntry) (*taskTree, error) {
 	return tr, nil
 }
 
-// hashFile streams path into h through buf; when keep is non-nil the bytes
-// are also collected into it.
-func hashFile(path string, h io.Writer, buf []byte, keep *[]byte) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for {
-		n, err := f.Read(buf)
-		if n > 0 {
-			h.Write(buf[:n])
-			if keep != nil {
-				*keep = append(*keep, buf[:n]...)
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
+// pathError is an *fs.PathError without importing io/fs into the build-
+// tagged readers.
+type pathError = fs.PathError
 
 // within reports whether path is root or inside it (both cleaned, absolute,
 // symlink-resolved).
