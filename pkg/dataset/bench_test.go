@@ -102,38 +102,47 @@ func syntheticArtifact(n int) *artifact.Artifact {
 	}
 }
 
+// benchRounds is how many times each side of a comparison runs within
+// one benchmark iteration, alternating, the best time of each kept: on a
+// shared machine the best of a few alternating runs is the least disturbed.
+const benchRounds = 2
+
 // BenchmarkExportTaskRunsParquet measures ExportTaskRuns(parquet) over
 // benchRows synthetic results against, in the same run, a bare parquet-go
 // GenericWriter[TaskRunRow] with zstd writing the same rows (already
-// flattened, conversion untimed) to a plain file. ns/op is the export's
-// time; the metrics report rows/s of both, their ratio (target >= 0.8),
-// and the file sizes and their ratio (target <= 1.05).
+// flattened, conversion untimed) to a plain file. Both run benchRounds
+// times, alternating; the best time of each is kept. ns/op is the
+// iteration's whole time; the metrics are rows/s of both, their ratio
+// (target >= 0.8), and the file sizes and their ratio (target <= 1.05).
 func BenchmarkExportTaskRunsParquet(b *testing.B) {
 	n := benchRows(b)
 	a := syntheticArtifact(n)
 	dir := b.TempDir()
-	var exportDur, rawDur time.Duration
+	var exportBest, rawBest time.Duration
 	var exportSize, rawSize int64
-	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		start := time.Now()
-		paths, err := ExportTaskRuns(a, dir, FormatParquet)
-		if err != nil {
-			b.Fatal(err)
-		}
-		exportDur += time.Since(start)
-		b.StopTimer()
-		exportSize = fileSize(b, paths[0])
+		for range benchRounds {
+			start := time.Now()
+			paths, err := ExportTaskRuns(a, dir, FormatParquet)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if d := time.Since(start); exportBest == 0 || d < exportBest {
+				exportBest = d
+			}
+			exportSize = fileSize(b, paths[0])
 
-		d, size := rawParquetWrite(b, a, filepath.Join(dir, "raw.parquet"))
-		rawDur += d
-		rawSize = size
-		b.StartTimer()
+			d, size := rawParquetWrite(b, a, filepath.Join(dir, "raw.parquet"))
+			if rawBest == 0 || d < rawBest {
+				rawBest = d
+			}
+			rawSize = size
+		}
 	}
 	b.StopTimer()
-	exportRate := float64(n) * float64(b.N) / exportDur.Seconds()
-	rawRate := float64(n) * float64(b.N) / rawDur.Seconds()
+	exportRate := float64(n) / exportBest.Seconds()
+	rawRate := float64(n) / rawBest.Seconds()
 	b.ReportMetric(exportRate, "rows/s")
 	b.ReportMetric(rawRate, "raw_rows/s")
 	b.ReportMetric(exportRate/rawRate, "x_raw_rate")
@@ -143,8 +152,9 @@ func BenchmarkExportTaskRunsParquet(b *testing.B) {
 }
 
 // rawParquetWrite is the baseline: rows flattened batch by batch outside
-// the clock, then only GenericWriter.Write and Close (and the file's
-// creation and close) timed.
+// the clock, synchronously (no conversion runs while the writer is timed),
+// then only GenericWriter.Write and Close (and the file's creation and
+// close) timed.
 func rawParquetWrite(b *testing.B, a *artifact.Artifact, path string) (time.Duration, int64) {
 	b.Helper()
 	start := time.Now()
@@ -154,14 +164,22 @@ func rawParquetWrite(b *testing.B, a *artifact.Artifact, path string) (time.Dura
 	}
 	w := parquet.NewGenericWriter[TaskRunRow](f, parquet.Compression(&parquet.Zstd))
 	d := time.Since(start)
-	err = eachBatch(a, func(rows []TaskRunRow) error {
+	c := newConverter(a.Run.ID, batchRows)
+	buf := make([]TaskRunRow, batchRows)
+	for lo := 0; lo < len(a.Results); lo += batchRows {
+		rows := buf[:min(batchRows, len(a.Results)-lo)]
+		c.reset()
+		for i := range rows {
+			if err := c.convert(&rows[i], &a.Results[lo+i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.finish()
 		start := time.Now()
-		_, err := w.Write(rows)
+		if _, err := w.Write(rows); err != nil {
+			b.Fatal(err)
+		}
 		d += time.Since(start)
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
 	}
 	start = time.Now()
 	if err := w.Close(); err != nil {

@@ -121,7 +121,7 @@ type EventWriter struct {
 // jsonl writes each envelope as its own JSON (events.Envelope's encoding,
 // without HTML escaping), one per line: exactly what ReadEventsJSONL reads
 // back, with no promoted columns. parquet writes EventRow rows with
-// ParquetWriterOptions. Close must be called to finish the file; it does
+// ParquetWriterOptions (no page bounds for data). Close must be called to finish the file; it does
 // not close w. An unknown format is an error naming the allowed ones.
 func NewEventWriter(w io.Writer, format string) (*EventWriter, error) {
 	ew := &EventWriter{format: format}
@@ -131,7 +131,7 @@ func NewEventWriter(w io.Writer, format string) (*EventWriter, error) {
 		ew.enc = json.NewEncoder(ew.bw)
 		ew.enc.SetEscapeHTML(false)
 	case FormatParquet:
-		ew.pw = parquet.NewGenericWriter[EventRow](w, ParquetWriterOptions()...)
+		ew.pw = parquet.NewGenericWriter[EventRow](w, ParquetWriterOptions("data")...)
 		ew.batch = make([]EventRow, 0, batchRows)
 	default:
 		return nil, unknownFormat("export events", format, EventFormats())

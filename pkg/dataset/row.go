@@ -3,6 +3,7 @@ package dataset
 import (
 	"fmt"
 	"strconv"
+	"unsafe"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 )
@@ -141,16 +142,18 @@ func newConverter(runID string, n int) *converter {
 }
 
 // finish turns the arena into one string and points every JSON field
-// converted since the last finish into it.
+// converted since the last finish into it. The arena's bytes become the
+// string's without a copy and are never written again: the converter
+// continues in a new arena.
 func (c *converter) finish() {
 	if len(c.fixups) == 0 {
 		return
 	}
-	s := string(c.arena)
+	s := unsafe.String(unsafe.SliceData(c.arena), len(c.arena))
 	for _, f := range c.fixups {
 		*f.dst = s[f.lo:f.hi]
 	}
-	c.arena = c.arena[:0]
+	c.arena = make([]byte, 0, len(c.arena)+len(c.arena)/4)
 	c.fixups = c.fixups[:0]
 }
 
@@ -159,7 +162,7 @@ func (c *converter) reset() {
 	c.ints = c.ints[:0]
 	c.strs = c.strs[:0]
 	c.tags = c.tags[:0]
-	c.arena = c.arena[:0]
+	c.arena = c.arena[:0] // after finish it is fresh; before, nothing points into it
 	c.fixups = c.fixups[:0]
 }
 

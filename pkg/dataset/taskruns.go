@@ -99,17 +99,27 @@ func writeJSONL(w io.Writer, a *artifact.Artifact) error {
 
 // ParquetWriterOptions are the writer options of every Parquet file this
 // package writes: zstd compression on every column, row groups of at most
-// 131,072 rows, and MetadataKey = SchemaVersion in the key-value metadata.
-func ParquetWriterOptions() []parquet.WriterOption {
-	return []parquet.WriterOption{
+// 131,072 rows, MetadataKey = SchemaVersion in the key-value metadata, and
+// no min/max page bounds for the columns named in blobs (JSON text and
+// other free text, where bounds serve no filter and cost write time).
+func ParquetWriterOptions(blobs ...string) []parquet.WriterOption {
+	opts := []parquet.WriterOption{
 		parquet.Compression(&parquet.Zstd),
 		parquet.MaxRowsPerRowGroup(parquetRowGroupRows),
 		parquet.KeyValueMetadata(MetadataKey, SchemaVersion),
 	}
+	for _, b := range blobs {
+		opts = append(opts, parquet.SkipPageBounds(b))
+	}
+	return opts
 }
 
+// taskRunBlobs are the free-text columns of TaskRunRow.
+var taskRunBlobs = []string{"output_dir", "error", "stdout_tail", "task_metadata_json", "metrics_json", "operations_json", "rewards_json"}
+
 // WriteTaskRunsParquet writes the rows of a to w as one Parquet file with
-// ParquetWriterOptions; the schema is TaskRunRow's (SCHEMA.md). w is not
+// ParquetWriterOptions (no page bounds for the free-text and JSON columns);
+// the schema is TaskRunRow's (SCHEMA.md). w is not
 // closed. Errors are those of WriteTaskRunsJSONL.
 func WriteTaskRunsParquet(w io.Writer, a *artifact.Artifact) error {
 	if err := writeParquet(w, a); err != nil {
@@ -119,7 +129,7 @@ func WriteTaskRunsParquet(w io.Writer, a *artifact.Artifact) error {
 }
 
 func writeParquet(w io.Writer, a *artifact.Artifact) error {
-	pw := parquet.NewGenericWriter[TaskRunRow](w, ParquetWriterOptions()...)
+	pw := parquet.NewGenericWriter[TaskRunRow](w, ParquetWriterOptions(taskRunBlobs...)...)
 	err := eachBatch(a, func(rows []TaskRunRow) error {
 		_, err := pw.Write(rows)
 		return err
