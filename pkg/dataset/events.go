@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
@@ -54,9 +55,21 @@ type usageKeys struct {
 	Calls            *int64   `json:"calls"`
 }
 
+// Parquet nanosecond timestamps are int64 nanoseconds since the Unix epoch,
+// which span the years 1678 to 2262.
+var (
+	minNanoTime = time.Unix(0, math.MinInt64).UTC()
+	maxNanoTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
 // EventRowOf flattens one envelope. It returns an error naming the event
-// when the data of a Usage or Command event does not decode.
+// when the data of a Usage or Command event does not decode, or when its
+// time is outside what a nanosecond timestamp holds (years 1678 to 2262,
+// e.g. an unset zero time).
 func EventRowOf(e events.Envelope) (EventRow, error) {
+	if e.At.Before(minNanoTime) || e.At.After(maxNanoTime) {
+		return EventRow{}, fmt.Errorf("dataset: event %s (%s): time %s is outside the years 1678 to 2262", e.ID, e.Type, e.At.Format(time.RFC3339Nano))
+	}
 	row := EventRow{
 		V:      int64(e.V),
 		ID:     e.ID,

@@ -207,6 +207,11 @@ func TestEventRowOfBadData(t *testing.T) {
 	if err := ExportEvents([]events.Envelope{e}, &bytes.Buffer{}, FormatParquet); err == nil {
 		t.Error("ExportEvents(parquet) accepted undecodable Usage data")
 	}
+	e = events.Must(events.Message, "r", "c", 1, "launcher", nil)
+	e.At = time.Time{}
+	if _, err := EventRowOf(e); err == nil || !strings.Contains(err.Error(), e.ID) {
+		t.Errorf("zero time: err = %v, want one naming event %s", err, e.ID)
+	}
 	if err := ExportEvents(nil, &bytes.Buffer{}, "csv"); err == nil || !strings.Contains(err.Error(), "jsonl, parquet") {
 		t.Errorf("unknown format: err = %v", err)
 	}
