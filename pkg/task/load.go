@@ -23,9 +23,21 @@ const (
 // Loader discovers and loads tasks. The zero value is ready to use and reads
 // proctor's environment with os.LookupEnv. A Loader is safe for concurrent
 // use.
+//
+// Env tables ([verifier.env], [solution.env] / [oracle.env] and the sandbox
+// table's env) resolve as follows. A literal string is forwarded as
+// written; an integer, float or boolean as its text. ${VAR:-default} takes
+// default when VAR is unset or empty in proctor's environment (as read by
+// LookupEnv); when VAR is set to a value the key is not forwarded, because
+// proctor never passes its own environment into a task and silently using
+// the default would ignore what the operator set. ${VAR} without a default
+// is never forwarded. Null, lists and tables are not forwarded. Every key
+// not forwarded is listed in Task.UnresolvedEnv (sorted, deduplicated
+// across the tables) with a warning saying why; such a cell is errored
+// before any image is built.
 type Loader struct {
-	// LookupEnv resolves ${VAR:-default} in env tables (see the Task field
-	// UnresolvedEnv); nil means os.LookupEnv.
+	// LookupEnv reads proctor's environment for ${VAR:-default}; nil means
+	// os.LookupEnv. Tests inject a map so they stay hermetic.
 	LookupEnv LookupEnv
 }
 

@@ -29,7 +29,8 @@ import (
 // instead. Directories themselves, file modes and timestamps are not hashed,
 // so a fresh checkout of the same files has the same revision. Files that
 // are neither regular files, directories nor links (sockets, FIFOs) are
-// skipped.
+// skipped, and so are .git directories (version-control state, which
+// changes with every checkout, not with the task).
 
 // treeEntry is one path under a task directory.
 type treeEntry struct {
@@ -146,6 +147,8 @@ func scanTask(dir, root string, top []os.DirEntry) (*taskTree, error) {
 				mode = fi.Mode().Type()
 			}
 			switch {
+			case mode.IsDir() && de.Name() == ".git":
+				continue
 			case mode.IsDir():
 				tr.dirs[r] = target
 				ancestors[target] = true

@@ -163,6 +163,10 @@ func TestRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	r1 := mustLoad(t, root, "t").Revision
+	writeFile(t, root, "t/environment/.git/index", "version-control state")
+	if r := mustLoad(t, root, "t").Revision; r != r1 {
+		t.Error("a .git directory altered the revision")
+	}
 	if err := os.Chmod(bin, 0o600); err != nil {
 		t.Fatal(err)
 	}
