@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"github.com/docker/docker/api/types/image"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
 )
 
 func runMain(t *testing.T, args ...string) (*artifact.Artifact, string) {
@@ -125,8 +127,32 @@ func TestAgentFailureModes(t *testing.T) {
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	t.Setenv("PROCTOR_HOME", t.TempDir())
 	ag := func(name string) string { return "agent:" + abs(t, "testdata/agents/"+name) }
+	// A copy of the installer with a unique agent.toml, so its install is
+	// not already cached in the engine by an earlier run; its image is
+	// removed afterwards.
+	installer := t.TempDir()
+	toml, err := os.ReadFile("testdata/agents/installer/agent.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	toml = append(toml, []byte("# "+t.Name()+" "+events.NewID()+"\n")...)
+	if err := os.WriteFile(filepath.Join(installer, "agent.toml"), toml, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := harness.LoadAgent(installer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--repeats", "2", "--concurrency", "4",
-		"--harnesses", strings.Join([]string{ag("sleeper"), ag("silent"), ag("badinstall"), ag("installer")}, ","))
+		"--harnesses", strings.Join([]string{ag("sleeper"), ag("silent"), ag("badinstall"), "agent:" + installer}, ","))
+	t.Cleanup(func() {
+		if len(a.Results) > 0 {
+			ref := "proctor-agent:" + a.Results[0].TaskRevision[:12] + "-" + spec.Hash[:12]
+			if _, err := cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}); err != nil {
+				t.Errorf("remove the install image %s: %v", ref, err)
+			}
+		}
+	})
 	installs := 0
 	for _, r := range a.Results {
 		switch {
@@ -141,7 +167,7 @@ func TestAgentFailureModes(t *testing.T) {
 			if r.Outcome != "errored" || r.ErrorClass != "solver_error" || !r.Metrics.SolverError || r.Metrics.Error {
 				t.Errorf("%s: %+v", r.Harness, r)
 			}
-		case strings.HasSuffix(r.Harness, "/installer"):
+		case r.Harness == "agent:"+installer:
 			if r.Outcome != "passed" || r.Metrics.PromptTokens == nil || *r.Metrics.PromptTokens != 5 {
 				t.Errorf("installer: %+v", r)
 			}
