@@ -105,7 +105,19 @@ func syntheticArtifact(n int) *artifact.Artifact {
 // benchRounds is how many times each side of a comparison runs within
 // one benchmark iteration, alternating, the best time of each kept: on a
 // shared machine the best of a few alternating runs is the least disturbed.
-const benchRounds = 2
+// PROCTOR_BENCH_ROUNDS overrides the default of 2 (1 halves the time).
+func benchRounds(b *testing.B) int {
+	b.Helper()
+	s := os.Getenv("PROCTOR_BENCH_ROUNDS")
+	if s == "" {
+		return 2
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("PROCTOR_BENCH_ROUNDS=%q: want a positive integer", s)
+	}
+	return n
+}
 
 // BenchmarkExportTaskRunsParquet measures ExportTaskRuns(parquet) over
 // benchRows synthetic results against, in the same run, a bare parquet-go
@@ -115,14 +127,14 @@ const benchRounds = 2
 // iteration's whole time; the metrics are rows/s of both, their ratio
 // (target >= 0.8), and the file sizes and their ratio (target <= 1.05).
 func BenchmarkExportTaskRunsParquet(b *testing.B) {
-	n := benchRows(b)
+	n, rounds := benchRows(b), benchRounds(b)
 	a := syntheticArtifact(n)
 	dir := b.TempDir()
 	var exportBest, rawBest time.Duration
 	var exportSize, rawSize int64
 	b.ResetTimer()
 	for range b.N {
-		for range benchRounds {
+		for range rounds {
 			start := time.Now()
 			paths, err := ExportTaskRuns(a, dir, FormatParquet)
 			if err != nil {
