@@ -1,7 +1,6 @@
 package task
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -307,11 +306,4 @@ func (d *Discovery) WriteTable(w io.Writer, verbose bool) error {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\t", " ")), " ")
-}
-
-// asError extracts the *Error of a failed discovery or load, if any.
-func asError(err error) (*Error, bool) {
-	var e *Error
-	ok := errors.As(err, &e)
-	return e, ok
 }

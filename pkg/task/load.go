@@ -232,6 +232,7 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 			return dirResult{err: inFile(fileName(MarkdownFile), err)}
 		}
 		t.Prompt = ps.prompt
+		t.OmittedSections = ps.omitted
 		t.InstructionFile = t.DefinitionFile
 		if t.Prompt == "" && t.Unsupported == "" {
 			warnings = append(warnings, "task.md has an empty prompt")

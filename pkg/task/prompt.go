@@ -14,11 +14,8 @@ var escapedSectionRE = regexp.MustCompile(`(?im)^\\(##\s+(?:prompt|role:[A-Za-z0
 
 // promptSections is a task.md body split as BenchFlow splits it.
 type promptSections struct {
-	prompt   string
-	roles    []string // names of ## role:<name> sections
-	scenes   []string // names of ## scene:<name> sections
-	persona  bool     // a ## user-persona section exists
-	hasFence bool     // the body has at least one reserved heading
+	prompt  string
+	omitted []string // keys of the sections left out ("role:reviewer", "user-persona")
 }
 
 // extractPrompt returns the agent's prompt from a task.md body, as BenchFlow
@@ -35,7 +32,7 @@ func extractPrompt(body string, bodyLine int) (promptSections, error) {
 	if matches == nil {
 		return promptSections{prompt: strings.TrimSpace(body)}, nil
 	}
-	ps := promptSections{hasFence: true}
+	var ps promptSections
 	preamble := strings.TrimSpace(body[:matches[0][0]])
 	sections := map[string]string{}
 	for i, m := range matches {
@@ -49,13 +46,8 @@ func extractPrompt(body string, bodyLine int) (promptSections, error) {
 			end = matches[i+1][0]
 		}
 		sections[key] = strings.TrimSpace(body[m[1]:end])
-		switch {
-		case strings.HasPrefix(key, "role:"):
-			ps.roles = append(ps.roles, strings.TrimPrefix(key, "role:"))
-		case strings.HasPrefix(key, "scene:"):
-			ps.scenes = append(ps.scenes, strings.TrimPrefix(key, "scene:"))
-		case key == "user-persona":
-			ps.persona = true
+		if key != "prompt" {
+			ps.omitted = append(ps.omitted, key)
 		}
 	}
 	p, ok := sections["prompt"]

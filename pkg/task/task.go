@@ -139,6 +139,9 @@ type Task struct {
 	// InstructionFile is the file Prompt was read from (instruction.md or
 	// task.md); "" when there is none.
 	InstructionFile string `json:"instruction_file,omitempty"`
+	// OmittedSections lists, in body order, the task.md sections kept from
+	// the agent ("role:reviewer", "scene:intro", "user-persona").
+	OmittedSections []string `json:"omitted_sections,omitempty"`
 	// MultiRole is true for a task.md declaring agents, scenes or user: it
 	// runs as one agent with the base prompt.
 	MultiRole bool `json:"multi_role,omitempty"`
