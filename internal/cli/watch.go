@@ -156,6 +156,7 @@ type watcher struct {
 	// delivered counts the events handled, so a follow that starts again
 	// from the run's first event (after a reconnect) skips them.
 	delivered int
+	last      time.Time // time of the last event handled
 	caughtUp  bool
 	lines     map[string]string // last progress line printed per harness
 }
@@ -218,11 +219,20 @@ func waitGone(ctx context.Context, path string, d time.Duration) {
 func (w *watcher) follow(ctx context.Context, conn *connection) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Only this process can write a store it serves itself: past its
+	// last event the run cannot go on.
+	owned := conn.embedded != nil
+	// Through the nats.url of a local proctor, a lost connection means
+	// that process stopped: its server will not come back. (With --nats,
+	// nats.go reconnects to the cluster by itself.)
 	var lost atomic.Bool
-	conn.NC.SetDisconnectErrHandler(func(*nats.Conn, error) { lost.Store(true); cancel() })
-	conn.NC.SetClosedHandler(func(*nats.Conn) { lost.Store(true); cancel() })
-	defer conn.NC.SetDisconnectErrHandler(nil)
-	defer conn.NC.SetClosedHandler(nil)
+	local := !owned && w.g.natsURL == ""
+	if local {
+		conn.NC.SetDisconnectErrHandler(func(*nats.Conn, error) { lost.Store(true); cancel() })
+		conn.NC.SetClosedHandler(func(*nats.Conn) { lost.Store(true); cancel() })
+		defer conn.NC.SetDisconnectErrHandler(nil)
+		defer conn.NC.SetClosedHandler(nil)
+	}
 
 	// The last event stored now marks the end of the catch-up.
 	lastID := ""
@@ -235,19 +245,17 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 	default:
 		return err
 	}
-	// Only this process can write a store it serves itself: past its
-	// last event the run cannot go on.
-	owned := conn.embedded != nil
 	if owned && lastID == "" {
 		return fmt.Errorf("run %s: no events in the log of %s", w.runID, w.g.storeName())
 	}
 	skip := w.delivered
-	err = conn.Follow(fctx, []string{events.RunFilter(w.runID)}, func(e events.Envelope) error {
+	handle := func(e events.Envelope) error {
 		if skip > 0 {
 			skip--
 			return nil
 		}
 		w.delivered++
+		w.last = e.At
 		w.apply(e)
 		if w.p.Finished() {
 			w.final()
@@ -256,24 +264,34 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 		if e.ID == lastID && !w.caughtUp {
 			w.caughtUp = true
 			w.progress(e.At)
-			if owned {
-				return errDeadRun
-			}
 		}
 		return nil
-	})
-	switch {
-	case errors.Is(err, errDeadRun):
+	}
+	filters := []string{events.RunFilter(w.runID)}
+	if owned {
+		// Nobody else writes this store: read what it holds and stop.
+		if err := conn.Read(ctx, filters, handle); err != nil {
+			if ctx.Err() != nil {
+				return ErrInterrupted
+			}
+			return err
+		}
+		if w.p.Finished() {
+			return nil
+		}
+		w.caughtUp = true
+		w.progress(w.last)
 		return fmt.Errorf("run %s has not finished and no proctor process serves this store (its process died?); `proctor replay %s` projects what finished", w.runID, w.runID)
-	case err != nil && ctx.Err() == nil && (lost.Load() || !conn.NC.IsConnected()):
+	}
+	err = conn.Follow(fctx, filters, handle)
+	switch {
+	case err != nil && ctx.Err() == nil && local && (lost.Load() || !conn.NC.IsConnected()):
 		return errLost
 	case err != nil && ctx.Err() != nil:
 		return ErrInterrupted
 	}
 	return err
 }
-
-var errDeadRun = errors.New("dead run")
 
 // apply folds one event, prints it when --events selects it, and prints
 // progress when a cell changed state or a run-level event arrived.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,11 +10,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/services/aggregator"
@@ -213,5 +216,97 @@ func TestWatchMidRun(t *testing.T) {
 	}
 	if n := strings.Count(wout, " Verdict {"); n != 3 {
 		t.Errorf("%d Verdict lines, want 3:\n%s", n, wout)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWatchOutlivesTheRunProcess follows a run through the nats.url of a
+// server that then stops (as a `tasks run` process does when it exits or
+// dies): watch reads on from the store itself, prints no event twice, and
+// since the log has no RunFinished and nobody can write it any more, ends
+// with an error saying so.
+func TestWatchOutlivesTheRunProcess(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
+	store := filepath.Join(home, "jetstream")
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, err := bus.Connect(ctx, srv.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(urlFile(), []byte(srv.ClientURL()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evs := readFixture(t)
+	evs = evs[:len(evs)-1] // no RunFinished: the run's process died
+	half := len(evs) / 2
+	if err := b.PublishAll(ctx, evs[:half]...); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main([]string{"watch", fixtureRun, "--events"}, &stdout, &stderr) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "] agent:demo: ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("watch never caught up:\n%s\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling output, not synchronising on time
+	}
+	if err := b.PublishAll(ctx, evs[half:]...); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	srv.Shutdown()
+	os.Remove(urlFile())
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("watch did not end")
+	}
+	out := stdout.String()
+	if code != ExitError || !strings.Contains(stderr.String(), "has not finished and no proctor process serves this store") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr.String())
+	}
+	lines := 0
+	seen := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, " {") && !strings.HasPrefix(l, "[") {
+			lines++
+			if seen[l] {
+				t.Errorf("event printed twice: %s", l)
+			}
+			seen[l] = true
+		}
+	}
+	// Every stored event once: the fixture minus RunFinished, minus the
+	// two re-published ids the stream dropped.
+	if lines != len(evs)-2 {
+		t.Errorf("%d event lines, want %d:\n%s", lines, len(evs)-2, out)
+	}
+	if !strings.Contains(out, "agent:demo: 5/6 done, 1 running") {
+		t.Errorf("final progress missing:\n%s", out)
 	}
 }
