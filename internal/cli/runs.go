@@ -106,7 +106,8 @@ func newRunsShow(g *globals) *cobra.Command {
 		Long: `Show one run of the run index. RUN is a run id or a unique prefix of one.
 The record's fields are printed one per line, followed by the per-harness
 progress projected from the run's events (done, running, queued, errored,
-passed, pass rate over scored cells). --cells adds every cell with its
+passed, pass rate over scored cells). A run with events but no index record
+shows the record its events imply. --cells adds every cell with its
 state; --json prints the same as one indented JSON object (the record's
 fields plus "stale", "states", "progress" and, with --cells,
 "cell_states").`,
@@ -123,7 +124,18 @@ fields plus "stale", "states", "progress" and, with --cells,
 				return err
 			}
 			rec, err := conn.GetRun(ctx, id)
-			if err != nil {
+			if errors.Is(err, bus.ErrNotFound) {
+				// Events without an index record (published by another
+				// tool): the record the log implies.
+				if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
+					return err
+				}
+				p, err := aggregator.Project(ctx, conn.Bus, id)
+				if err != nil {
+					return err
+				}
+				rec = p.Record()
+			} else if err != nil {
 				return err
 			}
 			v, err := g.view(ctx, conn, rec, true, cells)

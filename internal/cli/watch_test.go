@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -117,6 +118,13 @@ func TestWatchFollowsLive(t *testing.T) {
 	}
 	if r.code != 0 {
 		t.Fatalf("watch: exit %d\n%s\n%s", r.code, r.out, r.errOut)
+	}
+	var v runView
+	if err := json.Unmarshal([]byte(mustProctor(t, "runs", "show", runID, "--nats", e.ClientURL(), "--json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Status != "interrupted" || v.Cells != 12 || v.Progress[0].Harness != "agent:demo" || v.Progress[0].Done != 6 {
+		t.Errorf("runs show of a run without index record: %+v", v)
 	}
 	p := aggregator.NewProjector(runID)
 	for _, e := range evs {
