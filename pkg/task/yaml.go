@@ -49,6 +49,9 @@ func (p positions) line(path string) int {
 // !!set becomes a sorted list; non-finite floats become the strings ".inf",
 // "-.inf" and ".nan"; tags other than the YAML core ones are refused; the
 // document must be a mapping (empty frontmatter is an empty mapping).
+// Plain scalars resolve by the YAML 1.2 core schema, so yes/no stay strings
+// in metadata; boolean fields (allow_internet) also accept yes/no/on/off as
+// PyYAML, and so BenchFlow, reads them.
 func parseYAMLMapping(src string, lineOffset int) (map[string]any, positions, error) {
 	toks := lexer.Tokenize(src)
 	if err := checkYAMLDepth(toks, lineOffset); err != nil {
