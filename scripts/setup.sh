@@ -76,6 +76,24 @@ apt_mirror() {
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
+# clear_stale_pidfiles removes the pid files of a dockerd or containerd that
+# was killed without cleaning up (a machine whose processes were all ended),
+# unless the pid in them is alive and is that program.
+clear_stale_pidfiles() {
+  local f pid
+  for f in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+    [[ -f $f ]] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    # Alive means: the process exists, is not a zombie, and is that program.
+    if [[ -n $pid ]] && grep -qE 'dockerd|containerd' "/proc/$pid/comm" 2>/dev/null &&
+      ! grep -qE '^State:[[:space:]]+Z' "/proc/$pid/status" 2>/dev/null; then
+      continue
+    fi
+    say "docker engine: removing stale $f"
+    rm -f "$f"
+  done
+}
+
 ensure_engine() {
   if engine_answers; then
     say "docker engine: running ($(docker info --format '{{.ServerVersion}}' 2>/dev/null))"
@@ -86,6 +104,7 @@ ensure_engine() {
     apt_install docker.io
   fi
   need_root "starting dockerd"
+  clear_stale_pidfiles
   local log=${DOCKERD_LOG:-/var/log/dockerd.log}
   touch "$log" 2>/dev/null || log=/tmp/dockerd.log
   say "docker engine: starting dockerd (log: $log)"
