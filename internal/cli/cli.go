@@ -94,8 +94,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("PROCTOR_NATS_URL"), "NATS URL of an external cluster (default: an embedded server storing under $PROCTOR_HOME; env PROCTOR_NATS_URL)")
 
 	tasks := &cobra.Command{Use: "tasks", Short: "Discover, inspect and run tasks"}
-	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g))
-	root.AddCommand(tasks, newServe(g), newGC(g), newVersion(g))
+	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))
+	root.AddCommand(tasks, newCatalog(g), newServe(g), newGC(g), newVersion(g))
 	root.AddCommand(newRuns(g), newReplay(g), newWatch(g), newEvents(g), newDataset(g))
 	return root
 }

@@ -25,3 +25,46 @@ func newTasksList(g *globals) *cobra.Command {
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "also show keys read past and every warning")
 	return cmd
 }
+
+func newTasksCoverage(g *globals) *cobra.Command {
+	var root string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "coverage --tasks-root DIR [--json]",
+		Short: "Per root: tasks, notes skipped, malformed files, files missing per layout, and what each harness would refuse",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := task.Coverage(root)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, r)
+			}
+			return r.WriteText(g.stdout)
+		},
+	}
+	cmd.Flags().StringVar(&root, "tasks-root", ".", "directory holding task directories")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func newCatalog(g *globals) *cobra.Command {
+	var root string
+	scan := &cobra.Command{
+		Use:   "scan --root DIR",
+		Short: "Scan a checkout of tasks and skills: counts, layouts, malformed files (JSON on stdout)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := task.ScanCatalog(root)
+			if err != nil {
+				return err
+			}
+			return writeJSON(g.stdout, c)
+		},
+	}
+	scan.Flags().StringVar(&root, "root", ".", "the checkout to scan")
+	cat := &cobra.Command{Use: "catalog", Short: "Inspect checkouts of task suites"}
+	cat.AddCommand(scan)
+	return cat
+}

@@ -107,49 +107,26 @@ func (r Ref) InContainer() bool { return r.Kind != Command }
 // a baseline: oracle and probe rows check the setup and never do.
 func (r Ref) Comparable() bool { return r.Kind != Oracle && r.Kind != Probe }
 
+// Needs is what the harness requires of a task (task.HarnessNeeds).
+func (r Ref) Needs() task.Needs { return task.HarnessNeeds[string(r.Kind)] }
+
 // Refusal decides from the task files alone, before any build, whether this
-// harness refuses the task. It returns the error class and a reason naming
-// the file or key, or "" when the task can run. The image WORKDIR check of
+// harness refuses the task. It returns the error class (refused or
+// unresolved_env) and a reason naming the file or key, or "" when the task
+// can run: unsupported and blocked tasks first, then unresolved env, then
+// what the harness needs (task.Refusal). The image WORKDIR check of
 // in-container agent arms needs the built image and is done by the
 // launcher with task.WorkdirAllowedForAgent.
 func (r Ref) Refusal(t *task.Task) (class, reason string) {
-	if t.Unsupported != "" {
-		return ClassRefused, t.Unsupported
+	if t.Unsupported != "" || t.Blocked != "" {
+		return ClassRefused, t.Refusal(task.Needs{})
 	}
 	if len(t.UnresolvedEnv) > 0 {
 		return ClassUnresolvedEnv, fmt.Sprintf("unresolved env in %s: %s (a ${VAR} reference or a non-scalar value is never forwarded)",
 			path.Base(t.DefinitionFile), strings.Join(t.UnresolvedEnv, ", "))
 	}
-	if r.Kind == Oracle && t.SolutionScript == "" {
-		return ClassRefused, "the oracle needs the reference solution, and " + t.Name + " has no " + solutionName(t)
-	}
-	if r.InContainer() && t.TestScript == "" {
-		return ClassRefused, "the " + string(r.Kind) + " harness is scored by the task verifier, and " + t.Name + " has no " + testName(t)
-	}
-	if r.InContainer() && t.Dockerfile == "" && t.DockerImage == "" {
-		return ClassRefused, t.Name + " has neither environment/Dockerfile nor a docker_image to run in"
-	}
-	if r.Kind == Agent && t.Workdir != "" && !workdirOK(t.Workdir) {
-		return ClassRefused, fmt.Sprintf("in-container agents work in /app as uid 10001; the task's workdir is %s", t.Workdir)
+	if why := t.Refusal(r.Needs()); why != "" {
+		return ClassRefused, why
 	}
 	return "", ""
-}
-
-func workdirOK(dir string) bool {
-	dir = path.Clean(dir)
-	return dir == "/app" || strings.HasPrefix(dir, "/app/")
-}
-
-func solutionName(t *task.Task) string {
-	if t.Layout == task.LayoutBenchFlow {
-		return "oracle/solve.sh"
-	}
-	return "solution/solve.sh"
-}
-
-func testName(t *task.Task) string {
-	if t.Layout == task.LayoutBenchFlow {
-		return "verifier/test.sh"
-	}
-	return "tests/test.sh"
 }
