@@ -71,9 +71,10 @@ func (p *Projector) Apply(e events.Envelope) {
 		p.applyRun(e)
 		return
 	}
+	attempt := max(e.Attempt, 1) // an event without an attempt belongs to the first
 	c := p.cells[e.CellID]
 	if c == nil {
-		c = &cellState{attempt: max(e.Attempt, 1)}
+		c = &cellState{attempt: attempt}
 		p.cells[e.CellID] = c
 	}
 	if e.Type == events.CellPlanned {
@@ -81,10 +82,10 @@ func (p *Projector) Apply(e events.Envelope) {
 		return
 	}
 	switch {
-	case e.Attempt < c.attempt:
+	case attempt < c.attempt:
 		return // a superseded attempt's late event
-	case e.Attempt > c.attempt:
-		p.reset(c, e.Attempt)
+	case attempt > c.attempt:
+		p.reset(c, attempt)
 	}
 	if c.terminal {
 		return // the first terminal event of an attempt decides it
