@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node test vet bench demo clean
+.PHONY: all build setup setup-node test fuzz vet bench demo clean
 
 all: build
 
@@ -22,10 +22,18 @@ setup-node:
 vet:
 	$(GO) vet ./...
 
-## test: vet, then every package's tests against the real engine
+## test: vet, every package's tests against the real engine, then short fuzz runs
 test: setup-node
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 30m ./...
+	$(MAKE) fuzz FUZZTIME=10s
+
+## fuzz: run each fuzz target for FUZZTIME (default 30s), one at a time
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitFrontmatter$$' -fuzztime $(FUZZTIME) ./pkg/task
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/task
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./pkg/dataset
 
 ## bench: run each benchmark once
 bench:
