@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -110,8 +111,57 @@ func Must(t Type, runID, cellID string, attempt int, source string, data any) En
 	return e
 }
 
-// Encode returns the envelope's JSON bytes.
-func Encode(e Envelope) ([]byte, error) { return json.Marshal(e) }
+// Encode returns the envelope's JSON bytes, the same bytes json.Marshal
+// gives (field order, omitted empty cell_id and attempt, RFC 3339 time with
+// nanoseconds), built without re-encoding the data: e.Data must be valid
+// JSON, as New and Decode guarantee. The error is for interface stability;
+// it is always nil.
+func Encode(e Envelope) ([]byte, error) {
+	b := make([]byte, 0, 160+len(e.Data))
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, int64(e.V), 10)
+	b = append(b, `,"id":`...)
+	b = appendString(b, e.ID)
+	b = append(b, `,"type":`...)
+	b = appendString(b, string(e.Type))
+	b = append(b, `,"at":"`...)
+	b = e.At.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","run_id":`...)
+	b = appendString(b, e.RunID)
+	if e.CellID != "" {
+		b = append(b, `,"cell_id":`...)
+		b = appendString(b, e.CellID)
+	}
+	if e.Attempt != 0 {
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	}
+	b = append(b, `,"source":`...)
+	b = appendString(b, e.Source)
+	b = append(b, `,"data":`...)
+	if len(e.Data) == 0 {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, e.Data...)
+	}
+	return append(b, '}'), nil
+}
+
+// appendString appends s as a JSON string; plain ASCII (the ids, types and
+// cell ids of this package) is copied as is, anything else goes through
+// encoding/json for its escaping rules.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
 
 // Decode parses an envelope and checks its version and type. The data is
 // left raw; use DecodeData to obtain the typed value.

@@ -219,3 +219,24 @@ func TestRoundTripAndSubjects(t *testing.T) {
 		prev = id
 	}
 }
+
+func TestEncodeMatchesMarshal(t *testing.T) {
+	for _, e := range []Envelope{
+		Must(Usage, "R", "t/agent:x/m/1", 2, "launcher", UsageData{PromptTokens: 3}),
+		Must(RunFinished, "R", "", 0, "aggregator", RunFinishedData{Status: "finished"}),
+		Must(Message, "R", "tâsk \"q\" <b>&\\/1", 1, "s\n", MessageData{Text: "\u2028 é"}),
+		{V: 1, ID: "x", Type: Verdict, RunID: "R", Source: "s"},
+	} {
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Encode differs from json.Marshal:\n got %s\nwant %s", got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -58,53 +59,58 @@ func ParseLine(line string, readAt time.Time) Line {
 	if !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}") {
 		return Line{Kind: LineText, Text: line, At: readAt}
 	}
-	var m map[string]any
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
+	var f lineFields
+	err := json.Unmarshal([]byte(s), &f)
+	// A field of an unexpected type is skipped, the rest are read (as
+	// encoding/json does for an UnmarshalTypeError); a line that is not
+	// JSON at all is text.
+	var typeErr *json.UnmarshalTypeError
+	if (err != nil && !errors.As(err, &typeErr)) || f.Tag == nil {
 		return Line{Kind: LineText, Text: line, At: readAt}
 	}
-	tag, _ := m["_tag"].(string)
-	f := fields(m)
+	tag := *f.Tag
 	at := readAt
-	if ms, ok := f.int("at", "timestamp_ms", "atMs"); ok && ms > 0 {
+	if ms, ok := num(f.At, f.TimestampMs, f.AtMs).int(); ok && ms > 0 {
 		at = time.UnixMilli(ms).UTC()
 	}
 	var data any
 	switch events.Type(tag) {
 	case events.Started:
-		data = &events.StartedData{Harness: f.str("harness", "agent"), Model: f.str("model")}
+		data = &events.StartedData{Harness: str(f.Harness, f.Agent), Model: str(f.Model)}
 	case events.Message:
-		data = &events.MessageData{Role: f.str("role"), Text: f.str("text", "content", "message")}
+		data = &events.MessageData{Role: str(f.Role), Text: str(f.Text, f.Content, f.Message)}
 	case events.Command:
-		d := &events.CommandData{Command: f.str("command", "cmd"), Output: f.str("output", "stdout")}
-		if c, ok := f.int("exit_code", "exitCode", "returncode"); ok {
+		d := &events.CommandData{Command: str(f.Command, f.Cmd), Output: str(f.Output, f.Stdout)}
+		if c, ok := num(f.ExitCodeS, f.ExitCodeC, f.Returncode).int(); ok {
 			code := int(c)
 			d.ExitCode = &code
 		}
 		data = d
 	case events.FileChange:
-		data = &events.FileChangeData{Path: f.str("path", "file"), Kind: f.str("kind", "change", "action", "type")}
+		data = &events.FileChangeData{Path: str(f.Path, f.File), Kind: str(f.Kind, f.Change, f.Action, f.Type)}
 	case events.ToolCall:
-		d := &events.ToolCallData{Name: f.str("name", "tool", "toolName", "tool_name"), Error: f.bool("error", "is_error", "isError")}
-		if in, ok := f.any("input", "args", "arguments"); ok {
-			d.Input = in
+		d := &events.ToolCallData{Name: str(f.Name, f.Tool, f.ToolName, f.ToolNameS), Error: f.Error || f.IsError || f.IsErrorC}
+		for _, in := range []any{f.Input, f.Args, f.Arguments} {
+			if in != nil {
+				d.Input = normalizeNumber(in)
+				break
+			}
 		}
 		data = d
 	case events.Usage:
-		d := &events.UsageData{Model: f.str("model")}
-		d.PromptTokens, _ = f.int("prompt_tokens", "input_tokens", "inputTokens", "promptTokens")
-		d.CompletionTokens, _ = f.int("completion_tokens", "output_tokens", "outputTokens", "completionTokens")
-		d.CacheReadTokens, _ = f.int("cache_read_tokens", "cache_read_input_tokens", "cacheReadTokens", "cacheReadInputTokens")
-		d.CacheWriteTokens, _ = f.int("cache_write_tokens", "cache_creation_input_tokens", "cacheWriteTokens", "cacheCreationInputTokens")
-		d.Calls, _ = f.int("calls", "n_calls", "llm_calls", "llmCallCount")
-		if c, ok := f.float("cost_usd", "costUsd", "cost", "total_cost_usd"); ok {
+		d := &events.UsageData{Model: str(f.Model)}
+		d.PromptTokens, _ = num(f.PromptTokens, f.InputTokens, f.InputTokensC, f.PromptTokensC).int()
+		d.CompletionTokens, _ = num(f.CompletionTokens, f.OutputTokens, f.OutputTokensC, f.CompletionTokensC).int()
+		d.CacheReadTokens, _ = num(f.CacheReadTokens, f.CacheReadInputTokens, f.CacheReadTokensC, f.CacheReadInputTokensC).int()
+		d.CacheWriteTokens, _ = num(f.CacheWriteTokens, f.CacheCreationInputTokens, f.CacheWriteTokensC, f.CacheCreationInputTokensC).int()
+		d.Calls, _ = num(f.Calls, f.NCalls, f.LLMCalls, f.LLMCallCount).int()
+		if c, ok := num(f.CostUSD, f.CostUsdC, f.Cost, f.TotalCostUSD).float(); ok {
 			d.CostUSD = &c
 		}
 		data = d
 	case events.Finished:
-		d := &events.FinishedData{Reason: f.str("reason", "exitReason", "exit_reason", "status")}
-		if c, ok := f.int("exit_code", "exitCode"); ok {
+		d := &events.FinishedData{Reason: str(f.Reason, f.ExitReason, f.ExitReasonS, f.Status)}
+		if c, ok := num(f.ExitCodeS, f.ExitCodeC).int(); ok {
 			d.ExitCode = int(c)
 		}
 		data = d
@@ -165,59 +171,120 @@ func normalizeNumber(v any) any {
 	return v
 }
 
-type fields map[string]any
+// lineFields are the keys an event line may use, under every alias
+// ParseLine reads; decoding into a struct avoids a map per line.
+type lineFields struct {
+	Tag         *string     `json:"_tag"`
+	At          json.Number `json:"at"`
+	TimestampMs json.Number `json:"timestamp_ms"`
+	AtMs        json.Number `json:"atMs"`
 
-func (f fields) any(keys ...string) (any, bool) {
-	for _, k := range keys {
-		if v, ok := f[k]; ok && v != nil {
-			return normalizeNumber(v), true
-		}
-	}
-	return nil, false
+	Harness *string `json:"harness"`
+	Agent   *string `json:"agent"`
+	Model   *string `json:"model"`
+
+	Role    *string `json:"role"`
+	Text    *string `json:"text"`
+	Content *string `json:"content"`
+	Message *string `json:"message"`
+
+	Command    *string     `json:"command"`
+	Cmd        *string     `json:"cmd"`
+	Output     *string     `json:"output"`
+	Stdout     *string     `json:"stdout"`
+	ExitCodeS  json.Number `json:"exit_code"`
+	ExitCodeC  json.Number `json:"exitCode"`
+	Returncode json.Number `json:"returncode"`
+
+	Path   *string `json:"path"`
+	File   *string `json:"file"`
+	Kind   *string `json:"kind"`
+	Change *string `json:"change"`
+	Action *string `json:"action"`
+	Type   *string `json:"type"`
+
+	Name      *string `json:"name"`
+	Tool      *string `json:"tool"`
+	ToolName  *string `json:"toolName"`
+	ToolNameS *string `json:"tool_name"`
+	Input     any     `json:"input"`
+	Args      any     `json:"args"`
+	Arguments any     `json:"arguments"`
+	Error     bool    `json:"error"`
+	IsError   bool    `json:"is_error"`
+	IsErrorC  bool    `json:"isError"`
+
+	PromptTokens              json.Number `json:"prompt_tokens"`
+	InputTokens               json.Number `json:"input_tokens"`
+	InputTokensC              json.Number `json:"inputTokens"`
+	PromptTokensC             json.Number `json:"promptTokens"`
+	CompletionTokens          json.Number `json:"completion_tokens"`
+	OutputTokens              json.Number `json:"output_tokens"`
+	OutputTokensC             json.Number `json:"outputTokens"`
+	CompletionTokensC         json.Number `json:"completionTokens"`
+	CacheReadTokens           json.Number `json:"cache_read_tokens"`
+	CacheReadInputTokens      json.Number `json:"cache_read_input_tokens"`
+	CacheReadTokensC          json.Number `json:"cacheReadTokens"`
+	CacheReadInputTokensC     json.Number `json:"cacheReadInputTokens"`
+	CacheWriteTokens          json.Number `json:"cache_write_tokens"`
+	CacheCreationInputTokens  json.Number `json:"cache_creation_input_tokens"`
+	CacheWriteTokensC         json.Number `json:"cacheWriteTokens"`
+	CacheCreationInputTokensC json.Number `json:"cacheCreationInputTokens"`
+	Calls                     json.Number `json:"calls"`
+	NCalls                    json.Number `json:"n_calls"`
+	LLMCalls                  json.Number `json:"llm_calls"`
+	LLMCallCount              json.Number `json:"llmCallCount"`
+	CostUSD                   json.Number `json:"cost_usd"`
+	CostUsdC                  json.Number `json:"costUsd"`
+	Cost                      json.Number `json:"cost"`
+	TotalCostUSD              json.Number `json:"total_cost_usd"`
+
+	Reason      *string `json:"reason"`
+	ExitReason  *string `json:"exitReason"`
+	ExitReasonS *string `json:"exit_reason"`
+	Status      *string `json:"status"`
 }
 
-func (f fields) str(keys ...string) string {
-	for _, k := range keys {
-		switch v := f[k].(type) {
-		case string:
-			return v
-		case json.Number:
-			return v.String()
+// str returns the first set value.
+func str(vs ...*string) string {
+	for _, v := range vs {
+		if v != nil {
+			return *v
 		}
 	}
 	return ""
 }
 
-func (f fields) int(keys ...string) (int64, bool) {
-	for _, k := range keys {
-		if n, ok := f[k].(json.Number); ok {
-			if i, err := n.Int64(); err == nil {
-				return i, true
-			}
-			if x, err := n.Float64(); err == nil {
-				return int64(x), true
-			}
+// numbers is a list of aliases of one numeric field.
+type numbers []json.Number
+
+func num(vs ...json.Number) numbers { return vs }
+
+// int returns the first alias that holds a number, as an integer.
+func (ns numbers) int() (int64, bool) {
+	for _, n := range ns {
+		if n == "" {
+			continue
+		}
+		if i, err := n.Int64(); err == nil {
+			return i, true
+		}
+		if x, err := n.Float64(); err == nil {
+			return int64(x), true
 		}
 	}
 	return 0, false
 }
 
-func (f fields) float(keys ...string) (float64, bool) {
-	for _, k := range keys {
-		if n, ok := f[k].(json.Number); ok {
-			if x, err := n.Float64(); err == nil {
-				return x, true
-			}
+// float returns the first alias that holds a number.
+func (ns numbers) float() (float64, bool) {
+	for _, n := range ns {
+		if n == "" {
+			continue
+		}
+		if x, err := n.Float64(); err == nil {
+			return x, true
 		}
 	}
 	return 0, false
-}
-
-func (f fields) bool(keys ...string) bool {
-	for _, k := range keys {
-		if b, ok := f[k].(bool); ok {
-			return b
-		}
-	}
-	return false
 }

@@ -42,6 +42,9 @@ func TestParseLine(t *testing.T) {
 			t.Errorf("%q: %+v, want text", text, l)
 		}
 	}
+	if m := ParseLine(`{"_tag":"Message","text":"hi","role":7,"error":"yes"}`, now); m.Kind != LineEvent || m.Data.(*events.MessageData).Text != "hi" {
+		t.Fatalf("a field of the wrong type must not lose the event: %+v", m)
+	}
 	f := ParseLine(`{"_tag":"Finished","exitReason":"completed"}`, now)
 	if f.Type != events.Finished || f.Data.(*events.FinishedData).Reason != "completed" {
 		t.Fatalf("finished %+v", f)

@@ -99,9 +99,14 @@ func (c *cell) agentImage(ctx context.Context, t *task.Task, img sandbox.ImageIn
 }
 
 // agentRun is the state of one agent solve: what its stdout said so far.
+// Lines are handed from the output reader to one worker goroutine that
+// parses and publishes them in order, so reading the container's output and
+// encoding events overlap.
 type agentRun struct {
 	c          *cell
 	ctx        context.Context
+	queue      chan rawLine
+	done       chan struct{}
 	mu         sync.Mutex
 	started    bool
 	anything   bool
@@ -109,6 +114,33 @@ type agentRun struct {
 	finished   *events.FinishedData
 	response   strings.Builder
 	publishErr error
+}
+
+type rawLine struct {
+	text string
+	at   time.Time
+}
+
+// newAgentRun starts the worker; feed lines to it, then call wait.
+func newAgentRun(c *cell, ctx context.Context) *agentRun {
+	r := &agentRun{c: c, ctx: ctx, queue: make(chan rawLine, 4096), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for l := range r.queue {
+			r.line(l.text, l.at)
+		}
+	}()
+	return r
+}
+
+// feed is the sandbox.Lines callback: it queues one line with the time it
+// was read.
+func (r *agentRun) feed(text string, _ bool) { r.queue <- rawLine{text, time.Now()} }
+
+// wait stops the worker after the queued lines are handled.
+func (r *agentRun) wait() {
+	close(r.queue)
+	<-r.done
 }
 
 // publish records one event of the agent at time at.
@@ -130,10 +162,10 @@ func (r *agentRun) ensureStarted(at time.Time) {
 }
 
 // line handles one stdout line under the event-line protocol.
-func (r *agentRun) line(text string, _ bool) {
+func (r *agentRun) line(text string, readAt time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := harness.ParseLine(text, time.Now())
+	l := harness.ParseLine(text, readAt)
 	r.anything = true
 	switch l.Kind {
 	case harness.LineText:
@@ -216,14 +248,15 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 	if err != nil {
 		return events.FinishedData{}, err
 	}
-	run := &agentRun{c: c, ctx: ctx}
-	lines := sandbox.NewLines(run.line, 0)
+	run := newAgentRun(c, ctx)
+	lines := sandbox.NewLines(run.feed, 0)
 	c.dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal)", a.Run, AgentUser, workdir, budget, grace)
 	res, err := c.s.docker.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", a.Run}, User: AgentUser, Workdir: workdir, Env: env,
 		Timeout: seconds(budget), Grace: grace, Stdout: io.MultiWriter(out, lines), Stderr: logs,
 	})
 	_ = lines.Close()
+	run.wait()
 	_ = out.Close(c.dir, "stdout.tail.txt")
 	_ = logs.Close(c.dir, "")
 	if err != nil {

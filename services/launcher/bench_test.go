@@ -122,14 +122,15 @@ func BenchmarkAgentEventLines(b *testing.B) {
 		run = events.NewID()
 		c := &cell{s: &Service{bus: bb, docker: d}, job: events.LaunchJob{RunID: run, CellID: "t/agent:x/m/1"}, attempt: 1,
 			plan: events.CellPlannedData{Harness: "agent:x", Model: "m"}, dir: cellfs.Dir(b.TempDir())}
-		ar := &agentRun{c: c, ctx: ctx}
 		start = time.Now()
-		lines = sandbox.NewLines(ar.line, 0)
+		ar := newAgentRun(c, ctx)
+		lines = sandbox.NewLines(ar.feed, 0)
 		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: lines})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
 		}
 		lines.Close()
+		ar.wait()
 		if err := bb.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -63,8 +63,8 @@ func (c *cell) runCommand(ctx context.Context, ref harness.Ref, t *task.Task) er
 	if err != nil {
 		return c.fail(ctx, "infra", err)
 	}
-	run := &agentRun{c: c, ctx: ctx}
-	lines := sandbox.NewLines(run.line, 0)
+	run := newAgentRun(c, ctx)
+	lines := sandbox.NewLines(run.feed, 0)
 	c.dir.Logf("command: %s (in %s, timeout %gs)", cmdline, cwd, t.AgentTimeoutSec)
 	res, err := proc.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", cmdline}, Workdir: cwd,
@@ -77,6 +77,7 @@ func (c *cell) runCommand(ctx context.Context, ref harness.Ref, t *task.Task) er
 		Stdout: io.MultiWriter(out, lines), Stderr: out,
 	})
 	_ = lines.Close()
+	run.wait()
 	_ = out.Close(c.dir, "stdout.tail.txt")
 	if err != nil {
 		if ctx.Err() != nil {
