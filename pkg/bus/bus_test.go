@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +150,44 @@ func TestRunIndex(t *testing.T) {
 	runs, err := b.ListRuns(ctx)
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("ListRuns = %v, %v", runs, err)
+	}
+}
+
+// TestReadRunInterleaved reads a run whose events are interleaved with
+// another run's, through the unfiltered range scan ReadRun uses.
+func TestReadRunInterleaved(t *testing.T) {
+	t.Parallel()
+	b, _ := bustest.Bus(t)
+	ctx := context.Background()
+	a, other := events.NewID(), events.NewID()
+	var want []string
+	pub := func(run string, e events.Envelope) {
+		if err := b.PublishAll(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		if run == a {
+			want = append(want, e.ID)
+		}
+	}
+	pub(other, events.Must(events.RunRequested, other, "", 0, "test", events.RunRequestedData{}))
+	pub(a, events.Must(events.RunRequested, a, "", 0, "test", events.RunRequestedData{}))
+	for i := 0; i < 50; i++ {
+		pub(other, events.Must(events.Usage, other, "x/oracle/default/1", 1, "test", events.UsageData{}))
+		pub(a, events.Must(events.Usage, a, "y/oracle/default/1", 1, "test", events.UsageData{PromptTokens: int64(i)}))
+	}
+	pub(a, events.Must(events.RunFinished, a, "", 0, "test", nil))
+	pub(other, events.Must(events.RunFinished, other, "", 0, "test", nil))
+	var got []string
+	if err := b.ReadRun(ctx, a, func(e events.Envelope) error {
+		if e.RunID != a {
+			t.Fatalf("event of run %s read for %s", e.RunID, a)
+		}
+		got = append(got, e.ID)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("read %d events, want %d in order", len(got), len(want))
 	}
 }
