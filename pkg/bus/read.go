@@ -78,30 +78,7 @@ func (b *Bus) scan(ctx context.Context, first uint64, fn func(subject string, da
 	if err != nil {
 		return fmt.Errorf("bus: ordered consumer from %d: %w", first, err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2048))
-	if err != nil {
-		return fmt.Errorf("bus: read from %d: %w", first, err)
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("bus: read from %d: %w", first, err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("bus: metadata: %w", err)
-		}
-		if err := fn(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
-			if errors.Is(err, ErrStop) {
-				return nil
-			}
-			return err
-		}
-	}
+	return iterate(ctx, cons, fmt.Sprintf("from sequence %d", first), fn)
 }
 
 // Read is ReadRun for any set of filter subjects on the event log.
@@ -143,9 +120,21 @@ func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envel
 	if err != nil {
 		return fmt.Errorf("bus: ordered consumer on %v: %w", filters, err)
 	}
+	return iterate(ctx, cons, fmt.Sprint(filters), func(_ string, data []byte, seq uint64) error {
+		e, err := events.Decode(data)
+		if err != nil {
+			return fmt.Errorf("bus: event at stream sequence %d: %w", seq, err)
+		}
+		return fn(e, seq)
+	})
+}
+
+// iterate delivers the consumer's messages to fn until ctx ends (its
+// error), fn returns ErrStop (nil) or another error (returned).
+func iterate(ctx context.Context, cons jetstream.Consumer, what string, fn func(subject string, data []byte, seq uint64) error) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(2048))
 	if err != nil {
-		return fmt.Errorf("bus: read %v: %w", filters, err)
+		return fmt.Errorf("bus: read %s: %w", what, err)
 	}
 	defer it.Stop()
 	for {
@@ -154,17 +143,13 @@ func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envel
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("bus: read %v: %w", filters, err)
+			return fmt.Errorf("bus: read %s: %w", what, err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("bus: metadata: %w", err)
 		}
-		e, err := events.Decode(m.Data())
-		if err != nil {
-			return fmt.Errorf("bus: event at stream sequence %d: %w", md.Sequence.Stream, err)
-		}
-		if err := fn(e, md.Sequence.Stream); err != nil {
+		if err := fn(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
 			if errors.Is(err, ErrStop) {
 				return nil
 			}
