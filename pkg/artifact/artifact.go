@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/proctor-eval/proctor/internal/atomicfile"
 	"os"
-	"path/filepath"
 )
 
 // Marshal encodes a as deterministic task_runs.v1 JSON: 2-space indent,
@@ -76,32 +76,9 @@ func WriteFile(path string, a *Artifact) error {
 	return writeAtomic(path, data)
 }
 
-func writeAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("artifact: write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("artifact: write %s: %w", path, err)
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("artifact: write %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("artifact: write %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("artifact: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("artifact: write %s: %w", path, err)
+func writeAtomic(path string, data []byte) error {
+	if err := atomicfile.WriteBytes(path, data); err != nil {
+		return fmt.Errorf("artifact: %w", err)
 	}
 	return nil
 }

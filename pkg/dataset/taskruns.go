@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/proctor-eval/proctor/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -203,38 +204,10 @@ func eachBatch(a *artifact.Artifact, fn func([]TaskRunRow) error) error {
 	return err
 }
 
-// writeFileAtomic creates a temporary file next to path, lets write fill
-// it through a buffer, syncs it and renames it to path. On error the
-// temporary file is removed and path is untouched.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 256<<10)
-	if err = write(bw); err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	if err = bw.Flush(); err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("dataset: write %s: %w", path, err)
+// writeFileAtomic writes path through atomicfile.Write.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	if err := atomicfile.Write(path, write); err != nil {
+		return fmt.Errorf("dataset: %w", err)
 	}
 	return nil
 }

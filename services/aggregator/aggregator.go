@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/internal/atomicfile"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -176,8 +176,8 @@ func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, v
 	}
 	jsPath, mdPath := Paths(p.Spec())
 	for path, data := range map[string][]byte{jsPath: js, mdPath: md} {
-		if err := writeAtomic(path, data); err != nil {
-			return err
+		if err := atomicfile.WriteBytes(path, data); err != nil {
+			return fmt.Errorf("aggregator: %w", err)
 		}
 	}
 	status := bus.StatusFinished
@@ -195,23 +195,4 @@ func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, v
 			r.Error = p.PlanError()
 		}
 	})
-}
-
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("aggregator: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("aggregator: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("aggregator: write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
