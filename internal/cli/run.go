@@ -14,7 +14,9 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
 	"github.com/proctor-eval/proctor/services/planner"
@@ -36,6 +38,9 @@ type runFlags struct {
 	imageMap    string
 	node        string
 	commandTpl  string
+	// harnessesSet is whether --harnesses was given (its default, oracle,
+	// gives way to --command-template alone).
+	harnessesSet bool
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -49,17 +54,20 @@ log, and write the task_runs.v1 artifact (--out-json) and a Markdown report
 (--out-md). With --nats the run is planned and executed by whatever proctor
 services serve that NATS cluster; without it everything runs in this process.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return g.tasksRun(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.harnessesSet = cmd.Flags().Changed("harnesses")
+			return g.tasksRun(cmd.Context(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.tasksRoot, "tasks-root", "", "directory holding task directories (required)")
 	fl.StringSliceVar(&f.tasks, "tasks", nil, "task names to run (comma-separated)")
 	fl.BoolVar(&f.all, "all", false, "run every task under --tasks-root")
-	fl.StringSliceVar(&f.harnesses, "harnesses", []string{"oracle"}, "harnesses: oracle, agent:<dir>, command:<template>, probe")
+	fl.StringSliceVar(&f.harnesses, "harnesses", []string{"oracle"}, "harnesses: oracle, agent:<dir>, command:<template> (comma-separated)")
 	fl.StringSliceVar(&f.models, "model", []string{"default"}, "model name(s) passed to agent harnesses")
 	fl.IntVar(&f.repeats, "repeats", 1, "attempts per (task, harness, model)")
 	fl.StringVar(&f.baseline, "baseline-harness", "", "harness the others are compared with (McNemar, deltas)")
-	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once (default 2 × CPUs, the measured knee of container throughput)")
+	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once (2 × CPUs by default, the measured knee of container throughput)")
 	fl.StringVar(&f.outputDir, "output-dir", "proctor-out", "directory for cell outputs; each run gets <output-dir>/<run-id>/")
 	fl.StringVar(&f.outJSON, "out-json", "", "write the task_runs.v1 artifact here (default <output-dir>/<run-id>/task_runs.json)")
 	fl.StringVar(&f.outMD, "out-md", "", "write the Markdown report here (default <output-dir>/<run-id>/report.md)")
@@ -77,6 +85,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if !f.all && len(f.tasks) == 0 {
 		return events.RunSpec{}, usageError{errors.New("pass --tasks a,b or --all")}
 	}
+	if f.all && len(f.tasks) > 0 {
+		return events.RunSpec{}, usageError{errors.New("pass either --tasks or --all, not both")}
+	}
 	if f.repeats < 1 {
 		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}
 	}
@@ -84,7 +95,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if err != nil {
 		return events.RunSpec{}, err
 	}
-	if st, err := os.Stat(root); err != nil || !st.IsDir() {
+	if st, err := os.Stat(root); err != nil {
+		return events.RunSpec{}, fmt.Errorf("--tasks-root %s: %w", f.tasksRoot, err)
+	} else if !st.IsDir() {
 		return events.RunSpec{}, fmt.Errorf("--tasks-root %s: not a directory", f.tasksRoot)
 	}
 	out, err := filepath.Abs(filepath.Join(f.outputDir, runID))
@@ -93,6 +106,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	}
 	harnesses := f.harnesses
 	if f.commandTpl != "" {
+		if !f.harnessesSet {
+			harnesses = nil
+		}
 		harnesses = append(harnesses, "command:"+f.commandTpl)
 	}
 	cwd, err := os.Getwd()
@@ -115,7 +131,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.imageMap != "" {
 		m, err := sandbox.LoadImageMap(f.imageMap)
 		if err != nil {
-			return s, err
+			return s, fmt.Errorf("--image-map: %w", err)
 		}
 		s.ImageMap = map[string]string{}
 		for _, r := range m.Rules() {
@@ -137,6 +153,9 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	// Check the matrix before anything starts: a bad root or harness fails
 	// here with the file and line, not inside a service.
 	if _, err := planner.Matrix(spec); err != nil {
+		if errors.Is(err, harness.ErrUnknown) || errors.Is(err, task.ErrTaskNotFound) {
+			return usageError{err}
+		}
 		return err
 	}
 	conn, err := g.connect(ctx)
@@ -244,6 +263,9 @@ func (g *globals) printResult(rec bus.RunRecord) error {
 func (g *globals) dryRun(spec events.RunSpec) error {
 	cells, err := planner.Matrix(spec)
 	if err != nil {
+		if errors.Is(err, harness.ErrUnknown) || errors.Is(err, task.ErrTaskNotFound) {
+			return usageError{err}
+		}
 		return err
 	}
 	runnable := 0

@@ -87,7 +87,13 @@ func Parse(s string) (Ref, error) {
 		}
 		return r, nil
 	}
-	return r, fmt.Errorf("%w %q (known: oracle, agent:<dir>, command:<template>, probe)", ErrUnknown, s)
+	var known []string
+	for _, in := range Registry() {
+		if in.Available {
+			known = append(known, in.Syntax)
+		}
+	}
+	return r, fmt.Errorf("%w %q (available: %s)", ErrUnknown, s, strings.Join(known, ", "))
 }
 
 // AgentDir is the absolute agent directory of an agent:<dir> reference,

@@ -311,6 +311,7 @@ func (p *Projector) row(id string) artifact.Result {
 	case c.refused != nil:
 		errored(c.refused.ErrorClass, c.refused.Reason)
 		m.UnresolvedEnv = c.refused.UnresolvedEnv
+		r.OutputDir = "" // refused before launch: nothing was written
 	case c.errored != nil && c.errored.ErrorClass == artifact.ErrorSolver:
 		errored(artifact.ErrorSolver, c.errored.Error) // e.g. the agent's install failed
 		m.Error, m.SolverError = false, true
