@@ -35,9 +35,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/task
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./pkg/dataset
 
-## bench: run each benchmark once
-bench:
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+## bench: run each benchmark once and print its ratios against raw baselines
+bench: setup-node
+	scripts/bench.sh
 
 ## demo: run the example tasks through the oracle and the two example agents; report in out/demo
 demo: setup build

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/proctor-eval/proctor/pkg/cellfs"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
@@ -33,10 +35,9 @@ func (c *cell) solveOracle(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	if err := c.emit(ctx, events.Started, events.StartedData{Harness: c.plan.Harness, Model: c.plan.Model}); err != nil {
 		return events.FinishedData{}, err
 	}
-	for _, dst := range []string{"/solution", "/oracle"} {
-		if err := c.s.docker.CopyIn(ctx, h, t.SolutionDir, dst); err != nil {
-			return events.FinishedData{}, fmt.Errorf("copy the solution in: %w", err)
-		}
+	stage := harness.StagePath("solution")
+	if err := c.s.docker.CopyIn(ctx, h, t.SolutionDir, stage); err != nil {
+		return events.FinishedData{}, fmt.Errorf("copy the solution in: %w", err)
 	}
 	out, err := c.dir.OpenCapture("solve.log")
 	if err != nil {
@@ -44,12 +45,17 @@ func (c *cell) solveOracle(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	}
 	c.dir.Logf("solve: bash /solution/solve.sh (timeout %gs, network %s)", t.AgentTimeoutSec, n.solve)
 	res, err := c.s.docker.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: []string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}, Env: t.OracleEnv,
+		Cmd: harness.PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
+			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
+		Env:     t.OracleEnv,
 		Timeout: seconds(t.AgentTimeoutSec), Grace: oracleGrace, Stdout: out, Stderr: out,
 	})
 	_ = out.Close(c.dir, "stdout.tail.txt")
 	if err != nil {
 		return events.FinishedData{}, fmt.Errorf("run solve.sh: %w", err)
+	}
+	if res.ExitCode == harness.PrepExitCode && strings.Contains(out.Tail.String(), "proctor: ") {
+		return events.FinishedData{}, fmt.Errorf("put the solution in place: %s", strings.TrimSpace(cellfs.Suffix(out.Tail.String(), 300)))
 	}
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,

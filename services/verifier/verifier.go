@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -174,12 +175,6 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		}
 		return fail(err)
 	}
-	// Logs the task left for humans; absent is normal.
-	for _, p := range []string{"/logs/agent", "/logs/artifacts"} {
-		if err := s.docker.CopyOut(ctx, h, p, dir.Path("logs")); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-			dir.Logf("copy %s out: %v", p, err)
-		}
-	}
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)
 	}
@@ -195,25 +190,23 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 // TimedOut set, not an error.
 func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir) (events.VerdictData, error) {
 	var v events.VerdictData
-	prep, err := s.docker.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd:     []string{"sh", "-c", "rm -rf /logs/verifier /tests /verifier && mkdir -p /logs/verifier /logs/agent /logs/artifacts"},
-		Timeout: time.Minute,
-	})
-	if err != nil || prep.ExitCode != 0 {
-		return v, fmt.Errorf("prepare /logs/verifier: exit %d: %v", prep.ExitCode, err)
-	}
-	for _, dst := range []string{"/tests", "/verifier"} {
-		if err := s.docker.CopyIn(ctx, h, t.TestsDir, dst); err != nil {
-			return v, fmt.Errorf("copy tests in: %w", err)
-		}
+	stage := harness.StagePath("tests")
+	if err := s.docker.CopyIn(ctx, h, t.TestsDir, stage); err != nil {
+		return v, fmt.Errorf("copy tests in: %w", err)
 	}
 	out, err := dir.OpenCapture("verifier.log")
 	if err != nil {
 		return v, err
 	}
 	dir.Logf("verify: bash /tests/%s (timeout %gs)", filepath.Base(t.TestScript), t.VerifierTimeoutSec)
+	// One exec: a fresh /logs/verifier (nothing a solver wrote there
+	// counts), fresh /tests and /verifier (nothing planted beside the
+	// tests), then the test script.
 	res, err := s.docker.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: []string{"bash", "/tests/" + filepath.Base(t.TestScript)}, Env: t.VerifierEnv,
+		Cmd: harness.PlaceAndRun(stage, []string{"/tests", "/verifier"},
+			[]string{"/logs/verifier", "/tests", "/verifier"}, []string{"/logs/verifier", "/logs/agent", "/logs/artifacts"},
+			[]string{"bash", "/tests/" + filepath.Base(t.TestScript)}),
+		Env:     t.VerifierEnv,
 		Timeout: time.Duration(t.VerifierTimeoutSec * float64(time.Second)), Grace: time.Second,
 		Stdout: out, Stderr: out,
 	})
@@ -223,6 +216,9 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	}
 	rc := res.ExitCode
 	v.ReturnCode = &rc
+	if rc == harness.PrepExitCode && strings.Contains(out.Tail.String(), "proctor: ") {
+		return v, fmt.Errorf("prepare the verifier: %s", strings.TrimSpace(cellfs.Suffix(out.Tail.String(), 300)))
+	}
 	v.DurationSec = float64(res.Duration.Milliseconds()) / 1000
 	v.StdoutTail = out.RowTail()
 	if res.TimedOut {
@@ -242,20 +238,22 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	return v, nil
 }
 
-// readRewardFiles copies /logs/verifier out and reads reward.txt and
-// reward.json from it; a nil slice means the file is absent.
+// readRewardFiles copies /logs out (the verifier's reward files and the
+// task's agent and artifact logs, in one call) and reads
+// logs/verifier/reward.txt and reward.json; a nil slice means the file is
+// absent.
 func (s *Service) readRewardFiles(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) (txt, js []byte, err error) {
-	if err := os.RemoveAll(dir.Path("verifier")); err != nil {
+	if err := os.RemoveAll(dir.Path("logs")); err != nil {
 		return nil, nil, err
 	}
-	if err := s.docker.CopyOut(ctx, h, "/logs/verifier", dir.Path()); err != nil {
+	if err := s.docker.CopyOut(ctx, h, "/logs", dir.Path()); err != nil {
 		if errors.Is(err, sandbox.ErrNotFound) {
 			return nil, nil, nil
 		}
-		return nil, nil, fmt.Errorf("copy /logs/verifier out: %w", err)
+		return nil, nil, fmt.Errorf("copy /logs out: %w", err)
 	}
 	read := func(name string) ([]byte, error) {
-		b, err := os.ReadFile(dir.Path("verifier", name))
+		b, err := os.ReadFile(dir.Path("logs", "verifier", name))
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every benchmark once (each measures its own raw baseline in the same
+# run) and prints the ratios against their targets. The full output goes to
+# out/bench.txt. Sizes: PROCTOR_BENCH_EVENTS (projection, default 100000),
+# PROCTOR_BENCH_ROWS (dataset export, 1000000), PROCTOR_BENCH_LINES (agent
+# lines, 200000), PROCTOR_BENCH_PUBLISH (bus publish, 200000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p out
+go test -run '^$' -bench . -benchtime 1x -timeout 30m ./... | tee out/bench.txt |
+  grep -E '^(Benchmark|ok|FAIL|---)' || true
+echo
+echo "ratios against raw baselines measured in the same run (target in brackets):"
+awk '
+BEGIN {
+  target["BenchmarkPublish ratio(bus/raw)"] = ">= 0.7"
+  target["BenchmarkCellOverhead ratio"] = "<= 1.2"
+  target["BenchmarkEnsureImageCached ratio"] = "<= 1.5"
+  target["BenchmarkProcessExec ratio"] = "<= 3"
+  target["BenchmarkProcessExec driver-p99-us"] = "<= 10000"
+  target["BenchmarkAgentEventLines ratio"] = ">= 0.6"
+  target["BenchmarkExportTaskRunsParquet x_raw_rate"] = ">= 0.8"
+  target["BenchmarkExportTaskRunsParquet x_raw_size"] = "<= 1.05"
+  target["BenchmarkProjection ratio_vs_raw"] = "<= 1.5"
+  target["BenchmarkReplayRead ratio_vs_raw"] = ">= 0.8"
+  target["BenchmarkDiscover10k s/discover"] = "< 2"
+}
+/^Benchmark/ {
+  name = $1; sub(/-[0-9]+$/, "", name)
+  for (i = 3; i < NF; i += 2) {
+    key = name " " $(i + 1)
+    if (key in target) printf "  %-45s %10s   [%s]\n", name " " $(i + 1), $i, target[key]
+  }
+}' out/bench.txt
