@@ -15,6 +15,7 @@ awk '
 BEGIN {
   target["BenchmarkPublish ratio(bus/raw)"] = ">= 0.7"
   target["BenchmarkCellOverhead ratio"] = "<= 1.2"
+  target["BenchmarkOracleCell ratio"] = "<= 1.2"
   target["BenchmarkEnsureImageCached ratio"] = "<= 1.5"
   target["BenchmarkProcessExec ratio"] = "<= 3"
   target["BenchmarkProcessExec driver-p99-us"] = "<= 10000"

@@ -1,0 +1,63 @@
+package planner
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+func examples(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs("../../examples/tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestMatrix(t *testing.T) {
+	base, _ := filepath.Abs("../..")
+	spec := events.RunSpec{TasksRoot: examples(t), Tasks: []string{"fix-sum", "needs-token", "home-workdir"},
+		Harnesses: []string{"oracle", "agent:examples/agents/scripted"}, Models: []string{"m1", "m2"}, Repeats: 2, BaseDir: base}
+	cells, err := Matrix(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 3*2*2*2 {
+		t.Fatalf("%d cells", len(cells))
+	}
+	if cells[0].ID != "fix-sum/oracle/m1/1" || cells[1].ID != "fix-sum/oracle/m1/2" || cells[2].ID != "fix-sum/oracle/m2/1" {
+		t.Fatalf("order: %s %s %s", cells[0].ID, cells[1].ID, cells[2].ID)
+	}
+	by := map[string]Cell{}
+	for _, c := range cells {
+		by[c.ID] = c
+	}
+	if c := by["needs-token/oracle/m1/1"]; c.RefusalClass != "unresolved_env" || !strings.Contains(c.Refusal, "API_TOKEN") {
+		t.Errorf("needs-token: %+v", c)
+	}
+	if c := by["home-workdir/agent:examples/agents/scripted/m2/2"]; c.RefusalClass != "refused" || !strings.Contains(c.Refusal, "/root") {
+		t.Errorf("home-workdir under an agent: %+v", c)
+	}
+	if c := by["home-workdir/oracle/m1/1"]; c.Refusal != "" {
+		t.Errorf("home-workdir under the oracle is refused: %s", c.Refusal)
+	}
+	for _, bad := range []events.RunSpec{
+		{TasksRoot: examples(t), All: true},                                                          // no harness
+		{TasksRoot: examples(t), All: true, Harnesses: []string{"oracle", "oracle"}},                 // twice
+		{TasksRoot: examples(t), All: true, Harnesses: []string{"oracle"}, BaselineHarness: "other"}, // baseline not run
+		{TasksRoot: examples(t), Tasks: []string{"nope"}, Harnesses: []string{"oracle"}},             // unknown task
+		{TasksRoot: examples(t), All: true, Harnesses: []string{"agent:/nonexistent"}},               // no agent.toml
+		{TasksRoot: examples(t), Harnesses: []string{"oracle"}},                                      // nothing selected
+	} {
+		if _, err := Matrix(bad); err == nil {
+			t.Errorf("%+v planned", bad)
+		}
+	}
+	out := CellDir("/o", cells[len(cells)-1])
+	if out != "/o/home-workdir/agent_examples_agents_scripted/m2/2" {
+		t.Errorf("cell dir %s", out)
+	}
+}
