@@ -38,6 +38,7 @@ type runFlags struct {
 	imageMap    string
 	node        string
 	commandTpl  string
+	agentGrace  float64
 	// harnessesSet is whether --harnesses was given (its default, oracle,
 	// gives way to --command-template alone).
 	harnessesSet bool
@@ -75,6 +76,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
+	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	return cmd
 }
 
@@ -87,6 +89,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	}
 	if f.all && len(f.tasks) > 0 {
 		return events.RunSpec{}, usageError{errors.New("pass either --tasks or --all, not both")}
+	}
+	if f.agentGrace <= 0 {
+		return events.RunSpec{}, usageError{errors.New("--agent-grace must be more than 0 seconds")}
 	}
 	if f.repeats < 1 {
 		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}
@@ -118,7 +123,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	s := events.RunSpec{
 		BaseDir:   cwd,
 		TasksRoot: root, Tasks: f.tasks, All: f.all, Harnesses: harnesses, Models: f.models,
-		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out,
+		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {
