@@ -143,7 +143,7 @@ func TestAgentFailureModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--repeats", "2", "--concurrency", "4",
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--repeats", "2", "--concurrency", "4", "--agent-grace", "2",
 		"--harnesses", strings.Join([]string{ag("sleeper"), ag("silent"), ag("badinstall"), "agent:" + installer}, ","))
 	t.Cleanup(func() {
 		if len(a.Results) > 0 {
