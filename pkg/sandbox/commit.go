@@ -8,6 +8,39 @@ import (
 	"github.com/docker/docker/api/types/container"
 )
 
+// EnsureDerived returns once the local image ref exists, making it when it
+// does not: a sandbox from spec (whose Image is the base) is started, setup
+// runs in it, and its filesystem is committed as ref, then the sandbox is
+// destroyed. Concurrent calls for one ref run setup once (the others wait
+// and find the image), so set-up work such as an agent's install step runs
+// once per base image (DESIGN §5.1). made reports whether this call made
+// the image; a setup error is returned as it is and nothing is committed.
+func (d *Docker) EnsureDerived(ctx context.Context, ref string, spec Spec, setup func(context.Context, *Handle) error) (made bool, err error) {
+	unlock := d.builds.lock(ref)
+	defer unlock()
+	if ok, err := d.HasImage(ctx, ref); err != nil || ok {
+		return false, err
+	}
+	h, err := d.Start(ctx, spec)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout)
+		defer cancel()
+		if derr := d.Destroy(dctx, h); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	if err := setup(ctx, h); err != nil {
+		return false, err
+	}
+	if _, err := d.Commit(ctx, h, ref); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // Commit saves the sandbox's container filesystem as the local image ref
 // (repository:tag), labelled proctor.managed, and returns the image id. It
 // caches set-up work such as an agent's install step, which is run once per

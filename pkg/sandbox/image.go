@@ -191,16 +191,8 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 	info := ImageInfo{Ref: tag, Source: "build"}
 	unlock := d.builds.lock(tag)
 	defer unlock()
-	ins, err := d.cli.ImageInspect(ctx, tag)
-	if err == nil {
-		info.ID, info.Cached = ins.ID, true
-		if ins.Config != nil {
-			info.Workdir = ins.Config.WorkingDir
-		}
-		return info, nil
-	}
-	if !cerrdefs.IsNotFound(err) {
-		return info, fmt.Errorf("sandbox: inspect image %s: %w", tag, err)
+	if found, err := d.cached(ctx, tag, &info); found || err != nil {
+		return info, err
 	}
 
 	src, err := os.ReadFile(dockerfile)
@@ -250,15 +242,11 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 		}
 		return info, d.buildErr(bctx, tag, false, msg, tail, err)
 	}
-	ins, err = d.cli.ImageInspect(ctx, tag)
-	if err != nil {
-		return info, &BuildError{Ref: tag, Message: "image missing after build: " + err.Error(), Log: info.Log, Err: err}
+	if found, err := d.cached(ctx, tag, &info); !found {
+		return info, &BuildError{Ref: tag, Message: fmt.Sprintf("image missing after build (%v)", err), Log: info.Log, Err: err}
 	}
-	info.ID = ins.ID
-	if ins.Config != nil {
-		info.Workdir = ins.Config.WorkingDir
-	}
-	d.log.Debug("image built", "tag", tag, "id", short(ins.ID))
+	info.Cached = false
+	d.log.Debug("image built", "tag", tag, "id", short(info.ID))
 	return info, nil
 }
 
@@ -281,16 +269,8 @@ func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Durati
 	}
 	unlock := d.builds.lock(ref)
 	defer unlock()
-	ins, err := d.cli.ImageInspect(ctx, ref)
-	if err == nil {
-		info.ID, info.Cached = ins.ID, true
-		if ins.Config != nil {
-			info.Workdir = ins.Config.WorkingDir
-		}
-		return info, nil
-	}
-	if !cerrdefs.IsNotFound(err) {
-		return info, fmt.Errorf("sandbox: inspect image %s: %w", ref, err)
+	if found, err := d.cached(ctx, ref, &info); found || err != nil {
+		return info, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -312,14 +292,10 @@ func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Durati
 		}
 		return info, d.buildErr(pctx, ref, true, msg, tail, err)
 	}
-	ins, err = d.cli.ImageInspect(ctx, ref)
-	if err != nil {
-		return info, &BuildError{Ref: ref, Pull: true, Message: "image missing after pull: " + err.Error(), Log: info.Log, Err: err}
+	if found, err := d.cached(ctx, ref, &info); !found {
+		return info, &BuildError{Ref: ref, Pull: true, Message: fmt.Sprintf("image missing after pull (%v)", err), Log: info.Log, Err: err}
 	}
-	info.ID, info.Pulled = ins.ID, true
-	if ins.Config != nil {
-		info.Workdir = ins.Config.WorkingDir
-	}
+	info.Cached, info.Pulled = false, true
 	return info, nil
 }
 
@@ -451,6 +427,23 @@ func writeBuildContext(w io.Writer, dir string, dockerfile []byte) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// cached fills info from the local image ref when it exists (ID, Cached,
+// Workdir) and reports whether it does.
+func (d *Docker) cached(ctx context.Context, ref string, info *ImageInfo) (bool, error) {
+	ins, err := d.cli.ImageInspect(ctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sandbox: inspect image %s: %w", ref, err)
+	}
+	info.ID, info.Cached = ins.ID, true
+	if ins.Config != nil {
+		info.Workdir = ins.Config.WorkingDir
+	}
+	return true, nil
 }
 
 // keyedMutex serialises work per key (one build per image tag).

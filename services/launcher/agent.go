@@ -58,41 +58,32 @@ func (c *cell) agentImage(ctx context.Context, t *task.Task, img sandbox.ImageIn
 		return img.Ref, nil
 	}
 	ref := "proctor-agent:" + t.Revision[:12] + "-" + a.Hash[:12]
-	unlock := c.s.installs.lock(ref)
-	defer unlock()
-	if ok, err := c.s.docker.HasImage(ctx, ref); err != nil || ok {
-		return ref, err
-	}
-	h, err := c.s.docker.Start(ctx, sandbox.Spec{RunID: c.job.RunID, CellID: c.job.CellID, Image: img.Ref, Network: sandbox.NetworkBridge, Lifetime: installTimeout + time.Minute})
-	if err != nil {
-		return "", err
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
-		defer cancel()
-		_ = c.s.docker.Destroy(dctx, h)
-	}()
-	if err := c.s.docker.CopyIn(ctx, h, a.Dir, harness.AgentMount); err != nil {
-		return "", err
-	}
-	out, err := c.dir.OpenCapture("install.log")
-	if err != nil {
-		return "", err
-	}
-	c.dir.Logf("agent install: %s", a.Install)
-	res, err := c.s.docker.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: []string{"bash", "-c", a.Install}, Workdir: harness.AgentMount, Timeout: installTimeout, Stdout: out, Stderr: out,
+	_, err := c.s.docker.EnsureDerived(ctx, ref, sandbox.Spec{
+		RunID: c.job.RunID, CellID: c.job.CellID, Image: img.Ref, Network: sandbox.NetworkBridge, Lifetime: installTimeout + time.Minute,
+	}, func(ctx context.Context, h *sandbox.Handle) error {
+		if err := c.s.docker.CopyIn(ctx, h, a.Dir, harness.AgentMount); err != nil {
+			return err
+		}
+		out, err := c.dir.OpenCapture("install.log")
+		if err != nil {
+			return err
+		}
+		c.dir.Logf("agent install: %s", a.Install)
+		res, err := c.s.docker.Exec(ctx, h, sandbox.ExecSpec{
+			Cmd: []string{"bash", "-c", a.Install}, Workdir: harness.AgentMount, Timeout: installTimeout, Stdout: out, Stderr: out,
+		})
+		_ = out.Close(c.dir, "")
+		switch {
+		case err != nil:
+			return err
+		case res.TimedOut:
+			return fmt.Errorf("%w: timed out after %s (install.log)", errInstall, installTimeout)
+		case res.ExitCode != 0:
+			return fmt.Errorf("%w: exit %d: %s", errInstall, res.ExitCode, cellfs.Suffix(out.Tail.String(), 500))
+		}
+		return nil
 	})
-	_ = out.Close(c.dir, "")
-	switch {
-	case err != nil:
-		return "", err
-	case res.TimedOut:
-		return "", fmt.Errorf("%w: timed out after %s (install.log)", errInstall, installTimeout)
-	case res.ExitCode != 0:
-		return "", fmt.Errorf("%w: exit %d: %s", errInstall, res.ExitCode, cellfs.Suffix(out.Tail.String(), 500))
-	}
-	if _, err := c.s.docker.Commit(ctx, h, ref); err != nil {
+	if err != nil {
 		return "", err
 	}
 	return ref, nil

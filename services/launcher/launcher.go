@@ -61,11 +61,10 @@ func (c *Config) Validate() error {
 
 // Service is a launcher.
 type Service struct {
-	cfg      Config
-	bus      *bus.Bus
-	docker   *sandbox.Docker
-	log      *slog.Logger
-	installs keyedMutex
+	cfg    Config
+	bus    *bus.Bus
+	docker *sandbox.Docker
+	log    *slog.Logger
 }
 
 // New returns a launcher that runs sandboxes with docker.
