@@ -4,7 +4,6 @@
 package events
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -167,8 +166,7 @@ func appendString(b []byte, s string) []byte {
 // left raw; use DecodeData to obtain the typed value.
 func Decode(b []byte) (Envelope, error) {
 	var e Envelope
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&e); err != nil {
+	if err := json.Unmarshal(b, &e); err != nil {
 		return e, fmt.Errorf("events: decode envelope: %w", err)
 	}
 	if e.V != Version {
