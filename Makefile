@@ -34,6 +34,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzSplitFrontmatter$$' -fuzztime $(FUZZTIME) ./pkg/task
 	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/task
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./pkg/dataset
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatchesJSON$$' -fuzztime $(FUZZTIME) ./pkg/events
 
 ## bench: run each benchmark once and print its ratios against raw baselines
 bench: setup-node

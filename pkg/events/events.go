@@ -165,9 +165,12 @@ func appendString(b []byte, s string) []byte {
 // Decode parses an envelope and checks its version and type. The data is
 // left raw; use DecodeData to obtain the typed value.
 func Decode(b []byte) (Envelope, error) {
-	var e Envelope
-	if err := json.Unmarshal(b, &e); err != nil {
-		return e, fmt.Errorf("events: decode envelope: %w", err)
+	e, ok := decodeFast(b)
+	if !ok {
+		e = Envelope{}
+		if err := json.Unmarshal(b, &e); err != nil {
+			return e, fmt.Errorf("events: decode envelope: %w", err)
+		}
 	}
 	if e.V != Version {
 		return e, fmt.Errorf("events: envelope version %d, want %d", e.V, Version)

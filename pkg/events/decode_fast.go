@@ -1,0 +1,129 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// decodeFast parses an envelope in the exact form Encode writes (fields in
+// order, plain strings without escapes), which is every event proctor
+// stored; it reports false for anything else, and Decode then falls back to
+// encoding/json. The data object is checked with json.Valid, not decoded.
+func decodeFast(b []byte) (Envelope, bool) {
+	var e Envelope
+	p := fastParser{b: b}
+	if !p.lit(`{"v":`) {
+		return e, false
+	}
+	v, ok := p.int()
+	if !ok {
+		return e, false
+	}
+	e.V = int(v)
+	var s string
+	if s, ok = p.field(`,"id":`); !ok {
+		return e, false
+	}
+	e.ID = s
+	if s, ok = p.field(`,"type":`); !ok {
+		return e, false
+	}
+	e.Type = Type(s)
+	if s, ok = p.field(`,"at":`); !ok {
+		return e, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || at.Format(time.RFC3339Nano) != s {
+		return e, false // only the canonical form Encode writes
+	}
+	e.At = at
+	if s, ok = p.field(`,"run_id":`); !ok {
+		return e, false
+	}
+	e.RunID = s
+	if p.peek(`,"cell_id":`) {
+		if s, ok = p.field(`,"cell_id":`); !ok {
+			return e, false
+		}
+		e.CellID = s
+	}
+	if p.lit(`,"attempt":`) {
+		a, ok := p.int()
+		if !ok {
+			return e, false
+		}
+		e.Attempt = int(a)
+	}
+	if s, ok = p.field(`,"source":`); !ok {
+		return e, false
+	}
+	e.Source = s
+	if !p.lit(`,"data":`) {
+		return e, false
+	}
+	rest := bytes.TrimRight(p.b[p.i:], " \t\r\n")
+	if len(rest) < 2 || rest[len(rest)-1] != '}' {
+		return e, false
+	}
+	data := rest[:len(rest)-1]
+	if len(data) == 0 || !(data[0] == '{' && data[len(data)-1] == '}' || bytes.Equal(data, []byte("null"))) || !json.Valid(data) {
+		return e, false
+	}
+	if bytes.Equal(data, []byte("null")) {
+		data = nil
+	}
+	e.Data = json.RawMessage(bytes.Clone(data)) // b may be a reused buffer
+	return e, true
+}
+
+type fastParser struct {
+	b []byte
+	i int
+}
+
+func (p *fastParser) peek(lit string) bool { return bytes.HasPrefix(p.b[p.i:], []byte(lit)) }
+
+func (p *fastParser) lit(lit string) bool {
+	if !p.peek(lit) {
+		return false
+	}
+	p.i += len(lit)
+	return true
+}
+
+func (p *fastParser) int() (int64, bool) {
+	j := p.i
+	for j < len(p.b) && (p.b[j] == '-' || p.b[j] >= '0' && p.b[j] <= '9') {
+		j++
+	}
+	n, err := strconv.ParseInt(string(p.b[p.i:j]), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	p.i = j
+	return n, true
+}
+
+// field reads `<lit>"<string>"` where the string is valid UTF-8 with no
+// escape and no control character.
+func (p *fastParser) field(lit string) (string, bool) {
+	if !p.lit(lit) || p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	j := p.i + 1
+	for j < len(p.b) && p.b[j] != '"' {
+		if p.b[j] == '\\' || p.b[j] < 0x20 {
+			return "", false
+		}
+		j++
+	}
+	if j >= len(p.b) || !utf8.Valid(p.b[p.i+1:j]) {
+		return "", false // encoding/json would replace invalid bytes
+	}
+	s := string(p.b[p.i+1 : j])
+	p.i = j + 1
+	return s, true
+}
