@@ -18,7 +18,7 @@ func benchCells() int {
 	if n, err := strconv.Atoi(os.Getenv("PROCTOR_BENCH_CELLS")); err == nil && n > 0 {
 		return n
 	}
-	return 10
+	return 20
 }
 
 // BenchmarkOracleCell measures the per-cell cost of a whole oracle run
