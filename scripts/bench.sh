@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark once (each measures its own raw baseline in the same
-# run) and prints the ratios against their targets. The full output goes to
+# run), one package at a time so benchmarks do not compete for the CPUs,
+# and prints the ratios against their targets. The full output goes to
 # out/bench.txt. Sizes are the issues' own: PROCTOR_BENCH_EVENTS
 # (projection and replay, 1000000 here; 100000 in a bare go test run),
 # PROCTOR_BENCH_ROWS (dataset export, 1000000), PROCTOR_BENCH_LINES (agent
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 export PROCTOR_BENCH_EVENTS=${PROCTOR_BENCH_EVENTS:-1000000}
 export PROCTOR_BENCH_ROUNDS=${PROCTOR_BENCH_ROUNDS:-1}
 mkdir -p out
-go test -run '^$' -bench . -benchtime 1x -timeout 30m ./... | tee out/bench.txt |
+go test -p 1 -run '^$' -bench . -benchtime 1x -timeout 30m ./... | tee out/bench.txt |
   grep -E '^(Benchmark|ok|FAIL|---)' || true
 echo
 echo "ratios against raw baselines measured in the same run (target in brackets):"
