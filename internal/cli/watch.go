@@ -183,6 +183,12 @@ func (g *globals) watch(ctx context.Context, arg string, f *watchFlags) error {
 	if err != nil {
 		return err
 	}
+	if _, err := conn.GetRun(ctx, id); errors.Is(err, bus.ErrNotFound) {
+		// Not in the index: watch only a run whose events are in the log.
+		if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
+			return err
+		}
+	}
 	w := &watcher{g: g, runID: id, flags: f, filter: filter, p: aggregator.NewProjector(id), lines: map[string]string{}}
 	fmt.Fprintf(g.stdout, "watching run %s\n", id)
 	for {
