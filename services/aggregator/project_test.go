@@ -67,7 +67,7 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./services/aggregator -run %s -update)", err, t.Name())
+		t.Fatalf("%v (rerun this test with -update)", err)
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from the projection; review with -update and git diff\n--- got ---\n%s", path, got)
