@@ -70,18 +70,11 @@ The written paths are printed, one per line.`,
 					return err
 				}
 			} else {
-				conn, err := g.connect(ctx)
+				conn, id, err := g.openRun(ctx, runArg)
 				if err != nil {
 					return err
 				}
 				defer conn.Close()
-				id, err := g.resolveRun(ctx, conn.Bus, runArg)
-				if err != nil {
-					return err
-				}
-				if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
-					return err
-				}
 				if kind == "events" {
 					path := filepath.Join(outDir, "events."+format)
 					n, err := g.exportEvents(ctx, conn.Bus, id, format, path)

@@ -41,18 +41,11 @@ memory.`,
 				return usageError{fmt.Errorf("--format %q: want one of %s", format, strings.Join(dataset.EventFormats(), ", "))}
 			}
 			ctx := cmd.Context()
-			conn, err := g.connect(ctx)
+			conn, id, err := g.openRun(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			id, err := g.resolveRun(ctx, conn.Bus, args[0])
-			if err != nil {
-				return err
-			}
-			if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
-				return err
-			}
 			n, err := g.exportEvents(ctx, conn.Bus, id, format, out)
 			if err != nil {
 				return err

@@ -29,18 +29,11 @@ import', or a cluster given with --nats.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			conn, err := g.connect(ctx)
+			conn, id, err := g.openRun(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			id, err := g.resolveRun(ctx, conn.Bus, args[0])
-			if err != nil {
-				return err
-			}
-			if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
-				return err
-			}
 			p, err := aggregator.Project(ctx, conn.Bus, id)
 			if err != nil {
 				return err

@@ -317,6 +317,25 @@ func (g *globals) resolveRun(ctx context.Context, b *bus.Bus, arg string) (strin
 }
 
 // requireEvents returns an error when the log holds no event of the run.
+// openRun connects to the log and resolves arg to a run whose events are
+// there (replay, events export, dataset export --run). The caller closes
+// the connection.
+func (g *globals) openRun(ctx context.Context, arg string) (*connection, string, error) {
+	conn, err := g.connect(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := g.resolveRun(ctx, conn.Bus, arg)
+	if err == nil {
+		err = g.requireEvents(ctx, conn.Bus, id)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, "", err
+	}
+	return conn, id, nil
+}
+
 func (g *globals) requireEvents(ctx context.Context, b *bus.Bus, runID string) error {
 	seq, err := b.LastSeq(ctx, events.RunFilter(runID))
 	if err != nil {

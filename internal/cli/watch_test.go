@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -227,24 +225,6 @@ func TestWatchMidRun(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a poller.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestWatchOutlivesTheRunProcess follows a run through the nats.url of a
 // server that then stops (as a `tasks run` process does when it exits or
 // dies): watch reads on from the store itself, prints no event twice, and
@@ -272,7 +252,7 @@ func TestWatchOutlivesTheRunProcess(t *testing.T) {
 	if err := b.PublishAll(ctx, evs[:half]...); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- Main([]string{"watch", fixtureRun, "--events"}, &stdout, &stderr) }()
 	deadline := time.Now().Add(30 * time.Second)

@@ -71,7 +71,7 @@ func runConformance(t *testing.T, c conformance) {
 	// stderr.
 	run := func(t *testing.T, h *Handle, es ExecSpec, script string) (ExecResult, string, string) {
 		t.Helper()
-		var out, errb syncBuffer
+		var out, errb testutil.SyncBuffer
 		if es.Stdout == nil {
 			es.Stdout = &out
 		}
@@ -89,7 +89,7 @@ func runConformance(t *testing.T, c conformance) {
 	// processes that still run (zombies count as gone).
 	aliveFiles := func(t *testing.T, h *Handle, pidfiles ...string) string {
 		t.Helper()
-		var out syncBuffer
+		var out testutil.SyncBuffer
 		res, err := c.driver.Exec(context.Background(), h, ExecSpec{
 			Cmd: append([]string{"sh", "-c", `for f in "$@"; do p=$(cat "$f"); ` +
 				`if [ -r /proc/$p/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$p/status; then echo "$f=$p"; fi; done`, "sh"}, pidfiles...),
@@ -250,7 +250,7 @@ sleep 100000`
 		t.Parallel()
 		h := start(t)
 		tail := NewTail(0)
-		var raw syncBuffer
+		var raw testutil.SyncBuffer
 		res, _, _ := run(t, h, ExecSpec{Stdout: io.MultiWriter(tail, &raw)}, `printf 'ok \377\376 bytes\n'`)
 		if res.ExitCode != 0 {
 			t.Fatalf("exit %+v", res)
@@ -386,30 +386,6 @@ func writeFile(t testing.TB, p, content string, mode os.FileMode) {
 	if err := os.Chmod(p, mode); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
 }
 
 type countWriter struct{ n int64 }

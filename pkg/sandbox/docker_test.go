@@ -90,7 +90,7 @@ func TestDockerUser(t *testing.T) {
 	}
 	defer d.Destroy(ctx, h)
 	for user, want := range map[string]string{"": "0\n", "10001": "10001\n"} {
-		var out syncBuffer
+		var out testutil.SyncBuffer
 		res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"id", "-u"}, User: user, Stdout: &out})
 		if err != nil || res.ExitCode != 0 || out.String() != want {
 			t.Errorf("user %q: %+v %v %q", user, res, err, out.String())
@@ -262,7 +262,7 @@ WORKDIR /app
 `)
 	rev := randomHex(32)
 	b := BuildSpec{Task: "Demo/Hello World", Revision: rev, EnvironmentDir: env}
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	b.Log = &log
 	tag := ImageTag(b.Task, rev)
 	removeImage(t, cli, tag)
@@ -298,7 +298,7 @@ WORKDIR /app
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, h)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	if res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"sh", "-c", "cat /skills-count /data.txt; pwd"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}

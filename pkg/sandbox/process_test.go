@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
 )
 
 func startProcess(t *testing.T, spec Spec) (*Process, *Handle) {
@@ -25,7 +27,7 @@ func startProcess(t *testing.T, spec Spec) (*Process, *Handle) {
 
 func runSh(t *testing.T, p *Process, h *Handle, es ExecSpec, script string) (ExecResult, string) {
 	t.Helper()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	es.Cmd = []string{"sh", "-c", script}
 	es.Stdout, es.Stderr = &out, &out
 	res, err := p.Exec(context.Background(), h, es)
