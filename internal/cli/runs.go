@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/proctor-eval/proctor/internal/atomicfile"
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"io"
 	"maps"
 	"path/filepath"

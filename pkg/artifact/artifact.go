@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/proctor-eval/proctor/internal/atomicfile"
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"os"
 )
 

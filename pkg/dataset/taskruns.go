@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/proctor-eval/proctor/internal/atomicfile"
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"io"
 	"os"
 	"path/filepath"

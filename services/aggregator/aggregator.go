@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/proctor-eval/proctor/internal/atomicfile"
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 )

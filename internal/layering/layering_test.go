@@ -1,0 +1,51 @@
+package layering
+
+import (
+	"os"
+	"reflect"
+	"testing"
+)
+
+// TestModuleKeepsTheLayering fails when any file of this module crosses the
+// layering: add `import _ ".../services/launcher"` to a file of pkg/ and it
+// names that file.
+func TestModuleKeepsTheLayering(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, module, err := ModuleRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := Check(root, module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
+
+// TestCheckFindsBadImports runs the checker on a fixture module holding one
+// import of each forbidden kind beside allowed ones.
+func TestCheckFindsBadImports(t *testing.T) {
+	vs, err := Check("testdata/bad", "example.com/bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][2]string
+	for _, v := range vs {
+		got = append(got, [2]string{v.File, v.Import})
+	}
+	want := [][2]string{
+		{"pkg/events/events.go", "internal/testutil"},
+		{"pkg/events/events.go", "services/launcher"},
+		{"pkg/events/events_test.go", "internal/atomicfile"},
+		{"services/launcher/launcher.go", "internal/cli"},
+		{"services/launcher/launcher.go", "services/verifier"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("violations:\n got %v\nwant %v", got, want)
+	}
+}

@@ -1,0 +1,6 @@
+package events
+
+import (
+	_ "example.com/bad/internal/atomicfile"
+	_ "example.com/bad/internal/testutil"
+)

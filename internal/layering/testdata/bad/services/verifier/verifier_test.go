@@ -1,0 +1,3 @@
+package verifier
+
+import _ "example.com/bad/internal/testutil"
