@@ -26,10 +26,4 @@ type VerifyJob struct {
 	Attempt int                `json:"attempt"`
 	Node    string             `json:"node"`
 	Sandbox SandboxStartedData `json:"sandbox"`
-	// Kind is "task" (run the task's test script in the sandbox) or
-	// "output" (read reward.txt a host command wrote into OutputDir).
-	Kind string `json:"kind"`
-	// ExitCode of the solve, for Kind "output" (exit 0 passes without a
-	// reward.txt).
-	ExitCode int `json:"exit_code"`
 }

@@ -256,7 +256,7 @@ func (c *cell) run(ctx context.Context) error {
 	if err := c.s.bus.Flush(ctx); err != nil {
 		return err
 	}
-	job := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb, Kind: "task", ExitCode: fin.ExitCode}
+	job := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb}
 	if err := c.s.bus.PublishWork(ctx, events.VerifySubject(c.s.cfg.Node), fmt.Sprintf("%s/%s/%d", c.job.RunID, c.job.CellID, c.attempt), job); err != nil {
 		return err
 	}
