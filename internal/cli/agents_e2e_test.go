@@ -87,9 +87,10 @@ func TestAgentArms(t *testing.T) {
 	if cmp == nil || cmp.McNemar.NLost != 2 || cmp.McNemar.NGained != 0 || cmp.McNemar.NExcluded != 1 {
 		t.Fatalf("comparison vs the scripted baseline: %+v", cmp)
 	}
-	// The command harness is compared too; agreeing on every pair, it has
-	// no verdict (no discordant pair) rather than a p-value of 1.
-	if cc := a.Summary.Comparisons[command]; cc == nil || cc.McNemar.NBothPassed != 3 || cc.McNemar.PExact != nil || cc.McNemar.Significant != nil {
+	// The command harness is compared too; agreeing on every pair, its
+	// exact p is 1 and it stays in Holm's family.
+	if cc := a.Summary.Comparisons[command]; cc == nil || cc.McNemar.NBothPassed != 3 || cc.McNemar.PExact == nil || *cc.McNemar.PExact != 1 ||
+		cc.McNemar.Significant == nil || *cc.McNemar.Significant || cc.McNemar.CorrectionFamilySize != 2 {
 		t.Errorf("command harness comparison: %+v", cc)
 	}
 	if _, ok := a.Summary.Comparisons["oracle"]; ok {

@@ -11,6 +11,10 @@ import (
 // across the compared harnesses of one run.
 const CorrectionFamily = "harnesses"
 
+// CIMethod is mcnemar.ci_method: ci_lo and ci_hi are Newcombe's hybrid
+// score interval for paired proportions (Newcombe 1998, method 10).
+const CIMethod = "newcombe_hybrid_score"
+
 // SignificanceLevel is the family-wise error rate mcnemar.significant is
 // decided at: significant = p_adjusted < SignificanceLevel.
 const SignificanceLevel = 0.05
@@ -89,20 +93,34 @@ func compareKeys(a, b cellKey) int {
 // function says the value is undefined. errored and baseline_errored count
 // each side's errored cells.
 //
-// McNemar. Pairs are the keys both arms scored. n_excluded counts the keys
-// either arm attempted that are not pairs (present for one arm only, or
-// errored in either). paired_pass_rate_delta = (n_gained − n_lost)/n, and
-// ci_lo, ci_hi come from stats.PairedBootstrap resampling tasks (each task
-// brings all its pairs) with opts' resamples and seed, which are recorded;
-// all three are null when n is 0. p_exact is stats.McNemarExact on
-// (n_gained, n_lost); p_adjusted is stats.Holm across every compared
-// harness with at least one discordant pair, in harness order; significant
-// = p_adjusted < SignificanceLevel. With no discordant pair the three are
-// null and the harness stays out of the family. n_units counts the
-// distinct tasks behind the pairs; pseudo_replicated = n_units < n.
+// McNemar. Pairs are the keys both arms scored, one pair per (task,
+// model, repeat). n_excluded counts the keys either arm attempted that
+// are not pairs (present for one arm only, or errored in either).
+// paired_pass_rate_delta = (n_gained − n_lost)/n; ci_lo, ci_hi are
+// Newcombe's hybrid score 95 % interval for it (stats.NewcombePaired,
+// method 10 of Newcombe 1998; ci_method CIMethod), which keeps its width
+// when every pair agrees or every pair moved the same way.
+// bootstrap_ci_lo, bootstrap_ci_hi are the task-level bootstrap interval
+// (stats.PairedBootstrap, each task resampled with all its pairs, opts'
+// resamples and seed, which are recorded): it keeps a task's repeats
+// together but collapses to a point when every task agrees, so it is a
+// complement for pseudo-replicated pairs, not the headline. All five are
+// null when n is 0. p_exact is stats.McNemarExact on (n_gained, n_lost),
+// exactly 1 when no pair is discordant.
+//
+// Holm's family is every compared harness (correction_family_size of
+// them), decided before any outcome is seen: p_adjusted is stats.Holm over
+// their p_exact in harness order, and significant = p_adjusted <
+// SignificanceLevel. A harness with no pair at all (n = 0: nothing both
+// arms scored) has no test, so its p_exact, p_adjusted and significant are
+// null, but it still counts in the family with p = 1: dropping it would
+// make the others look stronger because an arm lost all its data. n_units
+// counts the distinct tasks behind the pairs; pseudo_replicated = n_units
+// < n (pairs are then not independent, and neither the exact p nor the
+// Newcombe interval knows it).
 //
 // Rounding. Every float is computed at full precision and rounded once at
-// the end as Decimals says (6 decimal places; bootstrap bounds included),
+// the end as Decimals says (6 decimal places; interval bounds included),
 // except p_exact and p_adjusted, which keep PValueDigits significant
 // digits; significant is decided on the rounded p_adjusted so it agrees
 // with the number beside it. Maps are walked in sorted order, so the same
@@ -129,18 +147,18 @@ func Compare(results []Result, baseline string, opts CompareOptions) map[string]
 	slices.Sort(harnesses)
 
 	out := make(map[string]*Comparison, len(harnesses))
-	var family []string // harnesses with a verdict, in order
-	var raw []float64   // their unrounded p_exact
-	for _, h := range harnesses {
-		c, p, ok := compareArm(cells(byHarness[h]), cells(alignBaseline(baseRows, byHarness[h])), baseline, opts)
+	raw := make([]float64, len(harnesses)) // unrounded p_exact, 1 without pairs
+	for i, h := range harnesses {
+		c, p := compareArm(cells(byHarness[h]), cells(alignBaseline(baseRows, byHarness[h])), baseline, opts)
+		c.McNemar.CorrectionFamilySize = len(harnesses)
 		out[h] = c
-		if ok {
-			family = append(family, h)
-			raw = append(raw, p)
-		}
+		raw[i] = p
 	}
 	for i, adj := range stats.Holm(raw) {
-		m := &out[family[i]].McNemar
+		m := &out[harnesses[i]].McNemar
+		if m.PExact == nil {
+			continue // no pairs: in the family, but no test of its own
+		}
 		pAdj := roundSig(adj)
 		sig := pAdj < SignificanceLevel
 		m.PAdjusted = &pAdj
@@ -223,9 +241,9 @@ func (s side) rate() (float64, bool) {
 }
 
 // compareArm builds one comparison, with p_adjusted and significant left
-// null for Compare to fill in. It also returns the unrounded p_exact and
-// whether the pair has a verdict (a discordant pair).
-func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptions) (*Comparison, float64, bool) {
+// null for Compare to fill in. It also returns the unrounded p_exact, or 1
+// when there are no pairs (p_exact stays null then).
+func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptions) (*Comparison, float64) {
 	a, b := tally(arm), tally(base)
 	c := &Comparison{
 		Baseline:        baseline,
@@ -269,6 +287,7 @@ func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptio
 
 	m := &c.McNemar
 	m.CorrectionFamily = CorrectionFamily
+	m.CIMethod = CIMethod
 	m.BootstrapResamples = opts.Resamples
 	m.BootstrapSeed = opts.Seed
 	var units [][]stats.Pair
@@ -301,17 +320,19 @@ func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptio
 	}
 	m.NUnits = len(units)
 	m.PseudoReplicated = m.NUnits < m.N
-	if m.N > 0 {
-		m.PairedPassRateDelta = roundPtr(ptr(float64(m.NGained-m.NLost) / float64(m.N)))
-		if lo, hi, ok := stats.PairedBootstrap(units, opts.Resamples, opts.Seed); ok {
-			m.CILo, m.CIHi = roundPtr(&lo), roundPtr(&hi)
-		}
+	if m.N == 0 {
+		return c, 1
 	}
-	p, ok := stats.McNemarExact(m.NGained, m.NLost)
-	if ok {
-		m.PExact = roundSigPtr(&p)
+	m.PairedPassRateDelta = roundPtr(ptr(float64(m.NGained-m.NLost) / float64(m.N)))
+	if lo, hi, ok := stats.NewcombePaired(m.NBothPassed, m.NGained, m.NLost, m.NBothFailed, stats.Z95); ok {
+		m.CILo, m.CIHi = roundPtr(&lo), roundPtr(&hi)
 	}
-	return c, p, ok
+	if lo, hi, ok := stats.PairedBootstrap(units, opts.Resamples, opts.Seed); ok {
+		m.BootstrapCILo, m.BootstrapCIHi = roundPtr(&lo), roundPtr(&hi)
+	}
+	p, _ := stats.McNemarExact(m.NGained, m.NLost) // counts are never negative
+	m.PExact = roundSigPtr(&p)
+	return c, p
 }
 
 // CostOf returns the cost summary of rows in USD (DESIGN §8):

@@ -123,10 +123,18 @@ func TestCompareCountsAndDeltas(t *testing.T) {
 	if m.CorrectionFamily != "harnesses" || m.BootstrapResamples != stats.DefaultResamples || m.BootstrapSeed != stats.DefaultSeed {
 		t.Errorf("family/resamples/seed = %q/%d/%d", m.CorrectionFamily, m.BootstrapResamples, m.BootstrapSeed)
 	}
-	if m.CILo == nil || m.CIHi == nil || *m.CILo > 0.2 || *m.CIHi < 0.2 || *m.CILo < -1 || *m.CIHi > 1 {
-		t.Errorf("bootstrap interval [%s, %s] does not hold the paired delta 0.2", fmtPtr(m.CILo), fmtPtr(m.CIHi))
+	if m.CIMethod != CIMethod || m.CorrectionFamilySize != 1 {
+		t.Errorf("ci_method %q, correction_family_size %d; want %q, 1", m.CIMethod, m.CorrectionFamilySize, CIMethod)
+	}
+	lo, hi, _ := stats.NewcombePaired(1, 2, 1, 1, stats.Z95)
+	eqF(t, "ci_lo", m.CILo, fptr(round6(lo)))
+	eqF(t, "ci_hi", m.CIHi, fptr(round6(hi)))
+	if m.BootstrapCILo == nil || m.BootstrapCIHi == nil || *m.BootstrapCILo > 0.2 || *m.BootstrapCIHi < 0.2 || *m.BootstrapCILo < -1 || *m.BootstrapCIHi > 1 {
+		t.Errorf("bootstrap interval [%s, %s] does not hold the paired delta 0.2", fmtPtr(m.BootstrapCILo), fmtPtr(m.BootstrapCIHi))
 	}
 }
+
+func round6(x float64) float64 { return math.Round(x*1e6) / 1e6 }
 
 func keysOf[V any](m map[string]V) []string {
 	var ks []string
@@ -225,7 +233,7 @@ func TestComparePartialRewardIsFail(t *testing.T) {
 
 func TestCompareHolmFamily(t *testing.T) {
 	// a: 6 gained → p 0.03125; b: 9 gained, 1 lost → p 0.021484375;
-	// c: no discordant pair → no verdict, outside the family.
+	// c: no discordant pair → p exactly 1, and still in the family.
 	base := arm("base", "m", 0, "FFFFFFFFFFPP")
 	results := concat(base,
 		arm("a", "m", 0, "PPPPPPFFFFPP"),
@@ -236,38 +244,122 @@ func TestCompareHolmFamily(t *testing.T) {
 	cs := Compare(results, "base", CompareOptions{})
 	eqF(t, "a p_exact", cs["a"].McNemar.PExact, fptr(0.03125))
 	eqF(t, "b p_exact", cs["b"].McNemar.PExact, fptr(0.0214844)) // 0.021484375 to 6 significant digits
-	// Holm on [0.03125, 0.021484375]: 2·0.021484375 = 0.04296875 for b,
-	// max(0.04296875, 1·0.03125) for a; rounded to 6 significant digits.
-	eqF(t, "a p_adjusted", cs["a"].McNemar.PAdjusted, fptr(0.0429688))
-	eqF(t, "b p_adjusted", cs["b"].McNemar.PAdjusted, fptr(0.0429688))
-	for _, h := range []string{"a", "b"} {
-		if s := cs[h].McNemar.Significant; s == nil || !*s {
-			t.Errorf("%s significant = %s, want true", h, fmtPtr(s))
+	eqF(t, "c p_exact", cs["c"].McNemar.PExact, fptr(1))
+	// Holm on [0.03125, 0.021484375, 1]: 3·0.021484375 = 0.064453125 for
+	// b, max(that, 2·0.03125) for a, max(that, 1·1) for c.
+	eqF(t, "a p_adjusted", cs["a"].McNemar.PAdjusted, fptr(0.0644531))
+	eqF(t, "b p_adjusted", cs["b"].McNemar.PAdjusted, fptr(0.0644531))
+	eqF(t, "c p_adjusted", cs["c"].McNemar.PAdjusted, fptr(1))
+	for _, h := range []string{"a", "b", "c"} {
+		m := cs[h].McNemar
+		if m.Significant == nil || *m.Significant {
+			t.Errorf("%s significant = %s, want false in a family of 3", h, fmtPtr(m.Significant))
+		}
+		if m.CorrectionFamilySize != 3 {
+			t.Errorf("%s correction_family_size = %d, want 3 (oracle never counts)", h, m.CorrectionFamilySize)
 		}
 	}
-	cm := cs["c"].McNemar
-	if cm.PExact != nil || cm.PAdjusted != nil || cm.Significant != nil {
-		t.Errorf("no verdict: p_exact %s, p_adjusted %s, significant %s; want nulls",
-			fmtPtr(cm.PExact), fmtPtr(cm.PAdjusted), fmtPtr(cm.Significant))
-	}
-	if cm.N != 12 || cm.PairedPassRateDelta == nil || *cm.PairedPassRateDelta != 0 {
-		t.Errorf("no verdict still pairs: n %d, delta %s", cm.N, fmtPtr(cm.PairedPassRateDelta))
+	if cm := cs["c"].McNemar; cm.N != 12 || cm.PairedPassRateDelta == nil || *cm.PairedPassRateDelta != 0 {
+		t.Errorf("c: n %d, delta %s; want 12, 0", cm.N, fmtPtr(cm.PairedPassRateDelta))
 	}
 
-	// A third harness with a verdict joins the family and costs a and b
-	// their significance.
-	results = append(results, arm("d", "m", 0, "PPPPFFFFFFPP")...)
-	cs = Compare(results, "base", CompareOptions{})
-	eqF(t, "b p_adjusted (3)", cs["b"].McNemar.PAdjusted, fptr(0.0644531))
-	eqF(t, "a p_adjusted (3)", cs["a"].McNemar.PAdjusted, fptr(0.0644531))
-	eqF(t, "d p_adjusted (3)", cs["d"].McNemar.PAdjusted, fptr(0.125))
-	for _, h := range []string{"a", "b", "d"} {
-		if s := cs[h].McNemar.Significant; s == nil || *s {
-			t.Errorf("%s significant = %s, want false in a family of 3", h, fmtPtr(s))
+	// Without c, a and b are significant: 2·0.021484375 = 0.04296875.
+	cs = Compare(concat(base, arm("a", "m", 0, "PPPPPPFFFFPP"), arm("b", "m", 0, "PPPPPPPPPFPF")), "base", CompareOptions{})
+	for _, h := range []string{"a", "b"} {
+		eqF(t, h+" p_adjusted (2)", cs[h].McNemar.PAdjusted, fptr(0.0429688))
+		if s := cs[h].McNemar.Significant; s == nil || !*s {
+			t.Errorf("%s significant = %s, want true in a family of 2", h, fmtPtr(s))
 		}
-		if p, q := *cs[h].McNemar.PAdjusted, *cs[h].McNemar.PExact; p < q {
-			t.Errorf("%s p_adjusted %v < p_exact %v", h, p, q)
+	}
+}
+
+// TestCompareIdenticalArmStaysInFamily is the input of issue 9, item 1:
+// six tasks, baseline `command:false`, arms `command:true` and an arm
+// identical to the baseline. The identical arm's exact p is 1, Holm runs
+// over both: [0.03125, 1] → [0.0625, 1], and nothing is significant.
+func TestCompareIdenticalArmStaysInFamily(t *testing.T) {
+	results := concat(
+		arm("command:false", "default", 1, "FFFFFF"),
+		arm("command:true", "default", 1, "PPPPPP"),
+		arm("command:false # same", "default", 1, "FFFFFF"),
+	)
+	cs := Compare(results, "command:false", CompareOptions{})
+	gain, same := cs["command:true"].McNemar, cs["command:false # same"].McNemar
+	eqF(t, "true p_exact", gain.PExact, fptr(0.03125))
+	eqF(t, "same p_exact", same.PExact, fptr(1))
+	eqF(t, "true p_adjusted", gain.PAdjusted, fptr(0.0625))
+	eqF(t, "same p_adjusted", same.PAdjusted, fptr(1))
+	for name, m := range map[string]McNemar{"true": gain, "same": same} {
+		if m.Significant == nil || *m.Significant {
+			t.Errorf("%s significant = %s, want false", name, fmtPtr(m.Significant))
 		}
+		if m.CorrectionFamilySize != 2 {
+			t.Errorf("%s correction_family_size = %d, want 2", name, m.CorrectionFamilySize)
+		}
+	}
+	// The intervals keep their width at the edges (Newcombe): six gains
+	// give [1 − √2·z²/(6+z²), 1], six agreeing pairs ±z²/(6+z²); the task
+	// bootstrap collapses onto the point in both.
+	u6 := stats.Z95 * stats.Z95 / (6 + stats.Z95*stats.Z95)
+	eqF(t, "true ci_lo", gain.CILo, fptr(round6(1-math.Sqrt2*u6)))
+	eqF(t, "true ci_hi", gain.CIHi, fptr(1))
+	eqF(t, "same ci_lo", same.CILo, fptr(round6(-u6)))
+	eqF(t, "same ci_hi", same.CIHi, fptr(round6(u6)))
+	eqF(t, "true bootstrap_ci_lo", gain.BootstrapCILo, fptr(1))
+	eqF(t, "same bootstrap_ci_hi", same.BootstrapCIHi, fptr(0))
+}
+
+// TestCompareDegeneratePairTables covers the other tables with no
+// discordant pair or no pair at all.
+func TestCompareDegeneratePairTables(t *testing.T) {
+	cases := []struct {
+		name, base, arm string
+		n               int
+		pExact          *float64
+		delta           *float64
+	}{
+		{"all concordant, all passed", "PPPP", "PPPP", 4, fptr(1), fptr(0)},
+		{"all concordant, mixed", "PPFF", "PPFF", 4, fptr(1), fptr(0)},
+		{"all concordant, all failed", "FFFF", "FFFF", 4, fptr(1), fptr(0)},
+		{"every pair lost", "PPPP", "FFFF", 4, fptr(0.125), fptr(-1)},
+		{"one pair, the rest errored", "PEEE", "PEEE", 1, fptr(1), fptr(0)},
+		{"no pairs: disjoint cells", "PP--", "--PF", 0, nil, nil},
+		{"no pairs: every cell errored", "PFPF", "EEEE", 0, nil, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// "other" gains on six tasks of its own, so the family is 2.
+			results := concat(arm("base", "m", 0, c.base+"FFFFFF"), arm("x", "m", 0, c.arm+"------"),
+				arm("other", "m", 0, "----PPPPPP"))
+			// The baseline's extra tasks are t5…t10; "other" covers them.
+			cs := Compare(results, "base", CompareOptions{})
+			m := cs["x"].McNemar
+			if m.N != c.n {
+				t.Fatalf("n = %d, want %d (%+v)", m.N, c.n, m)
+			}
+			eqF(t, "p_exact", m.PExact, c.pExact)
+			eqF(t, "paired_pass_rate_delta", m.PairedPassRateDelta, c.delta)
+			if c.n == 0 {
+				if m.PAdjusted != nil || m.Significant != nil || m.CILo != nil || m.CIHi != nil || m.BootstrapCILo != nil {
+					t.Errorf("no pairs: p_adjusted %s, significant %s, ci [%s, %s]; want nulls",
+						fmtPtr(m.PAdjusted), fmtPtr(m.Significant), fmtPtr(m.CILo), fmtPtr(m.CIHi))
+				}
+			} else {
+				if m.PAdjusted == nil || *m.PAdjusted < *m.PExact || m.Significant == nil || *m.Significant {
+					t.Errorf("p_adjusted %s, significant %s; want ≥ p_exact and false", fmtPtr(m.PAdjusted), fmtPtr(m.Significant))
+				}
+				if m.CILo == nil || m.CIHi == nil || *m.CIHi-*m.CILo < 0.3 || *m.CILo > *m.PairedPassRateDelta || *m.CIHi < *m.PairedPassRateDelta {
+					t.Errorf("ci [%s, %s] around %s: collapsed or misses the estimate", fmtPtr(m.CILo), fmtPtr(m.CIHi), fmtPtr(m.PairedPassRateDelta))
+				}
+			}
+			// Whatever x's table, it counts in other's family: 6 gains,
+			// p 0.03125, doubled by Holm.
+			o := cs["other"].McNemar
+			eqF(t, "other p_adjusted", o.PAdjusted, fptr(0.0625))
+			if m.CorrectionFamilySize != 2 || o.CorrectionFamilySize != 2 {
+				t.Errorf("correction_family_size %d, %d; want 2", m.CorrectionFamilySize, o.CorrectionFamilySize)
+			}
+		})
 	}
 }
 
@@ -283,9 +375,14 @@ func TestComparePseudoReplication(t *testing.T) {
 	}
 	// Resampling tasks: t1 always gains, t2 never does, so every resample's
 	// delta is the share of t1 draws among two: 0, 0.5 or 1.
-	if m.CILo == nil || m.CIHi == nil || *m.CILo != 0 || *m.CIHi != 1 {
-		t.Errorf("task bootstrap [%s, %s], want [0, 1]", fmtPtr(m.CILo), fmtPtr(m.CIHi))
+	if m.BootstrapCILo == nil || m.BootstrapCIHi == nil || *m.BootstrapCILo != 0 || *m.BootstrapCIHi != 1 {
+		t.Errorf("task bootstrap [%s, %s], want [0, 1]", fmtPtr(m.BootstrapCILo), fmtPtr(m.BootstrapCIHi))
 	}
+	// Newcombe's interval treats the six pairs as independent: narrower
+	// than the task bootstrap, which is why the bootstrap is kept.
+	lo, hi, _ := stats.NewcombePaired(3, 3, 0, 0, stats.Z95)
+	eqF(t, "ci_lo", m.CILo, fptr(round6(lo)))
+	eqF(t, "ci_hi", m.CIHi, fptr(round6(hi)))
 }
 
 func TestCompareNoPairs(t *testing.T) {
@@ -295,8 +392,12 @@ func TestCompareNoPairs(t *testing.T) {
 	if m.N != 0 || m.NExcluded != 4 || m.NUnits != 0 || m.PseudoReplicated {
 		t.Errorf("disjoint cells: %+v", m)
 	}
-	if m.PairedPassRateDelta != nil || m.CILo != nil || m.CIHi != nil || m.PExact != nil || m.PAdjusted != nil || m.Significant != nil {
+	if m.PairedPassRateDelta != nil || m.CILo != nil || m.CIHi != nil || m.BootstrapCILo != nil || m.BootstrapCIHi != nil ||
+		m.PExact != nil || m.PAdjusted != nil || m.Significant != nil {
 		t.Errorf("disjoint cells: statistics not null: %+v", m)
+	}
+	if m.CorrectionFamilySize != 1 {
+		t.Errorf("correction_family_size = %d, want 1", m.CorrectionFamilySize)
 	}
 	if m.BootstrapResamples != 50 || m.BootstrapSeed != 9 {
 		t.Errorf("options not recorded: %d, %d", m.BootstrapResamples, m.BootstrapSeed)
@@ -493,7 +594,7 @@ func TestCompareOutputValidates(t *testing.T) {
 	if z := a.Summary.Comparisons["agent:z"]; z.PassRateDelta != nil {
 		t.Errorf("agent:z lost no cell the baseline lost, yet its delta = %v", *z.PassRateDelta)
 	}
-	if w := a.Summary.Comparisons["agent:w"].McNemar; w.PExact != nil || w.NGained+w.NLost != 0 {
+	if w := a.Summary.Comparisons["agent:w"].McNemar; w.PExact == nil || *w.PExact != 1 || w.NGained+w.NLost != 0 {
 		t.Errorf("agent:w mirrors the baseline, yet p_exact = %s", fmtPtr(w.PExact))
 	}
 }

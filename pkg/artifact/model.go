@@ -177,7 +177,8 @@ type Comparison struct {
 	McNemar          McNemar  `json:"mcnemar"`
 }
 
-// McNemar is the paired comparison on (task, repeat) cells both arms scored.
+// McNemar is the paired comparison on the (task, model, repeat) cells both
+// arms scored (see Compare).
 type McNemar struct {
 	N                   int      `json:"n"`
 	NGained             int      `json:"n_gained"`
@@ -188,12 +189,23 @@ type McNemar struct {
 	NUnits              int      `json:"n_units"`
 	PseudoReplicated    bool     `json:"pseudo_replicated"`
 	PairedPassRateDelta *float64 `json:"paired_pass_rate_delta"`
-	CILo                *float64 `json:"ci_lo"`
-	CIHi                *float64 `json:"ci_hi"`
-	BootstrapResamples  int      `json:"bootstrap_resamples"`
-	BootstrapSeed       uint64   `json:"bootstrap_seed"`
-	PExact              *float64 `json:"p_exact"`
-	PAdjusted           *float64 `json:"p_adjusted"`
-	CorrectionFamily    string   `json:"correction_family"`
-	Significant         *bool    `json:"significant"`
+	// CILo, CIHi are the 95 % interval of PairedPassRateDelta named by
+	// CIMethod (Newcombe's hybrid score interval); null when N is 0.
+	CILo     *float64 `json:"ci_lo"`
+	CIHi     *float64 `json:"ci_hi"`
+	CIMethod string   `json:"ci_method,omitempty"`
+	// BootstrapCILo, BootstrapCIHi are the seeded task-level percentile
+	// bootstrap interval of PairedPassRateDelta; absent when N is 0 (and
+	// in artifacts written before they existed, whose ci_lo, ci_hi held
+	// the bootstrap). CorrectionFamilySize is the number of harnesses in
+	// Holm's family; absent in those older artifacts.
+	BootstrapCILo        *float64 `json:"bootstrap_ci_lo,omitempty"`
+	BootstrapCIHi        *float64 `json:"bootstrap_ci_hi,omitempty"`
+	BootstrapResamples   int      `json:"bootstrap_resamples"`
+	BootstrapSeed        uint64   `json:"bootstrap_seed"`
+	PExact               *float64 `json:"p_exact"`
+	PAdjusted            *float64 `json:"p_adjusted"`
+	CorrectionFamily     string   `json:"correction_family"`
+	CorrectionFamilySize int      `json:"correction_family_size,omitempty"`
+	Significant          *bool    `json:"significant"`
 }

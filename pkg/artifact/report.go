@@ -18,8 +18,10 @@ const dash = "—"
 // errored count), a per-harness table, a per-task table (rows are tasks,
 // columns harnesses, cells "passed/scored" or "errored"), the comparisons
 // against the baseline and the paired McNemar table when a has
-// comparisons (with a pseudo-replication caveat when any comparison pairs
-// repeats of the same task), and a section per cell with its outcome,
+// comparisons (naming the interval of the paired difference, Newcombe's
+// hybrid score interval, and with a pseudo-replication caveat giving the
+// task-level bootstrap interval when any comparison pairs repeats of the
+// same task), and a section per cell with its outcome,
 // reward, error and the tail of its stdout in a fenced block whose fence
 // is longer than any backtick run inside it, so no output can break the
 // document. Harnesses appear in run order (Run.Harnesses, then any other
@@ -290,17 +292,44 @@ func (r *reporter) comparisons() {
 		}
 	}
 	if family != "" {
-		r.printf("Pairs are cells both arms scored; cells either arm errored on are excluded. "+
-			"p_exact is the two-sided exact McNemar test, p_adjusted its Holm correction over the family %q; "+
-			"significant means p_adjusted < %s. The interval is a seeded bootstrap over tasks.\n\n",
-			family, strconv.FormatFloat(SignificanceLevel, 'g', -1, 64))
+		size := 0
+		for _, h := range hs {
+			size = max(size, cs[h].McNemar.CorrectionFamilySize)
+		}
+		r.printf("Pairs are cells both arms scored, one per task, model and repeat; cells either arm errored on are excluded. "+
+			"p_exact is the two-sided exact McNemar test (1 when no pair is discordant), p_adjusted its Holm correction over the family %q "+
+			"of %d compared harnesses (a harness with no pairs counts as p = 1); significant means p_adjusted < %s. "+
+			"The 95 %% CI of the paired Δ is %s.\n\n",
+			family, size, strconv.FormatFloat(SignificanceLevel, 'g', -1, 64), ciMethodText(hs, cs))
 	}
 	if len(pseudo) > 0 {
+		var boots []string
+		for _, h := range hs {
+			if m := cs[h].McNemar; m.PseudoReplicated && m.BootstrapCILo != nil && m.BootstrapCIHi != nil {
+				boots = append(boots, fmt.Sprintf("%s %s to %s pp", code(h), signedPP(*m.BootstrapCILo), signedPP(*m.BootstrapCIHi)))
+			}
+		}
 		r.printf("> **Caveat (pseudo-replication):** the pairs of %s include several repeats of the same task, "+
-			"which are not independent; the exact p-values treat every pair as independent and overstate the evidence. "+
-			"Judge by the tasks count beside the pairs.\n\n",
+			"which are not independent; the exact p-values and the Newcombe interval treat every pair as independent and overstate the evidence. "+
+			"Judge by the tasks count beside the pairs",
 			strings.Join(pseudo, ", "))
+		if len(boots) > 0 {
+			r.printf(", and by the seeded bootstrap over tasks, which keeps a task's repeats together (95 %%: %s)", strings.Join(boots, "; "))
+		}
+		r.printf(".\n\n")
 	}
+}
+
+// ciMethodText names the interval the McNemar table shows: Newcombe's
+// hybrid score interval, or, for an artifact written before ci_method
+// existed, the seeded task bootstrap it then held.
+func ciMethodText(hs []string, cs map[string]*Comparison) string {
+	for _, h := range hs {
+		if cs[h].McNemar.CIMethod == CIMethod {
+			return "Newcombe's hybrid score interval for paired proportions (Newcombe 1998, method 10)"
+		}
+	}
+	return "a seeded bootstrap over tasks"
 }
 
 func (r *reporter) cells() {

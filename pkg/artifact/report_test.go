@@ -99,3 +99,27 @@ func TestReportHarnessOrderFollowsRun(t *testing.T) {
 		t.Errorf("task table columns not in run order:\n%s", s)
 	}
 }
+
+func TestReportNamesTheInterval(t *testing.T) {
+	rows := concat(arm("base", "m", 0, "FFFFFF"), arm("x", "m", 0, "PPPPPP"))
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"base", "x"}, Repeats: 1, BaselineHarness: "base", StartedAt: "2026-01-01T00:00:00Z"},
+		rows, BuildOptions{})
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); !strings.Contains(s, "| +100.0 pp | +44.8 to +100.0 pp |") ||
+		!strings.Contains(s, "The 95 % CI of the paired Δ is Newcombe's hybrid score interval") {
+		t.Errorf("report does not show or name the Newcombe interval:\n%s", s)
+	}
+	// An artifact written before ci_method existed held the bootstrap in
+	// ci_lo, ci_hi: its report says so.
+	a.Summary.Comparisons["x"].McNemar.CIMethod = ""
+	md.Reset()
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); !strings.Contains(s, "The 95 % CI of the paired Δ is a seeded bootstrap over tasks.") {
+		t.Errorf("old artifact's interval misnamed:\n%s", s)
+	}
+}

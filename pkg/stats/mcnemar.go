@@ -17,15 +17,21 @@ const exactLimit = 20000
 // as statsmodels.stats.contingency_tables.mcnemar(exact=True) and
 // scipy.stats.binomtest(min(b,c), b+c, 0.5) compute it.
 //
-// p is in (0, 1]. ok is false (and p is 0) when gained+lost == 0, where the
-// test gives no verdict, or when either count is negative.
+// p is in (0, 1]. With no discordant pair (gained = lost = 0) p is exactly
+// 1, as statsmodels' mcnemar(exact=True) gives it (2·P(X ≤ 0) with
+// X ~ Binomial(0, ½) is 2, capped at 1): pairs that all agree are no
+// evidence of a difference, which is a verdict, not a missing one. ok is
+// false (and p is 0) only when either count is negative.
 //
 // Up to 20000 discordant pairs the tail is an exact rational rounded once to
 // float64; above that it is summed in log space from lgamma, so the result
 // stays finite and accurate for any count.
 func McNemarExact(gained, lost int) (p float64, ok bool) {
-	if gained < 0 || lost < 0 || gained+lost == 0 {
+	if gained < 0 || lost < 0 {
 		return 0, false
+	}
+	if gained+lost == 0 {
+		return 1, true
 	}
 	n := gained + lost
 	k := min(gained, lost)
