@@ -38,7 +38,7 @@ func BenchmarkPublish(b *testing.B) {
 		evs := make([]events.Envelope, n)
 		pad := strings.Repeat("x", 60)
 		for j := range evs {
-			evs[j] = events.Must(events.Usage, run, "t"+strconv.Itoa(j%1000)+"/oracle/default/1", 1, "bench", events.UsageData{Model: pad, PromptTokens: int64(j)})
+			evs[j] = events.Must(events.Usage, run, "t"+strconv.Itoa(j%1000)+"/oracle/default/1", 1, "bench", events.UsageData{Model: pad, PromptTokens: events.Count(int64(j))})
 		}
 		size := 0
 		if raw, _ := events.Encode(evs[0]); raw != nil {

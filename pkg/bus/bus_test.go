@@ -19,7 +19,7 @@ func TestPublishDedupAndReadRun(t *testing.T) {
 	run := events.NewID()
 	var sent []events.Envelope
 	for i := 0; i < 500; i++ {
-		e := events.Must(events.Usage, run, fmt.Sprintf("t%d/oracle/default/1", i%7), 1, "test", events.UsageData{PromptTokens: int64(i)})
+		e := events.Must(events.Usage, run, fmt.Sprintf("t%d/oracle/default/1", i%7), 1, "test", events.UsageData{PromptTokens: events.Count(int64(i))})
 		sent = append(sent, e)
 	}
 	if err := b.PublishAll(ctx, sent...); err != nil {
@@ -173,7 +173,7 @@ func TestReadRunInterleaved(t *testing.T) {
 	pub(a, events.Must(events.RunRequested, a, "", 0, "test", events.RunRequestedData{}))
 	for i := 0; i < 50; i++ {
 		pub(other, events.Must(events.Usage, other, "x/oracle/default/1", 1, "test", events.UsageData{}))
-		pub(a, events.Must(events.Usage, a, "y/oracle/default/1", 1, "test", events.UsageData{PromptTokens: int64(i)}))
+		pub(a, events.Must(events.Usage, a, "y/oracle/default/1", 1, "test", events.UsageData{PromptTokens: events.Count(int64(i))}))
 	}
 	pub(a, events.Must(events.RunFinished, a, "", 0, "test", nil))
 	pub(other, events.Must(events.RunFinished, other, "", 0, "test", nil))

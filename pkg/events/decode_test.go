@@ -10,7 +10,7 @@ import (
 // The fast path must give exactly what encoding/json gives, or step aside.
 func FuzzDecodeMatchesJSON(f *testing.F) {
 	for _, e := range []Envelope{
-		Must(Usage, "R1", "t/agent:x/m/1", 2, "launcher", UsageData{PromptTokens: 3}),
+		Must(Usage, "R1", "t/agent:x/m/1", 2, "launcher", UsageData{PromptTokens: Count(3)}),
 		Must(RunFinished, "R1", "", 0, "aggregator", RunFinishedData{Status: "finished"}),
 		Must(Message, "R1", "tâsk \"q\"/oracle/default/1", 1, "launcher", MessageData{Text: "a\nb"}),
 		{V: 1, ID: "x", Type: Verdict, RunID: "R", Source: "s", At: time.Unix(0, 5).UTC()},

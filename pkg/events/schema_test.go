@@ -154,7 +154,7 @@ func TestEncodedEventsValidate(t *testing.T) {
 	samples := []Envelope{
 		Must(RunRequested, "R1", "", 0, "cli", RunRequestedData{Spec: RunSpec{TasksRoot: "/t", Harnesses: []string{"oracle"}, Models: []string{"default"}, Repeats: 1, OutputDir: "/o"}, ProctorVersion: "dev"}),
 		Must(CellPlanned, "R1", "a/oracle/default/1", 1, "planner", CellPlannedData{Task: "a", Harness: "oracle", Model: "default", Repeat: 1}),
-		Must(Usage, "R1", "a/oracle/default/1", 1, "launcher", UsageData{PromptTokens: 10}),
+		Must(Usage, "R1", "a/oracle/default/1", 1, "launcher", UsageData{PromptTokens: Count(10)}),
 		Must(Verdict, "R1", "a/oracle/default/1", 1, "verifier", VerdictData{Reward: &one, ReturnCode: &rc, Rewards: map[string]float64{"reward": 1}}),
 	}
 	for _, e := range samples {
@@ -177,7 +177,7 @@ func TestEncodedEventsValidate(t *testing.T) {
 }
 
 func TestRoundTripAndSubjects(t *testing.T) {
-	e := Must(Usage, "01RUN", "fix-total/oracle/default/1", 2, "launcher", UsageData{PromptTokens: 5, CompletionTokens: 7})
+	e := Must(Usage, "01RUN", "fix-total/oracle/default/1", 2, "launcher", UsageData{PromptTokens: Count(5), CompletionTokens: Count(7)})
 	b, err := Encode(e)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +193,7 @@ func TestRoundTripAndSubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := d.(*UsageData); u.PromptTokens != 5 || u.CompletionTokens != 7 {
+	if u := d.(*UsageData); u.PromptTokens == nil || *u.PromptTokens != 5 || u.CompletionTokens == nil || *u.CompletionTokens != 7 || u.CacheReadTokens != nil {
 		t.Fatalf("data = %+v", u)
 	}
 	subj := Subject(e)
@@ -222,7 +222,7 @@ func TestRoundTripAndSubjects(t *testing.T) {
 
 func TestEncodeMatchesMarshal(t *testing.T) {
 	for _, e := range []Envelope{
-		Must(Usage, "R", "t/agent:x/m/1", 2, "launcher", UsageData{PromptTokens: 3}),
+		Must(Usage, "R", "t/agent:x/m/1", 2, "launcher", UsageData{PromptTokens: Count(3)}),
 		Must(RunFinished, "R", "", 0, "aggregator", RunFinishedData{Status: "finished"}),
 		Must(Message, "R", "tâsk \"q\" <b>&\\/1", 1, "s\n", MessageData{Text: "\u2028 é"}),
 		{V: 1, ID: "x", Type: Verdict, RunID: "R", Source: "s"},

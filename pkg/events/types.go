@@ -122,16 +122,20 @@ type ToolCallData struct {
 }
 
 // UsageData is model usage; token counts add up over a cell. CostUSD is in
-// US dollars.
+// US dollars. A nil field is one the agent did not report (absent from the
+// JSON), never 0; a reported 0 is kept as 0.
 type UsageData struct {
 	Model            string   `json:"model,omitempty"`
-	PromptTokens     int64    `json:"prompt_tokens,omitempty"`
-	CompletionTokens int64    `json:"completion_tokens,omitempty"`
-	CacheReadTokens  int64    `json:"cache_read_tokens,omitempty"`
-	CacheWriteTokens int64    `json:"cache_write_tokens,omitempty"`
+	PromptTokens     *int64   `json:"prompt_tokens,omitempty"`
+	CompletionTokens *int64   `json:"completion_tokens,omitempty"`
+	CacheReadTokens  *int64   `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens *int64   `json:"cache_write_tokens,omitempty"`
 	CostUSD          *float64 `json:"cost_usd,omitempty"`
-	Calls            int64    `json:"calls,omitempty"`
+	Calls            *int64   `json:"calls,omitempty"`
 }
+
+// Count returns a pointer to n, for the optional counts of UsageData.
+func Count(n int64) *int64 { return &n }
 
 // OperationData is a user-defined operation (PROCTOR_OP / DOKIMI_OP lines).
 type OperationData struct {

@@ -99,11 +99,12 @@ func ParseLine(line string, readAt time.Time) Line {
 		data = d
 	case events.Usage:
 		d := &events.UsageData{Model: str(f.Model)}
-		d.PromptTokens, _ = num(f.PromptTokens, f.InputTokens, f.InputTokensC, f.PromptTokensC).int()
-		d.CompletionTokens, _ = num(f.CompletionTokens, f.OutputTokens, f.OutputTokensC, f.CompletionTokensC).int()
-		d.CacheReadTokens, _ = num(f.CacheReadTokens, f.CacheReadInputTokens, f.CacheReadTokensC, f.CacheReadInputTokensC).int()
-		d.CacheWriteTokens, _ = num(f.CacheWriteTokens, f.CacheCreationInputTokens, f.CacheWriteTokensC, f.CacheCreationInputTokensC).int()
-		d.Calls, _ = num(f.Calls, f.NCalls, f.LLMCalls, f.LLMCallCount).int()
+		// A count the line does not carry stays nil: unreported, not 0.
+		d.PromptTokens = num(f.PromptTokens, f.InputTokens, f.InputTokensC, f.PromptTokensC).intPtr()
+		d.CompletionTokens = num(f.CompletionTokens, f.OutputTokens, f.OutputTokensC, f.CompletionTokensC).intPtr()
+		d.CacheReadTokens = num(f.CacheReadTokens, f.CacheReadInputTokens, f.CacheReadTokensC, f.CacheReadInputTokensC).intPtr()
+		d.CacheWriteTokens = num(f.CacheWriteTokens, f.CacheCreationInputTokens, f.CacheWriteTokensC, f.CacheCreationInputTokensC).intPtr()
+		d.Calls = num(f.Calls, f.NCalls, f.LLMCalls, f.LLMCallCount).intPtr()
 		if c, ok := num(f.CostUSD, f.CostUsdC, f.Cost, f.TotalCostUSD).float(); ok {
 			d.CostUSD = &c
 		}
@@ -274,6 +275,14 @@ func (ns numbers) int() (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// intPtr is int as a pointer: nil when no alias holds a number.
+func (ns numbers) intPtr() *int64 {
+	if v, ok := ns.int(); ok {
+		return &v
+	}
+	return nil
 }
 
 // float returns the first alias that holds a number.

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,7 +17,8 @@ func TestParseLine(t *testing.T) {
 		t.Fatalf("usage line: %+v", u)
 	}
 	ud := u.Data.(*events.UsageData)
-	if ud.PromptTokens != 120 || ud.CompletionTokens != 30 || ud.CacheReadTokens != 7 || ud.CostUSD == nil || *ud.CostUSD != 0.0125 {
+	if p(ud.PromptTokens) != "120" || p(ud.CompletionTokens) != "30" || p(ud.CacheReadTokens) != "7" || ud.CostUSD == nil || *ud.CostUSD != 0.0125 ||
+		ud.CacheWriteTokens != nil || ud.Calls != nil {
 		t.Fatalf("usage data %+v", ud)
 	}
 	if !u.At.Equal(time.UnixMilli(1767323045123)) {
@@ -81,5 +83,40 @@ func TestLoadAgent(t *testing.T) {
 	write("run = \"x\"\nrunn = \"typo\"\n")
 	if _, err := LoadAgent(dir); err == nil {
 		t.Fatal("unknown key accepted")
+	}
+}
+
+// p renders an optional count: "null" when nil.
+func p(v *int64) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprint(*v)
+}
+
+// TestParseUsageUnreportedIsNull: a Usage line carries only the counts it
+// names; every other count is nil (unreported), and a reported 0 stays 0.
+func TestParseUsageUnreportedIsNull(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		line                                      string
+		prompt, completion, cacheR, cacheW, calls string
+	}{
+		{`{"_tag":"Usage","input_tokens":100,"output_tokens":20}`, "100", "20", "null", "null", "null"},
+		{`{"_tag":"Usage","prompt_tokens":0,"cache_read_tokens":0}`, "0", "null", "0", "null", "null"},
+		{`{"_tag":"Usage","cacheCreationInputTokens":9,"llmCallCount":3}`, "null", "null", "null", "9", "3"},
+		{`{"_tag":"Usage","cost_usd":0.5}`, "null", "null", "null", "null", "null"},
+		{`{"_tag":"Usage","input_tokens":null,"output_tokens":5}`, "null", "5", "null", "null", "null"},
+	}
+	for _, c := range cases {
+		l := ParseLine(c.line, now)
+		u, ok := l.Data.(*events.UsageData)
+		if !ok {
+			t.Fatalf("%s: not a Usage event: %+v", c.line, l)
+		}
+		got := [5]string{p(u.PromptTokens), p(u.CompletionTokens), p(u.CacheReadTokens), p(u.CacheWriteTokens), p(u.Calls)}
+		if want := [5]string{c.prompt, c.completion, c.cacheR, c.cacheW, c.calls}; got != want {
+			t.Errorf("%s: prompt, completion, cache read, cache write, calls = %v, want %v", c.line, got, want)
+		}
 	}
 }

@@ -198,7 +198,7 @@ func (l *benchLog) publish(ctx context.Context, n int) error {
 				default:
 					switch k % 20 {
 					case 0, 1, 2, 3, 4, 5, 6, 7, 8, 9:
-						err = pub(events.Usage, id, events.UsageData{Model: "claude-sonnet-4", PromptTokens: 1834, CompletionTokens: 212, CacheReadTokens: 1536, CostUSD: &cost, Calls: 1})
+						err = pub(events.Usage, id, events.UsageData{Model: "claude-sonnet-4", PromptTokens: events.Count(1834), CompletionTokens: events.Count(212), CacheReadTokens: events.Count(1536), CostUSD: &cost, Calls: events.Count(1)})
 					case 10, 11, 12, 13:
 						err = pub(events.ToolCall, id, events.ToolCallData{Name: []string{"bash", "edit", "read"}[k%3], Input: map[string]any{"cmd": "pytest -q tests/"}})
 					case 14, 15, 16, 17:
@@ -343,9 +343,17 @@ func rawFold(ctx context.Context, js jetstream.JetStream, runID string) (map[str
 			if err := json.Unmarshal(e.Data, &u); err != nil {
 				return err
 			}
-			c.prompt += u.PromptTokens
-			c.completion += u.CompletionTokens
-			c.calls += max(u.Calls, 1)
+			if u.PromptTokens != nil {
+				c.prompt += *u.PromptTokens
+			}
+			if u.CompletionTokens != nil {
+				c.completion += *u.CompletionTokens
+			}
+			if u.Calls != nil {
+				c.calls += *u.Calls
+			} else {
+				c.calls++
+			}
 			if u.CostUSD != nil {
 				c.cost += *u.CostUSD
 			}

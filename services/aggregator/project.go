@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"cmp"
 	"maps"
 	"math"
 	"slices"
@@ -40,12 +41,14 @@ type cellState struct {
 	finished *events.FinishedData
 	image    *events.ImageBuiltData
 
-	usage     bool
-	prompt    int64
-	complete  int64
-	cacheRead int64
-	cacheWrit int64
-	calls     int64
+	// Telemetry the agent reports: each sum is nil until an event reports
+	// it (unreported is not 0); calls counts Usage events (their calls,
+	// else 1 each) and is nil when there was none.
+	prompt    *int64
+	complete  *int64
+	cacheRead *int64
+	cacheWrit *int64
+	calls     *int64
 	cost      *float64
 	tools     map[string]int
 	ops       []map[string]any
@@ -116,12 +119,11 @@ func (p *Projector) Apply(e events.Envelope) {
 	case events.Usage:
 		var u events.UsageData
 		_ = events.Into(e, &u)
-		c.usage = true
-		c.prompt += u.PromptTokens
-		c.complete += u.CompletionTokens
-		c.cacheRead += u.CacheReadTokens
-		c.cacheWrit += u.CacheWriteTokens
-		c.calls += max(u.Calls, 1)
+		c.prompt = addReported(c.prompt, u.PromptTokens)
+		c.complete = addReported(c.complete, u.CompletionTokens)
+		c.cacheRead = addReported(c.cacheRead, u.CacheReadTokens)
+		c.cacheWrit = addReported(c.cacheWrit, u.CacheWriteTokens)
+		c.calls = addReported(c.calls, cmp.Or(u.Calls, ptr(int64(1))))
 		if u.CostUSD != nil {
 			c.cost = ptr(deref(c.cost) + *u.CostUSD)
 		}
@@ -269,14 +271,16 @@ func (p *Projector) row(id string) artifact.Result {
 		r.ElapsedSec = round3(c.last.Sub(c.first).Seconds())
 	}
 	m := &r.Metrics
-	if c.usage {
-		m.PromptTokens, m.CompletionTokens = ptr(c.prompt), ptr(c.complete)
-		m.TotalTokens = ptr(c.prompt + c.complete)
-		m.CacheReadTokens, m.CacheWriteTokens = ptr(c.cacheRead), ptr(c.cacheWrit)
-		m.NCalls = ptr(c.calls)
-		if c.cost != nil {
-			m.CostUSD = ptr(math.Round(*c.cost*1e9) / 1e9) // a sum of floats, to the nano-dollar
-		}
+	// Unreported is not 0 (DESIGN §9): a count no event reported stays
+	// null; total_tokens needs both of its parts.
+	m.PromptTokens, m.CompletionTokens = c.prompt, c.complete
+	if c.prompt != nil && c.complete != nil {
+		m.TotalTokens = ptr(*c.prompt + *c.complete)
+	}
+	m.CacheReadTokens, m.CacheWriteTokens = c.cacheRead, c.cacheWrit
+	m.NCalls = c.calls
+	if c.cost != nil {
+		m.CostUSD = ptr(math.Round(*c.cost*1e9) / 1e9) // a sum of floats, to the nano-dollar
 	}
 	m.ToolCalls = c.tools
 	m.OperationCount = len(c.ops)
@@ -293,8 +297,9 @@ func (p *Projector) row(id string) artifact.Result {
 		m.SolveSec = ptr(f.DurationSec)
 		m.AgentReported = f.AgentReported
 		m.Isolation = f.Isolation
-		// metrics.json fills a count only when no event carried it.
-		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n > 0 && len(m.ToolCalls) == 0 {
+		// metrics.json fills a count only when no event carried it; a
+		// reported 0 is 0.
+		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n >= 0 && len(m.ToolCalls) == 0 {
 			m.ToolCalls = map[string]int{"unnamed": int(n)}
 		}
 	}
@@ -350,6 +355,17 @@ func (p *Projector) row(id string) artifact.Result {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// addReported adds v to sum when v was reported; sum stays nil until then.
+func addReported(sum, v *int64) *int64 {
+	if v == nil {
+		return sum
+	}
+	if sum == nil {
+		return ptr(*v)
+	}
+	return ptr(*sum + *v)
+}
 
 func deref(p *float64) float64 {
 	if p == nil {

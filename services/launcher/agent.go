@@ -336,16 +336,22 @@ func (c *cell) readMetrics(ctx context.Context, h *sandbox.Handle) map[string]an
 
 // usageFromMetrics fills token counts from metrics.json (Archal shape:
 // inputTokens, outputTokens, llmCallCount) when no Usage event carried
-// them.
+// them. A key metrics.json lacks stays nil in the event: unreported, not 0.
 func usageFromMetrics(m harness.Metrics) (events.UsageData, bool) {
 	in, okIn := m.Int("inputTokens")
 	out, okOut := m.Int("outputTokens")
 	if !okIn && !okOut {
 		return events.UsageData{}, false
 	}
-	u := events.UsageData{PromptTokens: in, CompletionTokens: out}
+	var u events.UsageData
+	if okIn {
+		u.PromptTokens = events.Count(in)
+	}
+	if okOut {
+		u.CompletionTokens = events.Count(out)
+	}
 	if n, ok := m.Int("llmCallCount"); ok {
-		u.Calls = n
+		u.Calls = events.Count(n)
 	}
 	if p, ok := m["provider"].(string); ok {
 		u.Model = p

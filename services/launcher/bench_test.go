@@ -112,7 +112,7 @@ func BenchmarkAgentEventLines(b *testing.B) {
 		run := events.NewID()
 		msgs := make([]*nats.Msg, n)
 		for j := range msgs {
-			e := events.Must(events.Usage, run, "raw/x/y/1", 1, Source, events.UsageData{PromptTokens: int64(j), CompletionTokens: 12})
+			e := events.Must(events.Usage, run, "raw/x/y/1", 1, Source, events.UsageData{PromptTokens: events.Count(int64(j)), CompletionTokens: events.Count(12)})
 			data, _ := events.Encode(e)
 			msgs[j] = &nats.Msg{Subject: events.Subject(e), Data: data, Header: nats.Header{nats.MsgIdHdr: []string{e.ID}}}
 		}
