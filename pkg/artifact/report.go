@@ -24,7 +24,9 @@ const dash = "—"
 // same task), and a section per cell with its outcome,
 // reward, error and the tail of its stdout in a fenced block whose fence
 // is longer than any backtick run inside it, so no output can break the
-// document. Harnesses appear in run order (Run.Harnesses, then any other
+// document. Every string the report prints is shown through Printable:
+// the report is always valid UTF-8 without control characters except
+// newline and tab, and raw bytes appear escaped (a NUL as \x00). Harnesses appear in run order (Run.Harnesses, then any other
 // in name order), tasks and cells in row order. Percentages are rounded
 // to one decimal, seconds to one decimal, USD to four. The output depends
 // only on a. It returns w's write error, wrapped.
@@ -50,7 +52,17 @@ type reporter struct {
 	a *Artifact
 }
 
+// printf is the report's only way out: every string argument passes
+// through Printable, so whatever an artifact holds (task and harness names,
+// errors, raw reward text, stdout tails, ids, versions) reaches the report
+// as valid UTF-8 with no control character but newline and tab. Format
+// strings are constants of this file.
 func (r *reporter) printf(format string, args ...any) {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = Printable(s)
+		}
+	}
 	fmt.Fprintf(r.w, format, args...)
 }
 
@@ -118,8 +130,10 @@ func (r *reporter) harnesses() []string {
 }
 
 // Headline returns the one-line verdict for harness h, e.g.
-// "oracle: 6/7 passed (85.7 %, 95 % CI 48.7–97.4 %), 1 errored".
+// "oracle: 6/7 passed (85.7 %, 95 % CI 48.7–97.4 %), 1 errored", with h
+// shown through Printable.
 func Headline(h string, s *HarnessSummary) string {
+	h = Printable(h)
 	if s.PassRate == nil {
 		return fmt.Sprintf("%s: %d/%d passed (no scored cells), %d errored", h, s.Passed, s.Scored, s.Errored)
 	}
@@ -138,7 +152,7 @@ func (r *reporter) headlines() {
 	}
 	for _, h := range hs {
 		line := Headline(h, r.a.Summary.PerHarness[h])
-		r.printf("- %s%s\n", code(h), strings.TrimPrefix(line, h))
+		r.printf("- %s%s\n", code(h), strings.TrimPrefix(line, Printable(h)))
 	}
 	r.printf("\n")
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
@@ -332,7 +333,9 @@ func (p *Projector) row(id string) artifact.Result {
 	case c.verdict != nil && c.verdict.Reward == nil:
 		r.Outcome, r.Error = artifact.OutcomeVerifierError, c.verdict.Error
 		if c.verdict.RawReward != "" {
-			r.Error += " (raw: " + c.verdict.RawReward + ")"
+			// Quoted Go-style, so raw bytes (a NUL, invalid UTF-8, a
+			// trailing newline) are visible and never reach a reader raw.
+			r.Error += " (raw: " + strconv.Quote(c.verdict.RawReward) + ")"
 		}
 		m.Error = true
 	case c.verdict != nil:

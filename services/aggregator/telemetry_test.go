@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -241,4 +242,44 @@ func TestUnreportedTelemetryIsNull(t *testing.T) {
 type arrowCol interface {
 	IsValid(i int) bool
 	Len() int
+}
+
+// TestRawRewardEscaped is issue 9, item 12, from the log: a reward file
+// holding 0.5 and a NUL is a verifier error whose raw text reaches the
+// artifact quoted and report.md escaped, never as a NUL byte.
+func TestRawRewardEscaped(t *testing.T) {
+	const run = "01JRAWREWARD00000000000000"
+	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	var evs []events.Envelope
+	add := func(typ events.Type, cell string, data any) {
+		e := events.Must(typ, run, cell, 1, "test", data)
+		at = at.Add(time.Second)
+		e.At = at
+		evs = append(evs, e)
+	}
+	cell := "nul\x00task/oracle/m/1"
+	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"oracle"}, Models: []string{"m"}, Repeats: 1}})
+	add(events.RunPlanned, "", events.RunPlannedData{Cells: 1})
+	add(events.CellPlanned, cell, events.CellPlannedData{Task: "nul\x00task", Harness: "oracle", Model: "m", Repeat: 1})
+	add(events.Finished, cell, events.FinishedData{Reason: "exit 0", StdoutTail: "bell\a and \x1b[31mcolour\n"})
+	add(events.Verdict, cell, events.VerdictData{Error: "reward.txt is not a number in [0,1]", RawReward: "0.5\x00"})
+	js, md, err := Render(fold(run, evs), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := artifact.Unmarshal("raw", js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := a.Results[0].Error, `reward.txt is not a number in [0,1] (raw: "0.5\x00")`; got != want {
+		t.Errorf("artifact error = %q, want %q", got, want)
+	}
+	if bytes.ContainsAny(md, "\x00\a\x1b") || !utf8.Valid(md) {
+		t.Errorf("report.md holds raw control bytes:\n%q", md)
+	}
+	for _, want := range []string{`(raw: "0.5\x00")`, "`nul\\x00task`", `bell\x07 and \x1b[31mcolour`} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("report.md lacks %s:\n%s", want, md)
+		}
+	}
 }
