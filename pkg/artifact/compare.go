@@ -104,8 +104,8 @@ func compareKeys(a, b cellKey) int {
 // (stats.PairedBootstrap, each task resampled with all its pairs, opts'
 // resamples and seed, which are recorded): it keeps a task's repeats
 // together but collapses to a point when every task agrees, so it is a
-// complement for pseudo-replicated pairs, not the headline. All five are
-// null when n is 0. p_exact is stats.McNemarExact on (n_gained, n_lost),
+// complement for pseudo-replicated pairs, not the headline. When n is 0
+// the delta and ci_lo, ci_hi are null and the bootstrap bounds absent. p_exact is stats.McNemarExact on (n_gained, n_lost),
 // exactly 1 when no pair is discordant.
 //
 // Holm's family is every compared harness (correction_family_size of
