@@ -239,6 +239,7 @@ var metricsFields = []string{
 	"SolverError solver_error",
 	"Error error",
 	"UnresolvedEnv unresolved_env,omitempty",
+	"UnknownKeys unknown_keys,omitempty",
 	"Egress egress,omitempty",
 	"Isolation isolation,omitempty",
 	"IsolationProbe isolation_probe,omitempty",
@@ -321,6 +322,10 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	if len(m.UnresolvedEnv) > 0 {
 		key("unresolved_env")
 		dst = appendStrings(dst, m.UnresolvedEnv)
+	}
+	if len(m.UnknownKeys) > 0 {
+		key("unknown_keys")
+		dst = appendStrings(dst, m.UnknownKeys)
 	}
 	if g := m.Egress; g != nil {
 		key("egress")

@@ -58,6 +58,9 @@ type CellPlannedData struct {
 	TaskRevision string         `json:"task_revision"`
 	TaskMeta     map[string]any `json:"task_metadata,omitempty"`
 	OutputDir    string         `json:"output_dir"`
+	// UnknownKeys are the dotted definition keys of the task that neither
+	// proctor, Harbor nor BenchFlow defines (ignored; see task.UnknownKey).
+	UnknownKeys []string `json:"unknown_keys,omitempty"`
 }
 
 // CellRefusedData ends a cell that was never launched: a harness refusal or

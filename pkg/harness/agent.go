@@ -28,9 +28,10 @@ type AgentSpec struct {
 	Install string            `toml:"install"`
 	Run     string            `toml:"run"`
 	Env     map[string]string `toml:"env"`
-	// MaxTimeoutSec caps the solve budget in seconds; 0 means the Anpord
-	// command harness's 15-minute cap (900 s).
-	MaxTimeoutSec float64 `toml:"max_timeout_sec"`
+	// MaxTimeoutSec caps the solve budget in seconds; when agent.toml does
+	// not set max_timeout_sec, the Anpord command harness's 15-minute cap
+	// (900 s).
+	MaxTimeoutSec float64 `toml:"-"`
 	// Hash is the hex SHA-256 of the directory's files (sorted paths and
 	// contents); it keys the install cache.
 	Hash string `toml:"-"`
@@ -54,9 +55,13 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 		return nil, fmt.Errorf("agent %s: %w", dir, err)
 	}
 	a := &AgentSpec{Dir: abs}
+	file := struct {
+		*AgentSpec
+		MaxTimeoutSec *float64 `toml:"max_timeout_sec"`
+	}{AgentSpec: a}
 	dec := toml.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(a); err != nil {
+	if err := dec.Decode(&file); err != nil {
 		var de *toml.DecodeError
 		if errors.As(err, &de) {
 			row, _ := de.Position()
@@ -67,16 +72,39 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 	if a.Run == "" {
 		return nil, fmt.Errorf("%s: key run: the command that starts the agent is required", path)
 	}
-	if a.MaxTimeoutSec < 0 {
-		return nil, fmt.Errorf("%s: key max_timeout_sec: must not be negative", path)
-	}
-	if a.MaxTimeoutSec == 0 {
-		a.MaxTimeoutSec = DefaultAgentCapSec
+	a.MaxTimeoutSec = DefaultAgentCapSec
+	if p := file.MaxTimeoutSec; p != nil {
+		// As for a task's timeouts: 0 is refused rather than read as "no
+		// cap", and nan/inf never become a budget.
+		if !(*p > 0) || *p > maxAgentCapSec {
+			return nil, fmt.Errorf("%s:%d: key max_timeout_sec: must be a finite number > 0 (seconds) and at most %d, not %v",
+				path, keyLine(b, "max_timeout_sec"), int64(maxAgentCapSec), *p)
+		}
+		a.MaxTimeoutSec = *p
 	}
 	if a.Hash, err = hashDir(abs); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// maxAgentCapSec bounds max_timeout_sec: one year, as task timeouts are
+// bounded.
+const maxAgentCapSec = 365 * 24 * 3600.0
+
+// keyLine returns the 1-based line of the first top-level "key =" in a
+// TOML document, or 0.
+func keyLine(doc []byte, key string) int {
+	for i, l := range bytes.Split(doc, []byte("\n")) {
+		l = bytes.TrimSpace(l)
+		if rest, ok := bytes.CutPrefix(l, []byte(key)); ok && bytes.HasPrefix(bytes.TrimSpace(rest), []byte("=")) {
+			return i + 1
+		}
+		if bytes.HasPrefix(l, []byte("[")) {
+			return 0
+		}
+	}
+	return 0
 }
 
 // Budget is the agent's solve budget in seconds: the task's

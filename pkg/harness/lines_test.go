@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,19 @@ func TestLoadAgent(t *testing.T) {
 	write("run = \"x\"\nrunn = \"typo\"\n")
 	if _, err := LoadAgent(dir); err == nil {
 		t.Fatal("unknown key accepted")
+	}
+	// max_timeout_sec: a finite number > 0; 0 is not "no cap", nan and inf
+	// never become a budget.
+	for _, v := range []string{"0", "nan", "inf", "-inf", "-1", "1e300"} {
+		write("run = \"x\"\n# cap\nmax_timeout_sec = " + v + "\n")
+		_, err := LoadAgent(dir)
+		if err == nil || !strings.Contains(err.Error(), "agent.toml:3: key max_timeout_sec: must be a finite number > 0 (seconds)") {
+			t.Errorf("max_timeout_sec = %s: %v", v, err)
+		}
+	}
+	write("run = \"x\"\nmax_timeout_sec = 120\n")
+	if a, err := LoadAgent(dir); err != nil || a.MaxTimeoutSec != 120 || a.Budget(600) != 120 {
+		t.Errorf("max_timeout_sec = 120: %+v %v", a, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"math"
 	"path"
 	"sort"
 	"strconv"
@@ -39,6 +40,7 @@ type configReader struct {
 	pos       positions
 	lazyPos   func() positions // builds pos on first use when set
 	markdown  bool
+	strict    bool // unknown keys are an error, not a warning
 	lookup    LookupEnv
 	unchecked []string
 	warnings  []string
@@ -135,7 +137,7 @@ func (r *configReader) apply(t *Task, m map[string]any) error {
 				sv := tbl[sk]
 				switch sk {
 				case "timeout_sec":
-					if t.VerifierTimeoutSec, err = r.seconds(sv, p); err != nil {
+					if t.VerifierTimeoutSec, err = r.timeout(sv, p); err != nil {
 						return err
 					}
 				case "env":
@@ -164,7 +166,7 @@ func (r *configReader) apply(t *Task, m map[string]any) error {
 				sv := tbl[sk]
 				switch sk {
 				case "timeout_sec":
-					if t.AgentTimeoutSec, err = r.seconds(sv, p); err != nil {
+					if t.AgentTimeoutSec, err = r.timeout(sv, p); err != nil {
 						return err
 					}
 				case "user":
@@ -266,7 +268,54 @@ func (r *configReader) apply(t *Task, m map[string]any) error {
 	if t.MultiRole {
 		r.warnings = append(r.warnings, "multi-role document (agents/scenes/user): runs as one agent with the base prompt")
 	}
+	if err := r.checkKeys(t, m); err != nil {
+		return err
+	}
 	sort.Strings(r.unchecked)
+	return nil
+}
+
+// checkKeys fills t.UnknownKeys with the keys of m that neither proctor,
+// Harbor nor BenchFlow defines, warns about each, and drops them from the
+// unchecked keys. In strict mode any unknown key is an error naming the
+// first one's key and line and listing them all.
+func (r *configReader) checkKeys(t *Task, m map[string]any) error {
+	schema := tomlKeys
+	if r.markdown {
+		schema = markdownKeys
+	}
+	unknown := findUnknownKeys(m, schema, r.markdown, func(p string) int {
+		if r.pos == nil && r.lazyPos != nil {
+			r.pos = r.lazyPos()
+		}
+		if l, ok := r.pos[p]; ok {
+			return l
+		}
+		return r.pos.line(indexRE.ReplaceAllString(p, "")) // [[task.authors]] keys are indexed without [i]
+	})
+	if len(unknown) == 0 {
+		return nil
+	}
+	if r.strict {
+		parts := make([]string, len(unknown))
+		for i, u := range unknown {
+			parts[i] = u.String()
+		}
+		return errAt(unknown[0].Line, unknown[0].Key, "%s (unknown keys are refused in strict mode)", strings.Join(parts, "; "))
+	}
+	drop := map[string]bool{}
+	for _, u := range unknown {
+		drop[u.Key] = true
+		r.warnings = append(r.warnings, u.String()+": ignored")
+	}
+	kept := r.unchecked[:0]
+	for _, k := range r.unchecked {
+		if !drop[k] {
+			kept = append(kept, k)
+		}
+	}
+	r.unchecked = kept
+	t.UnknownKeys = unknown
 	return nil
 }
 
@@ -311,7 +360,7 @@ func (r *configReader) readSandbox(t *Task, net *netSpec, tbl map[string]any, ta
 		var err error
 		switch sk {
 		case "build_timeout_sec":
-			t.BuildTimeoutSec, err = r.seconds(sv, p)
+			t.BuildTimeoutSec, err = r.timeout(sv, p)
 		case "docker_image":
 			t.DockerImage, err = r.str(sv, p)
 		case "workdir":
@@ -324,17 +373,17 @@ func (r *configReader) readSandbox(t *Task, net *netSpec, tbl map[string]any, ta
 				}
 			}
 		case "cpus":
-			t.CPUs, err = r.seconds(sv, p) // a non-negative number
+			t.CPUs, err = r.positive(sv, p, "a finite number > 0 (CPUs)")
 		case "memory_mb":
 			if _, dep := tbl["memory"]; dep {
 				continue // the deprecated memory string wins, as in Harbor
 			}
-			t.MemoryMB, err = r.integer(sv, p)
+			t.MemoryMB, err = r.integer(sv, p, 1, MaxSizeMB, "megabytes")
 		case "storage_mb":
 			if _, dep := tbl["storage"]; dep {
 				continue
 			}
-			t.StorageMB, err = r.integer(sv, p)
+			t.StorageMB, err = r.integer(sv, p, 1, MaxSizeMB, "megabytes")
 		case "memory", "storage":
 			var mb int64
 			mb, err = r.size(sv, p)
@@ -345,14 +394,14 @@ func (r *configReader) readSandbox(t *Task, net *netSpec, tbl map[string]any, ta
 					t.StorageMB = mb
 				}
 				if other, ok := tbl[sk+"_mb"]; ok {
-					if n, e := r.integer(other, p+"_mb"); e != nil || n != mb {
+					if n, e := r.integer(other, p+"_mb", 1, MaxSizeMB, "megabytes"); e != nil || n != mb {
 						r.warnings = append(r.warnings, fmt.Sprintf("%s (%d MB) and %s_mb disagree; %s wins, as in Harbor", p, mb, p, sk))
 					}
 				}
 			}
 		case "gpus":
 			var n int64
-			n, err = r.integer(sv, p)
+			n, err = r.integer(sv, p, 0, MaxGPUs, "GPUs")
 			t.GPUs = int(n)
 		case "allow_internet":
 			var b bool
@@ -524,50 +573,108 @@ func (r *configReader) scalarString(v any, key string) (string, error) {
 		return strconv.FormatUint(s, 10), nil
 	case float64:
 		return strconv.FormatFloat(s, 'f', -1, 64), nil
+	case nonFinite:
+		return string(s), nil
 	}
 	return "", r.errf(key, "must be a string, not %s", kindOf(v))
 }
 
-// seconds reads a non-negative number (integer or float).
-func (r *configReader) seconds(v any, key string) (float64, error) {
-	var f float64
+// Bounds of numeric keys. A timeout above MaxTimeoutSec (one year, in
+// seconds) is refused so every sum of budgets stays far inside
+// time.Duration; a size above MaxSizeMB (2^40 MB) would overflow int64
+// bytes; MaxGPUs bounds gpus.
+const (
+	MaxTimeoutSec = 365 * 24 * 3600.0
+	MaxSizeMB     = int64(1) << 40
+	MaxGPUs       = int64(1) << 16
+)
+
+// number reads a finite number written as an integer or a float. want
+// describes the accepted values for the error ("a finite number > 0
+// (seconds)"); a non-finite value (TOML nan/inf, YAML .nan/.inf) and any
+// other type are refused with it.
+func (r *configReader) number(v any, key, want string) (float64, error) {
 	switch n := v.(type) {
 	case int64:
-		f = float64(n)
+		return float64(n), nil
 	case uint64:
-		f = float64(n)
+		return float64(n), nil
 	case float64:
-		f = n
-	default:
-		return 0, r.errf(key, "must be a number, not %s", kindOf(v))
+		return n, nil
+	case nonFinite:
+		return 0, r.errf(key, "must be %s, not %s", want, string(n))
 	}
-	if f < 0 {
-		return 0, r.errf(key, "must not be negative (%v)", f)
+	return 0, r.errf(key, "must be %s, not %s", want, kindOf(v))
+}
+
+// positive reads a finite number > 0.
+func (r *configReader) positive(v any, key, want string) (float64, error) {
+	f, err := r.number(v, key, want)
+	if err != nil {
+		return 0, err
+	}
+	if !(f > 0) {
+		return 0, r.errf(key, "must be %s, not %s", want, formatNumber(f))
 	}
 	return f, nil
 }
 
-// integer reads a non-negative integer (an integral float is accepted).
-func (r *configReader) integer(v any, key string) (int64, error) {
-	switch n := v.(type) {
-	case int64:
-		if n < 0 {
-			return 0, r.errf(key, "must not be negative (%d)", n)
-		}
-		return n, nil
-	case uint64:
-		if n > 1<<62 {
-			return 0, r.errf(key, "is out of range (%d)", n)
-		}
-		return int64(n), nil
-	case float64:
-		if n != float64(int64(n)) || n < 0 {
-			return 0, r.errf(key, "must be a non-negative integer, not %v", n)
-		}
-		return int64(n), nil
+// timeout reads a budget in seconds: a finite number > 0 and at most
+// MaxTimeoutSec. 0 is refused rather than read as "no limit" (Harbor would
+// time the phase out at once; neither is what an author means).
+func (r *configReader) timeout(v any, key string) (float64, error) {
+	f, err := r.positive(v, key, "a finite number > 0 (seconds)")
+	if err != nil {
+		return 0, err
 	}
-	return 0, r.errf(key, "must be an integer, not %s", kindOf(v))
+	if f > MaxTimeoutSec {
+		return 0, r.errf(key, "must be at most %d seconds (one year), not %s", int64(MaxTimeoutSec), formatNumber(f))
+	}
+	return f, nil
 }
+
+// integer reads an integer in [lo, hi] (an integral float such as YAML's
+// 2048.0 is accepted); unit names what it counts in the error.
+func (r *configReader) integer(v any, key string, lo, hi int64, unit string) (int64, error) {
+	want := fmt.Sprintf("an integer >= %d (%s)", lo, unit)
+	if lo == 1 {
+		want = fmt.Sprintf("an integer > 0 (%s)", unit)
+	}
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case uint64:
+		if x > uint64(hi) {
+			return 0, r.errf(key, "must be at most %d %s, not %d", hi, unit, x)
+		}
+		n = int64(x)
+	case float64:
+		if x != math.Trunc(x) {
+			return 0, r.errf(key, "must be %s, not %s", want, formatNumber(x))
+		}
+		if x > float64(hi) {
+			return 0, r.errf(key, "must be at most %d %s, not %s", hi, unit, formatNumber(x))
+		}
+		if x < float64(lo) {
+			return 0, r.errf(key, "must be %s, not %s", want, formatNumber(x))
+		}
+		n = int64(x)
+	case nonFinite:
+		return 0, r.errf(key, "must be %s, not %s", want, string(x))
+	default:
+		return 0, r.errf(key, "must be %s, not %s", want, kindOf(v))
+	}
+	if n < lo {
+		return 0, r.errf(key, "must be %s, not %d", want, n)
+	}
+	if n > hi {
+		return 0, r.errf(key, "must be at most %d %s, not %d", hi, unit, n)
+	}
+	return n, nil
+}
+
+func formatNumber(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 func (r *configReader) boolean(v any, key string) (bool, error) {
 	switch b := v.(type) {
@@ -695,10 +802,17 @@ func (r *configReader) size(v any, key string) (int64, error) {
 		return 0, r.errf(key, "invalid size %q (expected a number and G, M or K)", s)
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(u[:len(u)-1]), 64)
-	if err != nil || f < 0 {
-		return 0, r.errf(key, "invalid size %q (expected a number and G, M or K)", s)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return 0, r.errf(key, "invalid size %q (expected a finite number and G, M or K)", s)
 	}
-	return int64(f * mult), nil
+	mb := f * mult
+	if mb > float64(MaxSizeMB) {
+		return 0, r.errf(key, "size %q is more than %d MB", s, MaxSizeMB)
+	}
+	if int64(mb) < 1 {
+		return 0, r.errf(key, "size %q must be at least 1 MB (as Harbor converts it, fractions of a MB are dropped)", s)
+	}
+	return int64(mb), nil
 }
 
 func sortedKeys(m map[string]any) []string {

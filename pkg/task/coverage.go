@@ -31,6 +31,11 @@ type CoverageReport struct {
 	// UnresolvedEnv maps task -> env keys that make its cells errored before
 	// any build.
 	UnresolvedEnv map[string][]string `json:"unresolved_env,omitempty"`
+	// UnknownKeys maps task -> its unknown definition keys with line and
+	// suggestion ("unknown table enviroment (line 3; did you mean
+	// environment?)"): ignored when run, refused by a strict Loader (whose
+	// Coverage lists such a task under Malformed instead).
+	UnknownKeys map[string][]string `json:"unknown_keys,omitempty"`
 	// Refusals maps each harness of HarnessNeeds to the tasks it refuses,
 	// with the reason (an empty list when it refuses none).
 	Refusals map[string][]TaskReason `json:"refusals"`
@@ -87,6 +92,12 @@ func (l *Loader) Coverage(root string) (*CoverageReport, error) {
 				rep.UnresolvedEnv = map[string][]string{}
 			}
 			rep.UnresolvedEnv[t.Name] = t.UnresolvedEnv
+		}
+		for _, u := range t.UnknownKeys {
+			if rep.UnknownKeys == nil {
+				rep.UnknownKeys = map[string][]string{}
+			}
+			rep.UnknownKeys[t.Name] = append(rep.UnknownKeys[t.Name], u.String())
 		}
 		for h, n := range HarnessNeeds {
 			if r := t.Refusal(n); r != "" {
@@ -150,6 +161,17 @@ func (c *CoverageReport) WriteText(w io.Writer) error {
 		sort.Strings(names)
 		for _, n := range names {
 			fmt.Fprintf(&b, "  %s: %s\n", n, strings.Join(c.UnresolvedEnv[n], ", "))
+		}
+	}
+	if len(c.UnknownKeys) > 0 {
+		b.WriteString("unknown keys (ignored; refused with --strict):\n")
+		names := make([]string, 0, len(c.UnknownKeys))
+		for n := range c.UnknownKeys {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(&b, "  %s: %s\n", n, strings.Join(c.UnknownKeys[n], "; "))
 		}
 	}
 	harnesses := make([]string, 0, len(c.Refusals))

@@ -67,6 +67,8 @@ func resolveEnv(table map[string]any, path string, lookup LookupEnv) envResult {
 			res.values[k] = strconv.FormatUint(v, 10)
 		case float64:
 			res.values[k] = strconv.FormatFloat(v, 'f', -1, 64)
+		case nonFinite:
+			res.values[k] = string(v)
 		default:
 			res.unresolved = append(res.unresolved, k)
 			res.warnings = append(res.warnings, fmt.Sprintf("%s.%s not forwarded: the value is %s, not a scalar", path, k, kindOf(v)))

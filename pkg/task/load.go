@@ -39,6 +39,10 @@ type Loader struct {
 	// LookupEnv reads proctor's environment for ${VAR:-default}; nil means
 	// os.LookupEnv. Tests inject a map so they stay hermetic.
 	LookupEnv LookupEnv
+	// Strict makes an unknown definition key (Task.UnknownKeys: a table or
+	// key neither proctor, Harbor nor BenchFlow defines) an *Error naming
+	// the file, the first such key and its line, instead of a warning.
+	Strict bool
 }
 
 var defaultLoader Loader
@@ -219,7 +223,7 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 		}
 	}
 
-	r := &configReader{lookup: l.LookupEnv, markdown: useMarkdown}
+	r := &configReader{lookup: l.LookupEnv, markdown: useMarkdown, strict: l.Strict}
 	if useMarkdown {
 		t.Layout = LayoutBenchFlow
 		t.DefinitionFile = filepath.Join(dir, MarkdownFile)

@@ -152,9 +152,15 @@ type Task struct {
 	// Blocked is a reason every harness refuses the task because of its
 	// files (a symlink leaving the tasks root); "" when none.
 	Blocked string `json:"blocked,omitempty"`
-	// UncheckedKeys lists, sorted, the definition keys proctor read past
-	// without interpreting (dotted paths, "benchflow", "verifier.type", ...).
+	// UncheckedKeys lists, sorted, the definition keys Harbor or BenchFlow
+	// define that proctor reads past without interpreting (dotted paths,
+	// "benchflow", "verifier.type", ...).
 	UncheckedKeys []string `json:"unchecked_keys,omitempty"`
+	// UnknownKeys lists, sorted by key, the definition keys that neither
+	// proctor, Harbor nor BenchFlow defines (most often misspellings), each
+	// with its line and the closest known name. Each is also a warning; a
+	// strict Loader refuses the task instead.
+	UnknownKeys []UnknownKey `json:"unknown_keys,omitempty"`
 }
 
 // Author is one entry of [task].authors.

@@ -19,7 +19,8 @@ import (
 )
 
 // parseTOMLMapping decodes task.toml into a JSON-friendly map: integers are
-// int64, floats float64 (infinities and NaN become "inf", "-inf", "nan"),
+// int64, floats float64 (infinities and NaN become the nonFinite "inf",
+// "-inf", "nan"),
 // local dates "YYYY-MM-DD", local times "HH:MM:SS[.frac]", local date-times
 // "YYYY-MM-DDTHH:MM:SS[.frac]" and offset date-times RFC 3339 with the
 // offset as written ("Z" for UTC). Duplicate keys, a table defined twice
@@ -76,11 +77,11 @@ func tomlValue(v any) any {
 	case float64:
 		switch {
 		case math.IsInf(x, 1):
-			return "inf"
+			return nonFinite("inf")
 		case math.IsInf(x, -1):
-			return "-inf"
+			return nonFinite("-inf")
 		case math.IsNaN(x):
-			return "nan"
+			return nonFinite("nan")
 		}
 		return x
 	case int64, string, bool:

@@ -46,8 +46,8 @@ func (p positions) line(path string) int {
 // alias bomb of a few hundred bytes expands without bound); nesting deeper
 // than MaxYAMLDepth is an error; duplicate keys are errors; dates and times
 // become ISO-8601 strings without consulting the machine's time zone; a
-// !!set becomes a sorted list; non-finite floats become the strings ".inf",
-// "-.inf" and ".nan"; tags other than the YAML core ones are refused; the
+// !!set becomes a sorted list; non-finite floats become the nonFinite
+// values ".inf", "-.inf" and ".nan"; tags other than the YAML core ones are refused; the
 // document must be a mapping (empty frontmatter is an empty mapping).
 // Plain scalars resolve by the YAML 1.2 core schema, so yes/no stay strings
 // in metadata; boolean fields (allow_internet) also accept yes/no/on/off as
@@ -352,6 +352,8 @@ func (c *yamlConv) key(n ast.Node, path string) (string, error) {
 	switch k := v.(type) {
 	case string:
 		return k, nil
+	case nonFinite:
+		return string(k), nil
 	case nil:
 		return "null", nil
 	case bool, int64, uint64, float64:
@@ -474,16 +476,21 @@ func parseBoolWord(s string) (bool, bool) {
 	return false, false
 }
 
-// finite keeps finite floats and turns infinities and NaN into strings, so
-// every parsed value marshals to JSON.
+// nonFinite is an infinite or NaN float as the file wrote it ("inf",
+// "-.inf", ".nan"). It marshals to JSON as that string; numeric keys
+// refuse it by name, and env tables forward its text.
+type nonFinite string
+
+// finite keeps finite floats and turns infinities and NaN into nonFinite
+// values, so every parsed value marshals to JSON.
 func finite(f float64) any {
 	switch {
 	case math.IsInf(f, 1):
-		return ".inf"
+		return nonFinite(".inf")
 	case math.IsInf(f, -1):
-		return "-.inf"
+		return nonFinite("-.inf")
 	case math.IsNaN(f):
-		return ".nan"
+		return nonFinite(".nan")
 	}
 	return f
 }
@@ -582,6 +589,8 @@ func kindOf(v any) string {
 		return "an integer"
 	case float64:
 		return "a number"
+	case nonFinite:
+		return "a non-finite number (" + string(v.(nonFinite)) + ")"
 	default:
 		return fmt.Sprintf("a %T", v)
 	}

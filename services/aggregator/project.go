@@ -272,6 +272,7 @@ func (p *Projector) row(id string) artifact.Result {
 		r.ElapsedSec = round3(c.last.Sub(c.first).Seconds())
 	}
 	m := &r.Metrics
+	m.UnknownKeys = c.plan.UnknownKeys
 	// Unreported is not 0 (DESIGN §9): a count no event reported stays
 	// null; total_tokens needs both of its parts.
 	m.PromptTokens, m.CompletionTokens = c.prompt, c.complete

@@ -200,7 +200,7 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 		if err := s.bus.Publish(ctx, events.Must(events.CellPlanned, runID, c.ID, 1, Source, events.CellPlannedData{
 			Task: c.Task.Name, Harness: c.Harness.Name, Model: c.Model, Repeat: c.Repeat,
 			TaskDir: c.Task.Dir, TaskRevision: c.Task.Revision, TaskMeta: meta,
-			OutputDir: CellDir(spec.OutputDir, c),
+			OutputDir: CellDir(spec.OutputDir, c), UnknownKeys: unknownKeys(c.Task),
 		})); err != nil {
 			return err
 		}
@@ -232,6 +232,15 @@ func unresolved(c Cell) []string {
 		return c.Task.UnresolvedEnv
 	}
 	return nil
+}
+
+// unknownKeys lists the dotted keys of t's unknown definition keys.
+func unknownKeys(t *task.Task) []string {
+	var out []string
+	for _, u := range t.UnknownKeys {
+		out = append(out, u.Key)
+	}
+	return out
 }
 
 // taskMeta keeps the metadata the dataset export promotes to columns.
