@@ -14,9 +14,13 @@ import (
 
 // progress follows the run's events on stderr until RunFinished or ctx
 // ends: a progress bar on a terminal, one plain line per finished cell
-// otherwise.
+// otherwise. The plan comes first: the planner publishes the refusals of a
+// run (CellRefused) before RunPlanned, so their lines wait for it and are
+// printed as [i/N] after "planned N cells".
 func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 	total, done := 0, 0
+	planned := false
+	var early []string // cell lines seen before RunPlanned
 	ended := map[string]bool{}
 	var bar *progressbar.ProgressBar
 	tty := false
@@ -28,15 +32,21 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 		case events.RunPlanned:
 			var d events.RunPlannedData
 			_ = events.Into(e, &d)
-			total = d.Cells
-			if d.Error != "" {
+			total, planned = d.Cells, true
+			switch {
+			case d.Error != "":
 				fmt.Fprintf(g.stderr, "planning failed: %s\n", d.Error)
-			} else if tty {
+			case tty:
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(g.stderr),
 					progressbar.OptionSetDescription("cells"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
-			} else {
+				_ = bar.Set(done)
+			default:
 				fmt.Fprintf(g.stderr, "planned %d cells\n", total)
+				for i, l := range early {
+					fmt.Fprintf(g.stderr, "[%d/%d] %s\n", i+1, total, l)
+				}
 			}
+			early = nil
 		case events.CellSuperseded:
 			if ended[e.CellID] {
 				ended[e.CellID] = false
@@ -48,15 +58,14 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 			}
 			ended[e.CellID] = true
 			done++
-			if bar != nil {
+			switch {
+			case !planned:
+				early = append(early, e.CellID+" "+describe(e))
+			case bar != nil:
 				_ = bar.Set(done)
-				return nil
+			default:
+				fmt.Fprintf(g.stderr, "[%d/%d] %s %s\n", done, total, e.CellID, describe(e))
 			}
-			of := "?"
-			if total > 0 {
-				of = fmt.Sprint(total)
-			}
-			fmt.Fprintf(g.stderr, "[%d/%s] %s %s\n", done, of, e.CellID, describe(e))
 		case events.RunFinished:
 			if bar != nil {
 				_ = bar.Finish()

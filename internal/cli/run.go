@@ -26,7 +26,8 @@ type runFlags struct {
 	tasksRoot   string
 	tasks       []string
 	all         bool
-	harnesses   []string
+	strict      bool
+	harnesses   harnessList
 	models      []string
 	repeats     int
 	baseline    string
@@ -39,9 +40,6 @@ type runFlags struct {
 	node        string
 	commandTpl  string
 	agentGrace  float64
-	// harnessesSet is whether --harnesses was given (its default, oracle,
-	// gives way to --command-template alone).
-	harnessesSet bool
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -56,7 +54,6 @@ log, and write the task_runs.v1 artifact (--out-json) and a Markdown report
 services serve that NATS cluster; without it everything runs in this process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f.harnessesSet = cmd.Flags().Changed("harnesses")
 			return g.tasksRun(cmd.Context(), f)
 		},
 	}
@@ -64,7 +61,9 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.tasksRoot, "tasks-root", "", "directory holding task directories (required)")
 	fl.StringSliceVar(&f.tasks, "tasks", nil, "task names to run (comma-separated)")
 	fl.BoolVar(&f.all, "all", false, "run every task under --tasks-root")
-	fl.StringSliceVar(&f.harnesses, "harnesses", []string{"oracle"}, "harnesses: oracle, agent:<dir>, command:<template> (comma-separated)")
+	fl.BoolVar(&f.strict, "strict", false, "refuse tasks whose task.toml / task.md hold unknown tables or keys (default: warn and ignore them)")
+	f.harnesses.vals = []string{"oracle"}
+	fl.Var(&f.harnesses, "harnesses", "harnesses: oracle, agent:<dir>, command:<template> (comma-separated; repeatable; a command: entry runs to the end of its value, commas included)")
 	fl.StringSliceVar(&f.models, "model", []string{"default"}, "model name(s) passed to agent harnesses")
 	fl.IntVar(&f.repeats, "repeats", 1, "attempts per (task, harness, model)")
 	fl.StringVar(&f.baseline, "baseline-harness", "", "harness the others are compared with (McNemar, deltas)")
@@ -84,7 +83,16 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.tasksRoot == "" {
 		return events.RunSpec{}, usageError{errors.New("--tasks-root is required")}
 	}
-	if !f.all && len(f.tasks) == 0 {
+	var names []string
+	for _, n := range f.tasks {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	if !f.all && len(names) == 0 {
+		if len(f.tasks) > 0 {
+			return events.RunSpec{}, usageError{fmt.Errorf("--tasks %q names no task", strings.Join(f.tasks, ","))}
+		}
 		return events.RunSpec{}, usageError{errors.New("pass --tasks a,b or --all")}
 	}
 	if f.all && len(f.tasks) > 0 {
@@ -101,17 +109,17 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 		return events.RunSpec{}, err
 	}
 	if st, err := os.Stat(root); err != nil {
-		return events.RunSpec{}, fmt.Errorf("--tasks-root %s: %w", f.tasksRoot, err)
+		return events.RunSpec{}, usageError{fmt.Errorf("--tasks-root %s: %w", f.tasksRoot, err)}
 	} else if !st.IsDir() {
-		return events.RunSpec{}, fmt.Errorf("--tasks-root %s: not a directory", f.tasksRoot)
+		return events.RunSpec{}, usageError{fmt.Errorf("--tasks-root %s: not a directory", f.tasksRoot)}
 	}
 	out, err := filepath.Abs(filepath.Join(f.outputDir, runID))
 	if err != nil {
 		return events.RunSpec{}, err
 	}
-	harnesses := f.harnesses
+	harnesses := f.harnesses.vals
 	if f.commandTpl != "" {
-		if !f.harnessesSet {
+		if !f.harnesses.set {
 			harnesses = nil
 		}
 		harnesses = append(harnesses, "command:"+f.commandTpl)
@@ -122,7 +130,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	}
 	s := events.RunSpec{
 		BaseDir:   cwd,
-		TasksRoot: root, Tasks: f.tasks, All: f.all, Harnesses: harnesses, Models: f.models,
+		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
@@ -157,12 +165,11 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	}
 	// Check the matrix before anything starts: a bad root or harness fails
 	// here with the file and line, not inside a service.
-	if _, err := planner.Matrix(spec); err != nil {
-		if errors.Is(err, harness.ErrUnknown) || errors.Is(err, task.ErrTaskNotFound) {
-			return usageError{err}
-		}
+	cells, err := matrix(spec)
+	if err != nil {
 		return err
 	}
+	g.warnUnknownKeys(cells)
 	conn, err := g.connect(ctx)
 	if err != nil {
 		return err
@@ -265,14 +272,45 @@ func (g *globals) printResult(rec bus.RunRecord) error {
 	return nil
 }
 
-func (g *globals) dryRun(spec events.RunSpec) error {
+// matrix is planner.Matrix with the errors that are the caller's input
+// (unknown harness or task, nothing to run, unknown keys under --strict)
+// marked for exit code 2.
+func matrix(spec events.RunSpec) ([]planner.Cell, error) {
 	cells, err := planner.Matrix(spec)
 	if err != nil {
-		if errors.Is(err, harness.ErrUnknown) || errors.Is(err, task.ErrTaskNotFound) {
-			return usageError{err}
+		for _, sentinel := range []error{harness.ErrUnknown, task.ErrTaskNotFound, task.ErrNoTasks, task.ErrUnknownKeys} {
+			if errors.Is(err, sentinel) {
+				return nil, usageError{err}
+			}
 		}
+		return nil, err
+	}
+	return cells, nil
+}
+
+// warnUnknownKeys prints, once per task of the matrix, a warning line on
+// stderr for each unknown definition key (ignored by the run, listed in
+// its rows' metrics.unknown_keys).
+func (g *globals) warnUnknownKeys(cells []planner.Cell) {
+	seen := map[string]bool{}
+	for _, c := range cells {
+		t := c.Task
+		if seen[t.Name] {
+			continue
+		}
+		seen[t.Name] = true
+		for _, u := range t.UnknownKeys {
+			fmt.Fprintf(g.stderr, "warning: %s/%s: %s: ignored (--strict refuses it)\n", t.Name, filepath.Base(t.DefinitionFile), u)
+		}
+	}
+}
+
+func (g *globals) dryRun(spec events.RunSpec) error {
+	cells, err := matrix(spec)
+	if err != nil {
 		return err
 	}
+	g.warnUnknownKeys(cells)
 	runnable := 0
 	for _, c := range cells {
 		state := "run"

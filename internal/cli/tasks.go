@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/pkg/task"
@@ -8,14 +10,18 @@ import (
 
 func newTasksList(g *globals) *cobra.Command {
 	var root string
-	var verbose bool
+	var verbose, strict bool
 	cmd := &cobra.Command{
-		Use:   "list --tasks-root DIR [--verbose]",
+		Use:   "list --tasks-root DIR [--verbose] [--strict]",
 		Short: "List the tasks under a root: name, layout, difficulty, category, revision, warnings",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := task.Discover(root)
+			l := task.Loader{Strict: strict}
+			d, err := l.Discover(root)
 			if err != nil {
+				if errors.Is(err, task.ErrUnknownKeys) {
+					return usageError{err}
+				}
 				return err
 			}
 			return d.WriteTable(g.stdout, verbose)
@@ -23,18 +29,20 @@ func newTasksList(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&root, "tasks-root", ".", "directory holding task directories")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "also show keys read past and every warning")
+	cmd.Flags().BoolVar(&strict, "strict", false, "fail on the first task.toml / task.md holding unknown tables or keys")
 	return cmd
 }
 
 func newTasksCoverage(g *globals) *cobra.Command {
 	var root string
-	var asJSON bool
+	var asJSON, strict bool
 	cmd := &cobra.Command{
-		Use:   "coverage --tasks-root DIR [--json]",
+		Use:   "coverage --tasks-root DIR [--json] [--strict]",
 		Short: "Per root: tasks, notes skipped, malformed files, files missing per layout, and what each harness would refuse",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := task.Coverage(root)
+			l := task.Loader{Strict: strict}
+			r, err := l.Coverage(root)
 			if err != nil {
 				return err
 			}
@@ -46,6 +54,7 @@ func newTasksCoverage(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&root, "tasks-root", ".", "directory holding task directories")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVar(&strict, "strict", false, "count definitions holding unknown tables or keys as malformed")
 	return cmd
 }
 

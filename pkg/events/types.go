@@ -7,6 +7,9 @@ type RunSpec struct {
 	// Tasks are the selected task names; empty with All means every task.
 	Tasks []string `json:"tasks,omitempty"`
 	All   bool     `json:"all,omitempty"`
+	// Strict refuses tasks whose definitions hold unknown keys (planning
+	// fails naming the file, key and line) instead of warning.
+	Strict bool `json:"strict,omitempty"`
 	// Harnesses are harness references ("oracle", "agent:<dir>", ...).
 	Harnesses []string `json:"harnesses"`
 	// Models default to ["default"].

@@ -301,7 +301,9 @@ func (r *configReader) checkKeys(t *Task, m map[string]any) error {
 		for i, u := range unknown {
 			parts[i] = u.String()
 		}
-		return errAt(unknown[0].Line, unknown[0].Key, "%s (unknown keys are refused in strict mode)", strings.Join(parts, "; "))
+		e := errAt(unknown[0].Line, unknown[0].Key, "%s (unknown keys are refused in strict mode)", strings.Join(parts, "; "))
+		e.err = ErrUnknownKeys
+		return e
 	}
 	drop := map[string]bool{}
 	for _, u := range unknown {

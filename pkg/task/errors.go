@@ -16,6 +16,12 @@ var (
 	ErrNoFrontmatter = errors.New("task.md has no YAML frontmatter (an author's note, not a task)")
 	// ErrTaskNotFound: Select was asked for a name the discovery does not hold.
 	ErrTaskNotFound = errors.New("task not found")
+	// ErrNoTasks: a tasks root (or a selection) holds no task at all, so a
+	// run would be empty.
+	ErrNoTasks = errors.New("no tasks")
+	// ErrUnknownKeys: a strict Loader met definition keys that neither
+	// proctor, Harbor nor BenchFlow defines; the *Error wraps it.
+	ErrUnknownKeys = errors.New("unknown definition keys")
 )
 
 // Error is a problem with one task file: the file (relative to the tasks

@@ -60,9 +60,11 @@ type Cell struct {
 }
 
 // Matrix builds the run's cells from a spec, in task, harness, model,
-// repeat order. It fails as a whole when discovery fails, a task name is
-// unknown, or a harness reference does not parse; it is what --dry-run
-// shows.
+// repeat order. It fails as a whole when discovery fails (with spec.Strict,
+// an unknown definition key fails it too: task.ErrUnknownKeys), a task name
+// is unknown (task.ErrTaskNotFound), nothing is selected (task.ErrNoTasks,
+// naming the root and what was skipped there), or a harness reference does
+// not parse; it is what --dry-run shows.
 func Matrix(spec events.RunSpec) ([]Cell, error) {
 	if len(spec.Harnesses) == 0 {
 		return nil, errors.New("no harness given (--harnesses oracle)")
@@ -88,18 +90,22 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 	if spec.BaselineHarness != "" && !seen[spec.BaselineHarness] {
 		return nil, fmt.Errorf("baseline harness %q is not among --harnesses %s", spec.BaselineHarness, strings.Join(spec.Harnesses, ","))
 	}
-	d, err := task.Discover(spec.TasksRoot)
+	loader := task.Loader{Strict: spec.Strict}
+	d, err := loader.Discover(spec.TasksRoot)
 	if err != nil {
 		return nil, err
 	}
 	tasks := d.Tasks
 	if !spec.All {
 		if len(spec.Tasks) == 0 {
-			return nil, errors.New("no task selected: pass --tasks a,b or --all")
+			return nil, fmt.Errorf("%w selected: pass --tasks a,b or --all", task.ErrNoTasks)
 		}
 		if tasks, err = task.Select(d, spec.Tasks); err != nil {
 			return nil, err
 		}
+	}
+	if len(tasks) == 0 {
+		return nil, noTasks(d)
 	}
 	models := spec.Models
 	if len(models) == 0 {
@@ -121,6 +127,23 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 		}
 	}
 	return cells, nil
+}
+
+// noTasks is the error of a root without any task: it names the root and
+// what discovery skipped there (author's notes, symlinked directories).
+func noTasks(d *task.Discovery) error {
+	if len(d.Skipped) == 0 {
+		return fmt.Errorf("%w under %s: no directory there holds a task.toml or a task.md", task.ErrNoTasks, d.Root)
+	}
+	var why []string
+	for i, s := range d.Skipped {
+		if i == 5 {
+			why = append(why, fmt.Sprintf("and %d more", len(d.Skipped)-i))
+			break
+		}
+		why = append(why, s.Dir+": "+s.Reason)
+	}
+	return fmt.Errorf("%w under %s: every candidate was skipped (%s)", task.ErrNoTasks, d.Root, strings.Join(why, "; "))
 }
 
 // CellDir is the directory of a cell's files under a run's output dir:

@@ -1,11 +1,15 @@
 package planner
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/task"
 )
 
 func examples(t *testing.T) string {
@@ -59,5 +63,47 @@ func TestMatrix(t *testing.T) {
 	out := CellDir("/o", cells[len(cells)-1])
 	if out != "/o/home-workdir/agent_examples_agents_scripted/m2/2" {
 		t.Errorf("cell dir %s", out)
+	}
+}
+
+// TestMatrixRefusesEmptyRunsAndStrictKeys: a root without any task fails
+// with task.ErrNoTasks naming the root and what was skipped; with
+// spec.Strict an unknown definition key fails with task.ErrUnknownKeys,
+// while without it the task plans and carries the key.
+func TestMatrixRefusesEmptyRunsAndStrictKeys(t *testing.T) {
+	empty := t.TempDir()
+	note := filepath.Join(empty, "idea", "task.md")
+	if err := os.MkdirAll(filepath.Dir(note), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(note, []byte("# not yet a task\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Matrix(events.RunSpec{TasksRoot: empty, All: true, Harnesses: []string{"oracle"}})
+	if !errors.Is(err, task.ErrNoTasks) || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "idea: task.md has no YAML frontmatter") {
+		t.Errorf("empty root: %v", err)
+	}
+
+	root := t.TempDir()
+	for rel, content := range map[string]string{
+		"t/task.toml": "version = \"1.0\"\n[enviroment]\nnetwork_mode = \"no-network\"\n", "t/instruction.md": "x\n",
+		"t/environment/Dockerfile": "FROM debian:bookworm-slim\n", "t/solution/solve.sh": "true\n", "t/tests/test.sh": "true\n",
+	} {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := events.RunSpec{TasksRoot: root, All: true, Harnesses: []string{"oracle"}}
+	cells, err := Matrix(spec)
+	if err != nil || len(cells) != 1 || !reflect.DeepEqual(unknownKeys(cells[0].Task), []string{"enviroment"}) {
+		t.Fatalf("lenient: %v %+v", err, cells)
+	}
+	spec.Strict = true
+	if _, err := Matrix(spec); !errors.Is(err, task.ErrUnknownKeys) || !strings.Contains(err.Error(), "t/task.toml:2: key enviroment") {
+		t.Errorf("strict: %v", err)
 	}
 }

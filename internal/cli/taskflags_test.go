@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/artifact"
+)
+
+// writeRoot writes files (relative path -> content) under a new tasks
+// root and returns it.
+func writeRoot(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "tasks")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for rel, content := range files {
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// harborTask is the files of a minimal Harbor task named name whose
+// task.toml is toml.
+func harborTask(name, toml string, into map[string]string) map[string]string {
+	if into == nil {
+		into = map[string]string{}
+	}
+	into[name+"/task.toml"] = toml
+	into[name+"/instruction.md"] = "Do it.\n"
+	into[name+"/environment/Dockerfile"] = "FROM debian:bookworm-slim\nWORKDIR /app\n"
+	into[name+"/solution/solve.sh"] = "true\n"
+	into[name+"/tests/test.sh"] = "echo 1 > /logs/verifier/reward.txt\n"
+	return into
+}
+
+const misspelledTOML = "version = \"1.0\"\n\n[enviroment]\nnetwork_mode = \"no-network\"\n"
+
+// TestSplitHarnesses: a command: entry keeps its commas and quotes to the
+// end of the flag value; an entry after it that reads as a harness is
+// refused with a pointer to --command-template.
+func TestSplitHarnesses(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"oracle", []string{"oracle"}},
+		{" oracle , agent:x ,", []string{"oracle", "agent:x"}},
+		{"oracle,command:echo a,b", []string{"oracle", "command:echo a,b"}},
+		{`command:printf '%s\n' "a,b" 'c,d'`, []string{`command:printf '%s\n' "a,b" 'c,d'`}},
+		{`agent:x, command:test "a,b" = "a,b"`, []string{"agent:x", `command:test "a,b" = "a,b"`}},
+	} {
+		got, err := splitHarnesses(c.in)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%q: %q %v, want %q", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"command:echo a,oracle", "command:echo a, agent:x", "oracle,command:x,command:y", "command:x,probe"} {
+		if got, err := splitHarnesses(in); err == nil || !strings.Contains(err.Error(), "--command-template") {
+			t.Errorf("%q: %q %v, want a refusal pointing to --command-template", in, got, err)
+		}
+	}
+}
+
+// TestHarnessesFlagDryRun drives the flag through the command line:
+// --harnesses repeats, a command template with commas and quotes is one
+// arm, and the reported input (command:echo a,oracle) is refused with exit
+// 2 instead of becoming two arms.
+func TestHarnessesFlagDryRun(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root := writeRoot(t, harborTask("t", "version = \"1.0\"\n", nil))
+	out := mustProctor(t, "tasks", "run", "--tasks-root", root, "--all", "--dry-run",
+		"--harnesses", "oracle", "--harnesses", `command:test "a,b" = 'a,b'`)
+	want := "t/oracle/default/1\trun\nt/command:test \"a,b\" = 'a,b'/default/1\trun\n2 cells, 2 would run, 0 errored before any build\n"
+	if out != want {
+		t.Errorf("dry run:\n%s\nwant:\n%s", out, want)
+	}
+	_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", root, "--all", "--dry-run", "--harnesses", "command:echo a,oracle")
+	if code != ExitUsage || !strings.Contains(errOut, `"oracle" would be part of the command`) || !strings.Contains(errOut, "--command-template") {
+		t.Errorf("command:echo a,oracle: exit %d, stderr %s", code, errOut)
+	}
+}
+
+// TestNothingToRun: a run that would have no task is an error naming the
+// root, exit 2, before anything starts: an empty root, a root holding only
+// author's notes, a root that does not exist, --tasks naming nothing.
+func TestNothingToRun(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	empty := writeRoot(t, map[string]string{"README.md": "no tasks here\n"})
+	notes := writeRoot(t, map[string]string{
+		"ideas/task.md": "# Ideas\nnot a task yet\n",
+		"hugo/task.md":  "+++\ntitle = \"x\"\n+++\nbody\n",
+	})
+	real := writeRoot(t, harborTask("t", "version = \"1.0\"\n", nil))
+	for _, c := range []struct {
+		name     string
+		args     []string
+		mentions []string
+	}{
+		{"empty root", []string{"--tasks-root", empty, "--all"}, []string{"no tasks under " + empty, "no directory there holds a task.toml or a task.md"}},
+		{"only notes", []string{"--tasks-root", notes, "--all"}, []string{"no tasks under " + notes, "ideas: task.md has no YAML frontmatter", "hugo: task.md opens with +++"}},
+		{"missing root", []string{"--tasks-root", filepath.Join(empty, "nope"), "--all"}, []string{"--tasks-root " + filepath.Join(empty, "nope")}},
+		{"--tasks of blanks", []string{"--tasks-root", real, "--tasks", " , "}, []string{"names no task"}},
+		{"--tasks unknown", []string{"--tasks-root", real, "--tasks", "nope"}, []string{`task not found under`, `"nope"`}},
+	} {
+		for _, dry := range []bool{false, true} {
+			args := append([]string{"tasks", "run", "--harnesses", "command:true"}, c.args...)
+			if dry {
+				args = append(args, "--dry-run")
+			}
+			out, errOut, code := proctor(t, args...)
+			if code != ExitUsage || out != "" {
+				t.Errorf("%s (dry run %v): exit %d, stdout %q", c.name, dry, code, out)
+			}
+			for _, m := range c.mentions {
+				if !strings.Contains(errOut, m) {
+					t.Errorf("%s (dry run %v): stderr %q does not mention %q", c.name, dry, errOut, m)
+				}
+			}
+		}
+	}
+}
+
+// TestStrictListAndCoverage: tasks list warns about a misspelled table with
+// the closest known name; --strict makes it fail (exit 2) naming the file,
+// line and key; coverage lists it, and under --strict counts it malformed.
+func TestStrictListAndCoverage(t *testing.T) {
+	root := writeRoot(t, harborTask("good", "version = \"1.0\"\n", harborTask("typo", misspelledTOML, nil)))
+	out := mustProctor(t, "tasks", "list", "--tasks-root", root)
+	if !strings.Contains(out, "unknown table enviroment (line 3; did you mean environment?): ignored") {
+		t.Errorf("list:\n%s", out)
+	}
+	_, errOut, code := proctor(t, "tasks", "list", "--tasks-root", root, "--strict")
+	if code != ExitUsage || !strings.Contains(errOut, "typo/task.toml:3: key enviroment: unknown table enviroment (line 3; did you mean environment?)") {
+		t.Errorf("list --strict: exit %d, stderr %s", code, errOut)
+	}
+	out = mustProctor(t, "tasks", "coverage", "--tasks-root", root)
+	if !strings.Contains(out, "unknown keys (ignored; refused with --strict):\n  typo: unknown table enviroment") {
+		t.Errorf("coverage:\n%s", out)
+	}
+	out = mustProctor(t, "tasks", "coverage", "--tasks-root", root, "--strict")
+	if !strings.Contains(out, "tasks: 1 (harbor 1)") || !strings.Contains(out, "malformed (skipped): 1\n  typo/task.toml:3: key enviroment") {
+		t.Errorf("coverage --strict:\n%s", out)
+	}
+}
+
+// TestUnknownKeysAndPlanFirstInARun runs a small real matrix of command
+// arms: the misspelled [enviroment] table is warned about on stderr and
+// listed in every row of its task (metrics.unknown_keys); --strict refuses
+// the run with exit 2 before it starts; a repeated --harnesses with a
+// template holding commas and quotes runs as one arm; and the progress
+// prints "planned N cells" before the refused cell's line, with no [i/?].
+func TestUnknownKeysAndPlanFirstInARun(t *testing.T) {
+	testutil.Docker(t) // the in-process stack's launcher talks to the engine
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	files := harborTask("typo", misspelledTOML, nil)
+	harborTask("needs-env", "version = \"1.0\"\n\n[verifier.env]\nTOKEN = \"${TOKEN}\"\n", files)
+	root := writeRoot(t, files)
+	quoted := `command:test "a,b" = 'a,b'`
+	args := []string{"tasks", "run", "--tasks-root", root, "--all", "--output-dir", t.TempDir(),
+		"--harnesses", quoted, "--harnesses", "command:false"}
+
+	_, errOut, code := proctor(t, append(args, "--strict")...)
+	if code != ExitUsage || !strings.Contains(errOut, "typo/task.toml:3: key enviroment") || strings.Contains(errOut, "run ") {
+		t.Fatalf("--strict: exit %d, stderr %s", code, errOut)
+	}
+
+	js := filepath.Join(t.TempDir(), "a.json")
+	_, errOut, code = proctor(t, append(args, "--out-json", js)...)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(errOut, "warning: typo/task.toml: unknown table enviroment (line 3; did you mean environment?): ignored") {
+		t.Errorf("no unknown-key warning on stderr:\n%s", errOut)
+	}
+	plan := strings.Index(errOut, "planned 4 cells\n")
+	first := strings.Index(errOut, "[1/")
+	if plan < 0 || first < plan || strings.Contains(errOut, "/?]") {
+		t.Errorf("the plan line must come before every cell line:\n%s", errOut)
+	}
+	if !strings.Contains(errOut, "[1/4] needs-env/") {
+		t.Errorf("the refused cells are not the first lines after the plan:\n%s", errOut)
+	}
+	a, err := artifact.Read(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range a.Results {
+		got[r.CellID] = r.Outcome + " " + strings.Join(r.Metrics.UnknownKeys, ",")
+	}
+	want := map[string]string{
+		"typo/" + quoted + "/default/1":      "passed enviroment",
+		"typo/command:false/default/1":       "failed enviroment",
+		"needs-env/" + quoted + "/default/1": "errored ",
+		"needs-env/command:false/default/1":  "errored ",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+}
