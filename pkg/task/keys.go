@@ -42,6 +42,7 @@ var (
 		"env":         nil, "skills_dir": nil, "workdir": nil,
 		"healthcheck": healthcheckKeys,
 		"memory":      nil, "storage": nil, // deprecated size strings
+		"docker_flags": nil, // optional in terminal-bench 2's task.toml
 	}
 	agentKeys    = keySchema{"timeout_sec": nil, "user": nil, "network_mode": nil, "allowed_hosts": nil, "egress": nil}
 	verifierKeys = keySchema{
