@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,8 +99,8 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.all && len(f.tasks) > 0 {
 		return events.RunSpec{}, usageError{errors.New("pass either --tasks or --all, not both")}
 	}
-	if f.agentGrace <= 0 {
-		return events.RunSpec{}, usageError{errors.New("--agent-grace must be more than 0 seconds")}
+	if !(f.agentGrace > 0) || math.IsInf(f.agentGrace, 0) {
+		return events.RunSpec{}, usageError{fmt.Errorf("--agent-grace must be a finite number > 0 (seconds), not %v", f.agentGrace)}
 	}
 	if f.repeats < 1 {
 		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}

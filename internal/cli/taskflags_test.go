@@ -94,7 +94,8 @@ func TestHarnessesFlagDryRun(t *testing.T) {
 
 // TestNothingToRun: a run that would have no task is an error naming the
 // root, exit 2, before anything starts: an empty root, a root holding only
-// author's notes, a root that does not exist, --tasks naming nothing.
+// author's notes, a root that does not exist, --tasks naming nothing. A
+// non-finite --agent-grace is refused the same way.
 func TestNothingToRun(t *testing.T) {
 	t.Setenv("PROCTOR_HOME", t.TempDir())
 	empty := writeRoot(t, map[string]string{"README.md": "no tasks here\n"})
@@ -113,6 +114,7 @@ func TestNothingToRun(t *testing.T) {
 		{"missing root", []string{"--tasks-root", filepath.Join(empty, "nope"), "--all"}, []string{"--tasks-root " + filepath.Join(empty, "nope")}},
 		{"--tasks of blanks", []string{"--tasks-root", real, "--tasks", " , "}, []string{"names no task"}},
 		{"--tasks unknown", []string{"--tasks-root", real, "--tasks", "nope"}, []string{`task not found under`, `"nope"`}},
+		{"--agent-grace nan", []string{"--tasks-root", real, "--all", "--agent-grace", "nan"}, []string{"--agent-grace must be a finite number > 0 (seconds), not NaN"}},
 	} {
 		for _, dry := range []bool{false, true} {
 			args := append([]string{"tasks", "run", "--harnesses", "command:true"}, c.args...)
