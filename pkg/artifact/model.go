@@ -103,12 +103,9 @@ type Metrics struct {
 	SolverError      bool           `json:"solver_error"`
 	// Error is true when the cell has no verdict for an infrastructure or
 	// refusal reason (errored), so statistics treat it as missing data.
-	Error         bool     `json:"error"`
-	UnresolvedEnv []string `json:"unresolved_env,omitempty"`
-	// UnknownKeys are the task's definition keys that neither proctor,
-	// Harbor nor BenchFlow defines (most often misspellings), ignored when
-	// the cell ran; dotted paths, sorted.
-	UnknownKeys    []string          `json:"unknown_keys,omitempty"`
+	Error          bool              `json:"error"`
+	UnresolvedEnv  []string          `json:"unresolved_env,omitempty"`
+	UnknownKeys    []string          `json:"unknown_keys,omitempty"` // definition keys neither proctor, Harbor nor BenchFlow defines (ignored), sorted
 	Egress         *EgressCounts     `json:"egress,omitempty"`
 	Isolation      map[string]any    `json:"isolation,omitempty"`
 	IsolationProbe map[string]string `json:"isolation_probe,omitempty"`
