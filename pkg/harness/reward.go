@@ -3,6 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -24,13 +25,25 @@ type Reward struct {
 }
 
 // ParseReward reads /logs/verifier/reward.txt and reward.json as DESIGN §4
-// says, as Harbor does: reward.txt holds one number; reward.json holds a
-// number or a flat map of name to number whose primary reward is its
-// "reward" key, or its only key. Only a finite number in [0,1] is a reward;
-// anything else (empty, nan, 1abc, 1.5) is no verdict with the raw text
-// kept, never a pass and never a silent 0. When both files exist and
-// disagree, there is no verdict and Err names both values. A nil slice
-// means the file does not exist.
+// says, as Harbor does: reward.txt holds one number (Harbor reads it with
+// Python's float()); reward.json holds one JSON value (Harbor reads it with
+// json.loads), a number or a flat map of name to number whose primary
+// reward is its "reward" key, or its only key. Only a finite number in
+// [0,1] is a reward; anything else (empty, nan, 1abc, 1.5) is no verdict
+// with the raw text kept, never a pass and never a silent 0.
+//
+// reward.txt must be a plain decimal number, surrounding whitespace
+// allowed: an optional sign, digits with an optional fraction (or a
+// fraction alone: .5, 5.), an optional exponent (see IsPlainDecimal). That
+// is Python float()'s decimal grammar without its underscores (float("0_1")
+// is 1.0), non-ASCII digits, inf and nan, and unlike Go's ParseFloat it
+// refuses hex floats (0x1p0). reward.json must hold exactly one JSON value:
+// anything but whitespace after it ("1 garbage", {"reward":1}{"reward":0})
+// is no verdict, as json.loads rejects it with "Extra data". A zero reward
+// is stored as 0, never -0.
+//
+// When both files exist and disagree, there is no verdict and Err names
+// both values. A nil slice means the file does not exist.
 func ParseReward(txt, js []byte) Reward {
 	var out Reward
 	var fromTxt, fromJSON *float64
@@ -70,16 +83,66 @@ func parseNumber(s string) (float64, error) {
 	if t == "" {
 		return 0, fmt.Errorf("empty")
 	}
+	if !IsPlainDecimal(t) {
+		if v, err := strconv.ParseFloat(t, 64); err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			return checkRange(v, t)
+		}
+		return 0, fmt.Errorf("%q is not a plain decimal number", bound(t))
+	}
 	v, err := strconv.ParseFloat(t, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a number", bound(t))
+		return 0, fmt.Errorf("%q is not a number: %v", bound(t), err)
 	}
 	return checkRange(v, t)
 }
 
+// IsPlainDecimal reports whether s is a plain decimal number: an optional
+// sign, then digits with an optional fraction or a fraction alone, then an
+// optional exponent; ASCII only, no surrounding space. It is the decimal
+// grammar of Python's float() without underscores, so "1", "0.75", "+.5",
+// "5.", "1e-3" are plain and "0x1p0", "1_0", "inf", "nan", "1.2.3", "" are
+// not.
+func IsPlainDecimal(s string) bool {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	n := digits()
+	if i < len(s) && s[i] == '.' {
+		i++
+		n += digits()
+	}
+	if n == 0 {
+		return false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// checkRange returns v when it is a finite number in [0,1], with a
+// negative zero made 0.
 func checkRange(v float64, raw string) (float64, error) {
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > 1 {
 		return 0, fmt.Errorf("%s is not a finite number in [0,1]", bound(raw))
+	}
+	if v == 0 {
+		v = 0 // -0 is stored as 0
 	}
 	return v, nil
 }
@@ -90,6 +153,12 @@ func parseRewardJSON(b []byte) (float64, map[string]float64, error) {
 	var v any
 	if err := dec.Decode(&v); err != nil {
 		return 0, nil, fmt.Errorf("not JSON: %v", err)
+	}
+	// One value only, as json.loads reads it: whitespace may follow, not
+	// another value or anything else.
+	end := dec.InputOffset()
+	if _, err := dec.Token(); err != io.EOF {
+		return 0, nil, fmt.Errorf("not JSON: extra data after the value ending at byte %d", end)
 	}
 	switch x := v.(type) {
 	case json.Number:
@@ -114,6 +183,9 @@ func parseRewardJSON(b []byte) (float64, map[string]float64, error) {
 			f, err := n.Float64()
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 				return 0, nil, fmt.Errorf("key %q: %s is not a finite number", k, n)
+			}
+			if f == 0 {
+				f = 0 // -0 is stored as 0
 			}
 			all[k] = f
 		}
