@@ -165,6 +165,95 @@ func (d *Docker) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir st
 	return nil
 }
 
+// ErrNotRegular is wrapped by ReadFile when the path is a symlink, a
+// directory, a device, a fifo or anything else but a regular file.
+var ErrNotRegular = errors.New("sandbox: not a regular file")
+
+// ErrTooLarge is wrapped by ReadFile when the file is over its size cap.
+var ErrTooLarge = errors.New("sandbox: file over its size cap")
+
+// ReadFile returns the contents of the regular file at sandboxPath, read
+// straight from the engine's copy API's tar stream: nothing is written to
+// or resolved on the host, so a file the sandbox made a symlink (to
+// /etc/hostname, to /dev/zero, to a file of the host) is never followed.
+// The tar entry's type must be a regular file, else the error wraps
+// ErrNotRegular and names the type (and a symlink's target); a file over
+// maxBytes (bytes, > 0) is not read and the error wraps ErrTooLarge with its
+// size. Parent directories of sandboxPath are resolved by the engine
+// inside the container's root filesystem, never on the host. A missing
+// path is ErrNotFound; a removed container is ErrDestroyed.
+func (d *Docker) ReadFile(ctx context.Context, h *Handle, sandboxPath string, maxBytes int64) ([]byte, error) {
+	cid, err := d.container(h)
+	if err != nil {
+		return nil, err
+	}
+	if maxBytes <= 0 {
+		return nil, fmt.Errorf("%w: ReadFile needs a positive size cap", ErrInvalidSpec)
+	}
+	rc, _, err := d.cli.CopyFromContainer(ctx, cid, sandboxPath)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			if _, ierr := d.cli.ContainerInspect(ctx, cid); cerrdefs.IsNotFound(ierr) {
+				return nil, fmt.Errorf("%w: %v", ErrDestroyed, err)
+			}
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+		}
+		return nil, fmt.Errorf("sandbox: read %s: %w", sandboxPath, err)
+	}
+	defer rc.Close()
+	return readOneRegular(rc, sandboxPath, maxBytes)
+}
+
+// readOneRegular reads the first entry of a tar stream, which must be a
+// regular file of at most maxBytes bytes.
+func readOneRegular(r io.Reader, name string, maxBytes int64) ([]byte, error) {
+	tr := tar.NewReader(r)
+	hdr, err := tr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read %s: %w", name, err)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeSymlink:
+		return nil, fmt.Errorf("%w: %s is a symlink to %q", ErrNotRegular, name, boundText(hdr.Linkname, 200))
+	default:
+		return nil, fmt.Errorf("%w: %s is a %s", ErrNotRegular, name, tarTypeName(hdr.Typeflag))
+	}
+	if hdr.Size > maxBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes, over the cap of %d", ErrTooLarge, name, hdr.Size, maxBytes)
+	}
+	b := make([]byte, hdr.Size)
+	if _, err := io.ReadFull(tr, b); err != nil {
+		return nil, fmt.Errorf("sandbox: read %s: %w", name, err)
+	}
+	return b, nil
+}
+
+func tarTypeName(t byte) string {
+	switch t {
+	case tar.TypeLink:
+		return "hard link"
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeDir:
+		return "directory"
+	case tar.TypeFifo:
+		return "fifo"
+	}
+	return fmt.Sprintf("tar entry of type %q", t)
+}
+
+// boundText cuts s to n bytes (valid UTF-8), for container-made text put
+// into errors.
+func boundText(s string, n int) string {
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
 // extractTar extracts a tar stream into dir, refusing entries that escape
 // dir or pass through a symlink. Directory modes are applied last.
 func extractTar(r io.Reader, dir string) error {

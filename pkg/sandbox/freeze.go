@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+)
+
+// Freeze stops every process in the sandbox's container at once, through
+// the engine's pause (the cgroup freezer, as `docker pause`), and returns
+// how many processes other than the container's PID 1 (the keep-alive
+// sleep) were still alive in it; zombies are not counted (the keep-alive
+// sleep does not reap, so killed orphans of earlier phases stay as
+// zombies). A frozen process cannot run again: nothing it would still
+// write reaches the container's files. After Freeze, CopyOut and ReadFile
+// still work, Exec does not, and Destroy removes the container. A
+// container that is no longer running has nothing alive (0, nil); one
+// already paused is counted as it is. The count comes from the engine's
+// top (ps on the engine's host, filtered to the container's processes).
+//
+// The verifier freezes the container when the test script has ended and
+// before it reads the reward, so the reward is what the script left, not
+// what a process it started (an agent's code run as root) writes later.
+func (d *Docker) Freeze(ctx context.Context, h *Handle) (alive int, err error) {
+	cid, err := d.container(h)
+	if err != nil {
+		return 0, err
+	}
+	ins, err := d.cli.ContainerInspect(ctx, cid)
+	if err != nil {
+		return 0, d.execErr(err)
+	}
+	if ins.State == nil || !ins.State.Running {
+		return 0, nil
+	}
+	if !ins.State.Paused {
+		if err := d.cli.ContainerPause(ctx, cid); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return 0, fmt.Errorf("%w: %v", ErrDestroyed, err)
+			}
+			return 0, fmt.Errorf("sandbox: docker: pause %s: %w", short(cid), err)
+		}
+	}
+	top, err := d.cli.ContainerTop(ctx, cid, []string{"-o", "pid,stat"})
+	if err != nil {
+		return 0, fmt.Errorf("sandbox: docker: list the processes of %s: %w", short(cid), err)
+	}
+	return countAlive(top.Titles, top.Processes, ins.State.Pid)
+}
+
+// countAlive counts the rows of a `ps -o pid,stat` listing that are not
+// pid1 and not zombies (STAT starting with Z).
+func countAlive(titles []string, rows [][]string, pid1 int) (int, error) {
+	pidCol, statCol := -1, -1
+	for i, t := range titles {
+		switch t {
+		case "PID":
+			pidCol = i
+		case "STAT", "S":
+			statCol = i
+		}
+	}
+	if pidCol < 0 || statCol < 0 {
+		return 0, fmt.Errorf("sandbox: docker: top has no PID or STAT column: %v", titles)
+	}
+	n := 0
+	for _, r := range rows {
+		if len(r) <= max(pidCol, statCol) {
+			continue
+		}
+		if pid, err := strconv.Atoi(r[pidCol]); err == nil && pid == pid1 {
+			continue
+		}
+		if strings.HasPrefix(r[statCol], "Z") {
+			continue
+		}
+		n++
+	}
+	return n, nil
+}

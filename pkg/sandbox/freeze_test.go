@@ -1,0 +1,199 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+)
+
+// execOK runs a root shell command in h and fails the test unless it
+// exits 0; it returns the output.
+func execOK(t *testing.T, d *Docker, h *Handle, script string) string {
+	t.Helper()
+	var out testutil.SyncBuffer
+	res, err := d.Exec(context.Background(), h, ExecSpec{Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%s: %+v %v\n%s", script, res, err, out.String())
+	}
+	return out.String()
+}
+
+// TestDockerFreeze: Freeze counts the processes still alive beside PID 1
+// (zombies not counted), nothing runs after it (a writer planted in the
+// background writes nothing more), files are still readable, Exec is
+// refused and Destroy removes the frozen container.
+func TestDockerFreeze(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	run := "run-" + randomHex(4)
+	h, err := d.Start(ctx, Spec{RunID: run, Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	// Three live processes: two sleeps and a writer that appends a line
+	// every 10 ms; and one zombie (a child of a process that never waits).
+	execOK(t, d, h, `sleep 1000 >/dev/null 2>&1 &
+sleep 1000 >/dev/null 2>&1 &
+sh -c 'while :; do echo x >> /tmp/w; sleep 0.01; done' >/dev/null 2>&1 &
+sh -c 'true & exec sleep 1000' >/dev/null 2>&1 &`)
+	// Wait (with a deadline) until the zombie exists and the writer wrote.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := execOK(t, d, h, `grep -l '^State:.*Z' /proc/[0-9]*/status 2>/dev/null | wc -l; test -s /tmp/w && echo written`)
+		if strings.HasPrefix(out, "1\n") && strings.Contains(out, "written") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no zombie or no writes after 30 s: %q", out)
+		}
+	}
+	alive, err := d.Freeze(ctx, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The two sleeps, the writer, the sleep that holds the zombie; the
+	// writer's own `sleep 0.01` may or may not be alive at the freeze.
+	if alive < 4 || alive > 5 {
+		t.Errorf("Freeze counted %d processes alive, want 4 or 5 (zombies and PID 1 not counted)", alive)
+	}
+	ins, err := cli.ContainerInspect(ctx, h.ID)
+	if err != nil || !ins.State.Paused {
+		t.Fatalf("after Freeze: paused %v (%v)", ins.State != nil && ins.State.Paused, err)
+	}
+	first, err := d.ReadFile(ctx, h, "/tmp/w", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer would have written at least 10 more lines in 200 ms; the
+	// file must be the same after three times that.
+	end := time.Now().Add(600 * time.Millisecond)
+	for time.Now().Before(end) {
+		again, err := d.ReadFile(ctx, h, "/tmp/w", 1<<20)
+		if err != nil || !bytes.Equal(again, first) {
+			t.Fatalf("the file changed after Freeze: %d bytes, then %d (%v)", len(first), len(again), err)
+		}
+	}
+	if again, err := d.Freeze(ctx, h); err != nil || again != alive {
+		t.Errorf("Freeze of a frozen container: %d %v, want %d", again, err, alive)
+	}
+	if _, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}}); err == nil {
+		t.Error("Exec ran in a frozen container")
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
+		t.Fatalf("after Destroy of a frozen container: %d containers, %d networks", c, n)
+	}
+	if _, err := d.Freeze(ctx, h); !errors.Is(err, ErrDestroyed) {
+		t.Errorf("Freeze after Destroy: %v, want ErrDestroyed", err)
+	}
+}
+
+func TestCountAlive(t *testing.T) {
+	rows := [][]string{{"10", "Ss"}, {"11", "S"}, {"12", "Z"}, {"13", "D"}, {"14", "Z+"}}
+	if n, err := countAlive([]string{"PID", "STAT"}, rows, 10); err != nil || n != 2 {
+		t.Fatalf("got %d %v, want 2", n, err)
+	}
+	if _, err := countAlive([]string{"UID", "CMD"}, rows, 10); err == nil {
+		t.Fatal("no PID column accepted")
+	}
+}
+
+// TestDockerReadFile: only a regular file under the cap is read, straight
+// from the copy API; a symlink (to a file that exists on the host too, to
+// /dev/zero), a device, a fifo, a directory and an oversized file are
+// refused with the reason, and nothing is resolved on the host. A symlinked
+// parent directory is resolved inside the container.
+func TestDockerReadFile(t *testing.T) {
+	t.Parallel()
+	d, _ := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, Spec{Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	// A host file with a secret, and a link to its path inside the
+	// container (where the path does not exist) as an agent would plant it.
+	hostDir := t.TempDir()
+	secret := filepath.Join(hostDir, "secret.txt")
+	if err := os.WriteFile(secret, []byte("host-secret-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	execOK(t, d, h, `set -e
+mkdir -p /r && cd /r
+printf 1 > ok
+ln -s /etc/hostname hostname-link
+ln -s /dev/zero zero-link
+ln -s '`+secret+`' host-link
+mknod zero c 1 5
+mkfifo fifo
+mkdir dir
+head -c 65536 /dev/zero > at-cap
+head -c 65537 /dev/zero > over-cap
+ln -s /etc /r/etc-link`)
+	if b, err := d.ReadFile(ctx, h, "/r/ok", 64<<10); err != nil || string(b) != "1" {
+		t.Fatalf("regular file: %q %v", b, err)
+	}
+	if b, err := d.ReadFile(ctx, h, "/r/at-cap", 64<<10); err != nil || len(b) != 64<<10 {
+		t.Fatalf("file at the cap: %d bytes %v", len(b), err)
+	}
+	hostName, _ := os.Hostname()
+	for _, c := range []struct {
+		path string
+		want error
+		says string
+	}{
+		{"/r/hostname-link", ErrNotRegular, `symlink to "/etc/hostname"`},
+		{"/r/zero-link", ErrNotRegular, `symlink to "/dev/zero"`},
+		{"/r/host-link", ErrNotRegular, "symlink"},
+		{"/r/zero", ErrNotRegular, "character device"},
+		{"/r/fifo", ErrNotRegular, "fifo"},
+		{"/r/dir", ErrNotRegular, "directory"},
+		{"/r/over-cap", ErrTooLarge, "65537 bytes, over the cap of 65536"},
+		{"/r/missing", ErrNotFound, "/r/missing"},
+	} {
+		b, err := d.ReadFile(ctx, h, c.path, 64<<10)
+		if !errors.Is(err, c.want) || b != nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %q %v, want %v saying %q", c.path, b, err, c.want, c.says)
+			continue
+		}
+		if strings.Contains(err.Error(), "host-secret") || (hostName != "" && strings.Contains(err.Error(), hostName)) {
+			t.Errorf("%s: the error holds host data: %v", c.path, err)
+		}
+	}
+	// A parent that is a link resolves in the container's filesystem: the
+	// container's hostname, not the host's.
+	want := execOK(t, d, h, "cat /etc/hostname")
+	if b, err := d.ReadFile(ctx, h, "/r/etc-link/hostname", 64<<10); err != nil || string(b) != want {
+		t.Errorf("through a linked parent: %q %v, want the container's %q", b, err, want)
+	}
+	// CopyOut stores links as links and never reads through them.
+	dst := t.TempDir()
+	if err := d.CopyOut(ctx, h, "/r", dst); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"hostname-link": "/etc/hostname", "zero-link": "/dev/zero", "host-link": secret} {
+		fi, err := os.Lstat(filepath.Join(dst, "r", link))
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("CopyOut %s: %v %v, want a symlink", link, fi, err)
+			continue
+		}
+		if got, _ := os.Readlink(filepath.Join(dst, "r", link)); got != target {
+			t.Errorf("CopyOut %s -> %q, want %q", link, got, target)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "r", "zero")); err == nil {
+		t.Error("CopyOut made a device node on the host")
+	}
+}
