@@ -113,6 +113,11 @@ type Metrics struct {
 	SolveSec       *float64          `json:"solve_sec,omitempty"`
 	VerifySec      *float64          `json:"verify_sec,omitempty"`
 	BuildSec       *float64          `json:"build_sec,omitempty"`
+	// VerifierLeftoverProcesses is how many processes were still alive in
+	// the sandbox when the test script ended (frozen before the reward was
+	// read; PID 1 and zombies not counted): a sign of tampering or of a
+	// sloppy test. Absent when not measured.
+	VerifierLeftoverProcesses *int `json:"verifier_leftover_processes,omitempty"`
 }
 
 // EgressCounts counts the proxy's decisions for a cell.

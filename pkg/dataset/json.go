@@ -247,6 +247,7 @@ var metricsFields = []string{
 	"SolveSec solve_sec,omitempty",
 	"VerifySec verify_sec,omitempty",
 	"BuildSec build_sec,omitempty",
+	"VerifierLeftoverProcesses verifier_leftover_processes,omitempty",
 }
 
 var metricsLayoutKnown = slices.Equal(structLayout(reflect.TypeFor[artifact.Metrics]()), metricsFields) &&
@@ -349,6 +350,10 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	float("solve_sec", m.SolveSec)
 	float("verify_sec", m.VerifySec)
 	float("build_sec", m.BuildSec)
+	if m.VerifierLeftoverProcesses != nil {
+		key("verifier_leftover_processes")
+		dst = strconv.AppendInt(dst, int64(*m.VerifierLeftoverProcesses), 10)
+	}
 	if err != nil {
 		return dst, err
 	}

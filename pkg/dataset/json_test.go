@@ -55,7 +55,7 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		Isolation:      map[string]any{"network": "none", "n": 1.5e21, "nested": map[string]any{"b": []any{true, nil, "x"}}},
 		IsolationProbe: map[string]string{"dns": "closed", "env": "open"},
 		AgentReported:  map[string]any{"inputTokens": 12.0, "exitReason": "done <ok>", "big": 123456789012.0, "tiny": -2.5e-9},
-		SolveSec:       f64(0), VerifySec: f64(1.25), BuildSec: f64(1e21),
+		SolveSec:       f64(0), VerifySec: f64(1.25), BuildSec: f64(1e21), VerifierLeftoverProcesses: new(int),
 	}
 	results = append(results, artifact.Result{Metrics: full})
 	for i := range results {

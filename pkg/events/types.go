@@ -196,6 +196,11 @@ type VerdictData struct {
 	RawReward   string             `json:"raw_reward,omitempty"`
 	DurationSec float64            `json:"duration_sec"`
 	StdoutTail  string             `json:"stdout_tail,omitempty"`
+	// LeftoverProcesses is how many processes (besides the container's
+	// PID 1, zombies not counted) were still alive in the sandbox when the
+	// test script ended and the sandbox was frozen, before the reward was
+	// read: a sign of tampering or of a sloppy test. Nil when not measured.
+	LeftoverProcesses *int `json:"leftover_processes,omitempty"`
 }
 
 // CellErroredData ends a cell that has no verdict.

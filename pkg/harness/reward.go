@@ -10,6 +10,17 @@ import (
 	"strings"
 )
 
+// Size caps of the files proctor reads out of a sandbox (bytes). A reward
+// file or metrics.json over its cap is not read: a verifier error, or
+// metrics ignored with the reason.
+const (
+	// MaxRewardFileBytes caps reward.txt and reward.json: 64 KiB, far above
+	// any number or flat map of rewards.
+	MaxRewardFileBytes = 64 << 10
+	// MaxMetricsBytes caps the agent's metrics.json: 1 MiB.
+	MaxMetricsBytes = 1 << 20
+)
+
 // Reward is what a verifier's reward files say.
 type Reward struct {
 	// Value is the primary reward in [0,1]; nil when there is no verdict.

@@ -308,6 +308,7 @@ func (p *Projector) row(id string) artifact.Result {
 	if v := c.verdict; v != nil {
 		r.VerifierReturnCode = v.ReturnCode
 		m.VerifySec = ptr(v.DurationSec)
+		m.VerifierLeftoverProcesses = v.LeftoverProcesses
 	}
 	errored := func(class, msg string) {
 		r.Outcome, r.ErrorClass, r.Error = artifact.OutcomeErrored, class, msg

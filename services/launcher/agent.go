@@ -313,17 +313,28 @@ func (c *cell) copyPrompt(ctx context.Context, h *sandbox.Handle, prompt string)
 	return nil
 }
 
-// readMetrics copies /agent-output out and reads the Archal metrics.json
-// when the agent wrote one; the values are kept as reported.
+// readMetrics copies /agent-output out (symlinks stored as symlinks,
+// never followed) and reads the Archal metrics.json when the agent wrote
+// one, straight from the sandbox: a regular file of at most
+// harness.MaxMetricsBytes (sandbox.Docker.ReadFile; nothing resolved on the
+// host). The values are kept as reported; a metrics.json that is a link, a
+// device, too large or not JSON is ignored and the row says why
+// ({"error": reason}).
 func (c *cell) readMetrics(ctx context.Context, h *sandbox.Handle) map[string]any {
 	if err := c.s.docker.CopyOut(ctx, h, agentOutput, c.dir.Path()); err != nil {
 		if !errors.Is(err, sandbox.ErrNotFound) {
 			c.dir.Logf("copy %s out: %v", agentOutput, err)
 		}
-		return nil
 	}
-	b, err := os.ReadFile(c.dir.Path("agent-output", "metrics.json"))
-	if err != nil {
+	b, err := c.s.docker.ReadFile(ctx, h, agentOutput+"/metrics.json", harness.MaxMetricsBytes)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return nil
+	case errors.Is(err, sandbox.ErrNotRegular), errors.Is(err, sandbox.ErrTooLarge):
+		c.dir.Logf("metrics.json ignored: %v", err)
+		return map[string]any{"error": "metrics.json ignored: " + err.Error()}
+	case err != nil:
+		c.dir.Logf("read metrics.json: %v", err)
 		return nil
 	}
 	m, err := harness.ReadMetrics(b)

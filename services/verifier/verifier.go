@@ -185,9 +185,11 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 // runTests copies the tests to /tests and /verifier, creates
 // /logs/verifier fresh (nothing a solver wrote there counts), runs
 // `bash /tests/test.sh` as root with [verifier].timeout_sec and the literal
-// [verifier.env], and reads the reward. The script's exit code is recorded
-// but does not decide the reward (as in Harbor). A timeout is reward 0 with
-// TimedOut set, not an error.
+// [verifier.env], freezes the sandbox when the script has ended (every
+// process left is stopped and counted in LeftoverProcesses), copies /logs
+// out and reads the reward from the frozen sandbox. The script's exit code
+// is recorded but does not decide the reward (as in Harbor). A timeout is
+// reward 0 with TimedOut set, not an error.
 func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir) (events.VerdictData, error) {
 	var v events.VerdictData
 	stage := harness.StagePath("tests")
@@ -214,6 +216,17 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	if err != nil {
 		return v, fmt.Errorf("run test.sh: %w", err)
 	}
+	// Nothing runs after the test script: a process it started (an
+	// agent's code run as root, a daemon of the test) is frozen before the
+	// reward files are read, so the reward is what the script left.
+	alive, err := s.docker.Freeze(ctx, h)
+	if err != nil {
+		return v, fmt.Errorf("freeze the sandbox before reading the reward: %w", err)
+	}
+	v.LeftoverProcesses = &alive
+	if alive > 0 {
+		dir.Logf("verify: %d processes still alive when the test script ended (frozen before the reward was read)", alive)
+	}
 	rc := res.ExitCode
 	v.ReturnCode = &rc
 	if rc == harness.PrepExitCode && strings.Contains(out.Tail.String(), "proctor: ") {
@@ -221,6 +234,7 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	}
 	v.DurationSec = float64(res.Duration.Milliseconds()) / 1000
 	v.StdoutTail = out.RowTail()
+	s.copyLogs(ctx, h, dir)
 	if res.TimedOut {
 		zero := 0.0
 		v.Reward, v.TimedOut = &zero, true
@@ -228,47 +242,53 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 		dir.Logf("verifier timed out after %.3fs: reward 0", v.DurationSec)
 		return v, nil
 	}
-	txt, js, err := s.readRewardFiles(ctx, h, dir)
+	r, err := s.readReward(ctx, h)
 	if err != nil {
 		return v, err
 	}
-	r := harness.ParseReward(txt, js)
 	v.Reward, v.Rewards, v.RawReward, v.Error = r.Value, r.Rewards, r.Raw, r.Err
 	dir.Logf("verifier exit %d: reward %v %s", rc, deref(r.Value), r.Err)
 	return v, nil
 }
 
-// readRewardFiles copies /logs out (the verifier's reward files and the
-// task's agent and artifact logs, in one call) and reads
-// logs/verifier/reward.txt and reward.json; a nil slice means the file is
-// absent.
-func (s *Service) readRewardFiles(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) (txt, js []byte, err error) {
+// copyLogs copies the sandbox's /logs (the verifier's files and the task's
+// agent and artifact logs, in one call) into the cell's logs/ directory.
+// Symlinks are stored as symlinks and never followed; a failure is noted
+// in run.log and does not touch the verdict, which is read apart.
+func (s *Service) copyLogs(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) {
 	if err := os.RemoveAll(dir.Path("logs")); err != nil {
-		return nil, nil, err
+		dir.Logf("copy /logs out: %v", err)
+		return
 	}
-	if err := s.docker.CopyOut(ctx, h, "/logs", dir.Path()); err != nil {
-		if errors.Is(err, sandbox.ErrNotFound) {
-			return nil, nil, nil
+	if err := s.docker.CopyOut(ctx, h, "/logs", dir.Path()); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		dir.Logf("copy /logs out: %v", err)
+	}
+}
+
+// readReward reads /logs/verifier/reward.txt and reward.json straight from
+// the sandbox (sandbox.Docker.ReadFile: regular files of at most
+// harness.MaxRewardFileBytes, nothing resolved on the host) and parses
+// them. A reward file that is a symlink, a device, a directory or over the
+// cap is no verdict with the reason. The error is non-nil only when the
+// engine fails.
+func (s *Service) readReward(ctx context.Context, h *sandbox.Handle) (harness.Reward, error) {
+	var files [2][]byte
+	for i, name := range []string{"reward.txt", "reward.json"} {
+		b, err := s.docker.ReadFile(ctx, h, "/logs/verifier/"+name, harness.MaxRewardFileBytes)
+		switch {
+		case err == nil:
+			if b == nil {
+				b = []byte{}
+			}
+			files[i] = b
+		case errors.Is(err, sandbox.ErrNotFound):
+		case errors.Is(err, sandbox.ErrNotRegular), errors.Is(err, sandbox.ErrTooLarge):
+			return harness.Reward{Err: name + ": not read: " + err.Error()}, nil
+		default:
+			return harness.Reward{}, fmt.Errorf("read %s: %w", name, err)
 		}
-		return nil, nil, fmt.Errorf("copy /logs out: %w", err)
 	}
-	read := func(name string) ([]byte, error) {
-		b, err := os.ReadFile(dir.Path("logs", "verifier", name))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		if b == nil && err == nil {
-			b = []byte{}
-		}
-		return b, err
-	}
-	if txt, err = read("reward.txt"); err != nil {
-		return nil, nil, err
-	}
-	if js, err = read("reward.json"); err != nil {
-		return nil, nil, err
-	}
-	return txt, js, nil
+	return harness.ParseReward(files[0], files[1]), nil
 }
 
 func deref(p *float64) any {
