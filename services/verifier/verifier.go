@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -182,6 +183,22 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	return &e, nil
 }
 
+// exitHook is sourced by the test script's bash before the script runs
+// (through BASH_ENV, which it then unsets so no other bash sources it): at
+// the script's exit it stops (SIGSTOP) every other process in the
+// container but PID 1, within the script's own exit, before the engine
+// could be asked to freeze. A process the test started (an agent's code
+// run as root) that would write the reward after the script's last write
+// is stopped before it can. A script that sets its own EXIT trap or execs
+// another program replaces the hook; Freeze, right after the exec ends,
+// still stops everything before the reward is read. A task whose
+// [verifier.env] sets BASH_ENV keeps its own and has only Freeze.
+const exitHook = "unset BASH_ENV\ntrap 'kill -STOP -1 2>/dev/null' EXIT\n"
+
+// exitHookPath is where the verifier's exec writes exitHook, fresh, before
+// the script starts.
+const exitHookPath = "/.proctor-verifier-exit.sh"
+
 // runTests copies the tests to /tests and /verifier, creates
 // /logs/verifier fresh (nothing a solver wrote there counts), runs
 // `bash /tests/test.sh` as root with [verifier].timeout_sec and the literal
@@ -204,11 +221,18 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	// One exec: a fresh /logs/verifier (nothing a solver wrote there
 	// counts), fresh /tests and /verifier (nothing planted beside the
 	// tests), then the test script.
+	env := maps.Clone(t.VerifierEnv)
+	if _, ok := env["BASH_ENV"]; !ok {
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["BASH_ENV"] = exitHookPath
+	}
 	res, err := s.docker.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: harness.PlaceAndRun(stage, []string{"/tests", "/verifier"},
-			[]string{"/logs/verifier", "/tests", "/verifier"}, []string{"/logs/verifier", "/logs/agent", "/logs/artifacts"},
-			[]string{"bash", "/tests/" + filepath.Base(t.TestScript)}),
-		Env:     t.VerifierEnv,
+			[]string{"/logs/verifier", "/tests", "/verifier", exitHookPath}, []string{"/logs/verifier", "/logs/agent", "/logs/artifacts"},
+			[]string{"sh", "-c", `printf '%s' "$1" > "$2" && exec bash "$3"`, "sh", exitHook, exitHookPath, "/tests/" + filepath.Base(t.TestScript)}),
+		Env:     env,
 		Timeout: time.Duration(t.VerifierTimeoutSec * float64(time.Second)), Grace: time.Second,
 		Stdout: out, Stderr: out,
 	})
