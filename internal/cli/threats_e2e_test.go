@@ -85,6 +85,11 @@ fresh-logs)
   rm -rf /logs/verifier && ln -s /app/fake /logs/verifier && echo planted ;;
 fresh-conftest)
   printf 'import os\nopen("/logs/verifier/reward.txt", "w").write("1")\nos._exit(0)\n' > /tests/conftest.py && echo planted ;;
+agent-daemon)
+  # A daemon in its own session that would mark the task solved once the
+  # verifier has staged its tests.
+  setsid nohup sh -c 'while :; do [ -d /tests ] && touch /app/solved; sleep 0.01; done' >/dev/null 2>&1 < /dev/null &
+  echo planted ;;
 *)
   echo "nothing to plant" ;;
 esac
@@ -119,6 +124,9 @@ func TestThreatsVerdict(t *testing.T) {
 		// Hole 1: a fix-sum-like task whose test runs the agent's script.
 		threatTask("planted-sum", "debian:bookworm-slim", "RUN printf '3\\n14\\n15\\n92\\n65\\n' > /app/numbers.txt && printf 'tail -n +2 /app/numbers.txt | paste -sd+ | bc\\n' > /app/sum.sh\n",
 			"mkdir -p /logs/verifier\nif [ \"$(bash /app/sum.sh)\" = \"189\" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n", nil),
+		// An agent's daemon does not live into the verifier.
+		threatTask("agent-daemon", "debian:bookworm-slim", "",
+			"mkdir -p /logs/verifier\nfor i in $(seq 50); do [ -f /app/solved ] && break; sleep 0.01; done\n[ -f /app/solved ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n", nil),
 		// Hole 2: links and devices as reward files.
 		threatTask("link-hostname", "debian:bookworm-slim", "", "mkdir -p /logs/verifier\nln -s /etc/hostname /logs/verifier/reward.txt\n", nil),
 		threatTask("link-host-reward", "debian:bookworm-slim", "", "mkdir -p /logs/verifier\ncp -a /app/out/. /logs/verifier/\n", nil),
@@ -170,82 +178,7 @@ open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
 	for _, r := range a.Results {
 		rows[r.Task] = r
 	}
-	if len(rows) != 13 {
-		t.Fatalf("%d rows, want 13: %v", len(rows), rows)
-	}
-	for task, r := range rows {
-		if !strings.HasPrefix(task, "reward-") && !strings.HasPrefix(task, "link-hostname") && !strings.Contains(r.StdoutTail, "planted") {
-			t.Errorf("%s: the attack was not played: %+v", task, r)
-		}
-	}
-	verifierError := func(task, says string) {
-		t.Helper()
-		r := rows[task]
-		if r.Outcome != artifact.OutcomeVerifierError || r.Passed || r.Reward != nil || !r.Metrics.Error || !strings.Contains(r.Error, says) {
-			t.Errorf("%s: %s reward %s %q, want a verifier_error saying %q", task, r.Outcome, show(r.Reward), r.Error, says)
-		}
-	}
-	failed := func(task string) artifact.Result {
-		t.Helper()
-		r := rows[task]
-		if r.Outcome != artifact.OutcomeFailed || r.Passed || r.Reward == nil || *r.Reward != 0 {
-			t.Errorf("%s: %s reward %s (%s), want failed with reward 0", task, r.Outcome, show(r.Reward), r.Error)
-		}
-		return r
-	}
-
-	// Hole 1: the planted writer is stopped before the reward is read.
-	r := failed("planted-sum")
-	if n := r.Metrics.VerifierLeftoverProcesses; n == nil || *n < 1 {
-		t.Errorf("planted-sum: leftover processes %s, want the planted writer counted", show(n))
-	}
-	if n := rows["reward-hex"].Metrics.VerifierLeftoverProcesses; n == nil || *n != 0 {
-		t.Errorf("reward-hex: leftover processes %s, want 0 for a test that leaves none", show(n))
-	}
-
-	// Hole 2: nothing is resolved on the host.
-	hostName, _ := os.Hostname()
-	verifierError("link-hostname", `symlink to "/etc/hostname"`)
-	verifierError("link-host-reward", "symlink to")
-	verifierError("reward-device", "character device")
-	verifierError("reward-oversize", "over the cap of 65536")
-	for task, r := range rows {
-		if hostName != "" && strings.Contains(r.Error, hostName) {
-			t.Errorf("%s: the host's hostname is in the row: %q", task, r.Error)
-		}
-	}
-	// Links in copied-out directories are kept as links.
-	cell := rows["link-host-reward"].OutputDir
-	if got, err := os.Readlink(filepath.Join(cell, "logs", "verifier", "reward.txt")); err != nil || got != hostReward {
-		t.Errorf("link-host-reward: logs/verifier/reward.txt on the host: %q %v, want the link kept as a link", got, err)
-	}
-	if got, err := os.Readlink(filepath.Join(rows["metrics-zero"].OutputDir, "agent-output", "metrics.json")); err != nil || got != "/dev/zero" {
-		t.Errorf("metrics-zero: agent-output/metrics.json on the host: %q %v, want the link kept", got, err)
-	}
-	for _, task := range []string{"metrics-zero", "metrics-host"} {
-		r := failed(task)
-		if e, _ := r.Metrics.AgentReported["error"].(string); len(r.Metrics.AgentReported) != 1 || !strings.Contains(e, "metrics.json ignored") || !strings.Contains(e, "symlink") {
-			t.Errorf("%s: agent_reported %v, want only the reason it was ignored", task, r.Metrics.AgentReported)
-		}
-		if r.Metrics.PromptTokens != nil {
-			t.Errorf("%s: prompt tokens %d from a linked metrics.json", task, *r.Metrics.PromptTokens)
-		}
-	}
-	js, err := json.Marshal(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(js), secret) {
-		t.Error("the host file linked as metrics.json is in the artifact")
-	}
-	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
-		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
-	}
-
-	// Holes 3 and 4: one plain decimal number, -0 stored as 0.
-	verifierError("reward-trailing", "extra data")
-	verifierError("reward-hex", "not a plain decimal")
-	failed("reward-negzero")
+	// The artifact as written, for what typed decoding would hide (-0).
 	raw, err := os.ReadFile(filepath.Join(out, "a.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -260,16 +193,101 @@ open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range doc.Results {
-		if r.Task == "reward-negzero" && (string(r.Reward) != "0" || string(r.Rewards["reward"]) != "0") {
-			t.Errorf("reward-negzero stored as reward %s, rewards %s; want 0", r.Reward, r.Rewards["reward"])
+	hostName, _ := os.Hostname()
+	verifierError := func(says string) func(*testing.T, artifact.Result) {
+		return func(t *testing.T, r artifact.Result) {
+			if r.Outcome != artifact.OutcomeVerifierError || r.Passed || r.Reward != nil || !r.Metrics.Error || !strings.Contains(r.Error, says) {
+				t.Errorf("%s reward %s %q, want a verifier_error saying %q", r.Outcome, show(r.Reward), r.Error, says)
+			}
 		}
 	}
-
-	// Hole 7: graders and logs are staged fresh: the real reward.
-	failed("fresh-hook")
-	verifierError("fresh-logs", "neither")
-	failed("fresh-conftest")
+	failed := func(t *testing.T, r artifact.Result) {
+		if r.Outcome != artifact.OutcomeFailed || r.Passed || r.Reward == nil || *r.Reward != 0 {
+			t.Errorf("%s reward %s (%s), want failed with reward 0", r.Outcome, show(r.Reward), r.Error)
+		}
+	}
+	ignoredMetrics := func(t *testing.T, r artifact.Result) {
+		failed(t, r)
+		if e, _ := r.Metrics.AgentReported["error"].(string); len(r.Metrics.AgentReported) != 1 || !strings.Contains(e, "metrics.json ignored") || !strings.Contains(e, "symlink") {
+			t.Errorf("agent_reported %v, want only the reason it was ignored", r.Metrics.AgentReported)
+		}
+		if r.Metrics.PromptTokens != nil {
+			t.Errorf("prompt tokens %d from a linked metrics.json", *r.Metrics.PromptTokens)
+		}
+	}
+	checks := map[string]func(*testing.T, artifact.Result){
+		// Hole 1: the planted writer is stopped before the reward is read.
+		"planted-sum": func(t *testing.T, r artifact.Result) {
+			failed(t, r)
+			if n := r.Metrics.VerifierLeftoverProcesses; n == nil || *n < 1 {
+				t.Errorf("leftover processes %s, want the planted writer counted", show(n))
+			}
+		},
+		// The agent's own processes are killed before the verifier starts.
+		"agent-daemon": failed,
+		// Hole 2: nothing is resolved on the host.
+		"link-hostname": verifierError(`symlink to "/etc/hostname"`),
+		"link-host-reward": func(t *testing.T, r artifact.Result) {
+			verifierError("symlink to")(t, r)
+			// Kept in the cell's logs as a link, not followed.
+			if got, err := os.Readlink(filepath.Join(r.OutputDir, "logs", "verifier", "reward.txt")); err != nil || got != hostReward {
+				t.Errorf("logs/verifier/reward.txt on the host: %q %v, want the link kept as a link", got, err)
+			}
+		},
+		"reward-device":   verifierError("character device"),
+		"reward-oversize": verifierError("over the cap of 65536"),
+		"metrics-zero": func(t *testing.T, r artifact.Result) {
+			ignoredMetrics(t, r)
+			if got, err := os.Readlink(filepath.Join(r.OutputDir, "agent-output", "metrics.json")); err != nil || got != "/dev/zero" {
+				t.Errorf("agent-output/metrics.json on the host: %q %v, want the link kept", got, err)
+			}
+		},
+		"metrics-host": func(t *testing.T, r artifact.Result) {
+			ignoredMetrics(t, r)
+			if strings.Contains(string(raw), secret) {
+				t.Error("the host file linked as metrics.json is in the artifact")
+			}
+		},
+		// Holes 3 and 4: one plain decimal number, -0 stored as 0.
+		"reward-trailing": verifierError("extra data"),
+		"reward-hex": func(t *testing.T, r artifact.Result) {
+			verifierError("not a plain decimal")(t, r)
+			if n := r.Metrics.VerifierLeftoverProcesses; n == nil || *n != 0 {
+				t.Errorf("leftover processes %s, want 0 for a test that leaves none", show(n))
+			}
+		},
+		"reward-negzero": func(t *testing.T, r artifact.Result) {
+			failed(t, r)
+			for _, d := range doc.Results {
+				if d.Task == r.Task && (string(d.Reward) != "0" || string(d.Rewards["reward"]) != "0") {
+					t.Errorf("stored as reward %s, rewards %s; want 0", d.Reward, d.Rewards["reward"])
+				}
+			}
+		},
+		// Hole 7: graders and logs are staged fresh: the real reward.
+		"fresh-hook":     failed,
+		"fresh-logs":     verifierError("neither"),
+		"fresh-conftest": failed,
+	}
+	if len(rows) != len(checks) {
+		t.Fatalf("%d rows, want %d: %v", len(rows), len(checks), rows)
+	}
+	for task, check := range checks {
+		t.Run(task, func(t *testing.T) {
+			r := rows[task]
+			if !strings.HasPrefix(task, "reward-") && task != "link-hostname" && !strings.Contains(r.StdoutTail, "planted") {
+				t.Errorf("the attack was not played: %+v", r)
+			}
+			if hostName != "" && strings.Contains(r.Error, hostName) {
+				t.Errorf("the host's hostname is in the row: %q", r.Error)
+			}
+			check(t, r)
+		})
+	}
+	// However the agent ended its cells, the run left nothing behind.
+	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
+		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
+	}
 }
 
 // show prints a pointer's value, or "none".

@@ -193,7 +193,9 @@ ln -s /etc /r/etc-link`)
 			t.Errorf("CopyOut %s -> %q, want %q", link, got, target)
 		}
 	}
-	if _, err := os.Lstat(filepath.Join(dst, "r", "zero")); err == nil {
-		t.Error("CopyOut made a device node on the host")
+	for _, name := range []string{"zero", "fifo"} {
+		if _, err := os.Lstat(filepath.Join(dst, "r", name)); err == nil {
+			t.Errorf("CopyOut made the device or fifo %s on the host", name)
+		}
 	}
 }
