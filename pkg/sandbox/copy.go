@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,9 +140,40 @@ func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error
 // or be written through a symlink are refused with an error. A missing
 // sandboxPath is ErrNotFound.
 func (d *Docker) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error {
+	_, err := d.CopyOutFiles(ctx, h, sandboxPath, hostDir, nil)
+	return err
+}
+
+// FileResult is one file CopyOutFiles was asked to read: its contents, or
+// why it was not read (an error wrapping ErrNotRegular or ErrTooLarge).
+type FileResult struct {
+	Data []byte
+	Err  error
+}
+
+// CopyOutFiles is CopyOut that also reads, from the same tar stream, the
+// files named in files (absolute sandbox paths under sandboxPath → size cap
+// in bytes, > 0), so the caller never reads them through the host: each
+// must be a regular file of at most its cap, as ReadFile checks; a symlink,
+// device, fifo or directory in its place, or a symlink in place of one of
+// its parent directories under sandboxPath, is a FileResult with an error
+// wrapping ErrNotRegular, an oversized one wraps ErrTooLarge. A file that
+// is not in the tree is absent from the result. Errors are as CopyOut's.
+func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]FileResult, error) {
 	cid, err := d.container(h)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	want := map[string]int64{} // tar entry name → cap
+	names := map[string]string{}
+	base := path.Dir(path.Clean("/" + sandboxPath))
+	for p, limit := range files {
+		rel := strings.TrimPrefix(path.Clean(p), base)
+		rel = strings.TrimPrefix(rel, "/")
+		if limit <= 0 || rel == "" || !strings.HasPrefix(path.Clean(p), path.Clean("/"+sandboxPath)+"/") {
+			return nil, fmt.Errorf("%w: CopyOutFiles: %s is not under %s or has no positive cap", ErrInvalidSpec, p, sandboxPath)
+		}
+		want[rel], names[rel] = limit, p
 	}
 	rc, _, err := d.cli.CopyFromContainer(ctx, cid, sandboxPath)
 	if err != nil {
@@ -149,20 +181,47 @@ func (d *Docker) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir st
 			// The engine says not found both for the path and for the
 			// container; tell them apart.
 			if _, ierr := d.cli.ContainerInspect(ctx, cid); cerrdefs.IsNotFound(ierr) {
-				return fmt.Errorf("%w: %v", ErrDestroyed, err)
+				return nil, fmt.Errorf("%w: %v", ErrDestroyed, err)
 			}
-			return fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
 		}
-		return fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
+		return nil, fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
 	}
 	defer rc.Close()
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
-		return fmt.Errorf("sandbox: copy out: %w", err)
+		return nil, fmt.Errorf("sandbox: copy out: %w", err)
 	}
-	if err := extractTar(rc, hostDir); err != nil {
-		return fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
+	got := map[string]FileResult{}
+	capture := func(hdr *tar.Header, r io.Reader) ([]byte, bool) {
+		name := strings.TrimSuffix(hdr.Name, "/")
+		if limit, ok := want[name]; ok {
+			if err := checkRegular(hdr, names[name], limit); err != nil {
+				got[names[name]] = FileResult{Err: err}
+				return nil, false
+			}
+			b := make([]byte, hdr.Size)
+			if _, err := io.ReadFull(r, b); err != nil {
+				got[names[name]] = FileResult{Err: err}
+				return nil, false
+			}
+			got[names[name]] = FileResult{Data: b}
+			return b, true
+		}
+		if hdr.Typeflag == tar.TypeSymlink {
+			// A linked parent directory: the engine does not descend into
+			// it, and the host must not either.
+			for rel, p := range names {
+				if strings.HasPrefix(rel, name+"/") {
+					got[p] = FileResult{Err: fmt.Errorf("%w: %s is under %s, a symlink to %q", ErrNotRegular, p, "/"+path.Join(strings.TrimPrefix(base, "/"), name), boundText(hdr.Linkname, 200))}
+				}
+			}
+		}
+		return nil, false
 	}
-	return nil
+	if err := extractTar(rc, hostDir, capture); err != nil {
+		return nil, fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
+	}
+	return got, nil
 }
 
 // ErrNotRegular is wrapped by ReadFile when the path is a symlink, a
@@ -212,21 +271,30 @@ func readOneRegular(r io.Reader, name string, maxBytes int64) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: read %s: %w", name, err)
 	}
-	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA:
-	case tar.TypeSymlink:
-		return nil, fmt.Errorf("%w: %s is a symlink to %q", ErrNotRegular, name, boundText(hdr.Linkname, 200))
-	default:
-		return nil, fmt.Errorf("%w: %s is a %s", ErrNotRegular, name, tarTypeName(hdr.Typeflag))
-	}
-	if hdr.Size > maxBytes {
-		return nil, fmt.Errorf("%w: %s is %d bytes, over the cap of %d", ErrTooLarge, name, hdr.Size, maxBytes)
+	if err := checkRegular(hdr, name, maxBytes); err != nil {
+		return nil, err
 	}
 	b := make([]byte, hdr.Size)
 	if _, err := io.ReadFull(tr, b); err != nil {
 		return nil, fmt.Errorf("sandbox: read %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// checkRegular returns nil when hdr is a regular file of at most maxBytes,
+// else an error wrapping ErrNotRegular or ErrTooLarge naming it as name.
+func checkRegular(hdr *tar.Header, name string, maxBytes int64) error {
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeSymlink:
+		return fmt.Errorf("%w: %s is a symlink to %q", ErrNotRegular, name, boundText(hdr.Linkname, 200))
+	default:
+		return fmt.Errorf("%w: %s is a %s", ErrNotRegular, name, tarTypeName(hdr.Typeflag))
+	}
+	if hdr.Size > maxBytes {
+		return fmt.Errorf("%w: %s is %d bytes, over the cap of %d", ErrTooLarge, name, hdr.Size, maxBytes)
+	}
+	return nil
 }
 
 func tarTypeName(t byte) string {
@@ -255,8 +323,11 @@ func boundText(s string, n int) string {
 }
 
 // extractTar extracts a tar stream into dir, refusing entries that escape
-// dir or pass through a symlink. Directory modes are applied last.
-func extractTar(r io.Reader, dir string) error {
+// dir or pass through a symlink. Directory modes are applied last. capture,
+// when not nil, sees every entry first; when it returns ok, the entry is a
+// regular file whose contents it has read and returned, and they are
+// written from that.
+func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([]byte, bool)) error {
 	tr := tar.NewReader(r)
 	type dirMode struct {
 		path string
@@ -281,6 +352,12 @@ func extractTar(r io.Reader, dir string) error {
 			return err
 		}
 		mode := fs.FileMode(hdr.Mode).Perm()
+		var src io.Reader = tr
+		if capture != nil {
+			if b, ok := capture(hdr, tr); ok {
+				src = bytes.NewReader(b)
+			}
+		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(target, 0o755); err != nil {
@@ -296,7 +373,7 @@ func extractTar(r io.Reader, dir string) error {
 			if err != nil {
 				return err
 			}
-			_, err = io.Copy(f, tr)
+			_, err = io.Copy(f, src)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}

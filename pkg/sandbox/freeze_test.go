@@ -178,10 +178,32 @@ ln -s /etc /r/etc-link`)
 	if b, err := d.ReadFile(ctx, h, "/r/etc-link/hostname", 64<<10); err != nil || string(b) != want {
 		t.Errorf("through a linked parent: %q %v, want the container's %q", b, err, want)
 	}
+	// CopyOutFiles reads the same way from the stream it extracts, and
 	// CopyOut stores links as links and never reads through them.
 	dst := t.TempDir()
-	if err := d.CopyOut(ctx, h, "/r", dst); err != nil {
+	got, err := d.CopyOutFiles(ctx, h, "/r", dst, map[string]int64{
+		"/r/ok": 64 << 10, "/r/hostname-link": 64 << 10, "/r/zero": 64 << 10, "/r/over-cap": 64 << 10,
+		"/r/missing": 64 << 10, "/r/etc-link/hostname": 64 << 10,
+	})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if f := got["/r/ok"]; f.Err != nil || string(f.Data) != "1" {
+		t.Errorf("CopyOutFiles of a regular file: %+v", f)
+	}
+	for p, want := range map[string]error{"/r/hostname-link": ErrNotRegular, "/r/zero": ErrNotRegular, "/r/over-cap": ErrTooLarge, "/r/etc-link/hostname": ErrNotRegular} {
+		if f := got[p]; !errors.Is(f.Err, want) || f.Data != nil {
+			t.Errorf("CopyOutFiles %s: %+v, want %v", p, f, want)
+		}
+	}
+	if f, ok := got["/r/missing"]; ok {
+		t.Errorf("CopyOutFiles of a missing file: %+v", f)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "r", "ok")); err != nil || string(b) != "1" {
+		t.Errorf("a captured file on the host: %q %v", b, err)
+	}
+	if _, err := d.CopyOutFiles(ctx, h, "/r", dst, map[string]int64{"/etc/passwd": 1}); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("CopyOutFiles of a path outside the tree: %v", err)
 	}
 	for link, target := range map[string]string{"hostname-link": "/etc/hostname", "zero-link": "/dev/zero", "host-link": secret} {
 		fi, err := os.Lstat(filepath.Join(dst, "r", link))

@@ -315,29 +315,28 @@ func (c *cell) copyPrompt(ctx context.Context, h *sandbox.Handle, prompt string)
 
 // readMetrics copies /agent-output out (symlinks stored as symlinks,
 // never followed) and reads the Archal metrics.json when the agent wrote
-// one, straight from the sandbox: a regular file of at most
-// harness.MaxMetricsBytes (sandbox.Docker.ReadFile; nothing resolved on the
-// host). The values are kept as reported; a metrics.json that is a link, a
-// device, too large or not JSON is ignored and the row says why
-// ({"error": reason}).
+// one from the same copy, never through the host: a regular file of at
+// most harness.MaxMetricsBytes (sandbox.Docker.CopyOutFiles). The values
+// are kept as reported; a metrics.json that is a link, a device, too large
+// or not JSON is ignored and the row says why ({"error": reason}).
 func (c *cell) readMetrics(ctx context.Context, h *sandbox.Handle) map[string]any {
-	if err := c.s.docker.CopyOut(ctx, h, agentOutput, c.dir.Path()); err != nil {
+	const metricsPath = agentOutput + "/metrics.json"
+	files, err := c.s.docker.CopyOutFiles(ctx, h, agentOutput, c.dir.Path(), map[string]int64{metricsPath: harness.MaxMetricsBytes})
+	if err != nil {
 		if !errors.Is(err, sandbox.ErrNotFound) {
 			c.dir.Logf("copy %s out: %v", agentOutput, err)
 		}
+		return nil
 	}
-	b, err := c.s.docker.ReadFile(ctx, h, agentOutput+"/metrics.json", harness.MaxMetricsBytes)
+	f, ok := files[metricsPath]
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
+	case !ok:
 		return nil
-	case errors.Is(err, sandbox.ErrNotRegular), errors.Is(err, sandbox.ErrTooLarge):
-		c.dir.Logf("metrics.json ignored: %v", err)
-		return map[string]any{"error": "metrics.json ignored: " + err.Error()}
-	case err != nil:
-		c.dir.Logf("read metrics.json: %v", err)
-		return nil
+	case f.Err != nil:
+		c.dir.Logf("metrics.json ignored: %v", f.Err)
+		return map[string]any{"error": "metrics.json ignored: " + f.Err.Error()}
 	}
-	m, err := harness.ReadMetrics(b)
+	m, err := harness.ReadMetrics(f.Data)
 	if err != nil {
 		c.dir.Logf("%v", err)
 		return map[string]any{"error": err.Error()}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -258,7 +259,7 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	}
 	v.DurationSec = float64(res.Duration.Milliseconds()) / 1000
 	v.StdoutTail = out.RowTail()
-	s.copyLogs(ctx, h, dir)
+	files, copyErr := s.copyLogs(ctx, h, dir)
 	if res.TimedOut {
 		zero := 0.0
 		v.Reward, v.TimedOut = &zero, true
@@ -266,53 +267,61 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 		dir.Logf("verifier timed out after %.3fs: reward 0", v.DurationSec)
 		return v, nil
 	}
-	r, err := s.readReward(ctx, h)
-	if err != nil {
-		return v, err
+	if copyErr != nil {
+		return v, fmt.Errorf("copy /logs out: %w", copyErr)
 	}
+	r := readReward(files)
 	v.Reward, v.Rewards, v.RawReward, v.Error = r.Value, r.Rewards, r.Raw, r.Err
 	dir.Logf("verifier exit %d: reward %v %s", rc, deref(r.Value), r.Err)
 	return v, nil
 }
 
+// Paths of the reward files in the sandbox.
+const (
+	rewardTxt  = "/logs/verifier/reward.txt"
+	rewardJSON = "/logs/verifier/reward.json"
+)
+
 // copyLogs copies the sandbox's /logs (the verifier's files and the task's
-// agent and artifact logs, in one call) into the cell's logs/ directory.
-// Symlinks are stored as symlinks and never followed; a failure is noted
-// in run.log and does not touch the verdict, which is read apart.
-func (s *Service) copyLogs(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) {
+// agent and artifact logs, in one call) into the cell's logs/ directory,
+// symlinks stored as symlinks and never followed, and returns the reward
+// files read from the same stream (sandbox.Docker.CopyOutFiles: regular
+// files of at most harness.MaxRewardFileBytes, nothing resolved on the
+// host). A missing /logs is no files. The error is the engine's.
+func (s *Service) copyLogs(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) (map[string]sandbox.FileResult, error) {
 	if err := os.RemoveAll(dir.Path("logs")); err != nil {
-		dir.Logf("copy /logs out: %v", err)
-		return
+		return nil, err
 	}
-	if err := s.docker.CopyOut(ctx, h, "/logs", dir.Path()); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
-		dir.Logf("copy /logs out: %v", err)
+	files, err := s.docker.CopyOutFiles(ctx, h, "/logs", dir.Path(),
+		map[string]int64{rewardTxt: harness.MaxRewardFileBytes, rewardJSON: harness.MaxRewardFileBytes})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil, nil
 	}
+	return files, err
 }
 
-// readReward reads /logs/verifier/reward.txt and reward.json straight from
-// the sandbox (sandbox.Docker.ReadFile: regular files of at most
-// harness.MaxRewardFileBytes, nothing resolved on the host) and parses
-// them. A reward file that is a symlink, a device, a directory or over the
-// cap is no verdict with the reason. The error is non-nil only when the
-// engine fails.
-func (s *Service) readReward(ctx context.Context, h *sandbox.Handle) (harness.Reward, error) {
-	var files [2][]byte
-	for i, name := range []string{"reward.txt", "reward.json"} {
-		b, err := s.docker.ReadFile(ctx, h, "/logs/verifier/"+name, harness.MaxRewardFileBytes)
+// readReward parses the reward files copyLogs read. A reward file that is
+// a symlink (or under one), a device, a directory or over the cap is no
+// verdict with the reason.
+func readReward(files map[string]sandbox.FileResult) harness.Reward {
+	var txt, js []byte
+	for _, f := range []struct {
+		path string
+		into *[]byte
+	}{{rewardTxt, &txt}, {rewardJSON, &js}} {
+		got, ok := files[f.path]
 		switch {
-		case err == nil:
-			if b == nil {
-				b = []byte{}
-			}
-			files[i] = b
-		case errors.Is(err, sandbox.ErrNotFound):
-		case errors.Is(err, sandbox.ErrNotRegular), errors.Is(err, sandbox.ErrTooLarge):
-			return harness.Reward{Err: name + ": not read: " + err.Error()}, nil
+		case !ok:
+		case got.Err != nil:
+			return harness.Reward{Err: path.Base(f.path) + ": not read: " + got.Err.Error()}
 		default:
-			return harness.Reward{}, fmt.Errorf("read %s: %w", name, err)
+			*f.into = got.Data
+			if *f.into == nil {
+				*f.into = []byte{}
+			}
 		}
 	}
-	return harness.ParseReward(files[0], files[1]), nil
+	return harness.ParseReward(txt, js)
 }
 
 func deref(p *float64) any {
