@@ -38,6 +38,7 @@ type runFlags struct {
 	outMD       string
 	dryRun      bool
 	imageMap    string
+	limits      limitFlags
 	node        string
 	commandTpl  string
 	agentGrace  float64
@@ -77,6 +78,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
+	f.limits.add(fl)
 	return cmd
 }
 
@@ -182,7 +184,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	grp, gctx := errgroup.WithContext(runCtx)
 	var docker *sandbox.Docker
 	if g.natsURL == "" {
-		st, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices})
+		st, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits})
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 func newServe(g *globals) *cobra.Command {
 	var node, imageMap string
 	var concurrency int
+	var limits limitFlags
 	cmd := &cobra.Command{
 		Use:   "serve (planner|launcher|verifier|aggregator|all)... --nats URL",
 		Short: "Run proctor services as a long-lived process against a NATS cluster",
@@ -39,7 +40,7 @@ of the same machine must use the same --node.`,
 			}
 			defer conn.Close()
 			grp, gctx := errgroup.WithContext(ctx)
-			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services}); err != nil {
+			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services, limits: limits}); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "serving %s on %s\n", strings.Join(services, ", "), g.natsURL)
@@ -53,6 +54,7 @@ of the same machine must use the same --node.`,
 	cmd.Flags().StringVar(&node, "node", "", "this machine's node name (default: host name)")
 	cmd.Flags().IntVar(&concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once by the launcher")
 	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
+	limits.add(cmd.Flags())
 	return cmd
 }
 

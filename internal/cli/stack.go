@@ -23,6 +23,7 @@ type stackConfig struct {
 	concurrency int
 	imageMap    string
 	services    []string
+	limits      limitFlags
 }
 
 type stack struct {
@@ -47,7 +48,11 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 				return nil, err
 			}
 		}
-		d, err := sandbox.NewDocker(sandbox.DockerOptions{Logger: log, ImageMap: m})
+		defaults, err := cfg.limits.limits()
+		if err != nil {
+			return nil, err
+		}
+		d, err := sandbox.NewDocker(sandbox.DockerOptions{Logger: log, ImageMap: m, Defaults: defaults})
 		if err != nil {
 			return nil, err
 		}

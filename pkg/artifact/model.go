@@ -118,6 +118,26 @@ type Metrics struct {
 	// read; PID 1 and zombies not counted): a sign of tampering or of a
 	// sloppy test. Absent when not measured.
 	VerifierLeftoverProcesses *int `json:"verifier_leftover_processes,omitempty"`
+	// Limits are the sandbox's resource limits (absent for a cell that
+	// never had a container).
+	Limits *Limits `json:"limits,omitempty"`
+	// OOMKilled is true when the kernel killed a process of the sandbox at
+	// its memory limit; OOMPhase says during which phase ("solve" or
+	// "verify"). The outcome is still the verifier's (DESIGN §9).
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+	OOMPhase  string `json:"oom_phase,omitempty"`
+}
+
+// Limits are metrics.limits: CPUs (fractions allowed; absent = no limit),
+// memory in MiB, the most processes and threads at once, no-new-privileges,
+// and where CPUs and memory came from ("task" or "default").
+type Limits struct {
+	CPUs            float64 `json:"cpus,omitempty"`
+	MemoryMB        int64   `json:"memory_mb,omitempty"`
+	PidsLimit       int64   `json:"pids_limit,omitempty"`
+	NoNewPrivileges bool    `json:"no_new_privileges"`
+	MemorySource    string  `json:"memory_source,omitempty"`
+	CPUsSource      string  `json:"cpus_source,omitempty"`
 }
 
 // EgressCounts counts the proxy's decisions for a cell.

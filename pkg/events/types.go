@@ -91,6 +91,21 @@ type SandboxStartedData struct {
 	State   map[string]string `json:"state,omitempty"`
 	Node    string            `json:"node"`
 	Network string            `json:"network,omitempty"`
+	// Limits are the sandbox's resource limits (DESIGN §4).
+	Limits *SandboxLimits `json:"limits,omitempty"`
+}
+
+// SandboxLimits are the limits a sandbox got: CPUs (fractions allowed),
+// memory in MiB (swap limited to the same), the most processes and threads
+// at once, and no-new-privileges. A zero or absent number means no limit;
+// the sources are "task" (declared by the task) or "default".
+type SandboxLimits struct {
+	CPUs            float64 `json:"cpus,omitempty"`
+	MemoryMB        int64   `json:"memory_mb,omitempty"`
+	PidsLimit       int64   `json:"pids_limit,omitempty"`
+	NoNewPrivileges bool    `json:"no_new_privileges"`
+	MemorySource    string  `json:"memory_source,omitempty"`
+	CPUsSource      string  `json:"cpus_source,omitempty"`
 }
 
 // StartedData opens a solve.
@@ -176,6 +191,9 @@ type FinishedData struct {
 	AgentReported map[string]any `json:"agent_reported,omitempty"`
 	// Isolation records the sandbox of the solve phase (e.g. network).
 	Isolation map[string]any `json:"isolation,omitempty"`
+	// OOMKilled is true when the kernel killed a process of the sandbox at
+	// its memory limit during the solve.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // VerifyStartedData opens the verifier phase.
@@ -201,6 +219,9 @@ type VerdictData struct {
 	// test script ended and the sandbox was frozen, before the reward was
 	// read: a sign of tampering or of a sloppy test. Nil when not measured.
 	LeftoverProcesses *int `json:"leftover_processes,omitempty"`
+	// OOMKilled is true when the kernel killed a process of the sandbox at
+	// its memory limit during the verifier phase (not before it).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // CellErroredData ends a cell that has no verdict.

@@ -38,6 +38,7 @@ type Docker struct {
 	cli      *client.Client
 	log      *slog.Logger
 	imageMap *ImageMap
+	defaults Limits
 	builds   keyedMutex
 }
 
@@ -53,6 +54,11 @@ type DockerOptions struct {
 	// ImageMap rewrites image references before a build or a run (FROM
 	// lines and docker_image, see EnsureImage); nil maps nothing.
 	ImageMap *ImageMap
+	// Defaults are the limits of a sandbox whose Spec sets none: CPUs and
+	// MemoryMB apply when the task declares no cpus / memory_mb, PidsLimit
+	// always. A zero field means the DefaultLimits value, a negative one
+	// no limit. NoNewPrivileges and the sources are ignored.
+	Defaults Limits
 }
 
 // NewDocker returns a Docker driver. It does not contact the engine; the
@@ -70,7 +76,7 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Docker{cli: cli, log: log, imageMap: opts.ImageMap}, nil
+	return &Docker{cli: cli, log: log, imageMap: opts.ImageMap, defaults: opts.Defaults.withDefaults()}, nil
 }
 
 // Client returns the engine client the driver uses.
@@ -100,9 +106,10 @@ func labels(spec Spec) map[string]string {
 // from spec.Image (which must exist locally: Start never pulls) with
 // `sleep <Lifetime seconds>` as its main process, spec.Env as its
 // environment, spec.Workdir as its WORKDIR (created by the engine when
-// missing), and the CPU and memory limits. Handle.ID is the container id;
-// Handle.State holds "container", "network" (when one was created), "run",
-// "cell", "image". On error everything created is removed.
+// missing), the limits d.Limits(spec) returns (recorded in Handle.Limits)
+// and no-new-privileges. Handle.ID is the container id; Handle.State holds
+// "container", "network" (when one was created), "run", "cell", "image".
+// On error everything created is removed.
 func (d *Docker) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	if spec.Image == "" {
 		return nil, fmt.Errorf("%w: empty image", ErrInvalidSpec)
@@ -155,21 +162,16 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (*Handle, error) {
 		netMode = name
 	}
 
+	h.Limits = d.Limits(spec)
 	cfg := &container.Config{
 		Image:      spec.Image,
 		Entrypoint: []string{"sleep", strconv.FormatInt(int64(math.Ceil(life.Seconds())), 10)},
 		Cmd:        []string{},
 		Env:        envList(spec.Env),
 		WorkingDir: spec.Workdir,
-		Labels:     lbl,
+		Labels:     limitLabels(lbl, h.Limits),
 	}
-	hc := &container.HostConfig{
-		NetworkMode: container.NetworkMode(netMode),
-		Resources: container.Resources{
-			NanoCPUs: int64(spec.CPUs * 1e9),
-			Memory:   spec.MemoryMB << 20,
-		},
-	}
+	hc := hostConfig(netMode, h.Limits)
 	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: docker: create container from %s: %w", spec.Image, err))
@@ -354,12 +356,12 @@ func (d *Docker) stopExec(ctx context.Context, cid, execID string, grace time.Du
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout+grace)
 	defer cancel()
 	if grace > 0 {
-		if err := d.signalAll(cctx, cid, "TERM"); err != nil {
+		if err := d.signalAs(cctx, cid, "0", "TERM"); err != nil {
 			d.log.Warn("sandbox: SIGTERM to the exec's processes failed", "container", cid, "err", err)
 		}
 		_, _ = d.waitExec(cctx, execID, grace)
 	}
-	if err := d.signalAll(cctx, cid, "KILL"); err != nil {
+	if err := d.signalAs(cctx, cid, "0", "KILL"); err != nil {
 		d.log.Warn("sandbox: SIGKILL to the exec's processes failed", "container", cid, "err", err)
 	}
 	_, _ = d.waitExec(cctx, execID, killWait)
@@ -367,25 +369,25 @@ func (d *Docker) stopExec(ctx context.Context, cid, execID string, grace time.Du
 	return ExecResult{ExitCode: TimeoutExitCode, TimedOut: true, Duration: time.Since(start)}
 }
 
-// signalAll sends SIGsig to every process in the container but PID 1, from
-// a new root exec, and waits for that exec to finish.
-func (d *Docker) signalAll(ctx context.Context, cid, sig string) error {
+// runQuiet runs `sh -c script` as user in the container, discards its
+// output and returns its exit code (126 when the runtime could not start
+// it, e.g. at the pids limit).
+func (d *Docker) runQuiet(ctx context.Context, cid, user, script string) (int, error) {
 	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
-		User: "0",
-		Cmd:  []string{"sh", "-c", "kill -" + sig + " -1"},
+		User: user, AttachStdout: true, AttachStderr: true,
+		Cmd: []string{"sh", "-c", script},
 	})
 	if err != nil {
-		return err
+		return -1, d.execErr(err)
 	}
 	resp, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return err
+		return -1, d.execErr(err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Reader)
 	resp.Close()
-	return nil
+	return d.waitExec(ctx, created.ID, killWait)
 }
-
 // waitExec polls the exec until it is no longer running, for at most max,
 // and returns its exit code (-1 when it was still running).
 func (d *Docker) waitExec(ctx context.Context, execID string, max time.Duration) (int, error) {

@@ -86,7 +86,8 @@ type Spec struct {
 	// NetworkNone. The process driver ignores it (the host's network).
 	Network string
 	// CPUs limits the container to this many CPUs (fractions allowed);
-	// 0 means unlimited. MemoryMB limits memory in MiB; 0 means unlimited.
+	// MemoryMB limits memory in MiB. 0 means the driver's default
+	// (DockerOptions.Defaults; memory DefaultMemoryMB, CPUs unlimited).
 	// Docker only.
 	CPUs     float64
 	MemoryMB int64
@@ -198,6 +199,9 @@ type Handle struct {
 	// SandboxStarted event and passed back to Destroy through a Handle
 	// rebuilt from it.
 	State map[string]string `json:"state"`
+	// Limits are the resource limits the sandbox got (Docker; zero for a
+	// process sandbox).
+	Limits Limits `json:"limits"`
 
 	// env is Spec.Env, kept out of State so that secrets in it are not
 	// recorded in events.

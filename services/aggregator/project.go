@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -41,6 +42,7 @@ type cellState struct {
 	verdict  *events.VerdictData
 	finished *events.FinishedData
 	image    *events.ImageBuiltData
+	limits   *events.SandboxLimits
 
 	// Telemetry the agent reports: each sum is nil until an event reports
 	// it (unreported is not 0); calls counts Usage events (their calls,
@@ -117,6 +119,10 @@ func (p *Projector) Apply(e events.Envelope) {
 	case events.ImageBuilt:
 		c.image = new(events.ImageBuiltData)
 		_ = events.Into(e, c.image)
+	case events.SandboxStarted:
+		var sb events.SandboxStartedData
+		_ = events.Into(e, &sb)
+		c.limits = sb.Limits
 	case events.Usage:
 		var u events.UsageData
 		_ = events.Into(e, &u)
@@ -355,6 +361,27 @@ func (p *Projector) row(id string) artifact.Result {
 		}
 	default:
 		errored(artifact.ErrorInfra, "no verdict: the run ended before this cell finished")
+	}
+	if c.limits != nil {
+		l := artifact.Limits(*c.limits)
+		m.Limits = &l
+	}
+	switch {
+	case c.finished != nil && c.finished.OOMKilled:
+		m.OOMKilled, m.OOMPhase = true, "solve"
+	case c.verdict != nil && c.verdict.OOMKilled:
+		m.OOMKilled, m.OOMPhase = true, "verify"
+	}
+	if m.OOMKilled {
+		// The cause is kept beside the verifier's outcome (DESIGN §9).
+		msg := "OOM-killed during the " + m.OOMPhase
+		if m.Limits != nil && m.Limits.MemoryMB > 0 {
+			msg += fmt.Sprintf(" at the memory limit of %d MiB (%s)", m.Limits.MemoryMB, m.Limits.MemorySource)
+		}
+		if r.Error != "" {
+			msg = r.Error + "; " + msg
+		}
+		r.Error = msg
 	}
 	return r
 }

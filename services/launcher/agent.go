@@ -255,7 +255,11 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 	}
 	// Whatever the agent left running goes before the verifier starts: a
 	// process of uid 10001 signalling -1 reaches every process of that uid.
-	_, _ = c.s.docker.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "kill -KILL -1 2>/dev/null; true"}, User: AgentUser, Timeout: time.Minute})
+	// KillAll also gets through a fork bomb holding the pids limit, and
+	// gives the verifier the sandbox's whole pids budget back.
+	if err := c.s.docker.KillAll(ctx, h, AgentUser); err != nil {
+		return events.FinishedData{}, fmt.Errorf("stop the agent's processes: %w", err)
+	}
 
 	run.mu.Lock()
 	defer run.mu.Unlock()

@@ -231,8 +231,9 @@ func (c *cell) run(ctx context.Context) error {
 		}
 	}
 	defer teardown()
-	c.dir.Logf("sandbox %.12s started on network %s", h.ID, phases.start)
-	sb := events.SandboxStartedData{Driver: h.Driver, ID: h.ID, State: h.State, Node: c.s.cfg.Node, Network: phases.start}
+	lim := events.SandboxLimits(h.Limits)
+	c.dir.Logf("sandbox %.12s started on network %s (cpus %g, memory %d MiB, pids %d; 0 = unlimited)", h.ID, phases.start, lim.CPUs, lim.MemoryMB, lim.PidsLimit)
+	sb := events.SandboxStartedData{Driver: h.Driver, ID: h.ID, State: h.State, Node: c.s.cfg.Node, Network: phases.start, Limits: &lim}
 	if err := c.emit(ctx, events.SandboxStarted, sb); err != nil {
 		return err
 	}
@@ -249,6 +250,13 @@ func (c *cell) run(ctx context.Context) error {
 		}
 		teardown() // before the terminal event: an ended cell owns no container
 		return c.fail(ctx, "infra", err)
+	}
+	// The sandbox is fresh, so any OOM kill so far is the solve's.
+	if n, err := c.s.docker.OOMKills(ctx, h); err != nil {
+		c.dir.Logf("solve: OOM kills unknown: %v", err)
+	} else if n > 0 {
+		fin.OOMKilled = true
+		c.dir.Logf("solve: a process was OOM-killed at the memory limit (%d MiB)", lim.MemoryMB)
 	}
 	if err := c.emit(ctx, events.Finished, fin); err != nil {
 		return err

@@ -170,12 +170,18 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if err := s.emit(ctx, job, events.VerifyStarted, events.VerifyStartedData{Node: s.cfg.Node, Network: network}); err != nil {
 		return nil, err
 	}
+	// Only OOM kills during the tests are the verifier phase's.
+	oomBefore, oomErr := s.docker.OOMKills(ctx, h)
 	v, err := s.runTests(ctx, t, h, dir)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return fail(err)
+	}
+	if n, err := s.docker.OOMKills(ctx, h); oomErr == nil && err == nil && n > oomBefore {
+		v.OOMKilled = true
+		dir.Logf("verify: %d process(es) OOM-killed at the memory limit", n-oomBefore)
 	}
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)
