@@ -388,6 +388,7 @@ func (d *Docker) runQuiet(ctx context.Context, cid, user, script string) (int, e
 	resp.Close()
 	return d.waitExec(ctx, created.ID, killWait)
 }
+
 // waitExec polls the exec until it is no longer running, for at most max,
 // and returns its exit code (-1 when it was still running).
 func (d *Docker) waitExec(ctx context.Context, execID string, max time.Duration) (int, error) {
