@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3";
@@ -69,6 +71,7 @@ type globals struct {
 	stdout, stderr io.Writer
 	verbose        bool
 	natsURL        string
+	natsAuth       bus.Auth
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -92,6 +95,11 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose-log", "v", false, "log debug messages on stderr")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("PROCTOR_NATS_URL"), "NATS URL of an external cluster (default: an embedded server storing under $PROCTOR_HOME; env PROCTOR_NATS_URL)")
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsAuth.User, "nats-user", os.Getenv("PROCTOR_NATS_USER"), "user for --nats (env PROCTOR_NATS_USER)")
+	pf.StringVar(&g.natsAuth.Password, "nats-password", os.Getenv("PROCTOR_NATS_PASSWORD"), "password for --nats (env PROCTOR_NATS_PASSWORD; prefer the env, a flag shows in ps)")
+	pf.StringVar(&g.natsAuth.CredsFile, "nats-creds", os.Getenv("PROCTOR_NATS_CREDS"), "credentials file (user JWT + nkey seed) for --nats (env PROCTOR_NATS_CREDS)")
+	pf.StringVar(&g.natsAuth.NkeySeedFile, "nats-nkey", os.Getenv("PROCTOR_NATS_NKEY"), "user nkey seed file for --nats (env PROCTOR_NATS_NKEY)")
 
 	tasks := &cobra.Command{Use: "tasks", Short: "Discover, inspect and run tasks"}
 	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,17 +29,25 @@ func (c *connection) Close() {
 // failing on the locked store.
 func urlFile() string { return filepath.Join(bus.Home(), "nats.url") }
 
-// connect dials --nats when given; else the embedded server of a running
+// connect dials --nats when given, with the credentials of --nats-user /
+// --nats-password, --nats-creds or --nats-nkey; else the embedded server of a running
 // proctor on this machine; else it starts an embedded server on the store
 // under $PROCTOR_HOME.
 func (g *globals) connect(ctx context.Context) (*connection, error) {
 	log := g.logger()
 	if g.natsURL != "" {
-		b, err := bus.Connect(ctx, g.natsURL, log)
+		opts, err := g.natsAuth.Options()
+		if err != nil {
+			return nil, usageError{err}
+		}
+		b, err := bus.Connect(ctx, g.natsURL, log, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return &connection{Bus: b}, nil
+	}
+	if !g.natsAuth.Empty() {
+		return nil, usageError{errors.New("NATS credentials (--nats-user, --nats-password, --nats-creds, --nats-nkey or their PROCTOR_NATS_* env) need --nats URL: the embedded server takes no credentials")}
 	}
 	if data, err := os.ReadFile(urlFile()); err == nil {
 		if b, err := bus.Connect(ctx, string(data), log); err == nil {
