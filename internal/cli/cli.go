@@ -103,7 +103,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 
 	tasks := &cobra.Command{Use: "tasks", Short: "Discover, inspect and run tasks"}
 	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))
-	root.AddCommand(tasks, newCatalog(g), newServe(g), newGC(g), newVersion(g))
+	root.AddCommand(tasks, newCatalog(g), newServe(g), newGC(g), newFirewall(g), newVersion(g))
 	root.AddCommand(newRuns(g), newReplay(g), newWatch(g), newEvents(g), newDataset(g))
 	return root
 }

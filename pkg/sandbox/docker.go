@@ -150,15 +150,11 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	netMode := mode
 	if mode == NetworkInternal {
 		name := "proctor-" + randomHex(6)
-		resp, err := d.cli.NetworkCreate(ctx, name, network.CreateOptions{
-			Driver:   "bridge",
-			Internal: true,
-			Labels:   lbl,
-		})
+		id, err := d.createInternal(ctx, name, lbl)
 		if err != nil {
-			return nil, fmt.Errorf("sandbox: docker: create network: %w", err)
+			return nil, err
 		}
-		h.State["network"] = resp.ID
+		h.State["network"] = id
 		netMode = name
 	}
 

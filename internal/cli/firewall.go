@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proctor-eval/proctor/pkg/firewall"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+)
+
+func newFirewall(g *globals) *cobra.Command {
+	var pool, iptables string
+	cmd := &cobra.Command{
+		Use:   "firewall (apply|remove|show)",
+		Short: "Drop traffic from sandbox networks to this host (opt-in iptables rules; needs root)",
+		Long: `A sandbox on a per-cell internal network cannot leave the host, but the host
+itself answers on the network's gateway and its own addresses, so a service
+listening on all interfaces (a NATS server, a database) is reachable from an
+agent. apply inserts two rules at the top of their chains, for the address
+pool every internal network is allocated from:
+
+  INPUT        -s POOL           -j DROP   packets to this host
+  DOCKER-USER  -s POOL ! -d POOL -j DROP   packets this host would forward
+
+remove deletes every rule proctor installed, show lists them. The rules do
+not survive a reboot; run apply from the host's start-up (after Docker).
+Sandboxes on the open bridge (oracle and verifier phases of public tasks)
+are not covered.`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"apply", "remove", "show"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := netip.ParsePrefix(pool)
+			if err != nil || !p.Addr().Is4() {
+				return usageError{fmt.Errorf("--pool %q: want an IPv4 prefix such as %s", pool, sandbox.InternalPool)}
+			}
+			fw := firewall.Firewall{IPTables: strings.Fields(iptables), Pool: p.Masked()}
+			ctx := cmd.Context()
+			switch args[0] {
+			case "apply":
+				added, err := fw.Apply(ctx)
+				for _, r := range added {
+					fmt.Fprintln(g.stdout, "added", r)
+				}
+				if err == nil && len(added) == 0 {
+					fmt.Fprintln(g.stdout, "already in place")
+				}
+				return err
+			case "remove":
+				removed, err := fw.Remove(ctx)
+				for _, r := range removed {
+					fmt.Fprintln(g.stdout, "removed", r)
+				}
+				return err
+			case "show":
+				rules, err := fw.Show(ctx)
+				for _, r := range rules {
+					fmt.Fprintln(g.stdout, r)
+				}
+				return err
+			}
+			return usageError{fmt.Errorf("unknown action %q (apply, remove, show)", args[0])}
+		},
+	}
+	cmd.Flags().StringVar(&pool, "pool", sandbox.InternalPool.String(), "address pool of proctor's internal networks")
+	cmd.Flags().StringVar(&iptables, "iptables", "iptables", "iptables command (split on spaces), e.g. 'ip netns exec NS iptables'")
+	return cmd
+}
