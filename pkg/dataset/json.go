@@ -248,6 +248,9 @@ var metricsFields = []string{
 	"VerifySec verify_sec,omitempty",
 	"BuildSec build_sec,omitempty",
 	"VerifierLeftoverProcesses verifier_leftover_processes,omitempty",
+	"Limits limits,omitempty",
+	"OOMKilled oom_killed,omitempty",
+	"OOMPhase oom_phase,omitempty",
 }
 
 var metricsLayoutKnown = slices.Equal(structLayout(reflect.TypeFor[artifact.Metrics]()), metricsFields) &&
@@ -353,6 +356,22 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	if m.VerifierLeftoverProcesses != nil {
 		key("verifier_leftover_processes")
 		dst = strconv.AppendInt(dst, int64(*m.VerifierLeftoverProcesses), 10)
+	}
+	if m.Limits != nil && err == nil {
+		// A small flat struct of numbers and fixed words: encoding/json's
+		// bytes, as the fallback would write them.
+		var b []byte
+		if b, err = json.Marshal(m.Limits); err == nil {
+			key("limits")
+			dst = append(dst, b...)
+		}
+	}
+	if m.OOMKilled {
+		boolean("oom_killed", true)
+	}
+	if m.OOMPhase != "" {
+		key("oom_phase")
+		dst = appendJSONString(dst, m.OOMPhase)
 	}
 	if err != nil {
 		return dst, err

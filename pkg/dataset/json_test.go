@@ -56,6 +56,8 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		IsolationProbe: map[string]string{"dns": "closed", "env": "open"},
 		AgentReported:  map[string]any{"inputTokens": 12.0, "exitReason": "done <ok>", "big": 123456789012.0, "tiny": -2.5e-9},
 		SolveSec:       f64(0), VerifySec: f64(1.25), BuildSec: f64(1e21), VerifierLeftoverProcesses: new(int),
+		Limits:    &artifact.Limits{CPUs: 1.5, MemoryMB: 64, PidsLimit: 1024, NoNewPrivileges: true, MemorySource: "task", CPUsSource: "default"},
+		OOMKilled: true, OOMPhase: "solve",
 	}
 	results = append(results, artifact.Result{Metrics: full})
 	for i := range results {
