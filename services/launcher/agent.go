@@ -103,7 +103,7 @@ type agentRun struct {
 	anything   bool
 	usage      bool
 	finished   *events.FinishedData
-	response   strings.Builder
+	response   *cellfs.Capture // response.txt: every response-text line
 	publishErr error
 }
 
@@ -113,8 +113,9 @@ type rawLine struct {
 }
 
 // newAgentRun starts the worker; feed lines to it, then call wait.
-func newAgentRun(c *cell, ctx context.Context) *agentRun {
-	r := &agentRun{c: c, ctx: ctx, queue: make(chan rawLine, 4096), done: make(chan struct{})}
+// response receives the response text (nil: dropped).
+func newAgentRun(c *cell, ctx context.Context, response *cellfs.Capture) *agentRun {
+	r := &agentRun{c: c, ctx: ctx, queue: make(chan rawLine, 4096), done: make(chan struct{}), response: response}
 	go func() {
 		defer close(r.done)
 		for l := range r.queue {
@@ -160,9 +161,10 @@ func (r *agentRun) line(text string, readAt time.Time) {
 	r.anything = true
 	switch l.Kind {
 	case harness.LineText:
-		if r.response.Len() < cellfs.RowTailBytes*4 {
-			r.response.WriteString(text)
-			r.response.WriteByte('\n')
+		// All of it goes to response.txt (capped like the logs); its tail
+		// keeps the end, where an agent's final answer is.
+		if r.response != nil {
+			_, _ = io.WriteString(r.response, text+"\n")
 		}
 		return
 	case harness.LineEvent:
@@ -239,7 +241,11 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 	if err != nil {
 		return events.FinishedData{}, err
 	}
-	run := newAgentRun(c, ctx)
+	response, err := c.dir.OpenCapture("response.txt")
+	if err != nil {
+		return events.FinishedData{}, err
+	}
+	run := newAgentRun(c, ctx, response)
 	lines := sandbox.NewLines(run.feed, 0)
 	c.dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal)", a.Run, AgentUser, workdir, budget, grace)
 	res, err := c.s.docker.Exec(ctx, h, sandbox.ExecSpec{
@@ -250,6 +256,7 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 	run.wait()
 	_ = out.Close(c.dir, "stdout.tail.txt")
 	_ = logs.Close(c.dir, "")
+	_ = response.Close(c.dir, "")
 	if err != nil {
 		return events.FinishedData{}, fmt.Errorf("run the agent: %w", err)
 	}
@@ -282,8 +289,8 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 		fin.Reason = fmt.Sprintf("exit %d before any event or output", res.ExitCode)
 	}
 	run.ensureStarted(time.Time{})
-	if resp := strings.TrimSpace(run.response.String()); resp != "" {
-		run.publish(events.Message, events.MessageData{Role: "response", Text: cellfs.Suffix(resp, cellfs.RowTailBytes)}, time.Time{})
+	if resp := responseTail(response.Tail.String()); resp != "" {
+		run.publish(events.Message, events.MessageData{Role: "response", Text: resp}, time.Time{})
 	}
 	if m := c.readMetrics(ctx, h); m != nil {
 		fin.AgentReported = m
@@ -298,6 +305,14 @@ func (c *cell) solveAgent(ctx context.Context, t *task.Task, h *sandbox.Handle, 
 	}
 	c.dir.Logf("agent ended: %s after %.3fs", fin.Reason, fin.DurationSec)
 	return fin, nil
+}
+
+// responseTail is the Message{role: response} text: the last
+// cellfs.RowTailBytes (4 KiB) of the response text as valid UTF-8, without
+// the blank space around it (DESIGN §9: the end of a response is where an
+// agent's final answer is).
+func responseTail(text string) string {
+	return strings.TrimSpace(cellfs.Suffix(strings.TrimRight(text, " \t\r\n"), cellfs.RowTailBytes))
 }
 
 // copyPrompt writes the prompt to /agent-output/prompt.md.

@@ -149,7 +149,7 @@ func BenchmarkAgentEventLines(b *testing.B) {
 		c := &cell{s: &Service{bus: bb, docker: d}, job: events.LaunchJob{RunID: run, CellID: "t/agent:x/m/1"}, attempt: 1,
 			plan: events.CellPlannedData{Harness: "agent:x", Model: "m"}, dir: cellfs.Dir(b.TempDir())}
 		start = time.Now()
-		ar := newAgentRun(c, ctx)
+		ar := newAgentRun(c, ctx, nil)
 		lines = sandbox.NewLines(ar.feed, 0)
 		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: lines})
 		if err != nil || res.ExitCode != 0 {

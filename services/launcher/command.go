@@ -63,7 +63,7 @@ func (c *cell) runCommand(ctx context.Context, ref harness.Ref, t *task.Task) er
 	if err != nil {
 		return c.fail(ctx, "infra", err)
 	}
-	run := newAgentRun(c, ctx)
+	run := newAgentRun(c, ctx, nil)
 	lines := sandbox.NewLines(run.feed, 0)
 	c.dir.Logf("command: %s (in %s, timeout %gs)", cmdline, cwd, t.AgentTimeoutSec)
 	res, err := proc.Exec(ctx, h, sandbox.ExecSpec{

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// TestAgentFinalAnswerKept: an agent that prints 20 lines of 1 KB of
+// response text (an event line among them) and then its final answer gets
+// a Message{role: response} holding the last 4 KiB of the text, which ends
+// with the answer, and the whole response in the cell's response.txt.
+func TestAgentFinalAnswerKept(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	home := t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
+	agent := t.TempDir()
+	// Each line is "line NN " and 508 two-byte runes: 1,025 bytes with the
+	// newline, so the 4 KiB cut falls inside a rune.
+	script := `for i in $(seq -w 1 20); do
+  printf 'line %s %s\n' "$i" "$(printf 'é%.0s' $(seq 508))"
+  [ "$i" = 10 ] && echo '{"_tag":"Usage","input_tokens":5,"output_tokens":1}'
+done
+echo
+echo 'FINAL ANSWER: 42'
+`
+	if err := os.WriteFile(filepath.Join(agent, "agent.sh"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(agent, "agent.toml"), []byte("run = \"bash /opt/proctor/agent/agent.sh\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--harnesses", "agent:"+agent)
+	if len(a.Results) != 1 {
+		t.Fatalf("%d rows", len(a.Results))
+	}
+	row := a.Results[0]
+	if row.ErrorClass != "" || row.Metrics.PromptTokens == nil || *row.Metrics.PromptTokens != 5 {
+		t.Fatalf("row %+v", row)
+	}
+
+	// The whole response, without the event line, is in response.txt.
+	whole, err := os.ReadFile(filepath.Join(row.OutputDir, "response.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(whole), "\n"), "\n")
+	if len(lines) != 22 || !strings.HasPrefix(lines[0], "line 01 é") || !strings.HasPrefix(lines[19], "line 20 é") ||
+		lines[20] != "" || lines[21] != "FINAL ANSWER: 42" || strings.Contains(string(whole), "_tag") {
+		t.Fatalf("response.txt: %d lines, first %.20q, last %q", len(lines), lines[0], lines[len(lines)-1])
+	}
+	if len(whole) != 20*1025+1+len("FINAL ANSWER: 42\n") {
+		t.Fatalf("response.txt holds %d bytes", len(whole))
+	}
+
+	// The response message holds its last 4 KiB, ending with the answer.
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "jetstream")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	b, err := bus.Connect(context.Background(), e.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var responses []string
+	err = b.ReadRun(context.Background(), a.Run.ID, func(ev events.Envelope) error {
+		if ev.Type != events.Message {
+			return nil
+		}
+		var m events.MessageData
+		if err := events.Into(ev, &m); err != nil {
+			return err
+		}
+		if m.Role == "response" {
+			responses = append(responses, m.Text)
+		}
+		return nil
+	})
+	if err != nil || len(responses) != 1 {
+		t.Fatalf("%d response messages (%v)", len(responses), err)
+	}
+	r := responses[0]
+	if !strings.HasSuffix(r, "\n\nFINAL ANSWER: 42") || len(r) > cellfs.RowTailBytes || len(r) < cellfs.RowTailBytes-utf8.UTFMax || !utf8.ValidString(r) {
+		t.Fatalf("response message: %d bytes, valid %v, ends %q", len(r), utf8.ValidString(r), r[max(0, len(r)-40):])
+	}
+	if want := strings.TrimSpace(string(whole)); !strings.HasSuffix(want, r) {
+		t.Fatal("the response message is not the end of response.txt")
+	}
+}
