@@ -117,8 +117,9 @@ func BenchmarkCellOverhead(b *testing.B) {
 }
 
 // BenchmarkEnsureImageCached measures EnsureImage of an image already built
-// for its revision against a bare ImageInspect of the same tag. Target:
-// ratio <= 1.5 (a cached image is never rebuilt).
+// for its key against bare ImageInspects of its base image and of its tag
+// (the least a cache keyed on the base image ids can do). Target: ratio <=
+// 1.5 (a cached image is never rebuilt).
 func BenchmarkEnsureImageCached(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, testImage)
@@ -130,19 +131,25 @@ func BenchmarkEnsureImageCached(b *testing.B) {
 	env := b.TempDir()
 	writeFile(b, filepath.Join(env, "Dockerfile"), "FROM "+testImage+"\nRUN echo bench > /bench\n", 0o644)
 	spec := BuildSpec{Task: "bench-cached", Revision: randomHex(32), EnvironmentDir: env}
-	tag := ImageTag(spec.Task, spec.Revision)
-	b.Cleanup(func() {
-		_, _ = cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
-	})
-	if _, err := d.EnsureImage(ctx, spec); err != nil {
+	built, err := d.EnsureImage(ctx, spec)
+	if built.Ref != "" {
+		b.Cleanup(func() {
+			_, _ = cli.ImageRemove(context.Background(), built.Ref, image.RemoveOptions{Force: true, PruneChildren: true})
+		})
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
+	tag := built.Ref
 	var raw, drv samples
 	for b.Loop() {
 		// 50 alternating samples per iteration: one sub-millisecond sample
 		// is noise when make bench runs each benchmark once.
 		for range 50 {
 			t0 := time.Now()
+			if _, err := cli.ImageInspect(ctx, testImage); err != nil {
+				b.Fatal(err)
+			}
 			if _, err := cli.ImageInspect(ctx, tag); err != nil {
 				b.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -156,5 +157,58 @@ func TestCaptureComposesWithMultiWriter(t *testing.T) {
 	lw.Close()
 	if full.String() != "one\ntwo\nthree" || tail.String() != "wo\nthree" || strings.Join(lines, ",") != "one,two,three" {
 		t.Fatalf("full %q tail %q lines %q", full.String(), tail.String(), lines)
+	}
+}
+
+// TestPlainWriter: a build log is stored as plain text, whatever the
+// commands of the build print.
+func TestPlainWriter(t *testing.T) {
+	var out strings.Builder
+	w := newPlainWriter(&out)
+	for _, chunk := range []string{
+		"\x1b[1;31mE: \x1b[0mUnable to locate package foo\n",
+		"Get:1 http://deb\x1b", "[32m ok\x1b[0m\n", // an escape split across writes
+		"progress  10%\rprogress  50%\rprogress 100%\r\n",
+		"\x1b]0;window title\x07tab\there\a bell\n",
+		"crlf line\r\n",
+		"no newline at the end \x1b[K",
+	} {
+		if n, err := w.Write([]byte(chunk)); n != len(chunk) || err != nil {
+			t.Fatalf("Write: %d %v", n, err)
+		}
+	}
+	w.Flush()
+	want := "E: Unable to locate package foo\nGet:1 http://deb ok\nprogress 100%\ntab\there bell\ncrlf line\nno newline at the end "
+	if out.String() != want {
+		t.Fatalf("got %q\nwant %q", out.String(), want)
+	}
+	// A line longer than the buffer is written in pieces, nothing lost.
+	out.Reset()
+	long := strings.Repeat("x", maxPlainLine+10)
+	w.Write([]byte(long + "\n"))
+	if out.String() != long+"\n" {
+		t.Fatalf("long line: %d bytes", out.Len())
+	}
+}
+
+func TestLastLogLines(t *testing.T) {
+	log := "Step 1/2 : FROM debian:bookworm-slim\n ---> 6a80fa0d067d\nStep 2/2 : RUN apt-get install -y foo\n ---> Running in 0123abcd\n" +
+		"Reading package lists...\nBuilding dependency tree...\n\nE: Unable to locate package foo\n" +
+		"The command '/bin/sh -c apt-get install -y foo' returned a non-zero code: 100\n"
+	got := LastLogLines(log, "The command '/bin/sh -c apt-get install -y foo' returned a non-zero code: 100")
+	if want := "Reading package lists...\nBuilding dependency tree...\nE: Unable to locate package foo"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := LastLogLines("Step 1/1 : FROM x\n ---> abc\n", "boom"); got != "" {
+		t.Fatalf("only builder progress: %q", got)
+	}
+	var b strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&b, "line %d %s\n", i, strings.Repeat("é", 400))
+	}
+	got = LastLogLines(b.String(), "")
+	lines := strings.Split(got, "\n")
+	if len(lines) > 5 || len(got) > 1024+5 || !strings.HasPrefix(lines[len(lines)-1], "line 19 ") || !utf8.ValidString(got) {
+		t.Fatalf("long lines: %d lines, %d bytes, valid %v", len(lines), len(got), utf8.ValidString(got))
 	}
 }

@@ -1,14 +1,17 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -246,6 +249,23 @@ func removeImage(t *testing.T, cli *client.Client, ref string) {
 	})
 }
 
+// removeRevisionImages removes, when the test ends, every task image built
+// for revision rev (the tags depend on the image key, known only after the
+// build).
+func removeRevisionImages(t *testing.T, cli *client.Client, rev string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelRevision+"="+rev))})
+		if err != nil {
+			t.Errorf("list the test's images: %v", err)
+			return
+		}
+		for _, im := range imgs {
+			_, _ = cli.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		}
+	})
+}
+
 func TestEnsureImageBuildCacheAndMap(t *testing.T) {
 	t.Parallel()
 	m, err := ParseImageMap(strings.NewReader("stand-in.invalid/debian:12 = "+testImage+"\n"), "map")
@@ -264,13 +284,19 @@ WORKDIR /app
 	b := BuildSpec{Task: "Demo/Hello World", Revision: rev, EnvironmentDir: env}
 	var log testutil.SyncBuffer
 	b.Log = &log
-	tag := ImageTag(b.Task, rev)
-	removeImage(t, cli, tag)
+	removeRevisionImages(t, cli, rev)
 	info, err := d.EnsureImage(ctx, b)
 	if err != nil {
 		t.Fatalf("EnsureImage: %v\n%s", err, log.String())
 	}
-	if info.Ref != tag || info.Cached || info.Source != "build" || info.Workdir != "/app" || info.ID == "" {
+	tag := info.Ref
+	base, err := cli.ImageInspect(ctx, testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBases := []BaseImage{{Ref: testImage, ID: base.ID}}
+	if info.Cached || info.Source != "build" || info.Workdir != "/app" || info.ID == "" || len(info.Key) != 64 ||
+		tag != ImageTag(b.Task, info.Key) || !reflect.DeepEqual(info.Bases, wantBases) {
 		t.Fatalf("info %+v", info)
 	}
 	if !strings.HasPrefix(tag, "proctor-task/demo/hello-world:") || len(tag) != len("proctor-task/demo/hello-world:")+12 {
@@ -286,7 +312,7 @@ WORKDIR /app
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ins.Config.Labels[LabelRevision] != rev || ins.Config.Labels[LabelTask] != b.Task {
+	if ins.Config.Labels[LabelRevision] != rev || ins.Config.Labels[LabelTask] != b.Task || ins.Config.Labels[LabelImageKey] != info.Key {
 		t.Errorf("image labels %v", ins.Config.Labels)
 	}
 	if wd, err := d.ImageWorkdir(ctx, tag); err != nil || wd != "/app" {
@@ -306,10 +332,9 @@ WORKDIR /app
 		t.Fatalf("inside the image: %q", out.String())
 	}
 
-	// Cached: never rebuilt, whatever the context now says.
-	writeFile(t, filepath.Join(env, "Dockerfile"), "FROM "+testImage+"\nRUN exit 1\n", 0o644)
+	// Cached: the same revision, Dockerfile and base ids are never rebuilt.
 	again, err := d.EnsureImage(ctx, BuildSpec{Task: b.Task, Revision: rev, EnvironmentDir: env})
-	if err != nil || !again.Cached || again.ID != info.ID {
+	if err != nil || !again.Cached || again.ID != info.ID || again.Ref != tag || len(again.Rewrites) != 1 || !reflect.DeepEqual(again.Bases, wantBases) {
 		t.Fatalf("second EnsureImage: %+v %v", again, err)
 	}
 }
@@ -319,7 +344,7 @@ func TestEnsureImageBuildFailure(t *testing.T) {
 	d, cli := newTestDocker(t, nil)
 	env := writeEnv(t, "FROM "+testImage+"\nRUN echo about to fail && exit 7\n")
 	b := BuildSpec{Task: "fails", Revision: randomHex(32), EnvironmentDir: env}
-	removeImage(t, cli, ImageTag(b.Task, b.Revision))
+	removeRevisionImages(t, cli, b.Revision)
 	_, err := d.EnsureImage(context.Background(), b)
 	var be *BuildError
 	if !errors.As(err, &be) || be.TimedOut || be.Pull {
@@ -328,6 +353,23 @@ func TestEnsureImageBuildFailure(t *testing.T) {
 	if !strings.Contains(be.Message, "returned a non-zero code: 7") || !strings.Contains(be.Log, "about to fail") {
 		t.Fatalf("message %q log %q", be.Message, be.Log)
 	}
+	// The error ends with what the failing command printed.
+	if !strings.HasSuffix(err.Error(), "returned a non-zero code: 7\nabout to fail") {
+		t.Fatalf("error %q", err)
+	}
+
+	// Coloured output is stored as plain text, and the cause a package
+	// manager printed ends the error.
+	env = writeEnv(t, "FROM "+testImage+"\nRUN printf '\\033[1;31mE: \\033[0mUnable to locate package foo\\n' >&2; printf 'bar  50%%\\rbar 100%%\\n'; exit 100\n")
+	var log testutil.SyncBuffer
+	b = BuildSpec{Task: "fails", Revision: b.Revision, EnvironmentDir: env, Log: &log}
+	_, err = d.EnsureImage(context.Background(), b)
+	if !errors.As(err, &be) || !strings.HasSuffix(err.Error(), "returned a non-zero code: 100\nE: Unable to locate package foo\nbar 100%") {
+		t.Fatalf("error %q", err)
+	}
+	if strings.ContainsAny(log.String(), "\x1b\r") || strings.ContainsAny(be.Log, "\x1b\r") || !strings.Contains(log.String(), "\nE: Unable to locate package foo\n") {
+		t.Fatalf("build log not plain: %q", log.String())
+	}
 }
 
 func TestEnsureImageBuildTimeout(t *testing.T) {
@@ -335,7 +377,7 @@ func TestEnsureImageBuildTimeout(t *testing.T) {
 	d, cli := newTestDocker(t, nil)
 	env := writeEnv(t, "FROM "+testImage+"\nRUN echo building && sleep 60\n")
 	b := BuildSpec{Task: "slow", Revision: randomHex(32), EnvironmentDir: env, Timeout: 3 * time.Second}
-	removeImage(t, cli, ImageTag(b.Task, b.Revision))
+	removeRevisionImages(t, cli, b.Revision)
 	_, err := d.EnsureImage(context.Background(), b)
 	var be *BuildError
 	if !errors.As(err, &be) || !be.TimedOut {
@@ -407,5 +449,134 @@ func TestImageTag(t *testing.T) {
 		if got := ImageTag(tc.task, tc.rev); got != tc.want {
 			t.Errorf("ImageTag(%q, %q) = %q, want %q", tc.task, tc.rev, got, tc.want)
 		}
+	}
+}
+
+// buildTestImage builds dockerfile (context: nothing else) as tag with the
+// engine directly and returns the image id; the caller removes it.
+func buildTestImage(t *testing.T, cli *client.Client, tag, dockerfile string) string {
+	t.Helper()
+	ctx := context.Background()
+	var ctxTar bytes.Buffer
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "Dockerfile"), dockerfile, 0o644)
+	if err := writeBuildContext(&ctxTar, dir, []byte(dockerfile)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
+		Labels: map[string]string{LabelManaged: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	msg, err := readJSONMessages(resp.Body, &log)
+	resp.Body.Close()
+	if err != nil || msg != "" {
+		t.Fatalf("build %s: %s %v\n%s", tag, msg, err, log.String())
+	}
+	ins, err := cli.ImageInspect(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ins.ID
+}
+
+// TestEnsureImageKeyCoversMapAndBases: the image cache is keyed on what the
+// build used. A task needing python3 passes its build with
+// `debian:bookworm-slim = <an image with python3>`, and the same task
+// without the map builds against the real base and fails, instead of
+// reusing the mapped image; a base re-tagged to another id is built anew.
+func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
+	t.Parallel()
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, testImage)
+	ctx := context.Background()
+	standIn := "proctor-test/with-python:" + randomHex(6)
+	rev := randomHex(32)
+	var standIns []string
+	t.Cleanup(func() {
+		// The task images built on the stand-ins go first (an image with
+		// children cannot be removed), then the stand-ins.
+		imgs, _ := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelRevision+"="+rev))})
+		for _, im := range imgs {
+			_, _ = cli.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+		}
+		for _, id := range standIns {
+			if _, err := cli.ImageRemove(ctx, id, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				t.Errorf("remove the stand-in %s: %v", id, err)
+			}
+		}
+	})
+	v1 := buildTestImage(t, cli, standIn, "FROM "+testImage+"\nRUN printf '#!/bin/sh\\necho stand-in 1\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3\n")
+
+	m, err := ParseImageMap(strings.NewReader(testImage+" = "+standIn+"\n"), "map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped, err := NewDocker(DockerOptions{Client: cli, ImageMap: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := NewDocker(DockerOptions{Client: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	standIns = append(standIns, v1)
+	env := writeEnv(t, "FROM "+testImage+"\nRUN python3 > /python-says\n")
+	spec := BuildSpec{Task: "needs-python", Revision: rev, EnvironmentDir: env}
+
+	first, err := mapped.EnsureImage(ctx, spec)
+	if err != nil {
+		t.Fatalf("mapped build: %v", err)
+	}
+	if first.Cached || !reflect.DeepEqual(first.Bases, []BaseImage{{Ref: standIn, ID: v1}}) || len(first.Rewrites) != 1 || first.Rewrites[0].Rule != testImage {
+		t.Fatalf("mapped build: %+v", first)
+	}
+
+	// The same task without the map: another key, a build against the real
+	// base, which has no python3.
+	_, err = plain.EnsureImage(ctx, spec)
+	var be *BuildError
+	if !errors.As(err, &be) || be.Ref == first.Ref || !strings.Contains(err.Error(), "python3: not found") {
+		t.Fatalf("build without the map: %v", err)
+	}
+
+	// The map again: cached.
+	again, err := mapped.EnsureImage(ctx, spec)
+	if err != nil || !again.Cached || again.ID != first.ID {
+		t.Fatalf("mapped build again: %+v %v", again, err)
+	}
+
+	// The stand-in re-tagged to another image: a new build on it.
+	v2 := buildTestImage(t, cli, standIn, "FROM "+testImage+"\nRUN printf '#!/bin/sh\\necho stand-in 2\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3\n")
+	standIns = append(standIns, v2)
+	if v2 == v1 {
+		t.Fatal("the stand-in did not change")
+	}
+	second, err := mapped.EnsureImage(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Cached || second.Ref == first.Ref || second.ID == first.ID || !reflect.DeepEqual(second.Bases, []BaseImage{{Ref: standIn, ID: v2}}) {
+		t.Fatalf("after the re-tag: %+v (first %+v)", second, first)
+	}
+	h, err := mapped.Start(ctx, Spec{Image: second.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Destroy(ctx, h)
+	var out testutil.SyncBuffer
+	if res, err := mapped.Exec(ctx, h, ExecSpec{Cmd: []string{"cat", "/python-says"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if out.String() != "stand-in 2\n" {
+		t.Fatalf("the build ran on %q", out.String())
+	}
+
+	// A base that is missing and cannot be pulled fails as a pull, naming it.
+	env2 := writeEnv(t, "FROM proctor-test.invalid/none:1\n")
+	_, err = plain.EnsureImage(ctx, BuildSpec{Task: "missing-base", Revision: rev, EnvironmentDir: env2, Timeout: time.Minute})
+	if !errors.As(err, &be) || !be.Pull || be.Ref != "proctor-test.invalid/none:1" {
+		t.Fatalf("missing base: %v", err)
 	}
 }

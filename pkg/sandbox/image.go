@@ -2,7 +2,10 @@ package sandbox
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,10 +14,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/charmbracelet/x/ansi"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
@@ -25,8 +30,8 @@ type BuildSpec struct {
 	// Task is the task name; it makes the repository part of the tag
 	// (see ImageTag).
 	Task string
-	// Revision is the task revision (hex SHA-256); its first 12
-	// characters make the tag.
+	// Revision is the task revision (hex SHA-256); it is part of the
+	// image key (see ImageKey), whose first 12 characters make the tag.
 	Revision string
 	// EnvironmentDir is the task's environment/ directory. When it holds
 	// a Dockerfile, the image is built with the directory as the context.
@@ -67,10 +72,24 @@ type ImageInfo struct {
 	// Workdir is the image's WORKDIR ("" when unset).
 	Workdir string `json:"workdir,omitempty"`
 	// Log is the last DefaultTailSize bytes of the build or pull log, as
-	// valid UTF-8 ("" when cached).
+	// plain valid UTF-8 ("" when cached).
 	Log string `json:"log,omitempty"`
+	// Key is the image key of a built image (see ImageKey); "" for
+	// docker_image.
+	Key string `json:"key,omitempty"`
+	// Bases are the base images of a build (its FROM images after the
+	// image map) with the image ids they resolved to.
+	Bases []BaseImage `json:"bases,omitempty"`
 	// Duration is the time EnsureImage took.
 	Duration time.Duration `json:"duration"`
+}
+
+// BaseImage is a base image of a build: the reference of a FROM line after
+// the image map, and the local image id it resolved to ("" for `scratch`
+// and references with a variable, which are not resolved).
+type BaseImage struct {
+	Ref string `json:"ref"`
+	ID  string `json:"id,omitempty"`
 }
 
 // BuildError is returned by EnsureImage when a build or a pull fails or
@@ -84,30 +103,73 @@ type BuildError struct {
 	TimedOut bool
 	// Message is the engine's error message.
 	Message string
-	// Log is the tail of the build or pull log (valid UTF-8).
+	// Log is the tail of the build or pull log (plain valid UTF-8).
 	Log string
 	// Err is the underlying error, if any.
 	Err error
 }
 
+// Error returns the message followed, on lines of their own, by the last
+// meaningful lines of the log (LastLogLines): the cause a failing command
+// printed (`E: Unable to locate package foo`) is in the error itself.
 func (e *BuildError) Error() string {
 	what := "build"
 	if e.Pull {
 		what = "pull"
 	}
+	verb := "failed"
 	if e.TimedOut {
-		return fmt.Sprintf("sandbox: %s of %s timed out: %s", what, e.Ref, e.Message)
+		verb = "timed out"
 	}
-	return fmt.Sprintf("sandbox: %s of %s failed: %s", what, e.Ref, e.Message)
+	msg := fmt.Sprintf("sandbox: %s of %s %s: %s", what, e.Ref, verb, e.Message)
+	if lines := LastLogLines(e.Log, e.Message); lines != "" {
+		msg += "\n" + lines
+	}
+	return msg
+}
+
+// Build-log lines that say nothing about a failure: the classic builder's
+// own progress lines.
+var buildNoise = []string{"Step ", " ---> ", "Removing intermediate container ", "Successfully built ", "Successfully tagged ", "Sending build context "}
+
+// LastLogLines returns the last meaningful lines of a build or pull log
+// (at most 5 lines and 1 KiB, each line at most 300 bytes): lines that are
+// not blank, not the builder's own progress (`Step 2/3 : ...`,
+// ` ---> Running in ...`) and not the final error message msg, which the
+// log repeats. "" when there are none.
+func LastLogLines(log, msg string) string {
+	const maxLines, maxLine, maxBytes = 5, 300, 1024
+	msg = strings.TrimSpace(msg)
+	var keep []string
+	size := 0
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0 && len(keep) < maxLines; i-- {
+		l := strings.TrimRight(lines[i], " \t\r")
+		t := strings.TrimSpace(l)
+		if t == "" || t == msg || slices.ContainsFunc(buildNoise, func(p string) bool { return strings.HasPrefix(l, p) }) {
+			continue
+		}
+		if len(l) > maxLine {
+			l = strings.ToValidUTF8(l[:maxLine], "") + "…"
+		}
+		if size+len(l) > maxBytes {
+			break
+		}
+		size += len(l) + 1
+		keep = append(keep, l)
+	}
+	slices.Reverse(keep)
+	return strings.Join(keep, "\n")
 }
 
 func (e *BuildError) Unwrap() error { return e.Err }
 
-// ImageTag returns the tag of a task revision's built image:
-// proctor-task/<name>:<revision[:12]>, where name is the task name
-// lowercased with every run of characters other than [a-z0-9] replaced by
-// "-" in each "/"-separated part (an empty part becomes "x").
-func ImageTag(task, revision string) string {
+// ImageTag returns the tag of a task's built image:
+// proctor-task/<name>:<key[:12]>, where key is its image key (ImageKey)
+// and name is the task name lowercased with every run of characters other
+// than [a-z0-9] replaced by "-" in each "/"-separated part (an empty part
+// becomes "x").
+func ImageTag(task, key string) string {
 	parts := strings.Split(strings.ToLower(task), "/")
 	var out []string
 	for _, p := range parts {
@@ -131,31 +193,58 @@ func ImageTag(task, revision string) string {
 	if len(out) == 0 {
 		out = []string{"x"}
 	}
-	rev := strings.ToLower(revision)
+	rev := strings.ToLower(key)
 	if len(rev) > 12 {
 		rev = rev[:12]
 	}
 	return "proctor-task/" + strings.Join(out, "/") + ":" + rev
 }
 
+// ImageKey returns the key of a task image build: the hex SHA-256 of
+//
+//	proctor image key v1 LF
+//	revision <revision> LF
+//	dockerfile <hex SHA-256 of the Dockerfile as built> LF
+//	base <ref> <image id> LF        (one per base image, in order)
+//
+// so it covers everything the build used: the task's files (the revision),
+// the Dockerfile after the image map's rewrites, and the image ids the base
+// images resolved to on this engine. A run with another image map, or
+// after a base image was re-tagged to another id, has another key and
+// builds anew; it never reuses an image built from other bases.
+func ImageKey(revision string, dockerfile []byte, bases []BaseImage) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "proctor image key v1\nrevision %s\ndockerfile %x\n", revision, sha256.Sum256(dockerfile))
+	for _, b := range bases {
+		fmt.Fprintf(h, "base %s %s\n", b.Ref, b.ID)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // EnsureImage makes the image of a task revision available and returns its
 // reference.
 //
-// With a Dockerfile in b.EnvironmentDir, the image is tagged
-// ImageTag(b.Task, b.Revision) and built only when that tag does not exist
-// yet (an existing tag costs one ImageInspect and is never rebuilt; builds
+// With a Dockerfile in b.EnvironmentDir, the Dockerfile's FROM lines are
+// rewritten by the image map, its base images resolved to image ids
+// (pulled first when missing), and the image tagged ImageTag(b.Task, key)
+// with key = ImageKey(b.Revision, rewritten Dockerfile, bases); it is built
+// only when that tag does not exist yet (an existing tag costs one
+// ImageInspect per base and one for the tag, and is never rebuilt; builds
 // of one tag are serialised, so concurrent cells of a task build once).
 // The build context is the environment directory with its skills/
-// replaced by an empty directory and its Dockerfile's FROM lines rewritten
-// by the image map; the classic builder is used (no BuildKit session; a
-// Dockerfile needing BuildKit features fails to build), base images are
-// not pulled when present, .dockerignore is not applied. Without a
-// Dockerfile, b.DockerImage (rewritten by the image map) is used, pulled
-// only when missing.
+// replaced by an empty directory and the rewritten Dockerfile; the classic
+// builder is used (plain-text output, no BuildKit session; a Dockerfile
+// needing BuildKit features fails to build), .dockerignore is not applied.
+// Without a Dockerfile, b.DockerImage (rewritten by the image map) is used,
+// pulled only when missing.
+//
+// The log (b.Log, ImageInfo.Log, BuildError.Log) is plain text: terminal
+// escape sequences are removed and a line redrawn with carriage returns
+// keeps its last text.
 //
 // A failed or timed-out build or pull is a *BuildError carrying the log
-// tail; a spec with neither a Dockerfile nor a docker_image wraps
-// ErrInvalidSpec.
+// tail (the returned ImageInfo still has Ref, Rewrites and Bases); a spec
+// with neither a Dockerfile nor a docker_image wraps ErrInvalidSpec.
 func (d *Docker) EnsureImage(ctx context.Context, b BuildSpec) (ImageInfo, error) {
 	start := time.Now()
 	timeout := b.Timeout
@@ -187,20 +276,47 @@ func (d *Docker) EnsureImage(ctx context.Context, b BuildSpec) (ImageInfo, error
 }
 
 func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string, timeout time.Duration) (ImageInfo, error) {
-	tag := ImageTag(b.Task, b.Revision)
-	info := ImageInfo{Ref: tag, Source: "build"}
+	info := ImageInfo{Source: "build"}
+	src, err := os.ReadFile(dockerfile)
+	if err != nil {
+		return info, fmt.Errorf("sandbox: %w", err)
+	}
+	rewritten, rw, bases := d.imageMap.scanDockerfile(src)
+	info.Rewrites = rw
+
+	bctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tail := NewTail(0)
+	var out io.Writer = tail
+	if b.Log != nil {
+		out = io.MultiWriter(tail, safeWriter{b.Log})
+	}
+	logw := newPlainWriter(out)
+	defer logw.Flush()
+
+	info.Bases = make([]BaseImage, 0, len(bases))
+	for _, ref := range bases {
+		id, err := d.resolveBase(bctx, ref, logw)
+		if err != nil {
+			logw.Flush()
+			info.Log = tail.String()
+			var be *BuildError
+			if errors.As(err, &be) {
+				be.Log = info.Log
+			}
+			return info, err
+		}
+		info.Bases = append(info.Bases, BaseImage{Ref: ref, ID: id})
+	}
+	info.Key = ImageKey(b.Revision, rewritten, info.Bases)
+	tag := ImageTag(b.Task, info.Key)
+	info.Ref = tag
+
 	unlock := d.builds.lock(tag)
 	defer unlock()
 	if found, err := d.cached(ctx, tag, &info); found || err != nil {
 		return info, err
 	}
-
-	src, err := os.ReadFile(dockerfile)
-	if err != nil {
-		return info, fmt.Errorf("sandbox: %w", err)
-	}
-	rewritten, rw := d.imageMap.RewriteDockerfile(src)
-	info.Rewrites = rw
 
 	lbl := maps.Clone(b.Labels)
 	if lbl == nil {
@@ -209,19 +325,13 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 	lbl[LabelManaged] = "1"
 	lbl[LabelTask] = b.Task
 	lbl[LabelRevision] = b.Revision
+	lbl[LabelImageKey] = info.Key
 
-	bctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(writeBuildContext(pw, b.EnvironmentDir, rewritten))
 	}()
 	defer pr.CloseWithError(io.ErrClosedPipe)
-	tail := NewTail(0)
-	var logw io.Writer = tail
-	if b.Log != nil {
-		logw = io.MultiWriter(tail, safeWriter{b.Log})
-	}
 	resp, err := d.cli.ImageBuild(bctx, pr, build.ImageBuildOptions{
 		Tags:        []string{tag},
 		Dockerfile:  "Dockerfile",
@@ -235,6 +345,7 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 	}
 	msg, err := readJSONMessages(resp.Body, logw)
 	resp.Body.Close()
+	logw.Flush()
 	info.Log = tail.String()
 	if err != nil || msg != "" {
 		if msg == "" {
@@ -248,6 +359,37 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 	info.Cached = false
 	d.log.Debug("image built", "tag", tag, "id", short(info.ID))
 	return info, nil
+}
+
+// resolveBase returns the local image id of a base image, pulling it first
+// when it is missing (as the builder would); "" for `scratch` and for a
+// reference with a variable. A failed pull is a *BuildError (Pull set).
+func (d *Docker) resolveBase(ctx context.Context, ref string, log io.Writer) (string, error) {
+	if ref == "scratch" || strings.Contains(ref, "$") {
+		return "", nil
+	}
+	unlock := d.builds.lock(ref)
+	defer unlock()
+	var info ImageInfo
+	if found, err := d.cached(ctx, ref, &info); found || err != nil {
+		return info.ID, err
+	}
+	rc, err := d.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return "", d.buildErr(ctx, ref, true, err.Error(), NewTail(0), err)
+	}
+	msg, err := readJSONMessages(rc, log)
+	rc.Close()
+	if err != nil || msg != "" {
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", d.buildErr(ctx, ref, true, msg, NewTail(0), err)
+	}
+	if found, err := d.cached(ctx, ref, &info); !found {
+		return "", &BuildError{Ref: ref, Pull: true, Message: fmt.Sprintf("image missing after pull (%v)", err), Err: err}
+	}
+	return info.ID, nil
 }
 
 func (d *Docker) buildErr(ctx context.Context, ref string, pull bool, msg string, tail *Tail, err error) *BuildError {
@@ -275,16 +417,19 @@ func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Durati
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tail := NewTail(0)
-	var logw io.Writer = tail
+	var out io.Writer = tail
 	if b.Log != nil {
-		logw = io.MultiWriter(tail, safeWriter{b.Log})
+		out = io.MultiWriter(tail, safeWriter{b.Log})
 	}
+	logw := newPlainWriter(out)
+	defer logw.Flush()
 	rc, err := d.cli.ImagePull(pctx, ref, image.PullOptions{})
 	if err != nil {
 		return info, d.buildErr(pctx, ref, true, err.Error(), tail, err)
 	}
 	msg, err := readJSONMessages(rc, logw)
 	rc.Close()
+	logw.Flush()
 	info.Log = tail.String()
 	if err != nil || msg != "" {
 		if msg == "" {
@@ -480,4 +625,70 @@ func (k *keyedMutex) lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// plainWriter turns a build or pull log into plain text, line by line:
+// terminal escape sequences (colours, cursor moves, titles) and other
+// control characters but tabs are removed, and a line
+// redrawn with carriage returns (a progress bar) keeps its last non-empty
+// text, as a terminal would show it. A line longer than maxPlainLine is
+// written in pieces. Flush writes a last unterminated line.
+type plainWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+const maxPlainLine = 64 << 10
+
+func newPlainWriter(w io.Writer) *plainWriter { return &plainWriter{w: w} }
+
+func (p *plainWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			p.buf = append(p.buf, b...)
+			if len(p.buf) >= maxPlainLine {
+				p.emit(false)
+			}
+			break
+		}
+		p.buf = append(p.buf, b[:i]...)
+		b = b[i+1:]
+		p.emit(true)
+	}
+	return n, nil
+}
+
+// Flush writes the pending unterminated line, if any.
+func (p *plainWriter) Flush() {
+	if len(p.buf) > 0 {
+		p.emit(false)
+	}
+}
+
+func (p *plainWriter) emit(newline bool) {
+	line := ansi.Strip(string(p.buf))
+	p.buf = p.buf[:0]
+	if strings.Contains(line, "\r") {
+		parts := strings.Split(line, "\r")
+		line = ""
+		for i := len(parts) - 1; i >= 0; i-- {
+			if strings.TrimSpace(parts[i]) != "" {
+				line = parts[i]
+				break
+			}
+		}
+	}
+	// Other control characters (a bell, a backspace) are dropped too.
+	line = strings.Map(func(r rune) rune {
+		if r != '\t' && (r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, line)
+	if newline {
+		line += "\n"
+	}
+	_, _ = io.WriteString(p.w, line)
 }

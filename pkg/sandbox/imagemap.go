@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/distribution/reference"
 )
 
 // ImageMap rewrites image references before a build or a run, so a site
@@ -19,22 +22,49 @@ import (
 //
 //	# exact names
 //	python:3.11-slim = proctor/python:3.11-slim
+//	# repositories: every tag (and digest) of python
+//	python:* = proctor/python:*
+//	ubuntu:* = debian:bookworm-slim
 //	# prefixes: both sides end in "/"
 //	docker.io/ = mirror.example.com/docker.io/
 //	ghcr.io/laude-institute/ = registry.local/tb/
 //
-// A rule whose `from` ends in "/" is a prefix rule: a reference starting
-// with it has that prefix replaced by `to` (which must end in "/" too).
-// Other rules match a reference exactly, as written (no normalisation:
-// `debian` and `docker.io/library/debian:latest` are different names).
-// An exact rule wins over a prefix rule; among prefix rules the longest
-// wins. Each reference is rewritten at most once (rules do not chain).
+// Three kinds of rule:
+//
+//   - An exact rule matches a reference exactly, as written (no
+//     normalisation: `debian` and `docker.io/library/debian:latest` are
+//     different names).
+//   - A repository rule, `from` written `<repository>:*`, matches every
+//     reference of that repository, with any tag or digest or none, however
+//     the repository is spelled (`python:3.12`, `docker.io/library/python`,
+//     `python@sha256:...` all match `python:*`; `python` is Docker's
+//     `docker.io/library/python`). With `to` written `<repository>:*` the
+//     repository is replaced and the tag or digest kept as written
+//     (`python:3.12-slim` becomes `proctor/python:3.12-slim`); with any other
+//     `to`, every matching reference becomes that one image.
+//   - A prefix rule, `from` ending in "/", matches a reference starting with
+//     it, as written, and replaces that prefix by `to` (which must end in
+//     "/" too).
+//
+// An exact rule wins over a repository rule, which wins over a prefix rule;
+// among prefix rules the longest wins. Each reference is rewritten at most
+// once (rules do not chain).
+//
+// A rule that can never match, or whose result is not an image reference,
+// is refused when the map is parsed: both sides are checked with the
+// reference grammar of Docker's distribution library, so `python:` (a tag
+// that is empty: write `python:*` for every tag), `Python:3` (upper case),
+// a `*` anywhere but as a whole tag, or a `to` ending in ":*" for a `from`
+// that is not a repository rule, are errors naming the line. So is a rule
+// mapping a reference to itself, and two repository rules naming the same
+// repository in different spellings.
 //
 // The zero value and a nil *ImageMap map nothing. An ImageMap is immutable
 // after parsing and safe for concurrent use.
 type ImageMap struct {
 	exact    map[string]string
-	prefixes []ImageRule // longest From first
+	repos    map[string]ImageRule // by normalised repository name
+	prefixes []ImageRule          // longest From first
 }
 
 // ImageRule is one rule of an ImageMap.
@@ -43,6 +73,8 @@ type ImageRule struct {
 	To   string `json:"to"`
 	// Prefix is true for a prefix rule (From and To end in "/").
 	Prefix bool `json:"prefix,omitempty"`
+	// Repository is true for a repository rule (From ends in ":*").
+	Repository bool `json:"repository,omitempty"`
 }
 
 // Rewrite records one image reference rewritten by an ImageMap.
@@ -52,6 +84,8 @@ type Rewrite struct {
 	Line int    `json:"line,omitempty"`
 	From string `json:"from"`
 	To   string `json:"to"`
+	// Rule is the From of the rule that matched (as in the map file).
+	Rule string `json:"rule"`
 }
 
 // LoadImageMap reads and parses the map file at path (see ImageMap for the
@@ -65,12 +99,17 @@ func LoadImageMap(path string) (*ImageMap, error) {
 	return ParseImageMap(f, path)
 }
 
+// anyTag is the tag of a repository rule: every tag.
+const anyTag = ":*"
+
 // ParseImageMap parses a map (see ImageMap for the format) read from r;
 // name is used in errors ("FILE:LINE: ..."). A line without "=", an empty
-// side, a reference containing whitespace, a prefix rule whose sides do
-// not both end in "/", or the same `from` twice is an error.
+// side, a reference containing whitespace, a side that is not a valid
+// image reference (or prefix of one, or repository rule), a prefix rule
+// whose sides do not both end in "/", a rule that maps a reference to
+// itself, or the same `from` twice is an error.
 func ParseImageMap(r io.Reader, name string) (*ImageMap, error) {
-	m := &ImageMap{exact: map[string]string{}}
+	m := &ImageMap{exact: map[string]string{}, repos: map[string]ImageRule{}}
 	seen := map[string]int{}
 	sc := bufio.NewScanner(r)
 	n := 0
@@ -91,21 +130,25 @@ func ParseImageMap(r io.Reader, name string) (*ImageMap, error) {
 		if strings.ContainsAny(from, " \t") || strings.ContainsAny(to, " \t") {
 			return nil, fmt.Errorf("%s:%d: image reference with whitespace in %q", name, n, line)
 		}
-		if prev, dup := seen[from]; dup {
+		if from == to {
+			return nil, fmt.Errorf("%s:%d: %q is mapped to itself", name, n, from)
+		}
+		rule, key, err := parseRule(from, to)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
+		}
+		if prev, dup := seen[key]; dup {
 			return nil, fmt.Errorf("%s:%d: %q is already mapped on line %d", name, n, from, prev)
 		}
-		seen[from] = n
-		if strings.HasSuffix(from, "/") {
-			if !strings.HasSuffix(to, "/") {
-				return nil, fmt.Errorf("%s:%d: prefix rule %q must map to a prefix ending in \"/\", got %q", name, n, from, to)
-			}
-			m.prefixes = append(m.prefixes, ImageRule{From: from, To: to, Prefix: true})
-			continue
+		seen[key] = n
+		switch {
+		case rule.Prefix:
+			m.prefixes = append(m.prefixes, rule)
+		case rule.Repository:
+			m.repos[key] = rule
+		default:
+			m.exact[from] = to
 		}
-		if strings.HasSuffix(to, "/") {
-			return nil, fmt.Errorf("%s:%d: exact rule %q maps to a prefix %q; end both sides in \"/\" for a prefix rule", name, n, from, to)
-		}
-		m.exact[from] = to
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -114,18 +157,98 @@ func ParseImageMap(r io.Reader, name string) (*ImageMap, error) {
 	return m, nil
 }
 
+// parseRule checks one rule against the reference grammar and returns it
+// with the key that makes two rules the same: the normalised repository
+// name of a repository rule, else From.
+func parseRule(from, to string) (ImageRule, string, error) {
+	rule := ImageRule{From: from, To: to}
+	switch {
+	case strings.HasSuffix(from, "/"):
+		if !strings.HasSuffix(to, "/") {
+			return rule, "", fmt.Errorf("prefix rule %q must map to a prefix ending in \"/\", got %q", from, to)
+		}
+		// A prefix can match only if some reference starts with it.
+		if _, err := reference.ParseNormalizedNamed(from + "x"); err != nil {
+			return rule, "", fmt.Errorf("prefix rule %q: no image reference starts with it (%v)", from, err)
+		}
+		if _, err := reference.ParseNormalizedNamed(to + "x"); err != nil {
+			return rule, "", fmt.Errorf("prefix rule %q: %q does not start an image reference (%v)", from, to, err)
+		}
+		rule.Prefix = true
+		return rule, from, nil
+	case strings.HasSuffix(to, "/"):
+		return rule, "", fmt.Errorf("exact rule %q maps to a prefix %q; end both sides in \"/\" for a prefix rule", from, to)
+	case strings.HasSuffix(from, anyTag):
+		repo, err := repositoryName(strings.TrimSuffix(from, anyTag))
+		if err != nil {
+			return rule, "", fmt.Errorf("repository rule %q: %w", from, err)
+		}
+		if toRepo, ok := strings.CutSuffix(to, anyTag); ok {
+			if _, err := repositoryName(toRepo); err != nil {
+				return rule, "", fmt.Errorf("repository rule %q: %q: %w", from, to, err)
+			}
+		} else if err := checkReference(to); err != nil {
+			return rule, "", fmt.Errorf("repository rule %q: %w", from, err)
+		}
+		rule.Repository = true
+		return rule, repo, nil
+	case strings.HasSuffix(from, ":"):
+		return rule, "", fmt.Errorf("%q is not an image reference (an empty tag matches nothing); for every tag of %s write %q", from, strings.TrimSuffix(from, ":"), strings.TrimSuffix(from, ":")+anyTag)
+	}
+	if err := checkReference(from); err != nil {
+		return rule, "", err
+	}
+	if strings.HasSuffix(to, anyTag) {
+		return rule, "", fmt.Errorf("%q maps to %q, but only a repository rule (%q) keeps the tag", from, to, from+"...:*")
+	}
+	if err := checkReference(to); err != nil {
+		return rule, "", err
+	}
+	return rule, from, nil
+}
+
+// checkReference returns an error unless s is a valid image reference.
+func checkReference(s string) error {
+	if strings.Contains(s, "*") {
+		return fmt.Errorf("%q: \"*\" stands only for a whole tag, in a repository rule (`repo:*`)", s)
+	}
+	if _, err := reference.ParseNormalizedNamed(s); err != nil {
+		return fmt.Errorf("%q is not an image reference: %v", s, err)
+	}
+	return nil
+}
+
+// repositoryName returns the normalised name of repo, an image repository
+// without tag or digest.
+func repositoryName(repo string) (string, error) {
+	if err := checkReference(repo); err != nil {
+		return "", err
+	}
+	named, _ := reference.ParseNormalizedNamed(repo)
+	if !reference.IsNameOnly(named) {
+		return "", fmt.Errorf("%q is not a repository (it has a tag or digest)", repo)
+	}
+	return named.Name(), nil
+}
+
 // Rules returns the map's rules, exact rules first (sorted by From), then
-// prefix rules (longest first): the mapping in force, for recording in a
-// run's events.
+// repository rules (sorted by From), then prefix rules (longest first): the
+// mapping in force, for recording in a run's events.
 func (m *ImageMap) Rules() []ImageRule {
 	if m == nil {
 		return nil
 	}
-	out := make([]ImageRule, 0, len(m.exact)+len(m.prefixes))
+	out := make([]ImageRule, 0, m.Len())
 	for from, to := range m.exact {
 		out = append(out, ImageRule{From: from, To: to})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].From < out[j].From })
+	repos := make([]ImageRule, 0, len(m.repos))
+	for _, r := range m.repos {
+		repos = append(repos, r)
+	}
+	sort.Slice(repos, func(i, j int) bool { return repos[i].From < repos[j].From })
+	out = append(out, repos...)
 	return append(out, m.prefixes...)
 }
 
@@ -134,24 +257,47 @@ func (m *ImageMap) Len() int {
 	if m == nil {
 		return 0
 	}
-	return len(m.exact) + len(m.prefixes)
+	return len(m.exact) + len(m.repos) + len(m.prefixes)
 }
 
 // RewriteRef returns ref rewritten by the map, or ref unchanged when no
 // rule matches.
 func (m *ImageMap) RewriteRef(ref string) string {
+	to, _ := m.rewrite(ref)
+	return to
+}
+
+// rewrite returns ref rewritten and the From of the rule that matched ("" and
+// ref when none did).
+func (m *ImageMap) rewrite(ref string) (string, string) {
 	if m == nil {
-		return ref
+		return ref, ""
 	}
 	if to, ok := m.exact[ref]; ok {
-		return to
+		return to, ref
+	}
+	if len(m.repos) > 0 {
+		if named, err := reference.ParseNormalizedNamed(ref); err == nil {
+			if r, ok := m.repos[named.Name()]; ok {
+				toRepo, keep := strings.CutSuffix(r.To, anyTag)
+				if !keep {
+					return r.To, r.From
+				}
+				// The tag and digest as written: what follows the name.
+				if asWritten, err := reference.Parse(ref); err == nil {
+					if nm, ok := asWritten.(reference.Named); ok {
+						return toRepo + ref[len(nm.Name()):], r.From
+					}
+				}
+			}
+		}
 	}
 	for _, p := range m.prefixes {
 		if strings.HasPrefix(ref, p.From) {
-			return p.To + ref[len(p.From):]
+			return p.To + ref[len(p.From):], p.From
 		}
 	}
-	return ref
+	return ref, ""
 }
 
 // RewriteDockerfile rewrites the image references of the FROM instructions
@@ -168,6 +314,23 @@ func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 	if m.Len() == 0 {
 		return src, nil
 	}
+	out, rewrites, _ := m.scanDockerfile(src)
+	return out, rewrites
+}
+
+// DockerfileBases returns the base images of a Dockerfile after the map's
+// rewrites (nil map: as written): the image operand of each FROM that does
+// not name an earlier build stage, in order, without repeats, `scratch`
+// and references with a variable (`${BASE}`) included as written.
+func (m *ImageMap) DockerfileBases(src []byte) []string {
+	_, _, bases := m.scanDockerfile(src)
+	return bases
+}
+
+// scanDockerfile is RewriteDockerfile that also returns the base images
+// (see DockerfileBases).
+func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
+	var bases []string
 	lines := bytes.SplitAfter(src, []byte("\n"))
 	escape := byte('\\')
 	stages := map[string]bool{}
@@ -237,9 +400,12 @@ func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 		if !continued {
 			heredocs, heredocStrip = parseHeredocs(trimmed)
 		}
-		newText, rw, stage := m.rewriteFrom(text, stages)
+		newText, rw, stage, base := m.rewriteFrom(text, stages)
 		if stage != "" {
 			stages[strings.ToLower(stage)] = true
+		}
+		if base != "" && !slices.Contains(bases, base) {
+			bases = append(bases, base)
 		}
 		if rw != nil {
 			rw.Line = lineNo
@@ -251,15 +417,16 @@ func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 		out.Write(raw)
 	}
 	if len(rewrites) == 0 {
-		return src, nil
+		return src, nil, bases
 	}
-	return out.Bytes(), rewrites
+	return out.Bytes(), rewrites, bases
 }
 
 // rewriteFrom rewrites the image of a FROM instruction on line (its first
 // physical line). It returns the new line and the rewrite, or a nil
-// rewrite, and the stage name the instruction declares (`AS name`), if any.
-func (m *ImageMap) rewriteFrom(line string, stages map[string]bool) (string, *Rewrite, string) {
+// rewrite, the stage name the instruction declares (`AS name`), if any, and
+// the base image after the rewrite ("" for a stage or no FROM).
+func (m *ImageMap) rewriteFrom(line string, stages map[string]bool) (string, *Rewrite, string, string) {
 	// Tokenise by whitespace, keeping offsets.
 	type tok struct {
 		s   string
@@ -280,29 +447,32 @@ func (m *ImageMap) rewriteFrom(line string, stages map[string]bool) (string, *Re
 		i = j
 	}
 	if len(toks) < 2 || !strings.EqualFold(toks[0].s, "FROM") {
-		return line, nil, ""
+		return line, nil, "", ""
 	}
 	k := 1
 	for k < len(toks) && strings.HasPrefix(toks[k].s, "--") {
 		k++
 	}
 	if k >= len(toks) {
-		return line, nil, ""
+		return line, nil, "", ""
 	}
 	img := toks[k]
 	stage := ""
 	if k+2 < len(toks) && strings.EqualFold(toks[k+1].s, "AS") {
 		stage = toks[k+2].s
 	}
-	if strings.Contains(img.s, "$") || stages[strings.ToLower(img.s)] || img.s == "\\" || img.s == "`" {
-		return line, nil, stage
+	switch {
+	case stages[strings.ToLower(img.s)] || img.s == "\\" || img.s == "`":
+		return line, nil, stage, ""
+	case strings.Contains(img.s, "$"):
+		return line, nil, stage, img.s
 	}
-	to := m.RewriteRef(img.s)
+	to, rule := m.rewrite(img.s)
 	if to == img.s {
-		return line, nil, stage
+		return line, nil, stage, img.s
 	}
 	newLine := line[:img.off] + to + line[img.off+len(img.s):]
-	return newLine, &Rewrite{From: img.s, To: to}, stage
+	return newLine, &Rewrite{From: img.s, To: to, Rule: rule}, stage, to
 }
 
 // parseDirective recognises a parser directive line `# key=value`.

@@ -94,13 +94,13 @@ func TestRewriteDockerfile(t *testing.T) {
 			name:     "plain",
 			in:       "FROM python:3.11-slim\nRUN echo hi\n",
 			want:     "FROM proctor/python:3.11-slim\nRUN echo hi\n",
-			rewrites: []Rewrite{{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim"}},
+			rewrites: []Rewrite{{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"}},
 		},
 		{
 			name:     "lowercase from, platform flag, AS name, CRLF",
 			in:       "# comment\r\nfrom --platform=linux/amd64 ubuntu:22.04 AS build\r\nRUN make\r\n",
 			want:     "# comment\r\nfrom --platform=linux/amd64 debian:bookworm-slim AS build\r\nRUN make\r\n",
-			rewrites: []Rewrite{{Line: 2, From: "ubuntu:22.04", To: "debian:bookworm-slim"}},
+			rewrites: []Rewrite{{Line: 2, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"}},
 		},
 		{
 			name: "multi-stage: stage names are not images",
@@ -113,8 +113,8 @@ func TestRewriteDockerfile(t *testing.T) {
 				"FROM proctor/python:3.11-slim\n" +
 				"COPY --from=base /x /x\n",
 			rewrites: []Rewrite{
-				{Line: 1, From: "ghcr.io/laude-institute/base:1", To: "registry.local/tb/base:1"},
-				{Line: 3, From: "python:3.11-slim", To: "proctor/python:3.11-slim"},
+				{Line: 1, From: "ghcr.io/laude-institute/base:1", To: "registry.local/tb/base:1", Rule: "ghcr.io/laude-institute/"},
+				{Line: 3, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"},
 			},
 		},
 		{
@@ -142,8 +142,8 @@ func TestRewriteDockerfile(t *testing.T) {
 				"TWO\n" +
 				"FROM debian:bookworm-slim\n",
 			rewrites: []Rewrite{
-				{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim"},
-				{Line: 11, From: "ubuntu:22.04", To: "debian:bookworm-slim"},
+				{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"},
+				{Line: 11, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"},
 			},
 		},
 		{
@@ -163,8 +163,8 @@ func TestRewriteDockerfile(t *testing.T) {
 				"  && echo b\n" +
 				"FROM debian:bookworm-slim\n",
 			rewrites: []Rewrite{
-				{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim"},
-				{Line: 7, From: "ubuntu:22.04", To: "debian:bookworm-slim"},
+				{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"},
+				{Line: 7, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"},
 			},
 		},
 		{
@@ -182,8 +182,8 @@ func TestRewriteDockerfile(t *testing.T) {
 				"RUN echo c:\\ \n" +
 				"FROM debian:bookworm-slim\n",
 			rewrites: []Rewrite{
-				{Line: 2, From: "python:3.11-slim", To: "proctor/python:3.11-slim"},
-				{Line: 6, From: "ubuntu:22.04", To: "debian:bookworm-slim"},
+				{Line: 2, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"},
+				{Line: 6, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"},
 			},
 		},
 		{
@@ -198,7 +198,7 @@ func TestRewriteDockerfile(t *testing.T) {
 				"FROM ${BASE}\n" +
 				"RUN echo $((1<<3))\n" +
 				"FROM debian:bookworm-slim\n",
-			rewrites: []Rewrite{{Line: 5, From: "ubuntu:22.04", To: "debian:bookworm-slim"}},
+			rewrites: []Rewrite{{Line: 5, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"}},
 		},
 		{
 			name: "nothing to rewrite",
@@ -209,7 +209,7 @@ func TestRewriteDockerfile(t *testing.T) {
 			name:     "no final newline",
 			in:       "FROM python:3.11-slim",
 			want:     "FROM proctor/python:3.11-slim",
-			rewrites: []Rewrite{{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim"}},
+			rewrites: []Rewrite{{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -225,5 +225,98 @@ func TestRewriteDockerfile(t *testing.T) {
 	var nilMap *ImageMap
 	if got, rw := nilMap.RewriteDockerfile([]byte("FROM x\n")); string(got) != "FROM x\n" || rw != nil {
 		t.Error("nil map rewrote")
+	}
+}
+
+// TestRepositoryRules: `repo:*` maps every tag and digest of a repository,
+// however it is spelled; `to:*` keeps the tag, any other `to` is one image.
+func TestRepositoryRules(t *testing.T) {
+	m := mustMap(t, `python:* = proctor/python:*
+ubuntu:* = debian:bookworm-slim
+ubuntu:20.04 = ubuntu-focal:local
+localhost:5000/tools/x:* = registry.local/x:*
+ghcr.io/ = mirror.local/ghcr/
+`)
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct{ in, want, rule string }{
+		{"python:3.11-slim", "proctor/python:3.11-slim", "python:*"},
+		{"python:3.12", "proctor/python:3.12", "python:*"},
+		{"python", "proctor/python", "python:*"},
+		{"docker.io/library/python:3.13-slim", "proctor/python:3.13-slim", "python:*"},
+		{"library/python:3", "proctor/python:3", "python:*"},
+		{"python@" + digest, "proctor/python@" + digest, "python:*"},
+		{"python:3@" + digest, "proctor/python:3@" + digest, "python:*"},
+		{"pythonista:1", "pythonista:1", ""},         // another repository
+		{"someone/python:3", "someone/python:3", ""}, // another repository
+		{"ubuntu:22.04", "debian:bookworm-slim", "ubuntu:*"},
+		{"ubuntu:20.04", "ubuntu-focal:local", "ubuntu:20.04"}, // exact wins
+		{"localhost:5000/tools/x:1.2", "registry.local/x:1.2", "localhost:5000/tools/x:*"},
+		{"localhost:5000/tools/x", "registry.local/x", "localhost:5000/tools/x:*"},
+		{"ghcr.io/a/b:1", "mirror.local/ghcr/a/b:1", "ghcr.io/"},
+		{"Not A Reference", "Not A Reference", ""},
+	} {
+		got, rule := m.rewrite(tc.in)
+		if got != tc.want || rule != tc.rule || m.RewriteRef(tc.in) != tc.want {
+			t.Errorf("rewrite(%q) = %q by %q, want %q by %q", tc.in, got, rule, tc.want, tc.rule)
+		}
+	}
+	want := []ImageRule{
+		{From: "ubuntu:20.04", To: "ubuntu-focal:local"},
+		{From: "localhost:5000/tools/x:*", To: "registry.local/x:*", Repository: true},
+		{From: "python:*", To: "proctor/python:*", Repository: true},
+		{From: "ubuntu:*", To: "debian:bookworm-slim", Repository: true},
+		{From: "ghcr.io/", To: "mirror.local/ghcr/", Prefix: true},
+	}
+	if got := m.Rules(); !reflect.DeepEqual(got, want) || m.Len() != 5 {
+		t.Errorf("Rules() = %+v", got)
+	}
+	out, rw := m.RewriteDockerfile([]byte("FROM python:3.12-slim AS a\nFROM docker.io/library/ubuntu:24.04\n"))
+	if string(out) != "FROM proctor/python:3.12-slim AS a\nFROM debian:bookworm-slim\n" || len(rw) != 2 || rw[0].Rule != "python:*" || rw[1].Rule != "ubuntu:*" {
+		t.Errorf("Dockerfile: %q %+v", out, rw)
+	}
+}
+
+// TestImageMapRefusesRulesThatCannotMatch: every rule is checked with the
+// reference grammar; a rule no reference can match, or whose result is not
+// a reference, names its line.
+func TestImageMapRefusesRulesThatCannotMatch(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"python: = proctor/python:3", `map.txt:1: "python:" is not an image reference (an empty tag matches nothing); for every tag of python write "python:*"`},
+		{"# c\n\ndocker.io/library/python: = x", `map.txt:3: "docker.io/library/python:" is not an image reference`},
+		{"Python:3 = python:3", `map.txt:1: "Python:3" is not an image reference`},
+		{"python:3 = Proctor/Python", `"Proctor/Python" is not an image reference`},
+		{"python:3.* = x", `"python:3.*": "*" stands only for a whole tag`},
+		{"py*:3 = x", `"*" stands only for a whole tag`},
+		{"python:3 = proctor/python:*", `only a repository rule ("python:3...:*") keeps the tag`},
+		{"python:3:* = x", `repository rule "python:3:*": "python:3" is not a repository (it has a tag or digest)`},
+		{"python:* = x:3:*", `repository rule "python:*": "x:3:*"`},
+		{"python:* = bad ref", "image reference with whitespace"},
+		{"python:* = UPPER", `repository rule "python:*": "UPPER" is not an image reference`},
+		{"python:*=", "empty image reference"},
+		{"= python", "empty image reference"},
+		{"python:3 = python:3", `"python:3" is mapped to itself`},
+		{"python:* = a:*\ndocker.io/library/python:* = b:*", `map.txt:2: "docker.io/library/python:*" is already mapped on line 1`},
+		{"ghcr.io//= x/", `prefix rule "ghcr.io//": no image reference starts with it`},
+		{"ghcr.io/-x/ = x/", `prefix rule "ghcr.io/-x/": no image reference starts with it`},
+		{"ghcr.io/ = mirror/A/", `prefix rule "ghcr.io/": "mirror/A/" does not start an image reference`},
+		{"a:1 = b:2:3", `"b:2:3" is not an image reference`},
+	} {
+		_, err := ParseImageMap(strings.NewReader(tc.src), "map.txt")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+func TestDockerfileBases(t *testing.T) {
+	m := mustMap(t, "python:* = proctor/python:*\n")
+	src := "ARG V=1\nFROM python:3.11-slim AS build\nFROM build AS test\nFROM debian:bookworm-slim\nFROM ${BASE}\nFROM scratch\nFROM python:3.11-slim\nRUN <<EOF\nFROM not-an-image\nEOF\n"
+	want := []string{"proctor/python:3.11-slim", "debian:bookworm-slim", "${BASE}", "scratch"}
+	if got := m.DockerfileBases([]byte(src)); !reflect.DeepEqual(got, want) {
+		t.Errorf("bases %q, want %q", got, want)
+	}
+	var nilMap *ImageMap
+	if got := nilMap.DockerfileBases([]byte(src)); len(got) != 4 || got[0] != "python:3.11-slim" {
+		t.Errorf("nil map bases %q", got)
 	}
 }

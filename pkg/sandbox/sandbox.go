@@ -24,9 +24,11 @@ const (
 	LabelCell = "proctor.cell"
 	// LabelManaged marks every object proctor created ("1").
 	LabelManaged = "proctor.managed"
-	// LabelTask and LabelRevision are put on built task images.
+	// LabelTask, LabelRevision and LabelImageKey are put on built task
+	// images (LabelImageKey: the image key, see ImageKey).
 	LabelTask     = "proctor.task"
 	LabelRevision = "proctor.revision"
+	LabelImageKey = "proctor.image_key"
 )
 
 // Network modes for Spec.Network.
