@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"os"
 	"path/filepath"
@@ -147,10 +148,15 @@ func TestAgentFailureModes(t *testing.T) {
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--repeats", "2", "--concurrency", "4", "--agent-grace", "2",
 		"--harnesses", strings.Join([]string{ag("sleeper"), ag("silent"), ag("badinstall"), "agent:" + installer}, ","))
 	t.Cleanup(func() {
-		if len(a.Results) > 0 {
-			ref := "proctor-agent:" + a.Results[0].TaskRevision[:12] + "-" + spec.Hash[:12]
-			if _, err := cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}); err != nil {
-				t.Errorf("remove the install image %s: %v", ref, err)
+		// proctor-agent:<task image id[:12]>-<agent hash[:12]>
+		ctx := context.Background()
+		imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("reference", "proctor-agent:*-"+spec.Hash[:12]))})
+		if err != nil || len(imgs) != 1 {
+			t.Errorf("the install image: %d found (%v)", len(imgs), err)
+		}
+		for _, im := range imgs {
+			if _, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true}); err != nil {
+				t.Errorf("remove the install image %v: %v", im.RepoTags, err)
 			}
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
@@ -269,10 +270,25 @@ func (g *globals) printResult(rec bus.RunRecord) error {
 	if rec.Artifact != "" {
 		fmt.Fprintf(g.stdout, "artifact: %s\nreport:   %s\n", rec.Artifact, rec.Report)
 	}
+	g.warnUnusedImageMapRules(rec)
 	if rec.Status == bus.StatusFailed {
 		return fmt.Errorf("run %s failed: %s", rec.ID, rec.Error)
 	}
 	return nil
+}
+
+// warnUnusedImageMapRules prints, on stderr, the image-map rules no image
+// of the run used, as the artifact lists them (run.image_map_unused).
+func (g *globals) warnUnusedImageMapRules(rec bus.RunRecord) {
+	if len(rec.Spec.ImageMap) == 0 || rec.Artifact == "" {
+		return
+	}
+	a, err := artifact.Read(rec.Artifact)
+	if err != nil || len(a.Run.ImageMapUnused) == 0 {
+		return
+	}
+	fmt.Fprintf(g.stderr, "warning: --image-map: %d of %d rules matched no image of this run: %s\n",
+		len(a.Run.ImageMapUnused), len(rec.Spec.ImageMap), strings.Join(a.Run.ImageMapUnused, ", "))
 }
 
 // matrix is planner.Matrix with the errors that are the caller's input

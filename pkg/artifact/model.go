@@ -46,7 +46,10 @@ type RunInfo struct {
 	StartedAt       string            `json:"started_at"`            // RFC 3339, from RunRequested
 	FinishedAt      string            `json:"finished_at,omitempty"` // RFC 3339, from RunFinished
 	ImageMap        map[string]string `json:"image_map,omitempty"`
-	ProctorVersion  string            `json:"proctor_version"`
+	// ImageMapUnused lists the `from` of the image-map rules no image of
+	// the run used (sorted): a rule that matched nothing, a warning.
+	ImageMapUnused []string `json:"image_map_unused,omitempty"`
+	ProctorVersion string   `json:"proctor_version"`
 }
 
 // Result is one row per cell.
@@ -70,7 +73,9 @@ type Result struct {
 	ReturnCode *int `json:"returncode"`
 	// VerifierReturnCode is test.sh's exit code; recorded, never decisive.
 	VerifierReturnCode *int `json:"verifier_returncode,omitempty"`
-	// ElapsedSec is the cell's wall time in seconds, from its first to its
+	// ElapsedSec is the cell's wall time in seconds, from the start of its
+	// image phase (the ImageBuilt event's time less its build_sec, failed
+	// builds included) or its first event, whichever is earlier, to its
 	// last event.
 	ElapsedSec   float64 `json:"elapsed_sec"`
 	TaskRevision string  `json:"task_revision,omitempty"`

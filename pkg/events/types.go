@@ -74,13 +74,28 @@ type CellRefusedData struct {
 	UnresolvedEnv []string `json:"unresolved_env,omitempty"`
 }
 
-// ImageBuiltData records the image a cell runs in.
+// ImageBuiltData records the image phase of a cell: the image it runs in,
+// or, with Error set, a build or pull that failed (a CellErrored of class
+// build follows). BuildSec is the phase's wall time in seconds, failed or
+// not.
 type ImageBuiltData struct {
 	Image    string   `json:"image"`
 	Cached   bool     `json:"cached"`
 	BuildSec float64  `json:"build_sec"`
 	Rewrites []string `json:"rewrites,omitempty"`
 	Workdir  string   `json:"workdir,omitempty"`
+	// ImageID is the image's id (sha256:...).
+	ImageID string `json:"image_id,omitempty"`
+	// Key is the image key of a built task image: what its cache is keyed
+	// on (the revision, the Dockerfile as built, the base image ids).
+	Key string `json:"key,omitempty"`
+	// Bases maps each base image of a build (after the image map) to the
+	// image id it resolved to.
+	Bases map[string]string `json:"bases,omitempty"`
+	// ImageMapRules are the image-map rules applied (their `from`, sorted).
+	ImageMapRules []string `json:"image_map_rules,omitempty"`
+	// Error is the failed build's or pull's error.
+	Error string `json:"error,omitempty"`
 }
 
 // SandboxStartedData records the driver's handle so a restarted process can

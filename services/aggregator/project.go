@@ -28,6 +28,8 @@ type Projector struct {
 	finishedAt time.Time
 	cells      map[string]*cellState
 	terminal   int
+	// mapRules are the image-map rules some image of the run used.
+	mapRules map[string]bool
 }
 
 type cellState struct {
@@ -119,6 +121,16 @@ func (p *Projector) Apply(e events.Envelope) {
 	case events.ImageBuilt:
 		c.image = new(events.ImageBuiltData)
 		_ = events.Into(e, c.image)
+		// The cell's clock starts when its image phase did.
+		if s := e.At.Add(-time.Duration(c.image.BuildSec * float64(time.Second))); s.Before(c.first) {
+			c.first = s
+		}
+		for _, r := range c.image.ImageMapRules {
+			if p.mapRules == nil {
+				p.mapRules = map[string]bool{}
+			}
+			p.mapRules[r] = true
+		}
 	case events.SandboxStarted:
 		var sb events.SandboxStartedData
 		_ = events.Into(e, &sb)
@@ -231,6 +243,19 @@ func (p *Projector) PlanError() string {
 	return p.planned.Error
 }
 
+// UnusedImageMapRules returns the `from` of every rule of the run's image
+// map that no image of the run used so far (no ImageBuilt event, failed
+// builds included, names it), sorted; nil without an image map.
+func (p *Projector) UnusedImageMapRules() []string {
+	var out []string
+	for _, from := range slices.Sorted(maps.Keys(p.Spec().ImageMap)) {
+		if !p.mapRules[from] {
+			out = append(out, from)
+		}
+	}
+	return out
+}
+
 // Counts returns the number of cells by outcome so far.
 func (p *Projector) Counts() map[string]int {
 	out := map[string]int{}
@@ -258,6 +283,7 @@ func (p *Projector) Artifact(version string) *artifact.Artifact {
 	if !p.finishedAt.IsZero() {
 		run.FinishedAt = p.finishedAt.UTC().Format(time.RFC3339Nano)
 	}
+	run.ImageMapUnused = p.UnusedImageMapRules()
 	var rows []artifact.Result
 	for _, id := range slices.Sorted(maps.Keys(p.cells)) {
 		if p.cells[id].plan.Task == "" {

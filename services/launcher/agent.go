@@ -51,13 +51,14 @@ func agentWorkdir(t *task.Task, img sandbox.ImageInfo) (string, error) {
 }
 
 // agentImage returns the image an agent arm runs in: the task image with
-// the agent's install step applied, cached per (task revision, agent
-// files) as a committed image, so install runs once per task image.
+// the agent's install step applied, cached per (task image id, agent
+// files) as a committed image, so install runs once per task image (and
+// again on a task image built from other bases or another image map).
 func (c *cell) agentImage(ctx context.Context, t *task.Task, img sandbox.ImageInfo, a *harness.AgentSpec) (string, error) {
 	if strings.TrimSpace(a.Install) == "" {
 		return img.Ref, nil
 	}
-	ref := "proctor-agent:" + t.Revision[:12] + "-" + a.Hash[:12]
+	ref := AgentImageRef(img.ID, a.Hash)
 	_, err := c.s.docker.EnsureDerived(ctx, ref, sandbox.Spec{
 		RunID: c.job.RunID, CellID: c.job.CellID, Image: img.Ref, Network: sandbox.NetworkBridge, Lifetime: installTimeout + time.Minute,
 	}, func(ctx context.Context, h *sandbox.Handle) error {
@@ -87,6 +88,13 @@ func (c *cell) agentImage(ctx context.Context, t *task.Task, img sandbox.ImageIn
 		return "", err
 	}
 	return ref, nil
+}
+
+// AgentImageRef is the committed image of an agent's install step on a
+// task image: proctor-agent:<image id hex[:12]>-<agent hash[:12]>.
+func AgentImageRef(taskImageID, agentHash string) string {
+	id := strings.TrimPrefix(taskImageID, "sha256:")
+	return "proctor-agent:" + id[:min(12, len(id))] + "-" + agentHash[:min(12, len(agentHash))]
 }
 
 // agentRun is the state of one agent solve: what its stdout said so far.

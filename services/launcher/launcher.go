@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -272,7 +274,9 @@ func (c *cell) run(ctx context.Context) error {
 	return nil
 }
 
-// image builds or finds the task image and records ImageBuilt.
+// image builds or finds the task image and records ImageBuilt, also when
+// the build or pull failed (with its error and time: a CellErrored
+// follows).
 func (c *cell) image(ctx context.Context, t *task.Task) (sandbox.ImageInfo, error) {
 	logf, err := os.Create(c.dir.Path("build.log"))
 	if err != nil {
@@ -284,17 +288,39 @@ func (c *cell) image(ctx context.Context, t *task.Task) (sandbox.ImageInfo, erro
 		Task: t.Name, Revision: t.Revision, EnvironmentDir: environmentDir(t),
 		DockerImage: t.DockerImage, Timeout: seconds(t.BuildTimeoutSec), Log: logf,
 	})
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		return img, err
 	}
-	var rewrites []string
+	var be *sandbox.BuildError
+	if img.Ref == "" && errors.As(err, &be) {
+		img.Ref = be.Ref // a base image that could not be pulled
+	}
+	d := events.ImageBuiltData{
+		Image: img.Ref, Cached: img.Cached, BuildSec: round3(time.Since(start).Seconds()), Workdir: img.Workdir,
+		ImageID: img.ID, Key: img.Key,
+	}
+	rules := map[string]bool{}
 	for _, r := range img.Rewrites {
-		rewrites = append(rewrites, r.From+" -> "+r.To)
+		d.Rewrites = append(d.Rewrites, r.From+" -> "+r.To)
+		rules[r.Rule] = true
+	}
+	d.ImageMapRules = slices.Sorted(maps.Keys(rules))
+	for _, b := range img.Bases {
+		if d.Bases == nil {
+			d.Bases = map[string]string{}
+		}
+		d.Bases[b.Ref] = b.ID
+	}
+	if err != nil {
+		d.Error = err.Error()
+		c.dir.Logf("image %s failed after %.3fs", img.Ref, d.BuildSec)
+		if perr := c.emit(ctx, events.ImageBuilt, d); perr != nil {
+			return img, perr
+		}
+		return img, err
 	}
 	c.dir.Logf("image %s (cached %v)", img.Ref, img.Cached)
-	return img, c.emit(ctx, events.ImageBuilt, events.ImageBuiltData{
-		Image: img.Ref, Cached: img.Cached, BuildSec: round3(time.Since(start).Seconds()), Rewrites: rewrites, Workdir: img.Workdir,
-	})
+	return img, c.emit(ctx, events.ImageBuilt, d)
 }
 
 // networks is the network plan of a cell: what the sandbox starts on, and
