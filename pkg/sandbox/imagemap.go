@@ -304,8 +304,13 @@ func (m *ImageMap) rewrite(ref string) (string, string) {
 // of a Dockerfile and returns the new text and the rewrites made (nil when
 // none). Only the image operand of a FROM instruction is touched: its
 // `--platform=...` (or other `--flag`) options and its `AS name` are kept,
-// a FROM naming an earlier build stage is left alone, and so is a reference
-// with a variable (`${BASE}`). Text inside RUN/COPY heredocs (`<<EOF` ...
+// a FROM naming an earlier build stage is left alone. A reference with
+// variables (`${BASE}`, `$REG/x:${TAG:-1}`) is read with the defaults of
+// the ARGs declared before the first FROM, as the builder reads it when no
+// --build-arg is given (proctor passes none), and when it matches a rule
+// the operand is replaced by the rewritten reference; one whose variables
+// have no value, or use other forms than $X, ${X}, ${X:-w}, ${X:+w}, is
+// left alone. Text inside RUN/COPY heredocs (`<<EOF` ...
 // `EOF`, `<<-EOF`, quoted delimiters), continuation lines of any
 // instruction (after a trailing escape character), and comments are never
 // rewritten. The `# escape=` parser directive is honoured. Line endings
@@ -320,8 +325,10 @@ func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 
 // DockerfileBases returns the base images of a Dockerfile after the map's
 // rewrites (nil map: as written): the image operand of each FROM that does
-// not name an earlier build stage, in order, without repeats, `scratch`
-// and references with a variable (`${BASE}`) included as written.
+// not name an earlier build stage, in order, without repeats, with
+// variables expanded from the global ARG defaults (see RewriteDockerfile);
+// `scratch` and references whose variables have no value are included as
+// written.
 func (m *ImageMap) DockerfileBases(src []byte) []string {
 	_, _, bases := m.scanDockerfile(src)
 	return bases
@@ -331,6 +338,8 @@ func (m *ImageMap) DockerfileBases(src []byte) []string {
 // (see DockerfileBases).
 func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
 	var bases []string
+	globalArgs := map[string]string{} // ARG defaults before the first FROM
+	sawFrom := false
 	lines := bytes.SplitAfter(src, []byte("\n"))
 	escape := byte('\\')
 	stages := map[string]bool{}
@@ -400,7 +409,14 @@ func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
 		if !continued {
 			heredocs, heredocStrip = parseHeredocs(trimmed)
 		}
-		newText, rw, stage, base := m.rewriteFrom(text, stages)
+		kw, rest, _ := strings.Cut(trimmed, " ")
+		if !sawFrom && !continued && strings.EqualFold(kw, "ARG") {
+			parseGlobalArgs(rest, globalArgs)
+		}
+		if strings.EqualFold(kw, "FROM") {
+			sawFrom = true
+		}
+		newText, rw, stage, base := m.rewriteFrom(text, stages, globalArgs)
 		if stage != "" {
 			stages[strings.ToLower(stage)] = true
 		}
@@ -425,8 +441,11 @@ func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
 // rewriteFrom rewrites the image of a FROM instruction on line (its first
 // physical line). It returns the new line and the rewrite, or a nil
 // rewrite, the stage name the instruction declares (`AS name`), if any, and
-// the base image after the rewrite ("" for a stage or no FROM).
-func (m *ImageMap) rewriteFrom(line string, stages map[string]bool) (string, *Rewrite, string, string) {
+// the base image after the rewrite ("" for a stage or no FROM). An image
+// operand with variables is expanded with the defaults of the global ARGs
+// (args), as the builder does when no --build-arg is given; one that does
+// not expand fully is left alone and returned as written.
+func (m *ImageMap) rewriteFrom(line string, stages map[string]bool, args map[string]string) (string, *Rewrite, string, string) {
 	// Tokenise by whitespace, keeping offsets.
 	type tok struct {
 		s   string
@@ -461,18 +480,98 @@ func (m *ImageMap) rewriteFrom(line string, stages map[string]bool) (string, *Re
 	if k+2 < len(toks) && strings.EqualFold(toks[k+1].s, "AS") {
 		stage = toks[k+2].s
 	}
-	switch {
-	case stages[strings.ToLower(img.s)] || img.s == "\\" || img.s == "`":
-		return line, nil, stage, ""
-	case strings.Contains(img.s, "$"):
-		return line, nil, stage, img.s
+	ref := img.s
+	if strings.Contains(ref, "$") {
+		expanded, ok := expandArgs(ref, args)
+		if !ok {
+			return line, nil, stage, img.s
+		}
+		ref = expanded
 	}
-	to, rule := m.rewrite(img.s)
-	if to == img.s {
-		return line, nil, stage, img.s
+	if stages[strings.ToLower(ref)] || ref == "\\" || ref == "`" {
+		return line, nil, stage, ""
+	}
+	to, rule := m.rewrite(ref)
+	if to == ref {
+		return line, nil, stage, ref
 	}
 	newLine := line[:img.off] + to + line[img.off+len(img.s):]
-	return newLine, &Rewrite{From: img.s, To: to, Rule: rule}, stage, to
+	return newLine, &Rewrite{From: ref, To: to, Rule: rule}, stage, to
+}
+
+// parseGlobalArgs records the defaults of an ARG instruction (`name=value`
+// pairs, values optionally quoted; a name without a default is unset).
+func parseGlobalArgs(rest string, args map[string]string) {
+	for _, f := range strings.Fields(rest) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			delete(args, k)
+			continue
+		}
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		args[k] = v
+	}
+}
+
+// expandArgs expands $NAME, ${NAME}, ${NAME:-word} and ${NAME:+word} in s
+// with args. It reports false when s holds another form, a variable
+// without a value, or expands to "".
+func expandArgs(s string, args map[string]string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if s[i] != '$' {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		i++
+		var name, op, word string
+		if i < len(s) && s[i] == '{' {
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return "", false
+			}
+			body := s[i+1 : i+end]
+			i += end + 1
+			name = body
+			if j := strings.Index(body, ":"); j >= 0 {
+				name, op, word = body[:j], body[j:min(j+2, len(body))], body[min(j+2, len(body)):]
+			}
+		} else {
+			j := i
+			for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
+				j++
+			}
+			name, i = s[i:j], j
+		}
+		if name == "" || strings.ContainsAny(word, "$") {
+			return "", false
+		}
+		v, set := args[name]
+		switch op {
+		case "":
+			if !set || v == "" {
+				return "", false
+			}
+		case ":-":
+			if !set || v == "" {
+				v = word
+			}
+		case ":+":
+			if set && v != "" {
+				v = word
+			}
+		default:
+			return "", false
+		}
+		b.WriteString(v)
+	}
+	if b.Len() == 0 {
+		return "", false
+	}
+	return b.String(), true
 }
 
 // parseDirective recognises a parser directive line `# key=value`.

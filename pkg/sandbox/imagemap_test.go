@@ -187,18 +187,48 @@ func TestRewriteDockerfile(t *testing.T) {
 			},
 		},
 		{
-			name: "variables, comments and shifts are left alone",
-			in: "ARG BASE=python:3.11-slim\n" +
-				"# FROM python:3.11-slim\n" +
-				"FROM ${BASE}\n" +
+			name: "comments and shifts are left alone",
+			in: "# FROM python:3.11-slim\n" +
+				"FROM alpine:3\n" +
 				"RUN echo $((1<<3))\n" +
 				"FROM ubuntu:22.04\n",
-			want: "ARG BASE=python:3.11-slim\n" +
-				"# FROM python:3.11-slim\n" +
-				"FROM ${BASE}\n" +
+			want: "# FROM python:3.11-slim\n" +
+				"FROM alpine:3\n" +
 				"RUN echo $((1<<3))\n" +
 				"FROM debian:bookworm-slim\n",
-			rewrites: []Rewrite{{Line: 5, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"}},
+			rewrites: []Rewrite{{Line: 4, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"}},
+		},
+		{
+			// As the builder does without --build-arg: a FROM with
+			// variables is read with the global ARGs' defaults; a variable
+			// without a value, or an ARG after the first FROM, leaves it
+			// alone.
+			name: "variables take their global ARG defaults",
+			in: "ARG REG=\"ubuntu\" TAG=22.04\n" +
+				"ARG BASE=python:3.11-slim\n" +
+				"ARG UNSET\n" +
+				"FROM ${BASE} AS one\n" +
+				"FROM $REG:${TAG}\n" +
+				"FROM ${UNSET}\n" +
+				"FROM ${UNSET:-python:3.11-slim}\n" +
+				"ARG LATE=python:3.11-slim\n" +
+				"FROM ${LATE}\n" +
+				"FROM ${BASE/python/x}\n",
+			want: "ARG REG=\"ubuntu\" TAG=22.04\n" +
+				"ARG BASE=python:3.11-slim\n" +
+				"ARG UNSET\n" +
+				"FROM proctor/python:3.11-slim AS one\n" +
+				"FROM debian:bookworm-slim\n" +
+				"FROM ${UNSET}\n" +
+				"FROM proctor/python:3.11-slim\n" +
+				"ARG LATE=python:3.11-slim\n" +
+				"FROM ${LATE}\n" +
+				"FROM ${BASE/python/x}\n",
+			rewrites: []Rewrite{
+				{Line: 4, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"},
+				{Line: 5, From: "ubuntu:22.04", To: "debian:bookworm-slim", Rule: "ubuntu:22.04"},
+				{Line: 7, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"},
+			},
 		},
 		{
 			name: "nothing to rewrite",
