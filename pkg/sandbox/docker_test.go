@@ -398,7 +398,7 @@ func TestEnsureImageDockerImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Ref != testImage || !info.Cached || info.Pulled || info.Source != "image" || len(info.Rewrites) != 1 {
+	if info.Ref != testImage || !info.Cached || info.Pulled || info.Source != "image" || len(info.Rewrites) != 1 || info.Rewrites[0].Rule != "gone.invalid/debian:bookworm-slim" {
 		t.Fatalf("info %+v", info)
 	}
 	// A missing image that cannot be pulled is a pull error.

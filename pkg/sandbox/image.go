@@ -404,10 +404,10 @@ func (d *Docker) buildErr(ctx context.Context, ref string, pull bool, msg string
 }
 
 func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Duration) (ImageInfo, error) {
-	ref := d.imageMap.RewriteRef(b.DockerImage)
+	ref, rule := d.imageMap.rewrite(b.DockerImage)
 	info := ImageInfo{Ref: ref, Source: "image"}
 	if ref != b.DockerImage {
-		info.Rewrites = []Rewrite{{From: b.DockerImage, To: ref}}
+		info.Rewrites = []Rewrite{{From: b.DockerImage, To: ref, Rule: rule}}
 	}
 	unlock := d.builds.lock(ref)
 	defer unlock()

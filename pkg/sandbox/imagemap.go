@@ -137,10 +137,14 @@ func ParseImageMap(r io.Reader, name string) (*ImageMap, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
 		}
-		if prev, dup := seen[key]; dup {
+		kind := "exact "
+		if rule.Repository {
+			kind = "repository "
+		}
+		if prev, dup := seen[kind+key]; dup {
 			return nil, fmt.Errorf("%s:%d: %q is already mapped on line %d", name, n, from, prev)
 		}
-		seen[key] = n
+		seen[kind+key] = n
 		switch {
 		case rule.Prefix:
 			m.prefixes = append(m.prefixes, rule)

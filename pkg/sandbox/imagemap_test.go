@@ -262,6 +262,7 @@ func TestRewriteDockerfile(t *testing.T) {
 // however it is spelled; `to:*` keeps the tag, any other `to` is one image.
 func TestRepositoryRules(t *testing.T) {
 	m := mustMap(t, `python:* = proctor/python:*
+docker.io/library/python = python-latest:local
 ubuntu:* = debian:bookworm-slim
 ubuntu:20.04 = ubuntu-focal:local
 localhost:5000/tools/x:* = registry.local/x:*
@@ -272,6 +273,7 @@ ghcr.io/ = mirror.local/ghcr/
 		{"python:3.11-slim", "proctor/python:3.11-slim", "python:*"},
 		{"python:3.12", "proctor/python:3.12", "python:*"},
 		{"python", "proctor/python", "python:*"},
+		{"docker.io/library/python", "python-latest:local", "docker.io/library/python"}, // exact wins
 		{"docker.io/library/python:3.13-slim", "proctor/python:3.13-slim", "python:*"},
 		{"library/python:3", "proctor/python:3", "python:*"},
 		{"python@" + digest, "proctor/python@" + digest, "python:*"},
@@ -291,13 +293,14 @@ ghcr.io/ = mirror.local/ghcr/
 		}
 	}
 	want := []ImageRule{
+		{From: "docker.io/library/python", To: "python-latest:local"},
 		{From: "ubuntu:20.04", To: "ubuntu-focal:local"},
 		{From: "localhost:5000/tools/x:*", To: "registry.local/x:*", Repository: true},
 		{From: "python:*", To: "proctor/python:*", Repository: true},
 		{From: "ubuntu:*", To: "debian:bookworm-slim", Repository: true},
 		{From: "ghcr.io/", To: "mirror.local/ghcr/", Prefix: true},
 	}
-	if got := m.Rules(); !reflect.DeepEqual(got, want) || m.Len() != 5 {
+	if got := m.Rules(); !reflect.DeepEqual(got, want) || m.Len() != 6 {
 		t.Errorf("Rules() = %+v", got)
 	}
 	out, rw := m.RewriteDockerfile([]byte("FROM python:3.12-slim AS a\nFROM docker.io/library/ubuntu:24.04\n"))
