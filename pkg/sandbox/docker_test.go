@@ -360,11 +360,12 @@ func TestEnsureImageBuildFailure(t *testing.T) {
 
 	// Coloured output is stored as plain text, and the cause a package
 	// manager printed ends the error.
-	env = writeEnv(t, "FROM "+testImage+"\nRUN printf '\\033[1;31mE: \\033[0mUnable to locate package foo\\n' >&2; printf 'bar  50%%\\rbar 100%%\\n'; exit 100\n")
+	// (One stream: the builder interleaves stdout and stderr as they come.)
+	env = writeEnv(t, "FROM "+testImage+"\nRUN printf 'bar  50%%\\rbar 100%%\\n' >&2; printf '\\033[1;31mE: \\033[0mUnable to locate package foo\\n' >&2; exit 100\n")
 	var log testutil.SyncBuffer
 	b = BuildSpec{Task: "fails", Revision: b.Revision, EnvironmentDir: env, Log: &log}
 	_, err = d.EnsureImage(context.Background(), b)
-	if !errors.As(err, &be) || !strings.HasSuffix(err.Error(), "returned a non-zero code: 100\nE: Unable to locate package foo\nbar 100%") {
+	if !errors.As(err, &be) || !strings.HasSuffix(err.Error(), "returned a non-zero code: 100\nbar 100%\nE: Unable to locate package foo") {
 		t.Fatalf("error %q", err)
 	}
 	if strings.ContainsAny(log.String(), "\x1b\r") || strings.ContainsAny(be.Log, "\x1b\r") || !strings.Contains(log.String(), "\nE: Unable to locate package foo\n") {
