@@ -22,7 +22,9 @@ projected as far as it got: every cell with a terminal event keeps its
 outcome, the others are errored rows (class infra).
 
 With neither --out-json nor --out-md the artifact is written to stdout; "-"
-also means stdout. Replay only reads: the run index and the run's own files
+also means stdout. The report links the run's SVG figures by file name, as
+the aggregator's does; with --out-md FILE they are written beside FILE
+(with --out-md - the links are printed but no figure is written). Replay only reads: the run index and the run's own files
 are left as they are. It works on any store: a copy of $PROCTOR_HOME/jetstream
 (PROCTOR_HOME pointed at its parent), a store imported with 'proctor events
 import', or a cluster given with --nats.`,
@@ -38,7 +40,7 @@ import', or a cluster given with --nats.`,
 			if err != nil {
 				return err
 			}
-			js, md, err := aggregator.Render(p, version())
+			js, md, figs, err := aggregator.RenderWithFigures(p, version())
 			if err != nil {
 				return err
 			}
@@ -53,6 +55,11 @@ import', or a cluster given with --nats.`,
 					continue
 				}
 				if err := g.writeOutput(o.path, func(w io.Writer) error { _, err := w.Write(o.data); return err }); err != nil {
+					return err
+				}
+			}
+			if outMD != "" && outMD != "-" {
+				if err := aggregator.WriteFigures(outMD, figs); err != nil {
 					return err
 				}
 			}

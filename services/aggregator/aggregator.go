@@ -6,6 +6,7 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,6 +155,37 @@ func Render(p *Projector, version string) (js, md []byte, err error) {
 	return js, buf.Bytes(), nil
 }
 
+// RenderWithFigures is Render plus the run's figures (artifact.Figures):
+// the report ends with a "Figures" section linking them by file name,
+// relative to the report, so the report's bytes do not depend on where it
+// is written. WriteResults and replay both render this way, so a replay
+// reproduces the aggregator's report byte for byte.
+func RenderWithFigures(p *Projector, version string) (js, md []byte, figs []artifact.Figure, err error) {
+	js, md, err = Render(p, version)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var a artifact.Artifact
+	if err := json.Unmarshal(js, &a); err != nil {
+		return nil, nil, nil, err
+	}
+	if figs, err = artifact.Figures(&a); err != nil {
+		return nil, nil, nil, err
+	}
+	return js, artifact.AppendFigureLinks(md, figs), figs, nil
+}
+
+// WriteFigures writes each figure beside the report at mdPath (same
+// directory, the figure's Name), atomically.
+func WriteFigures(mdPath string, figs []artifact.Figure) error {
+	for _, f := range figs {
+		if err := atomicfile.WriteBytes(filepath.Join(filepath.Dir(mdPath), f.Name), f.SVG); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Paths are where a run's artifact and report go: the spec's --out-json and
 // --out-md, else task_runs.json and report.md in the run's output dir.
 func Paths(spec events.RunSpec) (js, md string) {
@@ -167,14 +199,18 @@ func Paths(spec events.RunSpec) (js, md string) {
 	return js, md
 }
 
-// WriteResults renders the projection, writes both files and records them
+// WriteResults renders the projection, writes the figures beside the
+// report, writes both files and records them
 // and the run's final status in the run index.
 func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, version string) error {
-	js, md, err := Render(p, version)
+	js, md, figs, err := RenderWithFigures(p, version)
 	if err != nil {
 		return fmt.Errorf("aggregator: run %s: %w", runID, err)
 	}
 	jsPath, mdPath := Paths(p.Spec())
+	if err := WriteFigures(mdPath, figs); err != nil {
+		return fmt.Errorf("aggregator: %w", err)
+	}
 	for path, data := range map[string][]byte{jsPath: js, mdPath: md} {
 		if err := atomicfile.WriteBytes(path, data); err != nil {
 			return fmt.Errorf("aggregator: %w", err)

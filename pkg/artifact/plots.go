@@ -1,0 +1,319 @@
+package artifact
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Figure is one SVG figure of a run, written beside report.md under Name
+// and shown by the viewer.
+type Figure struct {
+	// Name is the file name, e.g. "pass-rate.svg"; fixed per kind, so a
+	// report's links do not depend on where it is written.
+	Name string `json:"name"`
+	// Title is the figure's caption in the report.
+	Title string `json:"title"`
+	// SVG is the figure, drawn by gonum/plot's SVG backend. The bytes
+	// depend only on the artifact.
+	SVG []byte `json:"-"`
+}
+
+// Figure file names.
+const (
+	FigurePassRate    = "pass-rate.svg"
+	FigurePairedDiff  = "paired-diff.svg"
+	FigureCost        = "cost-pass-rate.svg"
+	FigureOutcomeGrid = "outcome-grid.svg"
+)
+
+// MaxGridTasks bounds the tasks drawn in the outcome grid figure; a run
+// with more draws its first MaxGridTasks tasks in row order and says so
+// in the title.
+const MaxGridTasks = 200
+
+// Outcome colours shared by the figures and the viewer (CSS in the
+// viewer's assets uses the same hex values).
+var (
+	colPassed  = color.RGBA{0x2e, 0x9e, 0x4f, 0xff}
+	colPartial = color.RGBA{0xe0, 0xb0, 0x20, 0xff}
+	colFailed  = color.RGBA{0xd0, 0x3b, 0x3b, 0xff}
+	colErrored = color.RGBA{0x88, 0x88, 0x88, 0xff}
+	colMark    = color.RGBA{0x1f, 0x5f, 0xbf, 0xff}
+)
+
+// Figures draws the run's figures: pass rate per harness with its Wilson
+// 95 % interval (when any harness scored a cell); paired pass-rate
+// differences against the baseline with their bootstrap 95 % intervals
+// (when a has comparisons); total cost (USD) versus pass rate per harness
+// (when any harness is priced); and the per-task outcome grid (tasks ×
+// harnesses, coloured by what the task's scored cells did). A run with
+// nothing scored yields no figure. It returns gonum/plot's error, wrapped
+// with the figure's name.
+func Figures(a *Artifact) ([]Figure, error) {
+	r := &reporter{a: a}
+	hs := r.harnesses()
+	var out []Figure
+	add := func(name, title string, p *plot.Plot, w, h vg.Length) error {
+		if p == nil {
+			return nil
+		}
+		wt, err := p.WriterTo(w, h, "svg")
+		if err != nil {
+			return fmt.Errorf("figure %s: %w", name, err)
+		}
+		var buf bytes.Buffer
+		if _, err := wt.WriteTo(&buf); err != nil {
+			return fmt.Errorf("figure %s: %w", name, err)
+		}
+		out = append(out, Figure{Name: name, Title: title, SVG: buf.Bytes()})
+		return nil
+	}
+	width := vg.Length(math.Max(5, 1.2*float64(len(hs))+2)) * vg.Inch
+	if err := add(FigurePassRate, "Pass rate per harness (Wilson 95 % interval)", passRatePlot(a, hs), width, 4*vg.Inch); err != nil {
+		return nil, err
+	}
+	cmp := r.compared()
+	if err := add(FigurePairedDiff, "Paired pass-rate difference against the baseline (bootstrap 95 % interval)",
+		pairedDiffPlot(a, cmp), vg.Length(math.Max(5, 1.2*float64(len(cmp))+2))*vg.Inch, 4*vg.Inch); err != nil {
+		return nil, err
+	}
+	if err := add(FigureCost, "Total cost (USD) versus pass rate per harness", costPlot(a, hs), 6*vg.Inch, 4*vg.Inch); err != nil {
+		return nil, err
+	}
+	tasks := r.tasks()
+	title := "Outcome per task and harness"
+	if len(tasks) > MaxGridTasks {
+		title = fmt.Sprintf("Outcome per task and harness (first %d of %d tasks)", MaxGridTasks, len(tasks))
+		tasks = tasks[:MaxGridTasks]
+	}
+	if len(out) > 0 {
+		gh := vg.Length(math.Max(3, 0.22*float64(len(tasks))+1.5)) * vg.Inch
+		if err := add(FigureOutcomeGrid, title, gridPlot(a, hs, tasks), width+2*vg.Inch, gh); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// AppendFigureLinks returns report (a report from WriteReport) followed
+// by a "Figures" section linking each figure by its Name, relative to the
+// report's directory, with its Title as the image's text. With no figures
+// it returns report unchanged.
+func AppendFigureLinks(report []byte, figs []Figure) []byte {
+	if len(figs) == 0 {
+		return report
+	}
+	var b bytes.Buffer
+	b.Write(report)
+	b.WriteString("\n## Figures\n")
+	for _, f := range figs {
+		fmt.Fprintf(&b, "\n![%s](%s)\n", f.Title, f.Name)
+	}
+	return b.Bytes()
+}
+
+// points is a plotter.XYer and YErrorer over parallel slices.
+type points struct {
+	x, y, lo, hi []float64
+}
+
+func (p *points) Len() int                    { return len(p.x) }
+func (p *points) XY(i int) (float64, float64) { return p.x[i], p.y[i] }
+func (p *points) YError(i int) (float64, float64) {
+	return p.y[i] - p.lo[i], p.hi[i] - p.y[i]
+}
+
+func (p *points) add(x, y, lo, hi float64) {
+	p.x, p.y, p.lo, p.hi = append(p.x, x), append(p.y, y), append(p.lo, lo), append(p.hi, hi)
+}
+
+func newPlot(title, xLabel, yLabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
+	p.Y.Label.Text = yLabel
+	return p
+}
+
+// markPlot adds a point series with vertical interval bars.
+func markPlot(p *plot.Plot, pts *points) error {
+	bars, err := plotter.NewYErrorBars(pts)
+	if err != nil {
+		return err
+	}
+	bars.LineStyle.Width = vg.Points(1.5)
+	bars.LineStyle.Color = colMark
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return err
+	}
+	sc.GlyphStyle = draw.GlyphStyle{Color: colMark, Radius: vg.Points(4), Shape: draw.CircleGlyph{}}
+	p.Add(bars, sc)
+	return nil
+}
+
+func passRatePlot(a *Artifact, hs []string) *plot.Plot {
+	pts := &points{}
+	var names []string
+	for _, h := range hs {
+		s := a.Summary.PerHarness[h]
+		if s.PassRate == nil || s.PassRateCI == nil {
+			continue
+		}
+		pts.add(float64(len(names)), *s.PassRate, s.PassRateCI[0], s.PassRateCI[1])
+		names = append(names, fmt.Sprintf("%s\n%d/%d", h, s.Passed, s.Scored))
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	p := newPlot("Pass rate per harness", "", "pass rate (scored cells)")
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Add(plotter.NewGrid())
+	if markPlot(p, pts) != nil {
+		return nil
+	}
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
+	return p
+}
+
+func pairedDiffPlot(a *Artifact, cmp []string) *plot.Plot {
+	pts := &points{}
+	var names []string
+	for _, h := range cmp {
+		m := a.Summary.Comparisons[h].McNemar
+		if m.PairedPassRateDelta == nil {
+			continue
+		}
+		d := *m.PairedPassRateDelta
+		lo, hi := d, d
+		if m.CILo != nil && m.CIHi != nil {
+			lo, hi = *m.CILo, *m.CIHi
+		}
+		pts.add(float64(len(names)), d, lo, hi)
+		names = append(names, fmt.Sprintf("%s\nn=%d", h, m.N))
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	base := a.Summary.Comparisons[cmp[0]].Baseline
+	p := newPlot("Paired difference against "+base, "", "pass rate − baseline's")
+	p.Y.Min, p.Y.Max = -1, 1
+	p.Add(plotter.NewGrid())
+	zero, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 0}, {X: float64(len(names)) - 0.5, Y: 0}})
+	if err != nil {
+		return nil
+	}
+	zero.LineStyle.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(zero)
+	if markPlot(p, pts) != nil {
+		return nil
+	}
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
+	return p
+}
+
+func costPlot(a *Artifact, hs []string) *plot.Plot {
+	var xys plotter.XYs
+	var labels []string
+	for _, h := range hs {
+		s := a.Summary.PerHarness[h]
+		if s.Cost.TotalCostUSD == nil || s.PassRate == nil {
+			continue
+		}
+		xys = append(xys, plotter.XY{X: *s.Cost.TotalCostUSD, Y: *s.PassRate})
+		labels = append(labels, h)
+	}
+	if len(xys) == 0 {
+		return nil
+	}
+	p := newPlot("Cost versus pass rate", "total cost (USD)", "pass rate (scored cells)")
+	p.Y.Min, p.Y.Max = 0, 1.1
+	p.X.Min = 0
+	p.Add(plotter.NewGrid())
+	sc, err := plotter.NewScatter(xys)
+	if err != nil {
+		return nil
+	}
+	sc.GlyphStyle = draw.GlyphStyle{Color: colMark, Radius: vg.Points(4), Shape: draw.CircleGlyph{}}
+	ls, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+	if err != nil {
+		return nil
+	}
+	for i := range ls.TextStyle {
+		ls.TextStyle[i].YAlign = draw.YBottom
+		ls.Offset = vg.Point{X: vg.Points(5), Y: vg.Points(3)}
+	}
+	p.Add(sc, ls)
+	return p
+}
+
+// gridClass is the colour class of one task × harness: "passed" when every
+// scored cell passed, "partial" when some reward was earned, "failed" when
+// none was, "errored" when no cell was scored, "" when not run.
+func gridClass(t *TaskStat) string {
+	switch {
+	case t == nil || t.N == 0:
+		return ""
+	case t.Scored == 0:
+		return OutcomeErrored
+	case t.Passed == t.Scored:
+		return OutcomePassed
+	case t.Passed > 0 || (t.MeanReward != nil && *t.MeanReward > 0):
+		return OutcomePartial
+	}
+	return OutcomeFailed
+}
+
+func gridPlot(a *Artifact, hs, tasks []string) *plot.Plot {
+	if len(tasks) == 0 || len(hs) == 0 {
+		return nil
+	}
+	p := newPlot("Outcome per task", "", "")
+	by := map[string]plotter.XYs{}
+	for ti, t := range tasks {
+		for hi, h := range hs {
+			c := gridClass(a.Summary.PerHarness[h].PerTask[t])
+			if c != "" {
+				// Row 0 at the top, as tables read.
+				by[c] = append(by[c], plotter.XY{X: float64(hi), Y: float64(len(tasks) - 1 - ti)})
+			}
+		}
+	}
+	for _, k := range []struct {
+		class string
+		col   color.Color
+	}{{OutcomePassed, colPassed}, {OutcomePartial, colPartial}, {OutcomeFailed, colFailed}, {OutcomeErrored, colErrored}} {
+		if len(by[k.class]) == 0 {
+			continue
+		}
+		sc, err := plotter.NewScatter(by[k.class])
+		if err != nil {
+			return nil
+		}
+		sc.GlyphStyle = draw.GlyphStyle{Color: k.col, Radius: vg.Points(6), Shape: draw.BoxGlyph{}}
+		p.Add(sc)
+		p.Legend.Add(k.class, sc)
+	}
+	p.Legend.Top = true
+	p.Legend.Left = false
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		names[len(tasks)-1-i] = t
+	}
+	p.NominalX(hs...)
+	p.NominalY(names...)
+	// One empty column on the right holds the legend clear of the cells.
+	p.X.Min, p.X.Max = -0.5, float64(len(hs))+0.5
+	p.Y.Min, p.Y.Max = -0.5, float64(len(tasks))-0.5
+	p.Y.Padding, p.X.Padding = 0, 0
+	return p
+}
