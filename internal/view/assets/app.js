@@ -1,0 +1,369 @@
+// proctor view: renders each page from the JSON at the page's path + ".json".
+// Every text from the log goes through textContent: the log holds what
+// agents wrote, which is hostile input.
+"use strict";
+
+const OUTCOMES = ["passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored", "running", "queued"];
+const main = document.getElementById("main");
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids.flat(Infinity)) {
+    if (k === undefined || k === null || k === false) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+  return e;
+}
+
+const pct = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(1) + " %");
+const usd = (x) => (x === null || x === undefined ? "—" : "$" + x.toFixed(4));
+const num = (x) => (x === null || x === undefined ? "—" : String(x));
+const signed = (x, f) => (x === null || x === undefined ? "—" : (x > 0 ? "+" : "") + f(x));
+const badge = (s) => el("span", { class: "badge st-" + (s === "failed" ? "failed-run" : s), text: s });
+const cellBadge = (s) => el("span", { class: "badge st-" + s, text: s });
+const runURL = (id) => "/runs/" + encodeURIComponent(id);
+const cellURL = (run, cell) => runURL(run) + "/cells/" + cell.split("/").map(encodeURIComponent).join("/");
+const shortTime = (s) => (s ? s.replace("T", " ").replace(/\.\d+Z$/, "Z") : "—");
+
+function crumbs(...parts) {
+  const c = document.getElementById("crumbs");
+  c.replaceChildren(...parts.flatMap((p) => [" / ", p]));
+}
+
+async function getJSON(path) {
+  const r = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+  const body = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+function jsonPath() {
+  return location.pathname + ".json" + location.search;
+}
+
+function withQuery(key, value) {
+  const u = new URL(location.href);
+  u.searchParams.set(key, value);
+  return u.pathname + u.search;
+}
+
+function pager(p, key) {
+  if (!p || p.pages <= 1) return null;
+  const kids = [el("span", { class: "muted", text: `page ${p.page} of ${p.pages} (${p.total})` })];
+  if (p.page > 1) kids.push(el("a", { href: withQuery(key, 1), text: "« first" }), el("a", { href: withQuery(key, p.page - 1), text: "‹ previous" }));
+  if (p.page < p.pages) kids.push(el("a", { href: withQuery(key, p.page + 1), text: "next ›" }), el("a", { href: withQuery(key, p.pages), text: "last »" }));
+  return el("div", { class: "pager" }, kids);
+}
+
+function countsText(m) {
+  if (!m) return "—";
+  const parts = OUTCOMES.filter((k) => m[k] > 0).map((k) => `${m[k]} ${k}`);
+  for (const k of Object.keys(m).sort()) if (!OUTCOMES.includes(k) && m[k] > 0) parts.push(`${m[k]} ${k}`);
+  return parts.length ? parts.join(", ") : "—";
+}
+
+function table(head, rows, attrs) {
+  return el("table", attrs || {},
+    el("thead", {}, el("tr", {}, head.map((h) => (h instanceof Node ? h : el("th", { text: h }))))),
+    el("tbody", {}, rows));
+}
+
+function kv(pairs) {
+  const dl = el("dl", { class: "kv" });
+  for (const [k, v] of pairs) {
+    if (v === undefined || v === null || v === "") continue;
+    dl.append(el("dt", { text: k }), el("dd", {}, v instanceof Node ? v : String(v)));
+  }
+  return dl;
+}
+
+// show replaces the page's content, skipping absent parts.
+function show(...parts) {
+  main.replaceChildren(...parts.filter((p) => p !== null && p !== undefined && p !== false));
+}
+
+function fail(err) {
+  main.replaceChildren(el("p", { class: "error", text: "error: " + err.message }));
+}
+
+// ---- runs -----------------------------------------------------------------
+
+async function renderRuns() {
+  crumbs(el("span", { text: "runs" }));
+  const d = await getJSON(jsonPath());
+  const q = new URLSearchParams(location.search);
+  const select = (name, values) => el("select", { name, onchange: (e) => e.target.form.submit() },
+    el("option", { value: "", text: "any " + name }),
+    values.map((v) => el("option", { value: v, text: v, selected: q.get(name) === v ? "selected" : null })));
+  const form = el("form", { class: "filters", method: "get", action: "/runs" },
+    select("status", d.statuses), select("harness", d.harnesses));
+  const rows = d.runs.map((r) => {
+    const rates = (r.progress || []).map((h) =>
+      el("div", {}, el("code", { text: h.harness }), " ", h.pass_rate === null ? "—" : `${h.passed}/${h.scored} = ${pct(h.pass_rate)}`));
+    return el("tr", { "data-run": r.id },
+      el("td", {}, el("a", { href: runURL(r.id), text: r.id })),
+      el("td", {}, badge(r.stale ? "stale" : r.status)),
+      el("td", { text: shortTime(r.started_at) }),
+      el("td", {}, (r.spec.harnesses || []).map((h) => el("div", {}, el("code", { text: h })))),
+      el("td", { class: "num", text: num(r.cells) }),
+      el("td", { text: countsText(r.states) }),
+      el("td", {}, rates));
+  });
+  show(el("h1", { text: "Runs" }), form,
+    d.runs.length ? table(["run", "status", "started (UTC)", "harnesses", "cells", "states", "pass rate"], rows, { id: "runs" })
+      : el("p", { class: "muted", text: "no runs" }),
+    pager(d.paging, "page"));
+}
+
+// ---- run ------------------------------------------------------------------
+
+function ciBar(rate, ci) {
+  if (rate === null || rate === undefined || !ci) return el("span", { class: "muted", text: "—" });
+  const bar = el("span", { class: "ci", title: `${pct(rate)} (95 % CI ${pct(ci[0])} – ${pct(ci[1])})` },
+    el("span", { class: "band" }), el("span", { class: "mark" }));
+  bar.firstChild.style.left = 100 * ci[0] + "%";
+  bar.firstChild.style.width = 100 * (ci[1] - ci[0]) + "%";
+  bar.lastChild.style.left = `calc(${100 * rate}% - 1px)`;
+  return bar;
+}
+
+function progressRows(progress) {
+  return progress.map((h) => {
+    const bar = el("span", { class: "bar" }, el("span"));
+    bar.firstChild.style.width = (h.cells ? (100 * h.done) / h.cells : 0) + "%";
+    return el("tr", { "data-harness": h.harness },
+      el("td", {}, el("code", { text: h.harness })),
+      el("td", { class: "num progress-done", text: `${h.done}/${h.cells}` }), el("td", {}, bar),
+      el("td", { class: "num", text: h.running }), el("td", { class: "num", text: h.queued }),
+      el("td", { class: "num", text: h.errored }), el("td", { class: "num", text: h.passed }),
+      el("td", { class: "num", text: h.scored }), el("td", { class: "num", text: pct(h.pass_rate) }));
+  });
+}
+
+function cellTitle(c) {
+  return `${c.id}: ${c.state}` + (c.reward === null || c.reward === undefined ? "" : `, reward ${c.reward}`);
+}
+
+function cellSquare(run, c) {
+  return el("a", { class: "cell " + c.state, href: cellURL(run, c.id), title: cellTitle(c), "data-cell": c.id, "aria-label": cellTitle(c) });
+}
+
+function summaryTable(d) {
+  const rows = d.harnesses.filter((h) => d.summary[h]).map((h) => {
+    const s = d.summary[h];
+    return el("tr", {},
+      el("td", {}, el("code", { text: h }), h === d.baseline ? el("span", { class: "muted", text: " (baseline)" }) : null),
+      el("td", { class: "num", text: s.n }), el("td", { class: "num", text: s.errored }),
+      el("td", { class: "num", text: s.scored }), el("td", { class: "num", text: s.passed }),
+      el("td", { class: "num", text: pct(s.pass_rate) }), el("td", {}, ciBar(s.pass_rate, s.pass_rate_ci)),
+      el("td", { class: "num", text: s.pass_rate_ci ? `${pct(s.pass_rate_ci[0])} – ${pct(s.pass_rate_ci[1])}` : "—" }),
+      el("td", { class: "num", text: usd(s.cost.total_cost_usd) }), el("td", { class: "num", text: usd(s.cost.cost_per_pass_usd) }));
+  });
+  return table(["harness", "n", "errored", "scored", "passed", "pass rate", "95 % CI", "interval", "cost", "cost / pass"], rows, { id: "summary" });
+}
+
+function comparisonTable(d) {
+  const hs = Object.keys(d.comparisons || {}).sort((a, b) => d.harnesses.indexOf(a) - d.harnesses.indexOf(b));
+  if (!hs.length) return null;
+  const rows = hs.map((h) => {
+    const c = d.comparisons[h], m = c.mcnemar;
+    const ci = m.ci_lo === null || m.ci_lo === undefined ? "—" : `${signed(m.ci_lo, pct)} … ${signed(m.ci_hi, pct)}`;
+    return el("tr", {},
+      el("td", {}, el("code", { text: h })), el("td", {}, el("code", { text: c.baseline })),
+      el("td", { class: "num", text: signed(c.pass_rate_delta, pct) }),
+      el("td", { class: "num", text: signed(m.paired_pass_rate_delta, pct) }), el("td", { class: "num", text: ci }),
+      el("td", { class: "num", text: m.n }), el("td", { class: "num", text: m.n_gained }), el("td", { class: "num", text: m.n_lost }),
+      el("td", { class: "num", text: m.n_both_passed }), el("td", { class: "num", text: m.n_both_failed }),
+      el("td", { class: "num", text: m.p_exact === null ? "—" : m.p_exact.toPrecision(3) }),
+      el("td", { class: "num", text: m.p_adjusted === null ? "—" : m.p_adjusted.toPrecision(3) }),
+      el("td", { text: m.significant === null ? "—" : m.significant ? "yes" : "no" }),
+      el("td", { class: "num", text: signed(c.cost_delta_usd, (x) => "$" + x.toFixed(4)) }));
+  });
+  return table(["harness", "baseline", "Δ pass rate", "paired Δ", "95 % CI", "pairs", "gained", "lost", "both passed", "both failed", "p exact", "p adjusted", "significant", "Δ cost"], rows, { id: "comparisons" });
+}
+
+function gridTable(d) {
+  const run = d.record.id;
+  const rows = d.grid.map((g) => el("tr", {},
+    el("td", { class: "task", title: g.task }, el("code", { text: g.task })),
+    d.harnesses.map((h) => el("td", {}, (g.cells[h] || []).map((c) => cellSquare(run, c))))));
+  return table([el("th", { text: "task" }), ...d.harnesses.map((h) => el("th", {}, el("code", { text: h })))], rows, { class: "grid", id: "grid" });
+}
+
+function legend() {
+  return el("div", { class: "legend muted" }, "outcome:",
+    ["passed", "partial", "failed", "solver_timeout", "errored", "running", "queued"].map((s) => [el("span", { class: "cell " + s }), " " + s]));
+}
+
+function runHeader(d) {
+  const r = d.record, spec = r.spec || {};
+  return kv([
+    ["status", el("span", { id: "run-status" }, badge(d.stale ? "stale" : r.status))],
+    ["started", shortTime(r.started_at)], ["finished", shortTime(r.finished_at)],
+    ["tasks", (spec.tasks_root || "") + (spec.all ? " (all)" : spec.tasks ? " (" + spec.tasks.join(", ") + ")" : "")],
+    ["harnesses", (spec.harnesses || []).join(", ")], ["models", (spec.models || []).join(", ")],
+    ["baseline", spec.baseline_harness], ["cells", el("span", { id: "run-cells", text: `${r.cells || 0}: ${countsText(d.states)}` })],
+    ["events", el("span", { id: "run-events", text: d.events })],
+    ["artifact", r.artifact], ["report", r.report], ["error", r.error],
+    d.stale ? ["note", "no proctor process serves this store: the run's process died; `proctor replay " + r.id + "` projects what finished"] : [],
+  ]);
+}
+
+let liveSource = null;
+
+async function renderRun(id) {
+  crumbs(el("a", { href: "/runs", text: "runs" }), el("span", { text: id }));
+  const d = await getJSON(jsonPath());
+  document.title = "proctor view · " + id;
+  const figs = d.figures.length
+    ? el("div", { class: "figures", id: "figures" }, d.figures.map((f) =>
+      el("figure", {}, el("a", { href: f.url }, el("img", { src: f.url, alt: f.title })), el("figcaption", { text: f.title }))))
+    : el("p", { class: "muted", text: "no figures yet (nothing scored)" });
+  show(
+    el("h1", { text: "Run " + id }), runHeader(d),
+    el("h2", { text: "Progress" }),
+    table(["harness", "done", "", "running", "queued", "errored", "passed", "scored", "pass rate"], progressRows(d.progress), { id: "progress" }),
+    el("h2", { text: "Pass rate per harness" }), summaryTable(d),
+    d.comparisons ? el("h2", { text: "Against the baseline (paired, McNemar)" }) : null, comparisonTable(d),
+    el("h2", { text: "Tasks × harnesses" }), legend(), pager(d.paging, "page"), gridTable(d), pager(d.paging, "page"),
+    el("h2", { text: "Figures" }), figs);
+  if (!d.finished && !d.stale) follow(id);
+}
+
+// follow applies the run's Server-Sent Events to the page in place.
+function follow(id) {
+  if (liveSource) liveSource.close();
+  const ind = document.getElementById("live");
+  const src = new EventSource(runURL(id) + "/live");
+  liveSource = src;
+  src.addEventListener("open", () => { ind.textContent = "live"; ind.classList.add("on"); });
+  src.addEventListener("progress", (ev) => {
+    const u = JSON.parse(ev.data);
+    const tbody = document.querySelector("#progress tbody");
+    if (tbody) tbody.replaceChildren(...progressRows(u.progress));
+    const status = document.getElementById("run-status");
+    if (status) status.replaceChildren(badge(u.status));
+    const cells = document.getElementById("run-cells");
+    const total = u.progress.reduce((n, h) => n + h.cells, 0);
+    if (cells) cells.textContent = `${total}: ${countsText(u.states)}`;
+    const evs = document.getElementById("run-events");
+    if (evs) evs.textContent = u.events;
+    for (const c of u.cells) {
+      const sq = document.querySelector(`a.cell[data-cell="${CSS.escape(c.id)}"]`);
+      if (sq) {
+        sq.className = "cell " + c.state;
+        sq.title = cellTitle(c);
+        sq.setAttribute("aria-label", cellTitle(c));
+      }
+    }
+    if (u.finished) {
+      src.close();
+      ind.textContent = "finished";
+      ind.classList.remove("on");
+      renderRun(id).catch(fail); // the final summary, comparisons and figures
+    }
+  });
+  src.addEventListener("error", () => { ind.textContent = "reconnecting…"; ind.classList.remove("on"); });
+}
+
+// ---- cell -----------------------------------------------------------------
+
+function compact(v, n) {
+  const s = typeof v === "string" ? v : JSON.stringify(v);
+  return s && s.length > n ? s.slice(0, n) + "…" : s;
+}
+
+function transcriptEntry(e) {
+  const d = e.data || {};
+  let head, body;
+  switch (e.type) {
+    case "Message": head = `${d.role || "agent"}: ${compact(d.text || "", 120)}`; body = d.text || ""; break;
+    case "ToolCall": head = `tool ${d.name}${d.error ? " (error)" : ""}`; body = JSON.stringify(d.input, null, 2); break;
+    case "Command": head = `$ ${compact(d.command, 120)}` + (d.exit_code === undefined ? "" : `  → exit ${d.exit_code}`); body = (d.command || "") + "\n" + (d.output || ""); break;
+    case "FileChange": head = `${d.kind || "changed"} ${d.path}`; body = ""; break;
+    default: head = e.type; body = JSON.stringify(d, null, 2);
+  }
+  return el("details", { class: "tr-" + e.type },
+    el("summary", {}, el("span", { class: "muted", text: shortTime(e.at) + "  " }), el("b", { text: e.type + " " }), head),
+    body ? el("pre", { text: body }) : null);
+}
+
+function flatten(obj, prefix, out) {
+  for (const [k, v] of Object.entries(obj || {})) {
+    const key = prefix ? prefix + "." + k : k;
+    if (v && typeof v === "object" && !Array.isArray(v)) flatten(v, key, out);
+    else out.push([key, Array.isArray(v) ? JSON.stringify(v) : String(v)]);
+  }
+  return out;
+}
+
+let cellRetry = null;
+
+async function renderCell(run, cell) {
+  crumbs(el("a", { href: "/runs", text: "runs" }), el("a", { href: runURL(run), text: run }), el("span", { text: cell }));
+  clearTimeout(cellRetry);
+  const d = await getJSON(jsonPath());
+  document.title = "proctor view · " + cell;
+  const row = d.row;
+  const parts = [el("h1", { text: "Cell " + cell }),
+    kv([["run", el("a", { href: runURL(run), text: run })], ["state", el("span", { id: "cell-state" }, cellBadge(d.state))],
+      ["task", d.plan && d.plan.task], ["harness", d.plan && d.plan.harness], ["model", d.plan && d.plan.model],
+      ["repeat", d.plan && d.plan.repeat], ["attempt", d.plan && d.plan.attempt], ["output dir", d.plan && d.plan.output_dir],
+      ["reward", row && row.reward !== null ? row.reward : null], ["error", row && row.error], ["error class", row && row.error_class]])];
+  if (d.state === "pending") {
+    parts.push(el("p", { class: "muted", id: "pending", text: "pending: this cell is not in the log yet; retrying…" }));
+  }
+  // Timeline.
+  parts.push(el("h2", { text: "Timeline" }), pager(d.timeline_paging, "events"),
+    d.timeline.length ? table(["at (UTC)", "#", "type", "source", "data"], d.timeline.map((e) => el("tr", { "data-type": e.type },
+      el("td", { text: shortTime(e.at) }), el("td", { class: "num", text: e.attempt || 1 }), el("td", {}, el("b", { text: e.type })),
+      el("td", { class: "muted", text: e.source }), el("td", {}, el("code", { text: compact(e.data, 240) })))), { id: "timeline" })
+      : el("p", { class: "muted", text: d.state === "pending" ? "pending" : "no events" }));
+  // Transcript.
+  parts.push(el("h2", { text: "Transcript" }), pager(d.transcript_paging, "transcript"),
+    d.transcript.length ? el("div", { id: "transcript" }, d.transcript.map(transcriptEntry))
+      : el("p", { class: "muted", text: "no messages, tool calls or commands" }));
+  // Files.
+  parts.push(el("h2", { text: "Files" }));
+  if (d.files_pending) parts.push(el("p", { class: "muted", id: "files-pending", text: "pending: the cell's files are not written yet; retrying…" }));
+  else parts.push(el("div", { id: "files" }, d.files.map((f) => el("details", { open: /(^|\/)(solve\.log|verifier\.log|reward\.(txt|json))$/.test(f.name) ? "open" : null },
+    el("summary", {}, el("code", { text: f.name }), el("span", { class: "muted", text: `  ${f.size} bytes  ` }), el("a", { href: f.url, target: "_blank", rel: "noopener", text: "whole file" })),
+    f.tail ? el("pre", { text: (f.truncated ? "…\n" : "") + f.tail }) : el("p", { class: "muted", text: f.size ? "(binary)" : "(empty)" })))));
+  // Egress, isolation, metrics.
+  if (d.egress.length) {
+    parts.push(el("h2", { text: "Egress decisions" }), table(["host", "port", "method", "decision", "reason"],
+      d.egress.map((x) => el("tr", {}, el("td", { text: x.host }), el("td", { class: "num", text: x.port }), el("td", { text: x.method }),
+        el("td", {}, cellBadge(x.decision === "allowed" ? "passed" : "failed")), el("td", { text: x.reason || "" })))));
+  }
+  if (row && row.metrics.isolation) parts.push(el("h2", { text: "Isolation" }), kv(flatten(row.metrics.isolation, "", [])));
+  if (row && row.metrics.isolation_probe) parts.push(el("h2", { text: "Isolation probe" }), kv(flatten(row.metrics.isolation_probe, "", [])));
+  if (row) {
+    const m = Object.assign({}, row.metrics);
+    delete m.isolation; delete m.isolation_probe;
+    parts.push(el("h2", { text: "Metrics" }), kv(flatten(m, "", [])));
+    if (row.stdout_tail) parts.push(el("h2", { text: "Stdout tail" }), el("pre", { text: row.stdout_tail }));
+  }
+  show(...parts);
+  const settled = ["passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored"].includes(d.state);
+  if (!settled || d.files_pending) cellRetry = setTimeout(() => renderCell(run, cell).catch(fail), 2000);
+}
+
+// ---- routing --------------------------------------------------------------
+
+function route() {
+  const parts = location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] !== "runs") return renderRuns();
+  if (parts.length === 1) return renderRuns();
+  if (parts.length === 2) return renderRun(parts[1]);
+  if (parts[2] === "cells" && parts.length > 3) return renderCell(parts[1], parts.slice(3).join("/"));
+  return Promise.reject(new Error("no page at " + location.pathname));
+}
+
+route().catch(fail);

@@ -1,0 +1,161 @@
+package view
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/services/aggregator"
+)
+
+// artifactEvery bounds how often a live run's artifact (summary,
+// comparisons, figures) is rebuilt: at most once per this many seconds
+// while events arrive.
+const artifactEvery = 2 * time.Second
+
+// live is one run's projection, kept current by a JetStream ordered
+// consumer on the run's subjects (bus.Follow from the run's first event).
+// Every field behind mu.
+type live struct {
+	runID string
+
+	mu sync.Mutex
+	p  *aggregator.Projector
+	// changes lists cell ids in the order their state changed; an SSE
+	// stream remembers how far it has sent.
+	changes []string
+	states  map[string]string
+	// version counts applied events; art is the artifact built at artVer.
+	version int
+	lastAt  time.Time // time of the last event applied
+	art     *artifact.Artifact
+	figs    []artifact.Figure
+	artVer  int
+	artAt   time.Time
+	// wake is closed (and replaced) whenever the projection changed.
+	wake  chan struct{}
+	ready chan struct{} // closed once the events stored at start are applied
+	err   error         // why following stopped early, if it did
+}
+
+// lives holds the projection of every run a page asked for. Finished runs
+// stay cached (their log no longer changes); the follow goroutines end
+// with the server's context.
+type lives struct {
+	ctx     context.Context
+	bus     *bus.Bus
+	version string
+	mu      sync.Mutex
+	runs    map[string]*live
+}
+
+// get returns the run's live projection, starting its follower on first
+// use, once the events stored when it started are applied (or ctx ends).
+func (ls *lives) get(ctx context.Context, runID string) (*live, error) {
+	ls.mu.Lock()
+	l := ls.runs[runID]
+	if l == nil {
+		l = &live{runID: runID, p: aggregator.NewProjector(runID), states: map[string]string{},
+			wake: make(chan struct{}), ready: make(chan struct{})}
+		ls.runs[runID] = l
+		go l.follow(ls.ctx, ls.bus)
+	}
+	ls.mu.Unlock()
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	return l, err
+}
+
+func (l *live) follow(ctx context.Context, b *bus.Bus) {
+	var once sync.Once
+	markReady := func() { once.Do(func() { close(l.ready) }) }
+	defer markReady()
+	lastID := ""
+	last, err := b.LastEvent(ctx, events.RunFilter(l.runID))
+	switch {
+	case err == nil:
+		lastID = last.ID
+	case errors.Is(err, bus.ErrNotFound):
+		markReady()
+	default:
+		l.fail(err)
+		return
+	}
+	err = b.Follow(ctx, []string{events.RunFilter(l.runID)}, func(e events.Envelope) error {
+		l.apply(e)
+		if e.ID == lastID {
+			markReady()
+		}
+		if l.finished() {
+			return bus.ErrStop
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		l.fail(err)
+	}
+}
+
+func (l *live) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+func (l *live) finished() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.p.Finished()
+}
+
+// apply folds one event and records the cells whose state changed: the
+// event's cell, or every cell when RunFinished turns unfinished cells into
+// errored rows.
+func (l *live) apply(e events.Envelope) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.p.Apply(e)
+	l.version++
+	l.lastAt = e.At
+	switch {
+	case e.CellID != "":
+		l.note(e.CellID)
+	case e.Type == events.RunFinished:
+		for _, id := range l.p.Cells() {
+			l.note(id)
+		}
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+func (l *live) note(id string) {
+	s := l.p.CellState(id)
+	if s != l.states[id] {
+		l.states[id] = s
+		l.changes = append(l.changes, id)
+	}
+}
+
+// artifact returns the run's artifact and figures, rebuilt when events
+// arrived since the last build and artifactEvery has passed (always once
+// the run finished). Call with mu held.
+func (l *live) artifact(version string) (*artifact.Artifact, []artifact.Figure) {
+	stale := l.art == nil || (l.artVer != l.version && (l.p.Finished() || time.Since(l.artAt) >= artifactEvery))
+	if stale {
+		l.art = l.p.Artifact(version)
+		l.figs, _ = artifact.Figures(l.art) // a figure that cannot be drawn is left out
+		l.artVer, l.artAt = l.version, time.Now()
+	}
+	return l.art, l.figs
+}

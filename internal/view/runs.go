@@ -1,0 +1,360 @@
+package view
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/services/aggregator"
+)
+
+// RunsPage is the JSON of /runs.json: one page of the run index, newest
+// first, after the status and harness filters.
+type RunsPage struct {
+	Runs   []RunItem `json:"runs"`
+	Paging Paging    `json:"paging"`
+	// Statuses and Harnesses are the filter values present in the index.
+	Statuses  []string `json:"statuses"`
+	Harnesses []string `json:"harnesses"`
+}
+
+// RunItem is one run of the index with its live state.
+type RunItem struct {
+	bus.RunRecord
+	// Stale is true when the run has not finished and no proctor process
+	// serves this store: the process that ran it died.
+	Stale bool `json:"stale,omitempty"`
+	// States counts cells by outcome, running or queued (from the log).
+	States map[string]int `json:"states,omitempty"`
+	// Progress is per harness, with its pass rate over scored cells.
+	Progress []aggregator.HarnessProgress `json:"progress,omitempty"`
+}
+
+func terminal(status string) bool {
+	return status == bus.StatusFinished || status == bus.StatusFailed || status == bus.StatusInterrupted
+}
+
+func (s *Server) runsJSON(w http.ResponseWriter, r *http.Request) {
+	v, err := s.runs(r.Context(), r)
+	writeJSON(w, v, err)
+}
+
+func (s *Server) runs(ctx context.Context, r *http.Request) (*RunsPage, error) {
+	recs, err := s.bus.ListRuns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	status, harness := r.URL.Query().Get("status"), r.URL.Query().Get("harness")
+	statuses, harnesses := map[string]bool{}, map[string]bool{}
+	var keep []bus.RunRecord
+	for _, rec := range recs {
+		st := rec.Status
+		statuses[st] = true
+		for _, h := range rec.Spec.Harnesses {
+			harnesses[h] = true
+		}
+		if (status == "" || status == st) && (harness == "" || slices.Contains(rec.Spec.Harnesses, harness)) {
+			keep = append(keep, rec)
+		}
+	}
+	pg, lo, hi := pageOf(r, "page", len(keep))
+	out := &RunsPage{Runs: []RunItem{}, Paging: pg, Statuses: append([]string{}, slices.Sorted(maps.Keys(statuses))...),
+		Harnesses: append([]string{}, slices.Sorted(maps.Keys(harnesses))...)}
+	for _, rec := range keep[lo:hi] {
+		it := RunItem{RunRecord: rec, States: rec.Counts}
+		l, err := s.lives.get(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		it.Progress = l.p.Progress()
+		if l.p.Planned() {
+			it.States = l.p.States()
+		}
+		it.Stale = s.stale(l, rec)
+		l.mu.Unlock()
+		out.Runs = append(out.Runs, it)
+	}
+	return out, nil
+}
+
+// stale reports whether a run that has not finished has no process left
+// to finish it: this process serves the store itself and the run's last
+// event is older than this process. Call with l.mu held.
+func (s *Server) stale(l *live, rec bus.RunRecord) bool {
+	return s.cfg.Owned && !l.p.Finished() && !terminal(rec.Status) && l.lastAt.Before(s.cfg.StartedAt)
+}
+
+// RunPage is the JSON of /runs/RUN.json.
+type RunPage struct {
+	Record   bus.RunRecord `json:"record"`
+	Stale    bool          `json:"stale,omitempty"`
+	Finished bool          `json:"finished"`
+	// Events is the number of the run's events applied so far.
+	Events   int                          `json:"events"`
+	States   map[string]int               `json:"states"`
+	Progress []aggregator.HarnessProgress `json:"progress"`
+	// Harnesses in the report's order (run order, then by name).
+	Harnesses []string `json:"harnesses"`
+	// Summary is the artifact's summary.per_harness without per_task (the
+	// grid carries that); Comparisons is summary.comparisons.
+	Summary     map[string]*HarnessView        `json:"summary"`
+	Comparisons map[string]*artifact.Comparison `json:"comparisons,omitempty"`
+	Baseline    string                         `json:"baseline,omitempty"`
+	Figures     []FigureRef                    `json:"figures"`
+	// Grid is one page of tasks with every cell of each.
+	Grid   []GridRow `json:"grid"`
+	Paging Paging    `json:"paging"`
+}
+
+// HarnessView is a harness's summary without its per-task table.
+type HarnessView struct {
+	N          int                  `json:"n"`
+	Errored    int                  `json:"errored"`
+	Scored     int                  `json:"scored"`
+	Passed     int                  `json:"passed"`
+	PassRate   *float64             `json:"pass_rate"`
+	PassRateCI *[2]float64          `json:"pass_rate_ci"`
+	Cost       artifact.CostSummary `json:"cost"`
+}
+
+// FigureRef names one SVG figure and where the viewer serves it.
+type FigureRef struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	URL   string `json:"url"`
+}
+
+// GridRow is one task: its cells per harness, in repeat order.
+type GridRow struct {
+	Task  string                `json:"task"`
+	Cells map[string][]GridCell `json:"cells"`
+}
+
+// GridCell is one cell's state (an outcome, running or queued) and reward.
+type GridCell struct {
+	ID     string   `json:"id"`
+	State  string   `json:"state"`
+	Reward *float64 `json:"reward"`
+}
+
+// runRecord returns the index record of a run, or the record its events
+// imply; 404 when neither exists.
+func (s *Server) runRecord(ctx context.Context, id string) (bus.RunRecord, bool, error) {
+	rec, err := s.bus.GetRun(ctx, id)
+	if err == nil {
+		return rec, true, nil
+	}
+	if !errors.Is(err, bus.ErrNotFound) {
+		return rec, false, err
+	}
+	seq, err := s.bus.LastSeq(ctx, events.RunFilter(id))
+	if err != nil {
+		return rec, false, err
+	}
+	if seq == 0 {
+		return rec, false, httpError{http.StatusNotFound, fmt.Sprintf("run %s: not in the run index and no events in the log", id)}
+	}
+	return bus.RunRecord{ID: id}, false, nil
+}
+
+func (s *Server) runJSON(w http.ResponseWriter, r *http.Request, id string) {
+	v, err := s.run(r.Context(), r, id)
+	writeJSON(w, v, err)
+}
+
+func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage, error) {
+	rec, indexed, err := s.runRecord(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.lives.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.p
+	if !indexed {
+		rec = p.Record()
+	}
+	a, figs := l.artifact(s.cfg.Version)
+	out := &RunPage{Record: rec, Finished: p.Finished(), Events: l.version, States: p.States(), Progress: p.Progress(),
+		Summary: map[string]*HarnessView{}, Comparisons: a.Summary.Comparisons, Baseline: a.Run.BaselineHarness,
+		Figures: []FigureRef{}, Grid: []GridRow{}}
+	out.Stale = s.stale(l, rec)
+	for h, hs := range a.Summary.PerHarness {
+		out.Summary[h] = &HarnessView{N: hs.N, Errored: hs.Errored, Scored: hs.Scored, Passed: hs.Passed,
+			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost}
+	}
+	for _, f := range figs {
+		out.Figures = append(out.Figures, FigureRef{Name: f.Name, Title: f.Title,
+			URL: "/runs/" + url.PathEscape(id) + "/figures/" + f.Name})
+	}
+	// Harness order: the spec's, then any other by name.
+	seen := map[string]bool{}
+	for _, h := range p.Spec().Harnesses {
+		if !seen[h] {
+			seen[h] = true
+			out.Harnesses = append(out.Harnesses, h)
+		}
+	}
+	byTask := map[string]map[string][]GridCell{}
+	var rest []string
+	for _, cid := range p.Cells() {
+		row, _ := p.Row(cid)
+		if !seen[row.Harness] {
+			seen[row.Harness] = true
+			rest = append(rest, row.Harness)
+		}
+		t := byTask[row.Task]
+		if t == nil {
+			t = map[string][]GridCell{}
+			byTask[row.Task] = t
+		}
+		t[row.Harness] = append(t[row.Harness], GridCell{ID: cid, State: p.CellState(cid), Reward: row.Reward})
+	}
+	slices.Sort(rest)
+	out.Harnesses = append(out.Harnesses, rest...)
+	tasks := slices.Sorted(maps.Keys(byTask))
+	pg, lo, hi := pageOf(r, "page", len(tasks))
+	out.Paging = pg
+	for _, t := range tasks[lo:hi] {
+		cells := byTask[t]
+		for _, cs := range cells {
+			slices.SortFunc(cs, func(a, b GridCell) int { return strings.Compare(a.ID, b.ID) })
+		}
+		out.Grid = append(out.Grid, GridRow{Task: t, Cells: cells})
+	}
+	return out, nil
+}
+
+func (s *Server) figure(w http.ResponseWriter, r *http.Request) {
+	id, name := r.PathValue("run"), r.PathValue("name")
+	if _, _, err := s.runRecord(r.Context(), id); err != nil {
+		writeJSON(w, nil, err)
+		return
+	}
+	l, err := s.lives.get(r.Context(), id)
+	if err != nil {
+		writeJSON(w, nil, err)
+		return
+	}
+	l.mu.Lock()
+	_, figs := l.artifact(s.cfg.Version)
+	l.mu.Unlock()
+	for _, f := range figs {
+		if f.Name == name {
+			w.Header().Set("Content-Type", "image/svg+xml")
+			w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+			w.Header().Set("Cache-Control", "no-store")
+			_, _ = w.Write(f.SVG)
+			return
+		}
+	}
+	http.Error(w, "no figure "+name+" for this run (yet)", http.StatusNotFound)
+}
+
+// LiveUpdate is one Server-Sent Event ("progress") of /runs/RUN/live:
+// the run's progress and the cells whose state changed since the last
+// update on this stream (all cells on the first).
+type LiveUpdate struct {
+	Status   string                       `json:"status"`
+	Finished bool                         `json:"finished"`
+	Events   int                          `json:"events"`
+	States   map[string]int               `json:"states"`
+	Progress []aggregator.HarnessProgress `json:"progress"`
+	Cells    []GridCell                   `json:"cells"`
+}
+
+// liveEvery coalesces updates: at most one per this interval.
+const liveEvery = 250 * time.Millisecond
+
+func (s *Server) liveStream(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.PathValue("run")
+	rec, indexed, err := s.runRecord(ctx, id)
+	if err != nil {
+		writeJSON(w, nil, err)
+		return
+	}
+	l, err := s.lives.get(ctx, id)
+	if err != nil {
+		writeJSON(w, nil, err)
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	sent, lastVer := 0, -1
+	heartbeat := time.NewTicker(15 * time.Second)
+	defer heartbeat.Stop()
+	for {
+		l.mu.Lock()
+		wake := l.wake
+		var u *LiveUpdate
+		if l.version != lastVer {
+			lastVer = l.version
+			status := rec.Status
+			if !indexed || l.p.Finished() {
+				status = l.p.Record().Status
+			}
+			u = &LiveUpdate{Status: status, Finished: l.p.Finished(), Events: l.version, States: l.p.States(), Progress: l.p.Progress(), Cells: []GridCell{}}
+			done := map[string]bool{}
+			for _, cid := range l.changes[sent:] {
+				if done[cid] {
+					continue
+				}
+				done[cid] = true
+				row, _ := l.p.Row(cid)
+				u.Cells = append(u.Cells, GridCell{ID: cid, State: l.p.CellState(cid), Reward: row.Reward})
+			}
+			sent = len(l.changes)
+		}
+		l.mu.Unlock()
+		if u != nil {
+			data, _ := json.Marshal(u)
+			if _, err := fmt.Fprintf(w, "event: progress\ndata: %s\n\n", data); err != nil {
+				return
+			}
+			fl.Flush()
+			if u.Finished {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-heartbeat.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
+			fl.Flush()
+			continue
+		case <-wake:
+		}
+		// Coalesce a burst of events into one update.
+		t := time.NewTimer(liveEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

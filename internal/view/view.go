@@ -1,0 +1,207 @@
+// Package view is `proctor view`: a read-only web UI over the event log.
+// Every page is one HTML shell (assets embedded in the binary, nothing
+// fetched at run time) whose script fetches the JSON behind the page at
+// the same path with ".json" appended, and, on a run's page, follows its
+// progress over Server-Sent Events fed by a JetStream consumer on the
+// run's subjects. Outcomes come from the aggregator's projection, the same
+// code that writes the artifact, so the viewer never re-derives them.
+//
+// Routes (all GET; any other method is 405):
+//
+//	/                          redirect to /runs
+//	/runs, /runs.json          the run index, newest first (?status=, ?harness=, ?page=)
+//	/runs/RUN, /runs/RUN.json  one run: progress, summary, comparisons, grid (?page=)
+//	/runs/RUN/live             text/event-stream of progress and changed cells
+//	/runs/RUN/figures/NAME     one of the run's SVG figures
+//	/runs/RUN/cells/CELL[.json] one cell (?events=, ?transcript= pages)
+//	/runs/RUN/file?cell=CELL&name=PATH  a file of the cell's output directory, as text
+//	/assets/...                the embedded HTML, script and style
+package view
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// PageSize is the number of items per page of every paged list: runs,
+// tasks of a run's grid, a cell's events and its transcript.
+const PageSize = 100
+
+// Config configures a Server. The zero value is usable.
+type Config struct {
+	// Version is the proctor version, written as run.proctor_version when
+	// the log lacks one (as replay does).
+	Version string
+	// Token, when set, is required on every request: as ?token= (which
+	// also sets a cookie for the pages' own requests), as that cookie, or
+	// as "Authorization: Bearer TOKEN".
+	Token string
+	// Owned is true when this process serves the store itself (no proctor
+	// process ran when it started): a run that had not finished and whose
+	// last event is older than StartedAt never will, and is shown as
+	// stale. (A run started later through this process's server is not.)
+	Owned     bool
+	StartedAt time.Time
+	Logger *slog.Logger
+}
+
+// Server serves the viewer. Safe for concurrent use.
+type Server struct {
+	cfg   Config
+	bus   *bus.Bus
+	log   *slog.Logger
+	lives *lives
+	mux   *http.ServeMux
+}
+
+// New returns a viewer reading b. Projections of the runs pages ask for
+// are followed until ctx ends.
+func New(ctx context.Context, cfg Config, b *bus.Bus) (*Server, error) {
+	if b == nil {
+		return nil, errors.New("view: nil bus")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, bus: b, log: cfg.Logger.With("service", "view"),
+		lives: &lives{ctx: ctx, bus: b, version: cfg.Version, runs: map[string]*live{}}}
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	m := http.NewServeMux()
+	m.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/runs", http.StatusFound) })
+	m.HandleFunc("GET /runs", s.page)
+	m.HandleFunc("GET /runs.json", s.runsJSON)
+	m.HandleFunc("GET /runs/{run}", s.runRoute)
+	m.HandleFunc("GET /runs/{run}/live", s.liveStream)
+	m.HandleFunc("GET /runs/{run}/figures/{name}", s.figure)
+	m.HandleFunc("GET /runs/{run}/cells/{cell...}", s.cellRoute)
+	m.HandleFunc("GET /runs/{run}/file", s.file)
+	s.mux = m
+	return s, nil
+}
+
+// ServeHTTP checks the method and the token, then routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "read-only: GET only", http.StatusMethodNotAllowed)
+		return
+	}
+	if s.cfg.Token != "" && !s.authorized(w, r) {
+		http.Error(w, "a token is required: open the URL with ?token=TOKEN", http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	s.mux.ServeHTTP(w, r)
+}
+
+const tokenCookie = "proctor_view_token"
+
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	eq := func(got string) bool { return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) == 1 }
+	if t := r.URL.Query().Get("token"); t != "" && eq(t) {
+		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		return true
+	}
+	if c, err := r.Cookie(tokenCookie); err == nil && eq(c.Value) {
+		return true
+	}
+	return eq(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+}
+
+// page serves the HTML shell; its script renders the page from the JSON
+// at the same path with ".json".
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	data, err := assets.ReadFile("assets/index.html")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(data)
+}
+
+func (s *Server) runRoute(w http.ResponseWriter, r *http.Request) {
+	id, isJSON := strings.CutSuffix(r.PathValue("run"), ".json")
+	if !isJSON {
+		s.page(w, r)
+		return
+	}
+	s.runJSON(w, r, id)
+}
+
+func (s *Server) cellRoute(w http.ResponseWriter, r *http.Request) {
+	cell, isJSON := strings.CutSuffix(r.PathValue("cell"), ".json")
+	if !isJSON {
+		s.page(w, r)
+		return
+	}
+	s.cellJSON(w, r, r.PathValue("run"), cell)
+}
+
+// httpError is an error with the HTTP status to answer it with.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e httpError) Error() string { return e.msg }
+
+func writeJSON(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		status := http.StatusInternalServerError
+		var he httpError
+		if errors.As(err, &he) {
+			status = he.status
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true)
+	_ = enc.Encode(v)
+}
+
+// Paging is one page of a list: 1-based Page of Pages, Total items.
+type Paging struct {
+	Page  int `json:"page"`
+	Pages int `json:"pages"`
+	Total int `json:"total"`
+}
+
+// pageOf reads query key q as a 1-based page number (clamped to the
+// pages of total items) and returns the paging and the [lo, hi) slice.
+func pageOf(r *http.Request, q string, total int) (Paging, int, int) {
+	pages := max(1, (total+PageSize-1)/PageSize)
+	n, err := strconv.Atoi(r.URL.Query().Get(q))
+	if err != nil || n < 1 {
+		n = 1
+	}
+	n = min(n, pages)
+	lo := (n - 1) * PageSize
+	return Paging{Page: n, Pages: pages, Total: total}, min(lo, total), min(lo+PageSize, total)
+}

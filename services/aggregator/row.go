@@ -1,0 +1,35 @@
+package aggregator
+
+import "github.com/proctor-eval/proctor/pkg/artifact"
+
+// Row returns the artifact row a planned cell projects to so far, as
+// Artifact would write it (a cell without a terminal event is an errored
+// row); false for a cell the projection has not seen planned.
+func (p *Projector) Row(cellID string) (artifact.Result, bool) {
+	c := p.cells[cellID]
+	if c == nil || c.plan.Task == "" {
+		return artifact.Result{}, false
+	}
+	return p.row(cellID), true
+}
+
+// Plan returns a planned cell's CellPlanned data; false for a cell the
+// projection has not seen planned.
+func (p *Projector) Plan(cellID string) (PlannedCell, bool) {
+	c := p.cells[cellID]
+	if c == nil || c.plan.Task == "" {
+		return PlannedCell{}, false
+	}
+	return PlannedCell{Task: c.plan.Task, Harness: c.plan.Harness, Model: c.plan.Model,
+		Repeat: c.plan.Repeat, Attempt: c.attempt, OutputDir: c.plan.OutputDir}, true
+}
+
+// PlannedCell is where a cell sits in the matrix and where its files go.
+type PlannedCell struct {
+	Task      string `json:"task"`
+	Harness   string `json:"harness"`
+	Model     string `json:"model"`
+	Repeat    int    `json:"repeat"`
+	Attempt   int    `json:"attempt"`
+	OutputDir string `json:"output_dir"`
+}
