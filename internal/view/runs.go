@@ -108,10 +108,10 @@ type RunPage struct {
 	Harnesses []string `json:"harnesses"`
 	// Summary is the artifact's summary.per_harness without per_task (the
 	// grid carries that); Comparisons is summary.comparisons.
-	Summary     map[string]*HarnessView        `json:"summary"`
+	Summary     map[string]*HarnessView         `json:"summary"`
 	Comparisons map[string]*artifact.Comparison `json:"comparisons,omitempty"`
-	Baseline    string                         `json:"baseline,omitempty"`
-	Figures     []FigureRef                    `json:"figures"`
+	Baseline    string                          `json:"baseline,omitempty"`
+	Figures     []FigureRef                     `json:"figures"`
 	// Grid is one page of tasks with every cell of each.
 	Grid   []GridRow `json:"grid"`
 	Paging Paging    `json:"paging"`

@@ -56,7 +56,7 @@ type Config struct {
 	// stale. (A run started later through this process's server is not.)
 	Owned     bool
 	StartedAt time.Time
-	Logger *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Server serves the viewer. Safe for concurrent use.
