@@ -30,12 +30,14 @@ type live struct {
 	changes []string
 	states  map[string]string
 	// version counts applied events; art is the artifact built at artVer.
-	version int
-	lastAt  time.Time // time of the last event applied
-	art     *artifact.Artifact
-	figs    []artifact.Figure
-	artVer  int
-	artAt   time.Time
+	version  int
+	lastAt   time.Time // time of the last event applied
+	art      *artifact.Artifact
+	figs     []artifact.Figure
+	artVer   int
+	artAt    time.Time
+	building bool
+	view     *runData // the run page's data at its version
 	// wake is closed (and replaced) whenever the projection changed.
 	wake  chan struct{}
 	ready chan struct{} // closed once the events stored at start are applied
@@ -147,15 +149,42 @@ func (l *live) note(id string) {
 	}
 }
 
-// artifact returns the run's artifact and figures, rebuilt when events
-// arrived since the last build and artifactEvery has passed (always once
-// the run finished). Call with mu held.
-func (l *live) artifact(version string) (*artifact.Artifact, []artifact.Figure) {
+// artifact returns the run's last built artifact and figures (nil before
+// the first build) and whether a newer build is under way. A build starts
+// when events arrived since the last one and artifactEvery has passed
+// (at once when the run finished); it runs in the background, because the
+// bootstrap intervals of the comparisons take seconds on a large run, and
+// wakes the run's streams when done. Call with mu held.
+func (l *live) artifact(version string) (*artifact.Artifact, []artifact.Figure, bool) {
 	stale := l.art == nil || (l.artVer != l.version && (l.p.Finished() || time.Since(l.artAt) >= artifactEvery))
-	if stale {
-		l.art = l.p.Artifact(version)
-		l.figs, _ = artifact.Figures(l.art) // a figure that cannot be drawn is left out
-		l.artVer, l.artAt = l.version, time.Now()
+	if stale && !l.building {
+		l.building = true
+		l.artAt = time.Now()
+		run, rows := l.p.Input(version)
+		rows = detach(rows)
+		ver := l.version
+		go func() {
+			a := artifact.Build(run, rows, artifact.BuildOptions{})
+			figs, _ := artifact.Figures(a) // a figure that cannot be drawn is left out
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.art, l.figs, l.artVer, l.building = a, figs, ver, false
+			close(l.wake)
+			l.wake = make(chan struct{})
+		}()
 	}
-	return l.art, l.figs
+	return l.art, l.figs, l.building
+}
+
+// detach copies rows without the maps they share with the projection
+// (which later events change), keeping what the summary and the
+// comparisons read.
+func detach(rows []artifact.Result) []artifact.Result {
+	out := make([]artifact.Result, len(rows))
+	for i, r := range rows {
+		r.Operations, r.TaskMeta = nil, nil
+		r.Metrics.ToolCalls, r.Metrics.OperationsByType, r.Metrics.AgentReported, r.Metrics.Isolation = nil, nil, nil, nil
+		out[i] = r
+	}
+	return out
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
@@ -111,7 +110,10 @@ type RunPage struct {
 	Summary     map[string]*HarnessView         `json:"summary"`
 	Comparisons map[string]*artifact.Comparison `json:"comparisons,omitempty"`
 	Baseline    string                          `json:"baseline,omitempty"`
-	Figures     []FigureRef                     `json:"figures"`
+	// SummaryPending is true while the comparisons and figures are being
+	// (re)built in the background; the page asks again.
+	SummaryPending bool        `json:"summary_pending"`
+	Figures        []FigureRef `json:"figures"`
 	// Grid is one page of tasks with every cell of each.
 	Grid   []GridRow `json:"grid"`
 	Paging Paging    `json:"paging"`
@@ -173,6 +175,75 @@ func (s *Server) runJSON(w http.ResponseWriter, r *http.Request, id string) {
 	writeJSON(w, v, err)
 }
 
+// runData is what a run page shows apart from paging and the
+// background-built comparisons, computed once per projection version.
+type runData struct {
+	version   int
+	states    map[string]int
+	progress  []aggregator.HarnessProgress
+	summary   map[string]*HarnessView
+	harnesses []string
+	tasks     []string
+	byTask    map[string]map[string][]GridCell
+}
+
+// data returns the run's runData for the current version. Call with mu
+// held.
+func (l *live) data() *runData {
+	if l.view != nil && l.view.version == l.version {
+		return l.view
+	}
+	d := &runData{version: l.version, states: map[string]int{}, progress: l.p.Progress(),
+		summary: map[string]*HarnessView{}, byTask: map[string]map[string][]GridCell{}}
+	for _, h := range d.progress {
+		for k, n := range h.States {
+			d.states[k] += n
+		}
+	}
+	rows, states := l.p.Rows()
+	rows = detach(rows)
+	// The per-harness summary is cheap and always current; the
+	// comparisons (bootstrap) come from the last background build. While
+	// the run goes it counts done cells only: a running or queued cell is
+	// not missing data yet.
+	var done []artifact.Result
+	for i, row := range rows {
+		if states[i] != aggregator.StateRunning && states[i] != aggregator.StateQueued {
+			done = append(done, row)
+		}
+	}
+	for h, hs := range artifact.Summarize(done) {
+		d.summary[h] = &HarnessView{N: hs.N, Errored: hs.Errored, Scored: hs.Scored, Passed: hs.Passed,
+			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost}
+	}
+	// Harness order: the spec's, then any other by name.
+	seen := map[string]bool{}
+	for _, h := range l.p.Spec().Harnesses {
+		if !seen[h] {
+			seen[h] = true
+			d.harnesses = append(d.harnesses, h)
+		}
+	}
+	var rest []string
+	for i, row := range rows {
+		if !seen[row.Harness] {
+			seen[row.Harness] = true
+			rest = append(rest, row.Harness)
+		}
+		t := d.byTask[row.Task]
+		if t == nil {
+			t = map[string][]GridCell{}
+			d.byTask[row.Task] = t
+		}
+		t[row.Harness] = append(t[row.Harness], GridCell{ID: row.CellID, State: states[i], Reward: row.Reward})
+	}
+	slices.Sort(rest)
+	d.harnesses = append(d.harnesses, rest...)
+	d.tasks = slices.Sorted(maps.Keys(d.byTask))
+	l.view = d
+	return d
+}
+
 func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage, error) {
 	rec, indexed, err := s.runRecord(ctx, id)
 	if err != nil {
@@ -188,53 +259,23 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 	if !indexed {
 		rec = p.Record()
 	}
-	a, figs := l.artifact(s.cfg.Version)
-	out := &RunPage{Record: rec, Finished: p.Finished(), Events: l.version, States: p.States(), Progress: p.Progress(),
-		Summary: map[string]*HarnessView{}, Comparisons: a.Summary.Comparisons, Baseline: a.Run.BaselineHarness,
-		Figures: []FigureRef{}, Grid: []GridRow{}}
+	d := l.data()
+	a, figs, building := l.artifact(s.cfg.Version)
+	out := &RunPage{Record: rec, Finished: p.Finished(), Events: l.version, States: d.states, Progress: d.progress,
+		Summary: d.summary, Harnesses: d.harnesses, Figures: []FigureRef{}, Grid: []GridRow{},
+		Baseline: p.Spec().BaselineHarness, SummaryPending: building || a == nil}
 	out.Stale = s.stale(l, rec)
-	for h, hs := range a.Summary.PerHarness {
-		out.Summary[h] = &HarnessView{N: hs.N, Errored: hs.Errored, Scored: hs.Scored, Passed: hs.Passed,
-			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost}
+	if a != nil {
+		out.Comparisons = a.Summary.Comparisons
 	}
 	for _, f := range figs {
 		out.Figures = append(out.Figures, FigureRef{Name: f.Name, Title: f.Title,
 			URL: "/runs/" + url.PathEscape(id) + "/figures/" + f.Name})
 	}
-	// Harness order: the spec's, then any other by name.
-	seen := map[string]bool{}
-	for _, h := range p.Spec().Harnesses {
-		if !seen[h] {
-			seen[h] = true
-			out.Harnesses = append(out.Harnesses, h)
-		}
-	}
-	byTask := map[string]map[string][]GridCell{}
-	var rest []string
-	for _, cid := range p.Cells() {
-		row, _ := p.Row(cid)
-		if !seen[row.Harness] {
-			seen[row.Harness] = true
-			rest = append(rest, row.Harness)
-		}
-		t := byTask[row.Task]
-		if t == nil {
-			t = map[string][]GridCell{}
-			byTask[row.Task] = t
-		}
-		t[row.Harness] = append(t[row.Harness], GridCell{ID: cid, State: p.CellState(cid), Reward: row.Reward})
-	}
-	slices.Sort(rest)
-	out.Harnesses = append(out.Harnesses, rest...)
-	tasks := slices.Sorted(maps.Keys(byTask))
-	pg, lo, hi := pageOf(r, "page", len(tasks))
+	pg, lo, hi := pageOf(r, "page", len(d.tasks))
 	out.Paging = pg
-	for _, t := range tasks[lo:hi] {
-		cells := byTask[t]
-		for _, cs := range cells {
-			slices.SortFunc(cs, func(a, b GridCell) int { return strings.Compare(a.ID, b.ID) })
-		}
-		out.Grid = append(out.Grid, GridRow{Task: t, Cells: cells})
+	for _, t := range d.tasks[lo:hi] {
+		out.Grid = append(out.Grid, GridRow{Task: t, Cells: d.byTask[t]}) // cells in cell id order
 	}
 	return out, nil
 }
@@ -251,7 +292,7 @@ func (s *Server) figure(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.mu.Lock()
-	_, figs := l.artifact(s.cfg.Version)
+	_, figs, _ := l.artifact(s.cfg.Version)
 	l.mu.Unlock()
 	for _, f := range figs {
 		if f.Name == name {

@@ -119,6 +119,19 @@ func AppendFigureLinks(report []byte, figs []Figure) []byte {
 	return b.Bytes()
 }
 
+// maxLabelRunes bounds a harness or task name on a figure's axis.
+const maxLabelRunes = 24
+
+// shortLabel keeps the end of a long name ("…" and its last runes), which
+// tells harnesses apart better than its start ("command:/long/path/...").
+func shortLabel(s string) string {
+	r := []rune(s)
+	if len(r) <= maxLabelRunes {
+		return s
+	}
+	return "…" + string(r[len(r)-maxLabelRunes+1:])
+}
+
 // points is a plotter.XYer and YErrorer over parallel slices.
 type points struct {
 	x, y, lo, hi []float64
@@ -168,7 +181,7 @@ func passRatePlot(a *Artifact, hs []string) *plot.Plot {
 			continue
 		}
 		pts.add(float64(len(names)), *s.PassRate, s.PassRateCI[0], s.PassRateCI[1])
-		names = append(names, fmt.Sprintf("%s\n%d/%d", h, s.Passed, s.Scored))
+		names = append(names, fmt.Sprintf("%s\n%d/%d", shortLabel(h), s.Passed, s.Scored))
 	}
 	if len(names) == 0 {
 		return nil
@@ -198,13 +211,13 @@ func pairedDiffPlot(a *Artifact, cmp []string) *plot.Plot {
 			lo, hi = *m.CILo, *m.CIHi
 		}
 		pts.add(float64(len(names)), d, lo, hi)
-		names = append(names, fmt.Sprintf("%s\nn=%d", h, m.N))
+		names = append(names, fmt.Sprintf("%s\nn=%d", shortLabel(h), m.N))
 	}
 	if len(names) == 0 {
 		return nil
 	}
 	base := a.Summary.Comparisons[cmp[0]].Baseline
-	p := newPlot("Paired difference against "+base, "", "pass rate − baseline's")
+	p := newPlot("Paired difference against "+shortLabel(base), "", "pass rate − baseline's")
 	p.Y.Min, p.Y.Max = -1, 1
 	p.Add(plotter.NewGrid())
 	zero, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 0}, {X: float64(len(names)) - 0.5, Y: 0}})
@@ -230,7 +243,7 @@ func costPlot(a *Artifact, hs []string) *plot.Plot {
 			continue
 		}
 		xys = append(xys, plotter.XY{X: *s.Cost.TotalCostUSD, Y: *s.PassRate})
-		labels = append(labels, h)
+		labels = append(labels, shortLabel(h))
 	}
 	if len(xys) == 0 {
 		return nil
@@ -307,9 +320,13 @@ func gridPlot(a *Artifact, hs, tasks []string) *plot.Plot {
 	p.Legend.Left = false
 	names := make([]string, len(tasks))
 	for i, t := range tasks {
-		names[len(tasks)-1-i] = t
+		names[len(tasks)-1-i] = shortLabel(t)
 	}
-	p.NominalX(hs...)
+	short := make([]string, len(hs))
+	for i, h := range hs {
+		short[i] = shortLabel(h)
+	}
+	p.NominalX(short...)
 	p.NominalY(names...)
 	// One empty column on the right holds the legend clear of the cells.
 	p.X.Min, p.X.Max = -0.5, float64(len(hs))+0.5

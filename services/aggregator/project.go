@@ -268,6 +268,14 @@ func (p *Projector) Counts() map[string]int {
 // Artifact projects the run. Cells without a terminal event are errored
 // rows (class infra): missing data, never a 0 and never a pass.
 func (p *Projector) Artifact(version string) *artifact.Artifact {
+	run, rows := p.Input(version)
+	return artifact.Build(run, rows, artifact.BuildOptions{})
+}
+
+// Input returns what Artifact builds the artifact from: the run's info and
+// its rows in cell id order. The rows share maps with the projection, so
+// they are valid until the next Apply.
+func (p *Projector) Input(version string) (artifact.RunInfo, []artifact.Result) {
 	spec := p.Spec()
 	run := artifact.RunInfo{
 		ID: p.runID, TasksRoot: spec.TasksRoot, Harnesses: spec.Harnesses, Models: spec.Models,
@@ -291,7 +299,7 @@ func (p *Projector) Artifact(version string) *artifact.Artifact {
 		}
 		rows = append(rows, p.row(id))
 	}
-	return artifact.Build(run, rows, artifact.BuildOptions{})
+	return run, rows
 }
 
 func (p *Projector) row(id string) artifact.Result {

@@ -33,3 +33,23 @@ type PlannedCell struct {
 	Attempt   int    `json:"attempt"`
 	OutputDir string `json:"output_dir"`
 }
+
+// Rows returns the row and the state (as CellState gives it) of every
+// planned cell, in cell id order, computing each row once.
+func (p *Projector) Rows() ([]artifact.Result, []string) {
+	ids := p.Cells()
+	rows, states := make([]artifact.Result, 0, len(ids)), make([]string, 0, len(ids))
+	for _, id := range ids {
+		c, r := p.cells[id], p.row(id)
+		state := r.Outcome
+		switch {
+		case c.terminal || p.finished != nil:
+		case !c.first.IsZero():
+			state = StateRunning
+		default:
+			state = StateQueued
+		}
+		rows, states = append(rows, r), append(states, state)
+	}
+	return rows, states
+}

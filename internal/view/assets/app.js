@@ -219,23 +219,52 @@ function runHeader(d) {
 let liveSource = null;
 
 async function renderRun(id) {
+  clearTimeout(runRetry);
   crumbs(el("a", { href: "/runs", text: "runs" }), el("span", { text: id }));
   const d = await getJSON(jsonPath());
   document.title = "proctor view · " + id;
-  const figs = d.figures.length
-    ? el("div", { class: "figures", id: "figures" }, d.figures.map((f) =>
-      el("figure", {}, el("a", { href: f.url }, el("img", { src: f.url, alt: f.title })), el("figcaption", { text: f.title }))))
-    : el("p", { class: "muted", text: "no figures yet (nothing scored)" });
   show(
     el("h1", { text: "Run " + id }), runHeader(d),
     el("h2", { text: "Progress" }),
     table(["harness", "done", "", "running", "queued", "errored", "passed", "scored", "pass rate"], progressRows(d.progress), { id: "progress" }),
-    el("h2", { text: "Pass rate per harness" }), summaryTable(d),
-    d.comparisons ? el("h2", { text: "Against the baseline (paired, McNemar)" }) : null, comparisonTable(d),
+    el("h2", { text: "Pass rate per harness" }), el("div", { id: "summary-section" }, summaryTable(d)),
+    d.baseline ? el("h2", { text: "Against the baseline (paired, McNemar)" }) : null,
+    el("div", { id: "comparisons-section" }, comparisonsPart(d)),
     el("h2", { text: "Tasks × harnesses" }), legend(), pager(d.paging, "page"), gridTable(d), pager(d.paging, "page"),
-    el("h2", { text: "Figures" }), figs);
-  if (!d.finished && !d.stale) follow(id);
+    el("h2", { text: "Figures" }), el("div", { id: "figures-section" }, figuresPart(d)));
+  if (!d.finished && !d.stale) {
+    follow(id);
+    runRetry = setTimeout(() => refreshSummary(id).catch(fail), 3000);
+  } else if (d.summary_pending) runRetry = setTimeout(() => refreshSummary(id).catch(fail), 1000);
 }
+
+function comparisonsPart(d) {
+  if (!d.baseline) return null;
+  if (d.summary_pending && !d.comparisons) return el("p", { class: "muted", id: "comparisons-pending", text: "computing the comparisons…" });
+  return comparisonTable(d);
+}
+
+function figuresPart(d) {
+  if (!d.figures.length) return el("p", { class: "muted", text: d.summary_pending ? "drawing the figures…" : "no figures yet (nothing scored)" });
+  // The query string changes with each build, so a redrawn figure is fetched again.
+  return el("div", { class: "figures", id: "figures" }, d.figures.map((f) =>
+    el("figure", {}, el("a", { href: f.url }, el("img", { src: f.url + "?v=" + d.events, alt: f.title })), el("figcaption", { text: f.title }))));
+}
+
+// refreshSummary fetches the run's JSON again and replaces the summary,
+// the comparisons and the figures in place (the grid and progress follow
+// the live stream).
+async function refreshSummary(id) {
+  clearTimeout(runRetry);
+  const d = await getJSON(runURL(id) + ".json" + location.search);
+  const swap = (sel, node) => { const e = document.getElementById(sel); if (e) e.replaceChildren(...[node].filter(Boolean)); };
+  swap("summary-section", summaryTable(d));
+  swap("comparisons-section", comparisonsPart(d));
+  swap("figures-section", figuresPart(d));
+  if (d.summary_pending || !d.finished) runRetry = setTimeout(() => refreshSummary(id).catch(fail), d.finished ? 1000 : 3000);
+}
+
+let runRetry = null;
 
 // follow applies the run's Server-Sent Events to the page in place.
 function follow(id) {
@@ -267,7 +296,7 @@ function follow(id) {
       src.close();
       ind.textContent = "finished";
       ind.classList.remove("on");
-      renderRun(id).catch(fail); // the final summary, comparisons and figures
+      refreshSummary(id).catch(fail); // the final summary, comparisons and figures
     }
   });
   src.addEventListener("error", () => { ind.textContent = "reconnecting…"; ind.classList.remove("on"); });
