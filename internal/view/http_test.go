@@ -64,7 +64,7 @@ func TestViewFileStaysInCellDir(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret.txt")
 	for path, body := range map[string]string{
 		filepath.Join(dir, "solve.log"): "<script>alert(1)</script>\n",
-		secret:                         "host secret\n",
+		secret:                          "host secret\n",
 	} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
