@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node test fuzz vet bench demo clean
+.PHONY: all build setup setup-node setup-browser test fuzz vet bench demo clean
 
 all: build
 
@@ -18,12 +18,16 @@ setup:
 setup-node:
 	scripts/setup.sh --node
 
+## setup-browser: setup, plus Debian's chromium for the viewer's headless browser tests
+setup-browser:
+	scripts/setup.sh --browser
+
 ## vet: static checks
 vet:
 	$(GO) vet ./...
 
 ## test: vet, every package's tests against the real engine, then short fuzz runs
-test: setup-node
+test: setup-node setup-browser
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 30m ./...
 	$(MAKE) fuzz FUZZTIME=10s
@@ -39,7 +43,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseReward$$' -fuzztime $(FUZZTIME) ./pkg/harness
 
 ## bench: run each benchmark once and print its ratios against raw baselines
-bench: setup-node
+bench: setup-node setup-browser
 	scripts/bench.sh
 
 ## demo: run the example tasks through the oracle and the two example agents; report in out/demo
@@ -48,6 +52,9 @@ demo: setup build
 		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics \
 		--baseline-harness agent:examples/agents/scripted \
 		--output-dir out/demo --out-json out/demo/task_runs.json --out-md out/demo/report.md
+	@echo
+	@echo "report and its figures: out/demo/report.md (pass-rate.svg, paired-diff.svg, cost-pass-rate.svg, outcome-grid.svg beside it)"
+	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
 
 ## clean: remove build and demo outputs
 clean:

@@ -29,6 +29,7 @@ BEGIN {
   target["BenchmarkProjection ratio_vs_raw"] = "<= 1.5"
   target["BenchmarkReplayRead ratio_vs_raw"] = ">= 0.8"
   target["BenchmarkDiscover10k s/discover"] = "< 2"
+  target["BenchmarkViewRunPage s/open"] = "< 2"
 }
 /^Benchmark/ {
   name = $1; sub(/-[0-9]+$/, "", name)

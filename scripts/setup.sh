@@ -2,7 +2,9 @@
 # Prepares a machine to build and test proctor: a Docker engine that answers,
 # and the base images the tasks and tests use (debian:bookworm-slim,
 # python:3.11-slim). With --node it also installs the Node.js readers that
-# dataset tests use into .cache/node.
+# dataset tests use into .cache/node. With --browser it installs Debian's
+# chromium, which the viewer's tests drive headless (the viewer itself
+# needs nothing but the proctor binary).
 #
 # Idempotent: every step first checks whether the machine already has what it
 # makes, so a second run takes about a second. Works as root on a fresh
@@ -11,7 +13,7 @@
 # when Docker Hub cannot be reached), and on a laptop whose Docker already
 # runs and pulls.
 #
-# Usage: scripts/setup.sh [--node]
+# Usage: scripts/setup.sh [--node] [--browser]
 #
 # Environment:
 #   DOCKERD_LOG        where a dockerd started here logs (default /var/log/dockerd.log)
@@ -23,11 +25,13 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 want_node=0
+want_browser=0
 for arg in "$@"; do
   case "$arg" in
     --node) want_node=1 ;;
+    --browser) want_browser=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node])" >&2; exit 2 ;;
+    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser])" >&2; exit 2 ;;
   esac
 done
 
@@ -221,7 +225,23 @@ ensure_node() {
   say "node: readers installed (node $(node --version))"
 }
 
+# ensure_browser installs Debian's chromium for the viewer's headless
+# browser tests. Skipped when a Chromium or Chrome binary is on PATH.
+ensure_browser() {
+  local b
+  for b in chromium chromium-browser google-chrome google-chrome-stable; do
+    if command -v "$b" >/dev/null; then
+      say "browser: $b present ($("$b" --version 2>/dev/null | head -n1))"
+      return
+    fi
+  done
+  say "browser: installing chromium"
+  apt_install chromium
+  say "browser: $(chromium --version 2>/dev/null | head -n1) installed"
+}
+
 ensure_engine
 ensure_image debian:bookworm-slim build_debian
 ensure_image python:3.11-slim build_python
 if [[ $want_node -eq 1 ]]; then ensure_node; fi
+if [[ $want_browser -eq 1 ]]; then ensure_browser; fi

@@ -39,9 +39,10 @@ type live struct {
 	building bool
 	view     *runData // the run page's data at its version
 	// wake is closed (and replaced) whenever the projection changed.
-	wake  chan struct{}
-	ready chan struct{} // closed once the events stored at start are applied
-	err   error         // why following stopped early, if it did
+	wake     chan struct{}
+	ready    chan struct{} // closed once the events stored at start are applied
+	caughtUp bool          // ready is closed
+	err      error         // why following stopped early, if it did
 }
 
 // lives holds the projection of every run a page asked for. Finished runs
@@ -80,7 +81,14 @@ func (ls *lives) get(ctx context.Context, runID string) (*live, error) {
 
 func (l *live) follow(ctx context.Context, b *bus.Bus) {
 	var once sync.Once
-	markReady := func() { once.Do(func() { close(l.ready) }) }
+	markReady := func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.caughtUp = true
+			l.mu.Unlock()
+			close(l.ready)
+		})
+	}
 	defer markReady()
 	lastID := ""
 	last, err := b.LastEvent(ctx, events.RunFilter(l.runID))
@@ -130,6 +138,9 @@ func (l *live) apply(e events.Envelope) {
 	l.version++
 	l.lastAt = e.At
 	switch {
+	case !l.caughtUp:
+		// Catching up: the first page and the first stream update carry
+		// every cell's state, so changes are tracked only from here on.
 	case e.CellID != "":
 		l.note(e.CellID)
 	case e.Type == events.RunFinished:

@@ -308,7 +308,8 @@ func (s *Server) figure(w http.ResponseWriter, r *http.Request) {
 
 // LiveUpdate is one Server-Sent Event ("progress") of /runs/RUN/live:
 // the run's progress and the cells whose state changed since the last
-// update on this stream (all cells on the first).
+// update on this stream (on the first, those that changed since the
+// viewer caught up with the log; the page's JSON carries the rest).
 type LiveUpdate struct {
 	Status   string                       `json:"status"`
 	Finished bool                         `json:"finished"`

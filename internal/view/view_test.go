@@ -437,7 +437,8 @@ func TestViewLargeRun(t *testing.T) {
 // BenchmarkViewRunPage opens the run page of a finished 10,000-cell run in
 // headless Chromium, from a cold viewer (a new server, so the projection
 // is read from the log each time) until its grid is on screen. Target:
-// under 2 s per open (s/open).
+// under 2 s per open (s/open). The comparisons, built in the background
+// after the page is served, are not part of the time.
 func BenchmarkViewRunPage(b *testing.B) {
 	br := newBrowser(b)
 	_, bs := startNATS(b)
@@ -448,6 +449,9 @@ func BenchmarkViewRunPage(b *testing.B) {
 		start := time.Now()
 		br.open(b, srv.URL+"/runs/"+runID, `document.querySelectorAll("#grid tbody tr").length === 100`)
 		total += time.Since(start)
+		// Untimed: let the background build of the comparisons finish, so
+		// it does not compete with the next open.
+		br.wait(b, `document.querySelectorAll("#comparisons tbody tr").length === 3`)
 		srv.Close()
 	}
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/open")

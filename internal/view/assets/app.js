@@ -78,7 +78,7 @@ function table(head, rows, attrs) {
 function kv(pairs) {
   const dl = el("dl", { class: "kv" });
   for (const [k, v] of pairs) {
-    if (v === undefined || v === null || v === "") continue;
+    if (v === undefined || v === null || v === "" || v === false) continue;
     dl.append(el("dt", { text: k }), el("dd", {}, v instanceof Node ? v : String(v)));
   }
   return dl;
@@ -341,11 +341,13 @@ async function renderCell(run, cell) {
   const d = await getJSON(jsonPath());
   document.title = "proctor view · " + cell;
   const row = d.row;
+  const settled = ["passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored"].includes(d.state);
   const parts = [el("h1", { text: "Cell " + cell }),
     kv([["run", el("a", { href: runURL(run), text: run })], ["state", el("span", { id: "cell-state" }, cellBadge(d.state))],
       ["task", d.plan && d.plan.task], ["harness", d.plan && d.plan.harness], ["model", d.plan && d.plan.model],
       ["repeat", d.plan && d.plan.repeat], ["attempt", d.plan && d.plan.attempt], ["output dir", d.plan && d.plan.output_dir],
-      ["reward", row && row.reward !== null ? row.reward : null], ["error", row && row.error], ["error class", row && row.error_class]])];
+      // A cell still going has no error yet (its row says what it would be if the run ended now).
+      ["reward", row && row.reward !== null ? row.reward : null], ["error", settled && row && row.error], ["error class", settled && row && row.error_class]])];
   if (d.state === "pending") {
     parts.push(el("p", { class: "muted", id: "pending", text: "pending: this cell is not in the log yet; retrying…" }));
   }
@@ -361,7 +363,8 @@ async function renderCell(run, cell) {
       : el("p", { class: "muted", text: "no messages, tool calls or commands" }));
   // Files.
   parts.push(el("h2", { text: "Files" }));
-  if (d.files_pending) parts.push(el("p", { class: "muted", id: "files-pending", text: "pending: the cell's files are not written yet; retrying…" }));
+  if (d.files_pending && settled) parts.push(el("p", { class: "muted", id: "files-none", text: "no files: the cell's output directory does not exist" }));
+  else if (d.files_pending) parts.push(el("p", { class: "muted", id: "files-pending", text: "pending: the cell's files are not written yet; retrying…" }));
   else parts.push(el("div", { id: "files" }, d.files.map((f) => el("details", { open: /(^|\/)(solve\.log|verifier\.log|reward\.(txt|json))$/.test(f.name) ? "open" : null },
     el("summary", {}, el("code", { text: f.name }), el("span", { class: "muted", text: `  ${f.size} bytes  ` }), el("a", { href: f.url, target: "_blank", rel: "noopener", text: "whole file" })),
     f.tail ? el("pre", { text: (f.truncated ? "…\n" : "") + f.tail }) : el("p", { class: "muted", text: f.size ? "(binary)" : "(empty)" })))));
@@ -369,7 +372,8 @@ async function renderCell(run, cell) {
   if (d.egress.length) {
     parts.push(el("h2", { text: "Egress decisions" }), table(["host", "port", "method", "decision", "reason"],
       d.egress.map((x) => el("tr", {}, el("td", { text: x.host }), el("td", { class: "num", text: x.port }), el("td", { text: x.method }),
-        el("td", {}, cellBadge(x.decision === "allowed" ? "passed" : "failed")), el("td", { text: x.reason || "" })))));
+        el("td", {}, el("span", { class: "badge st-" + (x.decision === "allowed" ? "passed" : "failed"), text: x.decision })),
+        el("td", { text: x.reason || "" })))));
   }
   if (row && row.metrics.isolation) parts.push(el("h2", { text: "Isolation" }), kv(flatten(row.metrics.isolation, "", [])));
   if (row && row.metrics.isolation_probe) parts.push(el("h2", { text: "Isolation probe" }), kv(flatten(row.metrics.isolation_probe, "", [])));
@@ -380,8 +384,7 @@ async function renderCell(run, cell) {
     if (row.stdout_tail) parts.push(el("h2", { text: "Stdout tail" }), el("pre", { text: row.stdout_tail }));
   }
   show(...parts);
-  const settled = ["passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored"].includes(d.state);
-  if (!settled || d.files_pending) cellRetry = setTimeout(() => renderCell(run, cell).catch(fail), 2000);
+  if (!settled) cellRetry = setTimeout(() => renderCell(run, cell).catch(fail), 2000);
 }
 
 // ---- routing --------------------------------------------------------------
