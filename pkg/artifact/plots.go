@@ -250,7 +250,12 @@ func costPlot(a *Artifact, hs []string) *plot.Plot {
 	}
 	p := newPlot("Cost versus pass rate", "total cost (USD)", "pass rate (scored cells)")
 	p.Y.Min, p.Y.Max = 0, 1.1
-	p.X.Min = 0
+	// Room on the right for the last point's label.
+	hi := 0.0
+	for _, xy := range xys {
+		hi = math.Max(hi, xy.X)
+	}
+	p.X.Min, p.X.Max = 0, math.Max(hi*1.6, 1e-6)
 	p.Add(plotter.NewGrid())
 	sc, err := plotter.NewScatter(xys)
 	if err != nil {
