@@ -202,6 +202,10 @@ func tail(root *os.Root, name string, size int64) (string, bool) {
 // os.Root so no path or link escapes it.
 func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 	runID, cellID, name := r.PathValue("run"), r.URL.Query().Get("cell"), r.URL.Query().Get("name")
+	if _, _, err := s.runRecord(r.Context(), runID); err != nil {
+		writeJSON(w, nil, err)
+		return
+	}
 	l, err := s.lives.get(r.Context(), runID)
 	if err != nil {
 		writeJSON(w, nil, err)

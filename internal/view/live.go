@@ -76,7 +76,16 @@ func (ls *lives) get(ctx context.Context, runID string) (*live, error) {
 	l.mu.Lock()
 	err := l.err
 	l.mu.Unlock()
-	return l, err
+	if err != nil {
+		// Forget a follower that failed, so the next page tries again.
+		ls.mu.Lock()
+		if ls.runs[runID] == l {
+			delete(ls.runs, runID)
+		}
+		ls.mu.Unlock()
+		return nil, err
+	}
+	return l, nil
 }
 
 func (l *live) follow(ctx context.Context, b *bus.Bus) {

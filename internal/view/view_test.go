@@ -283,7 +283,8 @@ func TestViewLive(t *testing.T) {
 	}
 	br.wait(t, `document.querySelector("#progress .progress-done").innerText === "2/2" &&
 		document.querySelector("#run-status").innerText === "finished" &&
-		document.querySelectorAll("#grid a.cell.passed").length === 2`)
+		document.querySelectorAll("#grid a.cell.passed").length === 2 &&
+		[...document.querySelectorAll(".kv dt")].find(d => d.innerText === "finished").nextSibling.innerText !== "—"`)
 	if same, _ := br.eval(t, `String(window.__sameDocument)`); same != "yes" {
 		t.Fatal("the page reloaded to show progress")
 	}

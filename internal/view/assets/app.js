@@ -296,7 +296,7 @@ function follow(id) {
       src.close();
       ind.textContent = "finished";
       ind.classList.remove("on");
-      refreshSummary(id).catch(fail); // the final summary, comparisons and figures
+      renderRun(id).catch(fail); // the final record, summary, comparisons and figures, in place
     }
   });
   src.addEventListener("error", () => { ind.textContent = "reconnecting…"; ind.classList.remove("on"); });
