@@ -50,8 +50,9 @@ var (
 
 // Figures draws the run's figures: pass rate per harness with its Wilson
 // 95 % interval (when any harness scored a cell); paired pass-rate
-// differences against the baseline with their bootstrap 95 % intervals
-// (when a has comparisons); total cost (USD) versus pass rate per harness
+// differences against the baseline with their 95 % intervals (ci_lo, ci_hi:
+// Newcombe's hybrid score interval, or the bootstrap in artifacts written
+// before ci_method existed; when a has comparisons); total cost (USD) versus pass rate per harness
 // (when any harness is priced); and the per-task outcome grid (tasks ×
 // harnesses, coloured by what the task's scored cells did). A run with
 // nothing scored yields no figure. It returns gonum/plot's error, wrapped
@@ -80,7 +81,7 @@ func Figures(a *Artifact) ([]Figure, error) {
 		return nil, err
 	}
 	cmp := r.compared()
-	if err := add(FigurePairedDiff, "Paired pass-rate difference against the baseline (bootstrap 95 % interval)",
+	if err := add(FigurePairedDiff, "Paired pass-rate difference against the baseline ("+pairedIntervalName(a)+" 95 % interval)",
 		pairedDiffPlot(a, cmp), vg.Length(math.Max(5, 1.2*float64(len(cmp))+2))*vg.Inch, 4*vg.Inch); err != nil {
 		return nil, err
 	}
@@ -338,4 +339,16 @@ func gridPlot(a *Artifact, hs, tasks []string) *plot.Plot {
 	p.Y.Min, p.Y.Max = -0.5, float64(len(tasks))-0.5
 	p.Y.Padding, p.X.Padding = 0, 0
 	return p
+}
+
+// pairedIntervalName names the interval ci_lo and ci_hi hold: Newcombe's
+// hybrid score interval when the comparisons say so (ci_method), else the
+// task-level bootstrap of older artifacts.
+func pairedIntervalName(a *Artifact) string {
+	for _, c := range a.Summary.Comparisons {
+		if c.McNemar.CIMethod == CIMethod {
+			return "Newcombe hybrid score"
+		}
+	}
+	return "bootstrap"
 }
