@@ -380,9 +380,28 @@ func (d *Docker) runQuiet(ctx context.Context, cid, user, script string) (int, e
 	if err != nil {
 		return -1, d.execErr(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Reader)
+	// The output is read for at most killWait: a process the signal reached
+	// may stop every other one (a test's EXIT trap running `kill -STOP -1`,
+	// as the verifier's own stop hook does), this exec's sh included, and a
+	// stopped exec never closes its stream. The caller goes on to SIGKILL,
+	// which ends stopped processes too.
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(io.Discard, resp.Reader)
+	}()
+	t := time.NewTimer(killWait)
+	defer t.Stop()
+	select {
+	case <-copied:
+		resp.Close()
+		return d.waitExec(ctx, created.ID, killWait)
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	resp.Close()
-	return d.waitExec(ctx, created.ID, killWait)
+	<-copied
+	return -1, nil // still running (stopped): the caller's SIGKILL follows
 }
 
 // waitExec polls the exec until it is no longer running, for at most max,

@@ -221,3 +221,53 @@ ln -s /etc /r/etc-link`)
 		}
 	}
 }
+
+// TestDockerTimeoutWhenEverythingIsStopped: a command that, once signalled,
+// stops every other process of the container (a test's EXIT trap running
+// `kill -STOP -1`, as the verifier's stop hook does; here a loop that does
+// it without end and ignores SIGTERM) stops the execs that send the
+// timeout's signals too. Exec must still return (TimedOut) instead of
+// waiting for ever on a stopped signal sender, and Destroy removes the
+// container.
+func TestDockerTimeoutWhenEverythingIsStopped(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	ctx := context.Background()
+	run := "run-" + randomHex(4)
+	h, err := d.Start(ctx, Spec{RunID: run, Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res ExecResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := d.Exec(ctx, h, ExecSpec{
+			Cmd:     []string{"bash", "-c", `trap '' TERM; while :; do kill -STOP -1 2>/dev/null; done`},
+			Timeout: time.Second, Grace: time.Second,
+		})
+		done <- result{res, err}
+	}()
+	// Every wait of the timeout path is bounded (two signal execs of at
+	// most 2×killWait each, the grace, the final wait): well under 3 min.
+	start := time.Now()
+	select {
+	case r := <-done:
+		t.Logf("Exec returned after %v", time.Since(start))
+		if r.err != nil || !r.res.TimedOut || r.res.ExitCode != TimeoutExitCode {
+			t.Fatalf("Exec = %+v, %v; want a timeout", r.res, r.err)
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("Exec did not return: a stopped signal sender kept it waiting")
+	}
+	start = time.Now()
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Destroy took %v", time.Since(start))
+	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
+		t.Fatalf("after Destroy: %d containers, %d networks of the run", c, n)
+	}
+}
