@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 )
@@ -72,6 +73,9 @@ type globals struct {
 	verbose        bool
 	natsURL        string
 	natsAuth       bus.Auth
+	// startServices starts a run's in-process services; nil is
+	// startStack. Tests replace it to run a service that fails.
+	startServices func(context.Context, *errgroup.Group, *bus.Bus, stackConfig) (*stack, error)
 }
 
 func (g *globals) logger() *slog.Logger {

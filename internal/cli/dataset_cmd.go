@@ -11,7 +11,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/dataset"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 func newDataset(g *globals) *cobra.Command {
@@ -85,11 +85,11 @@ The written paths are printed, one per line.`,
 					fmt.Fprintf(g.stderr, "exported %d events of run %s\n", n, id)
 					return nil
 				}
-				p, err := aggregator.Project(ctx, conn.Bus, id)
+				p, err := projection.Project(ctx, conn.Bus, id)
 				if err != nil {
 					return err
 				}
-				js, _, err := aggregator.Render(p, version())
+				js, _, err := projection.Render(p, version())
 				if err != nil {
 					return err
 				}

@@ -23,7 +23,7 @@ import (
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 var runIDRe = regexp.MustCompile(`run ([0-9A-Z]{26})`)
@@ -140,11 +140,11 @@ func TestRunExamplesWithOracle(t *testing.T) {
 	}
 	defer b.Close()
 	for i := 0; i < 2; i++ {
-		p, err := aggregator.Project(context.Background(), b, a.Run.ID)
+		p, err := projection.Project(context.Background(), b, a.Run.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := aggregator.Render(p, "test")
+		got, _, err := projection.Render(p, "test")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/dataset"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 func newEvents(g *globals) *cobra.Command {
@@ -118,7 +118,7 @@ writes where you ask).`,
 				return fmt.Errorf("%s: no events", name)
 			}
 			for _, id := range runs {
-				p, err := aggregator.Project(ctx, conn.Bus, id)
+				p, err := projection.Project(ctx, conn.Bus, id)
 				if err != nil {
 					return err
 				}

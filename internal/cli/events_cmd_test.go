@@ -12,8 +12,8 @@ import (
 )
 
 const (
-	fixtureLog      = "../../services/aggregator/testdata/golden.events.jsonl"
-	fixtureArtifact = "../../services/aggregator/testdata/golden.artifact.json"
+	fixtureLog      = "../../pkg/projection/testdata/golden.events.jsonl"
+	fixtureArtifact = "../../pkg/projection/testdata/golden.artifact.json"
 	fixtureRun      = "01J9Z3K2W8RQ6N7T5V4X3Y2Z1A"
 )
 

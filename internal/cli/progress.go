@@ -3,39 +3,48 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // progress follows the run's events on stderr until RunFinished or ctx
 // ends: a progress bar on a terminal, one plain line per finished cell
-// otherwise. The plan comes first: the planner publishes the refusals of a
-// run (CellRefused) before RunPlanned, so their lines wait for it and are
-// printed as [i/N] after "planned N cells".
+// otherwise. The events are folded by a projection.Projector, so a cell is
+// done exactly when the artifact will count it done (its current attempt
+// has its terminal event; a superseded attempt's cell counts again only
+// when its new attempt ends), and its line says what its row will say. The
+// plan comes first: the planner publishes the refusals of a run
+// (CellRefused) before RunPlanned, so their lines wait for it and are
+// printed as [i/N] after "planned N cells". Event data that did not decode
+// is reported in one warning line at the end.
 func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
+	p := projection.NewProjector(runID)
 	total, done := 0, 0
-	planned := false
 	var early []string // cell lines seen before RunPlanned
-	ended := map[string]bool{}
 	var bar *progressbar.ProgressBar
 	tty := false
 	if f, ok := g.stderr.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 		tty = true
 	}
 	_ = b.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
-		switch e.Type {
-		case events.RunPlanned:
-			var d events.RunPlannedData
-			_ = events.Into(e, &d)
-			total, planned = d.Cells, true
+		planned := p.Planned()
+		p.Apply(e)
+		switch {
+		case e.Type == events.RunPlanned && !planned:
+			total = p.Record().Cells
 			switch {
-			case d.Error != "":
-				fmt.Fprintf(g.stderr, "planning failed: %s\n", d.Error)
+			case p.PlanError() != "":
+				fmt.Fprintf(g.stderr, "planning failed: %s\n", p.PlanError())
 			case tty:
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(g.stderr),
 					progressbar.OptionSetDescription("cells"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
@@ -47,55 +56,63 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 				}
 			}
 			early = nil
-		case events.CellSuperseded:
-			if ended[e.CellID] {
-				ended[e.CellID] = false
-				done--
-			}
-		case events.Verdict, events.CellErrored, events.CellRefused:
-			if ended[e.CellID] {
-				return nil
-			}
-			ended[e.CellID] = true
-			done++
-			switch {
-			case !planned:
-				early = append(early, e.CellID+" "+describe(e))
-			case bar != nil:
-				_ = bar.Set(done)
-			default:
-				fmt.Fprintf(g.stderr, "[%d/%d] %s %s\n", done, total, e.CellID, describe(e))
-			}
-		case events.RunFinished:
+		case e.Type == events.RunFinished:
 			if bar != nil {
 				_ = bar.Finish()
 			}
+			g.warnDecodeErrors(p.DecodeErrors())
 			return bus.ErrStop
+		case e.CellID != "" && p.DoneCells() != done:
+			ended := p.DoneCells() > done && projection.Terminal(e.Type)
+			done = p.DoneCells()
+			switch {
+			case bar != nil:
+				_ = bar.Set(done)
+			case !ended:
+			case !p.Planned():
+				early = append(early, e.CellID+" "+describe(p, e.CellID))
+			default:
+				fmt.Fprintf(g.stderr, "[%d/%d] %s %s\n", done, total, e.CellID, describe(p, e.CellID))
+			}
 		}
 		return nil
 	})
 }
 
-func describe(e events.Envelope) string {
-	switch e.Type {
-	case events.Verdict:
-		var v events.VerdictData
-		_ = events.Into(e, &v)
-		switch {
-		case v.TimedOut:
-			return "verifier timeout (reward 0)"
-		case v.Reward == nil:
-			return "verifier error: " + v.Error
-		}
-		return fmt.Sprintf("reward %g", *v.Reward)
-	case events.CellErrored:
-		var d events.CellErroredData
-		_ = events.Into(e, &d)
-		return "errored (" + d.ErrorClass + "): " + d.Error
-	case events.CellRefused:
-		var d events.CellRefusedData
-		_ = events.Into(e, &d)
-		return "errored (" + d.ErrorClass + "): " + d.Reason
+// describe is a done cell's outcome as its row has it.
+func describe(p *projection.Projector, cellID string) string {
+	r, ok := p.Row(cellID)
+	switch {
+	case !ok:
+		return "done (no CellPlanned event)"
+	case r.Outcome == artifact.OutcomeVerifierTimeout:
+		return "verifier timeout (reward 0)"
+	case r.Outcome == artifact.OutcomeVerifierError:
+		return "verifier error: " + r.Error
+	case r.Outcome == artifact.OutcomeErrored:
+		return "errored (" + r.ErrorClass + "): " + r.Error
+	case r.Reward == nil:
+		return r.Outcome
 	}
-	return string(e.Type)
+	return fmt.Sprintf("reward %g", *r.Reward)
+}
+
+// warnDecodeErrors prints, on stderr, the events whose data did not
+// decode, as the artifact lists them (run.decode_errors); nothing when
+// there were none.
+func (g *globals) warnDecodeErrors(d *artifact.DecodeErrors) {
+	if d == nil {
+		return
+	}
+	fmt.Fprintf(g.stderr, "warning: %s\n", decodeErrorsText(d))
+}
+
+// decodeErrorsText is one line: "2 events did not decode (Usage 1,
+// Verdict 1); the first: ...".
+func decodeErrorsText(d *artifact.DecodeErrors) string {
+	var types []string
+	for _, t := range slices.Sorted(maps.Keys(d.ByType)) {
+		types = append(types, fmt.Sprintf("%s %d", t, d.ByType[t]))
+	}
+	return fmt.Sprintf("%d events did not decode (%s); the first: %s", d.Count, strings.Join(types, ", "), d.First)
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 func newReplay(g *globals) *cobra.Command {
@@ -36,11 +36,11 @@ import', or a cluster given with --nats.`,
 				return err
 			}
 			defer conn.Close()
-			p, err := aggregator.Project(ctx, conn.Bus, id)
+			p, err := projection.Project(ctx, conn.Bus, id)
 			if err != nil {
 				return err
 			}
-			js, md, figs, err := aggregator.RenderWithFigures(p, version())
+			js, md, figs, err := projection.RenderWithFigures(p, version())
 			if err != nil {
 				return err
 			}
@@ -59,7 +59,7 @@ import', or a cluster given with --nats.`,
 				}
 			}
 			if outMD != "" && outMD != "-" {
-				if err := aggregator.WriteFigures(outMD, figs); err != nil {
+				if err := projection.WriteFigures(outMD, figs); err != nil {
 					return err
 				}
 			}

@@ -17,9 +17,9 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
-	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
 	"github.com/proctor-eval/proctor/services/planner"
 )
@@ -185,7 +185,11 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	grp, gctx := errgroup.WithContext(runCtx)
 	var docker *sandbox.Docker
 	if g.natsURL == "" {
-		st, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits})
+		start := g.startStack
+		if g.startServices != nil {
+			start = g.startServices
+		}
+		st, err := start(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits})
 		if err != nil {
 			return err
 		}
@@ -204,10 +208,15 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	}
 	fmt.Fprintf(g.stderr, "run %s: %s → %s\n", runID, spec.TasksRoot, spec.OutputDir)
 
+	// The progress follower stops at RunFinished, or when it is told to:
+	// a service that failed publishes no RunFinished, and the command
+	// must not wait for one.
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		g.progress(ctx, conn.Bus, runID)
+		g.progress(progressCtx, conn.Bus, runID)
 	}()
 
 	waitErr := make(chan error, 1)
@@ -217,30 +226,55 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		rec, err = conn.WaitRun(ctx, runID)
 		waitErr <- err
 	}()
+	serviceFailed := false
 	select {
 	case err = <-waitErr:
 	case <-gctx.Done():
 		err = fmt.Errorf("a service stopped: %w", grp.Wait())
+		serviceFailed = ctx.Err() == nil
 	}
 	interrupted := ctx.Err() != nil
 	cancelServices()
 	if werr := grp.Wait(); werr != nil && !errors.Is(werr, context.Canceled) && err == nil {
 		err = werr
 	}
-	<-progressDone
-	if interrupted {
-		return g.interrupt(conn.Bus, docker, runID)
+	if err != nil || interrupted {
+		stopProgress() // no RunFinished is coming
+	} else {
+		// The run's record is final, so its RunFinished is in the log;
+		// the follower gets a moment to print up to it.
+		select {
+		case <-progressDone:
+		case <-time.After(progressGrace):
+			stopProgress()
+		}
 	}
-	if err != nil {
+	<-progressDone
+	switch {
+	case interrupted:
+		g.abandon(conn.Bus, docker, runID, bus.StatusInterrupted)
+		return ErrInterrupted
+	case serviceFailed:
+		// The services of this process stopped: nothing else will end
+		// the run, so it ends here as failed, with what finished.
+		g.abandon(conn.Bus, docker, runID, bus.StatusFailed)
+		return err
+	case err != nil:
 		return err
 	}
 	return g.printResult(rec)
 }
 
-// interrupt ends a run stopped by a signal: it removes every container and
-// network labelled with the run, then writes the artifact of what finished
-// (unfinished cells are errored rows).
-func (g *globals) interrupt(b *bus.Bus, docker *sandbox.Docker, runID string) error {
+// progressGrace bounds how long a finished run waits for its progress
+// follower to reach RunFinished.
+const progressGrace = 30 * time.Second
+
+// abandon ends a run that will not complete (stopped by a signal, or its
+// in-process services failed) with status: it removes every container
+// and network labelled with the run, then writes the artifact of what
+// finished (unfinished cells are errored rows) and prints the result.
+// Errors are printed; the caller returns its own.
+func (g *globals) abandon(b *bus.Bus, docker *sandbox.Docker, runID, status string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if docker != nil {
@@ -250,13 +284,12 @@ func (g *globals) interrupt(b *bus.Bus, docker *sandbox.Docker, runID string) er
 			fmt.Fprintf(g.stderr, "removed %d containers and %d networks of run %s\n", nc, nn, runID)
 		}
 	}
-	rec, err := aggregator.Finish(ctx, b, runID, bus.StatusInterrupted, version())
+	rec, err := projection.Finish(ctx, b, runID, status, version())
 	if err == nil {
 		_ = g.printResult(rec)
 	} else {
 		fmt.Fprintln(g.stderr, "proctor: writing the partial artifact:", err)
 	}
-	return ErrInterrupted
 }
 
 func (g *globals) printResult(rec bus.RunRecord) error {

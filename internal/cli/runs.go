@@ -18,12 +18,12 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // outcomeOrder is the order outcomes and live states are listed in.
 var outcomeOrder = []string{"passed", "partial", "failed", "solver_timeout", "verifier_timeout",
-	"verifier_error", "errored", aggregator.StateRunning, aggregator.StateQueued}
+	"verifier_error", "errored", projection.StateRunning, projection.StateQueued}
 
 func newRuns(g *globals) *cobra.Command {
 	runs := &cobra.Command{Use: "runs", Short: "List and inspect runs of the run index"}
@@ -41,7 +41,7 @@ type runView struct {
 	// States counts cells by outcome, running or queued, from the log.
 	States map[string]int `json:"states,omitempty"`
 	// Progress is the per-harness progress from the log (runs show only).
-	Progress []aggregator.HarnessProgress `json:"progress,omitempty"`
+	Progress []projection.HarnessProgress `json:"progress,omitempty"`
 	// CellStates maps each planned cell to its state (runs show --cells).
 	CellStates map[string]string `json:"cell_states,omitempty"`
 }
@@ -130,7 +130,7 @@ fields plus "stale", "states", "progress" and, with --cells,
 				if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
 					return err
 				}
-				p, err := aggregator.Project(ctx, conn.Bus, id)
+				p, err := projection.Project(ctx, conn.Bus, id)
 				if err != nil {
 					return err
 				}
@@ -164,7 +164,7 @@ func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, d
 	if done && !detail {
 		return v, nil
 	}
-	p, err := aggregator.Project(ctx, conn.Bus, r.ID)
+	p, err := projection.Project(ctx, conn.Bus, r.ID)
 	if err != nil {
 		return v, err
 	}
@@ -220,7 +220,7 @@ func writeRunView(w io.Writer, v runView) {
 }
 
 // progressText is one harness's progress on one line.
-func progressText(h aggregator.HarnessProgress) string {
+func progressText(h projection.HarnessProgress) string {
 	rate := "pass rate —"
 	if h.PassRate != nil {
 		rate = fmt.Sprintf("pass rate %d/%d = %.1f %%", h.Passed, h.Scored, 100**h.PassRate)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // maxDataRunes bounds the data printed on one `watch --events` line.
@@ -145,14 +145,14 @@ func eventLine(e events.Envelope) string {
 	return fmt.Sprintf("%s %s %s %s", e.At.UTC().Format("15:04:05.000"), cell, e.Type, data)
 }
 
-// watcher folds one run's events with the aggregator's Projector and
+// watcher folds one run's events with a projection.Projector and
 // prints progress lines when they change.
 type watcher struct {
 	g      *globals
 	runID  string
 	flags  *watchFlags
 	filter eventFilter
-	p      *aggregator.Projector
+	p      *projection.Projector
 	// delivered counts the events handled, so a follow that starts again
 	// from the run's first event (after a reconnect) skips them.
 	delivered int
@@ -189,7 +189,7 @@ func (g *globals) watch(ctx context.Context, arg string, f *watchFlags) error {
 			return err
 		}
 	}
-	w := &watcher{g: g, runID: id, flags: f, filter: filter, p: aggregator.NewProjector(id), lines: map[string]string{}}
+	w := &watcher{g: g, runID: id, flags: f, filter: filter, p: projection.NewProjector(id), lines: map[string]string{}}
 	fmt.Fprintf(g.stdout, "watching run %s\n", id)
 	for {
 		err := w.follow(ctx, conn)
@@ -336,7 +336,7 @@ func (w *watcher) final() {
 	rec := w.p.Record()
 	fmt.Fprintf(w.g.stdout, "run %s %s: %d cells: %s\n", w.runID, rec.Status, len(w.p.Cells()), countsText(rec.Counts))
 	hs := w.p.Progress()
-	slices.SortFunc(hs, func(a, b aggregator.HarnessProgress) int { return strings.Compare(a.Harness, b.Harness) })
+	slices.SortFunc(hs, func(a, b projection.HarnessProgress) int { return strings.Compare(a.Harness, b.Harness) })
 	for _, h := range hs {
 		rate := "—"
 		if h.PassRate != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 var finalRe = regexp.MustCompile(`(?m)^final (\S+): n (\d+), errored (\d+), scored (\d+), passed (\d+), pass_rate (\S+)$`)
@@ -48,7 +48,7 @@ func checkFinal(t *testing.T, out string, a *artifact.Artifact) {
 
 func readFixture(t *testing.T) []events.Envelope {
 	t.Helper()
-	f, err := os.Open("../../services/aggregator/testdata/golden.events.jsonl")
+	f, err := os.Open("../../pkg/projection/testdata/golden.events.jsonl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestWatchFollowsLive(t *testing.T) {
 	if v.Status != "interrupted" || v.Cells != 12 || v.Progress[0].Harness != "agent:demo" || v.Progress[0].Done != 6 {
 		t.Errorf("runs show of a run without index record: %+v", v)
 	}
-	p := aggregator.NewProjector(runID)
+	p := projection.NewProjector(runID)
 	for _, e := range evs {
 		p.Apply(e)
 	}

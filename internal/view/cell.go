@@ -15,7 +15,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // Limits of the cell page's file listing.
@@ -34,7 +34,7 @@ type CellPage struct {
 	// the log does not have planned yet (the page retries).
 	State string `json:"state"`
 	// Plan is where the cell sits and where its files go; nil while pending.
-	Plan *aggregator.PlannedCell `json:"plan,omitempty"`
+	Plan *projection.PlannedCell `json:"plan,omitempty"`
 	// Row is the artifact row the cell projects to so far, with every
 	// metric; nil while pending.
 	Row *artifact.Result `json:"row,omitempty"`

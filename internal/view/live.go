@@ -9,7 +9,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // artifactEvery bounds how often a live run's artifact (summary,
@@ -24,7 +24,7 @@ type live struct {
 	runID string
 
 	mu sync.Mutex
-	p  *aggregator.Projector
+	p  *projection.Projector
 	// changes lists cell ids in the order their state changed; an SSE
 	// stream remembers how far it has sent.
 	changes []string
@@ -62,7 +62,7 @@ func (ls *lives) get(ctx context.Context, runID string) (*live, error) {
 	ls.mu.Lock()
 	l := ls.runs[runID]
 	if l == nil {
-		l = &live{runID: runID, p: aggregator.NewProjector(runID), states: map[string]string{},
+		l = &live{runID: runID, p: projection.NewProjector(runID), states: map[string]string{},
 			wake: make(chan struct{}), ready: make(chan struct{})}
 		ls.runs[runID] = l
 		go l.follow(ls.ctx, ls.bus)

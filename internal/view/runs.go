@@ -14,7 +14,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/aggregator"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // RunsPage is the JSON of /runs.json: one page of the run index, newest
@@ -36,7 +36,7 @@ type RunItem struct {
 	// States counts cells by outcome, running or queued (from the log).
 	States map[string]int `json:"states,omitempty"`
 	// Progress is per harness, with its pass rate over scored cells.
-	Progress []aggregator.HarnessProgress `json:"progress,omitempty"`
+	Progress []projection.HarnessProgress `json:"progress,omitempty"`
 }
 
 func terminal(status string) bool {
@@ -102,7 +102,7 @@ type RunPage struct {
 	// Events is the number of the run's events applied so far.
 	Events   int                          `json:"events"`
 	States   map[string]int               `json:"states"`
-	Progress []aggregator.HarnessProgress `json:"progress"`
+	Progress []projection.HarnessProgress `json:"progress"`
 	// Harnesses in the report's order (run order, then by name).
 	Harnesses []string `json:"harnesses"`
 	// Summary is the artifact's summary.per_harness without per_task (the
@@ -180,7 +180,7 @@ func (s *Server) runJSON(w http.ResponseWriter, r *http.Request, id string) {
 type runData struct {
 	version   int
 	states    map[string]int
-	progress  []aggregator.HarnessProgress
+	progress  []projection.HarnessProgress
 	summary   map[string]*HarnessView
 	harnesses []string
 	tasks     []string
@@ -208,7 +208,7 @@ func (l *live) data() *runData {
 	// not missing data yet.
 	var done []artifact.Result
 	for i, row := range rows {
-		if states[i] != aggregator.StateRunning && states[i] != aggregator.StateQueued {
+		if states[i] != projection.StateRunning && states[i] != projection.StateQueued {
 			done = append(done, row)
 		}
 	}
@@ -315,7 +315,7 @@ type LiveUpdate struct {
 	Finished bool                         `json:"finished"`
 	Events   int                          `json:"events"`
 	States   map[string]int               `json:"states"`
-	Progress []aggregator.HarnessProgress `json:"progress"`
+	Progress []projection.HarnessProgress `json:"progress"`
 	Cells    []GridCell                   `json:"cells"`
 }
 

@@ -3,7 +3,7 @@
 // fetched at run time) whose script fetches the JSON behind the page at
 // the same path with ".json" appended, and, on a run's page, follows its
 // progress over Server-Sent Events fed by a JetStream consumer on the
-// run's subjects. Outcomes come from the aggregator's projection, the same
+// run's subjects. Outcomes come from pkg/projection, the same
 // code that writes the artifact, so the viewer never re-derives them.
 //
 // Routes (all GET; any other method is 405):

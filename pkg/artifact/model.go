@@ -50,6 +50,24 @@ type RunInfo struct {
 	// the run used (sorted): a rule that matched nothing, a warning.
 	ImageMapUnused []string `json:"image_map_unused,omitempty"`
 	ProctorVersion string   `json:"proctor_version"`
+	// DecodeErrors counts the run's events whose data did not decode into
+	// their type's shape; nil (absent) when every event decoded.
+	DecodeErrors *DecodeErrors `json:"decode_errors,omitempty"`
+}
+
+// DecodeErrors counts the events a projection used whose data did not
+// decode (a producer that wrote a field of the wrong type, a truncated
+// object). The projection keeps going: a cell whose outcome event
+// (Verdict, CellErrored, CellRefused or Finished) did not decode is an
+// errored row of class infra naming the event; other events lose only
+// their own data.
+type DecodeErrors struct {
+	// Count is the number of such events.
+	Count int `json:"count"`
+	// ByType counts them by event type.
+	ByType map[string]int `json:"by_type"`
+	// First is the first one's error, naming the event type and id.
+	First string `json:"first"`
 }
 
 // Result is one row per cell.

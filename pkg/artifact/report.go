@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,13 @@ func (r *reporter) title() {
 		facts = append(facts, "proctor "+run.ProctorVersion)
 	}
 	r.printf("%s.\n\n", strings.Join(facts, " · "))
+	if d := run.DecodeErrors; d != nil {
+		var types []string
+		for _, t := range slices.Sorted(maps.Keys(d.ByType)) {
+			types = append(types, fmt.Sprintf("%s %d", t, d.ByType[t]))
+		}
+		r.printf("**Warning: %d events did not decode** (%s); the first: %s\n\n", d.Count, strings.Join(types, ", "), d.First)
+	}
 }
 
 // harnesses lists the summarized harnesses in run order, then the others

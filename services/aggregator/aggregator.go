@@ -1,27 +1,26 @@
-// Package aggregator projects the event log into results: it follows each
-// planned run, closes it with RunFinished once every cell has its terminal
-// event, and writes the task_runs.v1 artifact and the Markdown report.
+// Package aggregator is the service that closes runs: it follows each
+// planned run with a projection.Projector, publishes RunFinished once every
+// cell has its terminal event, and writes the task_runs.v1 artifact and the
+// Markdown report (projection.WriteResults). The projection itself (the
+// fold, rows, progress, rendering) is the pkg/projection library, shared
+// with the CLI and the web view.
 package aggregator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/proctor-eval/proctor/pkg/artifact"
-	"github.com/proctor-eval/proctor/pkg/atomicfile"
+
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/projection"
 )
 
 // Source is the envelope source of the aggregator's events.
-const Source = "aggregator"
+const Source = projection.Source
 
 // Config configures the aggregator. The zero value is usable.
 type Config struct {
@@ -80,7 +79,7 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	if err == nil && isTerminal(rec.Status) {
 		return nil
 	}
-	p := NewProjector(runID)
+	p := projection.NewProjector(runID)
 	closing := false
 	err = s.bus.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
 		p.Apply(e)
@@ -101,134 +100,9 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	if err != nil {
 		return err
 	}
-	return WriteResults(ctx, s.bus, runID, p, s.cfg.Version)
+	return projection.WriteResults(ctx, s.bus, runID, p, s.cfg.Version)
 }
 
 func isTerminal(status string) bool {
 	return status == bus.StatusFinished || status == bus.StatusFailed || status == bus.StatusInterrupted
-}
-
-// Finish ends a run that will not complete (interrupted): it publishes
-// RunFinished with status unless the log already has one, projects the
-// whole log (unfinished cells become errored rows) and writes the results.
-func Finish(ctx context.Context, b *bus.Bus, runID, status, version string) (bus.RunRecord, error) {
-	p, err := Project(ctx, b, runID)
-	if err != nil {
-		return bus.RunRecord{}, err
-	}
-	if !p.Finished() {
-		if err := b.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
-			events.RunFinishedData{Status: status, Counts: p.Counts()})); err != nil {
-			return bus.RunRecord{}, err
-		}
-		if p, err = Project(ctx, b, runID); err != nil {
-			return bus.RunRecord{}, err
-		}
-	}
-	if err := WriteResults(ctx, b, runID, p, version); err != nil {
-		return bus.RunRecord{}, err
-	}
-	return b.GetRun(ctx, runID)
-}
-
-// Project reads every stored event of a run and folds it.
-func Project(ctx context.Context, b *bus.Bus, runID string) (*Projector, error) {
-	p := NewProjector(runID)
-	if err := b.ReadRun(ctx, runID, func(e events.Envelope) error { p.Apply(e); return nil }); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// Render returns the artifact JSON (validated against task_runs.v1) and the
-// Markdown report of a projection.
-func Render(p *Projector, version string) (js, md []byte, err error) {
-	a := p.Artifact(version)
-	js, err = artifact.Marshal(a)
-	if err != nil {
-		return nil, nil, err
-	}
-	var buf bytes.Buffer
-	if err := artifact.WriteReport(&buf, a); err != nil {
-		return nil, nil, err
-	}
-	return js, buf.Bytes(), nil
-}
-
-// RenderWithFigures is Render plus the run's figures (artifact.Figures):
-// the report ends with a "Figures" section linking them by file name,
-// relative to the report, so the report's bytes do not depend on where it
-// is written. WriteResults and replay both render this way, so a replay
-// reproduces the aggregator's report byte for byte.
-func RenderWithFigures(p *Projector, version string) (js, md []byte, figs []artifact.Figure, err error) {
-	js, md, err = Render(p, version)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var a artifact.Artifact
-	if err := json.Unmarshal(js, &a); err != nil {
-		return nil, nil, nil, err
-	}
-	if figs, err = artifact.Figures(&a); err != nil {
-		return nil, nil, nil, err
-	}
-	return js, artifact.AppendFigureLinks(md, figs), figs, nil
-}
-
-// WriteFigures writes each figure beside the report at mdPath (same
-// directory, the figure's Name), atomically.
-func WriteFigures(mdPath string, figs []artifact.Figure) error {
-	for _, f := range figs {
-		if err := atomicfile.WriteBytes(filepath.Join(filepath.Dir(mdPath), f.Name), f.SVG); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Paths are where a run's artifact and report go: the spec's --out-json and
-// --out-md, else task_runs.json and report.md in the run's output dir.
-func Paths(spec events.RunSpec) (js, md string) {
-	js, md = spec.OutJSON, spec.OutMD
-	if js == "" {
-		js = filepath.Join(spec.OutputDir, "task_runs.json")
-	}
-	if md == "" {
-		md = filepath.Join(spec.OutputDir, "report.md")
-	}
-	return js, md
-}
-
-// WriteResults renders the projection, writes the figures beside the
-// report, writes both files and records them
-// and the run's final status in the run index.
-func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, version string) error {
-	js, md, figs, err := RenderWithFigures(p, version)
-	if err != nil {
-		return fmt.Errorf("aggregator: run %s: %w", runID, err)
-	}
-	jsPath, mdPath := Paths(p.Spec())
-	if err := WriteFigures(mdPath, figs); err != nil {
-		return fmt.Errorf("aggregator: %w", err)
-	}
-	for path, data := range map[string][]byte{jsPath: js, mdPath: md} {
-		if err := atomicfile.WriteBytes(path, data); err != nil {
-			return fmt.Errorf("aggregator: %w", err)
-		}
-	}
-	status := bus.StatusFinished
-	if p.finished != nil && p.finished.Status != "" {
-		status = p.finished.Status
-	}
-	return b.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
-		r.Status = status
-		r.Counts = p.Counts()
-		r.Artifact, r.Report = jsPath, mdPath
-		if !p.finishedAt.IsZero() {
-			r.FinishedAt = p.finishedAt.UTC().Format(time.RFC3339Nano)
-		}
-		if p.PlanError() != "" {
-			r.Error = p.PlanError()
-		}
-	})
 }

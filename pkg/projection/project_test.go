@@ -1,4 +1,4 @@
-package aggregator
+package projection
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package aggregator
+package projection
 
 import (
 	"maps"
@@ -61,7 +61,7 @@ func (p *Projector) Progress() []HarnessProgress {
 		}
 		h.Cells++
 		switch {
-		case c.terminal || p.finished != nil:
+		case p.settled(c):
 			r := p.row(id)
 			h.Done++
 			h.States[r.Outcome]++
@@ -123,7 +123,7 @@ func (p *Projector) CellState(cellID string) string {
 	switch {
 	case c == nil || c.plan.Task == "":
 		return ""
-	case c.terminal || p.finished != nil:
+	case p.settled(c):
 		return p.row(cellID).Outcome
 	case !c.first.IsZero():
 		return StateRunning

@@ -1,4 +1,4 @@
-package aggregator
+package projection
 
 import (
 	"cmp"
@@ -30,6 +30,11 @@ type Projector struct {
 	terminal   int
 	// mapRules are the image-map rules some image of the run used.
 	mapRules map[string]bool
+	// decodeErrs counts the events whose data did not decode, by type;
+	// firstDecodeErr is the first one's error.
+	decodeErrs     map[string]int
+	decodeCount    int
+	firstDecodeErr string
 }
 
 type cellState struct {
@@ -59,6 +64,11 @@ type cellState struct {
 	ops       []map[string]any
 	opsByType map[string]int
 	egress    *artifact.EgressCounts
+
+	// decodeErr is the error of this attempt's first outcome event
+	// (Verdict, CellErrored, CellRefused, Finished) whose data did not
+	// decode: the row is errored (infra) with it.
+	decodeErr string
 }
 
 // NewProjector returns an empty projector for one run.
@@ -86,7 +96,7 @@ func (p *Projector) Apply(e events.Envelope) {
 		p.cells[e.CellID] = c
 	}
 	if e.Type == events.CellPlanned {
-		_ = events.Into(e, &c.plan)
+		p.into(e, &c.plan)
 		return
 	}
 	switch {
@@ -102,25 +112,29 @@ func (p *Projector) Apply(e events.Envelope) {
 		c.first = e.At
 	}
 	c.last = e.At
+	// outcome decodes an event that decides the row's outcome; one that
+	// does not decode makes the row errored rather than guessed.
+	outcome := func(v any) {
+		if err := p.into(e, v); err != nil && c.decodeErr == "" {
+			c.decodeErr = err.Error()
+		}
+	}
 	switch e.Type {
 	case events.CellRefused:
 		c.refused = new(events.CellRefusedData)
-		_ = events.Into(e, c.refused)
-		p.end(c)
+		outcome(c.refused)
 	case events.CellErrored:
 		c.errored = new(events.CellErroredData)
-		_ = events.Into(e, c.errored)
-		p.end(c)
+		outcome(c.errored)
 	case events.Verdict:
 		c.verdict = new(events.VerdictData)
-		_ = events.Into(e, c.verdict)
-		p.end(c)
+		outcome(c.verdict)
 	case events.Finished:
 		c.finished = new(events.FinishedData)
-		_ = events.Into(e, c.finished)
+		outcome(c.finished)
 	case events.ImageBuilt:
 		c.image = new(events.ImageBuiltData)
-		_ = events.Into(e, c.image)
+		p.into(e, c.image)
 		// The cell's clock starts when its image phase did.
 		if s := e.At.Add(-time.Duration(c.image.BuildSec * float64(time.Second))); s.Before(c.first) {
 			c.first = s
@@ -133,11 +147,11 @@ func (p *Projector) Apply(e events.Envelope) {
 		}
 	case events.SandboxStarted:
 		var sb events.SandboxStartedData
-		_ = events.Into(e, &sb)
+		p.into(e, &sb)
 		c.limits = sb.Limits
 	case events.Usage:
 		var u events.UsageData
-		_ = events.Into(e, &u)
+		p.into(e, &u)
 		c.prompt = addReported(c.prompt, u.PromptTokens)
 		c.complete = addReported(c.complete, u.CompletionTokens)
 		c.cacheRead = addReported(c.cacheRead, u.CacheReadTokens)
@@ -148,14 +162,14 @@ func (p *Projector) Apply(e events.Envelope) {
 		}
 	case events.ToolCall:
 		var t events.ToolCallData
-		_ = events.Into(e, &t)
+		p.into(e, &t)
 		if c.tools == nil {
 			c.tools = map[string]int{}
 		}
 		c.tools[t.Name]++
 	case events.Operation:
 		var o events.OperationData
-		_ = events.Into(e, &o)
+		p.into(e, &o)
 		if c.opsByType == nil {
 			c.opsByType = map[string]int{}
 		}
@@ -166,7 +180,7 @@ func (p *Projector) Apply(e events.Envelope) {
 		c.ops = append(c.ops, op)
 	case events.EgressDecision:
 		var d events.EgressDecisionData
-		_ = events.Into(e, &d)
+		p.into(e, &d)
 		if c.egress == nil {
 			c.egress = &artifact.EgressCounts{}
 		}
@@ -179,6 +193,9 @@ func (p *Projector) Apply(e events.Envelope) {
 			c.egress.Errors++
 		}
 	}
+	if Terminal(e.Type) {
+		p.end(c)
+	}
 }
 
 func (p *Projector) applyRun(e events.Envelope) {
@@ -186,21 +203,49 @@ func (p *Projector) applyRun(e events.Envelope) {
 	case events.RunRequested:
 		if p.requested == nil {
 			p.requested = new(events.RunRequestedData)
-			_ = events.Into(e, p.requested)
+			p.into(e, p.requested)
 			p.startedAt = e.At
 		}
 	case events.RunPlanned:
 		if p.planned == nil {
 			p.planned = new(events.RunPlannedData)
-			_ = events.Into(e, p.planned)
+			if err := p.into(e, p.planned); err != nil && p.planned.Error == "" {
+				// Without its cell count the run cannot be closed as
+				// complete: it fails, naming the event.
+				p.planned.Error = err.Error()
+			}
 		}
 	case events.RunFinished:
 		if p.finished == nil {
 			p.finished = new(events.RunFinishedData)
-			_ = events.Into(e, p.finished)
+			p.into(e, p.finished)
 			p.finishedAt = e.At
 		}
 	}
+}
+
+// into decodes e's data into v (events.Into); an error is counted, by
+// event type, and returned.
+func (p *Projector) into(e events.Envelope, v any) error {
+	err := events.Into(e, v)
+	if err != nil {
+		if p.decodeErrs == nil {
+			p.decodeErrs = map[string]int{}
+			p.firstDecodeErr = err.Error()
+		}
+		p.decodeErrs[string(e.Type)]++
+		p.decodeCount++
+	}
+	return err
+}
+
+// DecodeErrors counts the events folded so far whose data did not decode
+// (see artifact.DecodeErrors); nil when every event decoded.
+func (p *Projector) DecodeErrors() *artifact.DecodeErrors {
+	if p.decodeCount == 0 {
+		return nil
+	}
+	return &artifact.DecodeErrors{Count: p.decodeCount, ByType: maps.Clone(p.decodeErrs), First: p.firstDecodeErr}
 }
 
 func (p *Projector) reset(c *cellState, attempt int) {
@@ -209,6 +254,32 @@ func (p *Projector) reset(c *cellState, attempt int) {
 	}
 	*c = cellState{plan: c.plan, attempt: attempt}
 }
+
+// Terminal reports whether an event of type t ends a cell's attempt:
+// Verdict, CellErrored or CellRefused. This is the one notion of "cell
+// done" (Projector.CellDone, the aggregator's closing of a run, progress
+// lines): the first terminal event of a cell's current attempt decides
+// it, and a later attempt (a redelivered launch job, announced by
+// CellSuperseded) starts the cell again, so the last attempt wins.
+func Terminal(t events.Type) bool {
+	return t == events.Verdict || t == events.CellErrored || t == events.CellRefused
+}
+
+// CellDone reports whether the cell's current attempt has its terminal
+// event (see Terminal), planned or not.
+func (p *Projector) CellDone(cellID string) bool {
+	c := p.cells[cellID]
+	return c != nil && c.terminal
+}
+
+// DoneCells is the number of cells whose current attempt has its
+// terminal event.
+func (p *Projector) DoneCells() int { return p.terminal }
+
+// settled reports whether c's row is final as far as the log goes: it has
+// its terminal event, or the run finished (then a cell without one is an
+// errored row).
+func (p *Projector) settled(c *cellState) bool { return c.terminal || p.finished != nil }
 
 func (p *Projector) end(c *cellState) {
 	c.terminal = true
@@ -292,6 +363,7 @@ func (p *Projector) Input(version string) (artifact.RunInfo, []artifact.Result) 
 		run.FinishedAt = p.finishedAt.UTC().Format(time.RFC3339Nano)
 	}
 	run.ImageMapUnused = p.UnusedImageMapRules()
+	run.DecodeErrors = p.DecodeErrors()
 	var rows []artifact.Result
 	for _, id := range slices.Sorted(maps.Keys(p.cells)) {
 		if p.cells[id].plan.Task == "" {
@@ -356,6 +428,8 @@ func (p *Projector) row(id string) artifact.Result {
 		m.Error = true
 	}
 	switch {
+	case c.decodeErr != "":
+		errored(artifact.ErrorInfra, c.decodeErr)
 	case c.refused != nil:
 		errored(c.refused.ErrorClass, c.refused.Reason)
 		m.UnresolvedEnv = c.refused.UnresolvedEnv

@@ -1,4 +1,4 @@
-package aggregator
+package projection
 
 import "github.com/proctor-eval/proctor/pkg/artifact"
 
@@ -43,7 +43,7 @@ func (p *Projector) Rows() ([]artifact.Result, []string) {
 		c, r := p.cells[id], p.row(id)
 		state := r.Outcome
 		switch {
-		case c.terminal || p.finished != nil:
+		case p.settled(c):
 		case !c.first.IsZero():
 			state = StateRunning
 		default:

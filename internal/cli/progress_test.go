@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// syncBuffer is a bytes.Buffer safe for the progress follower and the
+// test to use at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestProgressServiceFailure: `tasks run` with its services in process,
+// where the launcher's Run returns an error once the run is planned (the
+// real planner and aggregator run beside it). The command must exit with
+// that error promptly, not wait for a RunFinished nobody will publish,
+// and end the run as failed with the artifact of what finished (the
+// planned cell an errored row).
+func TestProgressServiceFailure(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root := writeRoot(t, harborTask("fix-it", "version = \"1.0\"\n", nil))
+	out := t.TempDir()
+	boom := errors.New("launcher: the sandbox engine went away")
+	var stdout, stderr syncBuffer
+	g := &globals{stdout: &stdout, stderr: &stderr}
+	g.startServices = func(ctx context.Context, grp *errgroup.Group, b *bus.Bus, cfg stackConfig) (*stack, error) {
+		cfg.services = []string{"planner", "aggregator"}
+		st, err := g.startStack(ctx, grp, b, cfg)
+		if err != nil {
+			return nil, err
+		}
+		grp.Go(func() error { // the failing launcher
+			// It fails once the run is planned and the progress follower
+			// has printed the plan, so the follower is waiting for cells.
+			err := b.Follow(ctx, []string{events.RunSubject("*", events.RunPlanned)}, func(events.Envelope) error { return bus.ErrStop })
+			if err != nil {
+				return err
+			}
+			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "planned 1 cells\n"); {
+				if time.Now().After(deadline) {
+					return errors.New("the progress follower never printed the plan")
+				}
+				time.Sleep(10 * time.Millisecond) // polling stderr
+			}
+			return boom
+		})
+		return st, nil
+	}
+	f := &runFlags{tasksRoot: root, tasks: []string{"fix-it"}, models: []string{"default"}, repeats: 1,
+		outputDir: out, agentGrace: 10, concurrency: 1}
+	f.harnesses.vals = []string{"oracle"}
+
+	done := make(chan error, 1)
+	go func() { done <- g.tasksRun(context.Background(), f) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("tasks run still waiting 60 s after its launcher failed; stderr:\n%s", stderr.String())
+	}
+	if !errors.Is(err, boom) || errors.Is(err, ErrInterrupted) {
+		t.Fatalf("tasks run returned %v, want the launcher's error", err)
+	}
+	if !strings.Contains(stdout.String(), " failed: ") {
+		t.Errorf("no failed result line; stdout:\n%s", stdout.String())
+	}
+	arts, _ := filepath.Glob(filepath.Join(out, "*", "task_runs.json"))
+	if len(arts) != 1 {
+		t.Fatalf("artifacts %v, want the failed run's one", arts)
+	}
+	a, err := artifact.Read(arts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Results) != 1 || a.Results[0].Outcome != artifact.OutcomeErrored || a.Results[0].ErrorClass != artifact.ErrorInfra {
+		t.Errorf("rows %+v, want the one planned cell errored (infra)", a.Results)
+	}
+}
