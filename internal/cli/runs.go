@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
@@ -44,6 +45,9 @@ type runView struct {
 	Progress []projection.HarnessProgress `json:"progress,omitempty"`
 	// CellStates maps each planned cell to its state (runs show --cells).
 	CellStates map[string]string `json:"cell_states,omitempty"`
+	// DecodeErrors counts the run's events whose data did not decode, as
+	// the artifact's run.decode_errors (runs show only; nil when none).
+	DecodeErrors *artifact.DecodeErrors `json:"decode_errors,omitempty"`
 }
 
 func terminalStatus(s string) bool {
@@ -109,8 +113,9 @@ progress projected from the run's events (done, running, queued, errored,
 passed, pass rate over scored cells). A run with events but no index record
 shows the record its events imply. --cells adds every cell with its
 state; --json prints the same as one indented JSON object (the record's
-fields plus "stale", "states", "progress" and, with --cells,
-"cell_states").`,
+fields plus "stale", "states", "progress", "decode_errors" when some
+event's data did not decode, and, with --cells, "cell_states").
+Events whose data did not decode are counted on a "warning" line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -173,6 +178,7 @@ func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, d
 		return v, nil
 	}
 	v.Progress = p.Progress()
+	v.DecodeErrors = p.DecodeErrors()
 	if cells {
 		v.CellStates = map[string]string{}
 		for _, id := range p.Cells() {
@@ -208,6 +214,9 @@ func writeRunView(w io.Writer, v runView) {
 	line("artifact", v.Artifact)
 	line("report", v.Report)
 	line("error", v.Error)
+	if v.DecodeErrors != nil {
+		line("warning", decodeErrorsText(v.DecodeErrors))
+	}
 	if v.Stale {
 		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor replay %s` projects what finished\n", v.ID)
 	}

@@ -44,7 +44,9 @@ Progress is one line per harness, printed when it changes:
 
 (done = cells with their terminal event; errored cells are missing data, so
 the pass rate is over scored cells, as in the artifact). When the run ends,
-one "final" line per harness gives the artifact's summary counts.
+one "final" line per harness gives the artifact's summary counts. Events
+whose data did not decode are counted on a "warning:" line (the artifact's
+run.decode_errors).
 
 --events also prints events, one line each: time (UTC), cell (- for run-level
 events), #attempt, type and the event's data as compact JSON (cut at 200
@@ -159,6 +161,8 @@ type watcher struct {
 	last      time.Time // time of the last event handled
 	caughtUp  bool
 	lines     map[string]string // last progress line printed per harness
+	// decodeShown is the decode error count last printed.
+	decodeShown int
 }
 
 // errLost is returned by follow when the connection to the server went
@@ -287,6 +291,7 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 		}
 		w.caughtUp = true
 		w.progress(w.last)
+		w.decodeErrors()
 		return fmt.Errorf("run %s has not finished and no proctor process serves this store (its process died?); `proctor replay %s` projects what finished", w.runID, w.runID)
 	}
 	err = conn.Follow(fctx, filters, handle)
@@ -318,8 +323,10 @@ func (w *watcher) apply(e events.Envelope) {
 	}
 }
 
-// progress prints the harnesses whose progress line changed.
+// progress prints the harnesses whose progress line changed, and the
+// count of events whose data did not decode when it grew.
 func (w *watcher) progress(at time.Time) {
+	defer w.decodeErrors()
 	for _, h := range w.p.Progress() {
 		line := progressText(h)
 		if w.lines[h.Harness] == line {
@@ -345,4 +352,16 @@ func (w *watcher) final() {
 		fmt.Fprintf(w.g.stdout, "final %s: n %d, errored %d, scored %d, passed %d, pass_rate %s\n",
 			h.Harness, h.Cells, h.Errored, h.Scored, h.Passed, rate)
 	}
+	w.decodeErrors()
+}
+
+// decodeErrors prints the events whose data did not decode so far, once
+// per new count: the artifact lists them as run.decode_errors.
+func (w *watcher) decodeErrors() {
+	d := w.p.DecodeErrors()
+	if d == nil || d.Count == w.decodeShown {
+		return
+	}
+	w.decodeShown = d.Count
+	fmt.Fprintf(w.g.stdout, "warning: %s\n", decodeErrorsText(d))
 }

@@ -100,6 +100,9 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	if err != nil {
 		return err
 	}
+	if d := p.DecodeErrors(); d != nil {
+		s.log.Warn("events whose data did not decode", "run", runID, "count", d.Count, "by_type", d.ByType, "first", d.First)
+	}
 	return projection.WriteResults(ctx, s.bus, runID, p, s.cfg.Version)
 }
 
