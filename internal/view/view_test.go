@@ -107,7 +107,7 @@ func TestViewPages(t *testing.T) {
 	pass := script(t, dir, "pass-alpha.sh", `echo "working on $1"; echo 'PROCTOR_OP {"op_type":"step"}'; [ "$1" = alpha ]`+"\n")
 	half := script(t, dir, "half.sh", `echo 0.5 > "$1/reward.txt"`+"\n")
 	hPass, hHalf := "command:"+pass+" {task_name}", "command:"+half+" {output_dir}"
-	code, out := proctorRun("--tasks-root", root, "--all", "--harnesses", hPass+","+hHalf,
+	code, out := proctorRun("--tasks-root", root, "--all", "--harnesses", hPass, "--harnesses", hHalf,
 		"--baseline-harness", hHalf, "--output-dir", filepath.Join(dir, "out"))
 	if code != 0 {
 		t.Fatalf("tasks run: exit %d\n%s", code, out)
