@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/distribution/reference"
+
+	"github.com/proctor-eval/proctor/pkg/dockerfile"
 )
 
 // ImageMap rewrites image references before a build or a run, so a site
@@ -306,19 +307,19 @@ func (m *ImageMap) rewrite(ref string) (string, string) {
 
 // RewriteDockerfile rewrites the image references of the FROM instructions
 // of a Dockerfile and returns the new text and the rewrites made (nil when
-// none). Only the image operand of a FROM instruction is touched: its
-// `--platform=...` (or other `--flag`) options and its `AS name` are kept,
-// a FROM naming an earlier build stage is left alone. A reference with
-// variables (`${BASE}`, `$REG/x:${TAG:-1}`) is read with the defaults of
-// the ARGs declared before the first FROM, as the builder reads it when no
-// --build-arg is given (proctor passes none), and when it matches a rule
-// the operand is replaced by the rewritten reference; one whose variables
-// have no value, or use other forms than $X, ${X}, ${X:-w}, ${X:+w}, is
-// left alone. Text inside RUN/COPY heredocs (`<<EOF` ...
-// `EOF`, `<<-EOF`, quoted delimiters), continuation lines of any
-// instruction (after a trailing escape character), and comments are never
-// rewritten. The `# escape=` parser directive is honoured. Line endings
-// and all other bytes are kept as they are.
+// none). The file is read with BuildKit's parser (pkg/dockerfile), so
+// heredoc bodies, comments, continuation lines of other instructions and
+// the `# escape=` directive are read as the builder reads them. Only the
+// image operand of a FROM instruction is touched: its `--platform=...` (or
+// other `--flag`) options and its `AS name` are kept, a FROM naming an
+// earlier build stage is left alone. A reference with variables (`${BASE}`,
+// `$REG/x:${TAG:-1}`) is expanded by the builder's shell rules with the
+// defaults of the ARGs declared before the first FROM, as the builder reads
+// it when no --build-arg is given (proctor passes none), and when it
+// matches a rule the operand is replaced by the rewritten reference; one
+// that does not expand to a valid reference (a variable without a value)
+// is left alone. Line endings and all other bytes are kept as they are.
+// A Dockerfile the parser refuses is returned unchanged.
 func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 	if m.Len() == 0 {
 		return src, nil
@@ -339,323 +340,40 @@ func (m *ImageMap) DockerfileBases(src []byte) []string {
 }
 
 // scanDockerfile is RewriteDockerfile that also returns the base images
-// (see DockerfileBases).
+// (see DockerfileBases). The Dockerfile is read by pkg/dockerfile
+// (BuildKit's parser); one it cannot parse is returned unchanged with no
+// bases, and the build reports the builder's own error.
 func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
+	f, err := dockerfile.Parse(src)
+	if err != nil {
+		return src, nil, nil
+	}
 	var bases []string
-	globalArgs := map[string]string{} // ARG defaults before the first FROM
-	sawFrom := false
-	lines := bytes.SplitAfter(src, []byte("\n"))
-	escape := byte('\\')
-	stages := map[string]bool{}
 	var rewrites []Rewrite
-	var out bytes.Buffer
-	out.Grow(len(src))
-
-	directives := true    // parser directives may appear only at the top
-	continued := false    // the previous line ended with the escape char
-	var heredocs []string // pending heredoc terminators, in order
-	var heredocStrip []bool
-	var instr strings.Builder // the instruction so far (for heredoc detection)
-
-	for i, raw := range lines {
-		text := strings.TrimRight(string(raw), "\r\n")
-		lineNo := i + 1
-
-		// Inside heredoc bodies: copy until each terminator.
-		if len(heredocs) > 0 {
-			cmp := text
-			if heredocStrip[0] {
-				cmp = strings.TrimLeft(cmp, "\t")
-			}
-			if cmp == heredocs[0] {
-				heredocs, heredocStrip = heredocs[1:], heredocStrip[1:]
-			}
-			out.Write(raw)
+	repl := map[int]string{}
+	for i, st := range f.Stages {
+		if st.FromStage || st.Image == "" {
 			continue
 		}
-
-		trimmed := strings.TrimSpace(text)
-		if directives {
-			if d, ok := parseDirective(trimmed); ok {
-				if d[0] == "escape" && (d[1] == "`" || d[1] == "\\") {
-					escape = d[1][0]
-				}
-				out.Write(raw)
-				continue
-			}
-			directives = false
-		}
-
-		if continued {
-			// A continuation line of an instruction: never rewritten.
-			// Comment and empty lines inside a continuation are skipped
-			// by Docker and do not end it.
-			out.Write(raw)
-			if trimmed == "" || strings.HasPrefix(trimmed, "#") {
-				continue
-			}
-			continued = endsWithEscape(text, escape)
-			instr.WriteString(" " + trimmed)
-			if !continued {
-				heredocs, heredocStrip = parseHeredocs(instr.String())
+		if st.Ref == "" {
+			// A variable without a value: left alone, listed as written.
+			if !slices.Contains(bases, st.Image) {
+				bases = append(bases, st.Image)
 			}
 			continue
 		}
-		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
-			out.Write(raw)
-			continue
+		base := st.Ref
+		if to, rule := m.rewrite(st.Ref); to != st.Ref && st.Replaceable() {
+			repl[i] = to
+			rewrites = append(rewrites, Rewrite{Line: st.Line, From: st.Ref, To: to, Rule: rule})
+			base = to
 		}
-
-		// The first line of an instruction.
-		continued = endsWithEscape(text, escape)
-		instr.Reset()
-		instr.WriteString(trimmed)
-		if !continued {
-			heredocs, heredocStrip = parseHeredocs(trimmed)
-		}
-		kw, rest, _ := strings.Cut(trimmed, " ")
-		if !sawFrom && !continued && strings.EqualFold(kw, "ARG") {
-			parseGlobalArgs(rest, globalArgs)
-		}
-		if strings.EqualFold(kw, "FROM") {
-			sawFrom = true
-		}
-		newText, rw, stage, base := m.rewriteFrom(text, stages, globalArgs)
-		if stage != "" {
-			stages[strings.ToLower(stage)] = true
-		}
-		if base != "" && !slices.Contains(bases, base) {
+		if !slices.Contains(bases, base) {
 			bases = append(bases, base)
 		}
-		if rw != nil {
-			rw.Line = lineNo
-			rewrites = append(rewrites, *rw)
-			out.WriteString(newText)
-			out.Write(raw[len(text):]) // the original line ending
-			continue
-		}
-		out.Write(raw)
 	}
 	if len(rewrites) == 0 {
 		return src, nil, bases
 	}
-	return out.Bytes(), rewrites, bases
-}
-
-// rewriteFrom rewrites the image of a FROM instruction on line (its first
-// physical line). It returns the new line and the rewrite, or a nil
-// rewrite, the stage name the instruction declares (`AS name`), if any, and
-// the base image after the rewrite ("" for a stage or no FROM). An image
-// operand with variables is expanded with the defaults of the global ARGs
-// (args), as the builder does when no --build-arg is given; one that does
-// not expand fully is left alone and returned as written.
-func (m *ImageMap) rewriteFrom(line string, stages map[string]bool, args map[string]string) (string, *Rewrite, string, string) {
-	// Tokenise by whitespace, keeping offsets.
-	type tok struct {
-		s   string
-		off int
-	}
-	var toks []tok
-	for i := 0; i < len(line); {
-		for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
-			i++
-		}
-		j := i
-		for j < len(line) && line[j] != ' ' && line[j] != '\t' {
-			j++
-		}
-		if j > i {
-			toks = append(toks, tok{line[i:j], i})
-		}
-		i = j
-	}
-	if len(toks) < 2 || !strings.EqualFold(toks[0].s, "FROM") {
-		return line, nil, "", ""
-	}
-	k := 1
-	for k < len(toks) && strings.HasPrefix(toks[k].s, "--") {
-		k++
-	}
-	if k >= len(toks) {
-		return line, nil, "", ""
-	}
-	img := toks[k]
-	stage := ""
-	if k+2 < len(toks) && strings.EqualFold(toks[k+1].s, "AS") {
-		stage = toks[k+2].s
-	}
-	ref := img.s
-	if strings.Contains(ref, "$") {
-		expanded, ok := expandArgs(ref, args)
-		if !ok {
-			return line, nil, stage, img.s
-		}
-		ref = expanded
-	}
-	if stages[strings.ToLower(ref)] || ref == "\\" || ref == "`" {
-		return line, nil, stage, ""
-	}
-	to, rule := m.rewrite(ref)
-	if to == ref {
-		return line, nil, stage, ref
-	}
-	newLine := line[:img.off] + to + line[img.off+len(img.s):]
-	return newLine, &Rewrite{From: ref, To: to, Rule: rule}, stage, to
-}
-
-// parseGlobalArgs records the defaults of an ARG instruction (`name=value`
-// pairs, values optionally quoted; a name without a default is unset).
-func parseGlobalArgs(rest string, args map[string]string) {
-	for _, f := range strings.Fields(rest) {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			delete(args, k)
-			continue
-		}
-		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
-			v = v[1 : len(v)-1]
-		}
-		args[k] = v
-	}
-}
-
-// expandArgs expands $NAME, ${NAME}, ${NAME:-word} and ${NAME:+word} in s
-// with args. It reports false when s holds another form, a variable
-// without a value, or expands to "".
-func expandArgs(s string, args map[string]string) (string, bool) {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		if s[i] != '$' {
-			b.WriteByte(s[i])
-			i++
-			continue
-		}
-		i++
-		var name, op, word string
-		if i < len(s) && s[i] == '{' {
-			end := strings.IndexByte(s[i:], '}')
-			if end < 0 {
-				return "", false
-			}
-			body := s[i+1 : i+end]
-			i += end + 1
-			name = body
-			if j := strings.Index(body, ":"); j >= 0 {
-				name, op, word = body[:j], body[j:min(j+2, len(body))], body[min(j+2, len(body)):]
-			}
-		} else {
-			j := i
-			for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
-				j++
-			}
-			name, i = s[i:j], j
-		}
-		if name == "" || strings.ContainsAny(word, "$") {
-			return "", false
-		}
-		v, set := args[name]
-		switch op {
-		case "":
-			if !set || v == "" {
-				return "", false
-			}
-		case ":-":
-			if !set || v == "" {
-				v = word
-			}
-		case ":+":
-			if set && v != "" {
-				v = word
-			}
-		default:
-			return "", false
-		}
-		b.WriteString(v)
-	}
-	if b.Len() == 0 {
-		return "", false
-	}
-	return b.String(), true
-}
-
-// parseDirective recognises a parser directive line `# key=value`.
-func parseDirective(trimmed string) ([2]string, bool) {
-	if !strings.HasPrefix(trimmed, "#") {
-		return [2]string{}, false
-	}
-	body := strings.TrimSpace(trimmed[1:])
-	k, v, ok := strings.Cut(body, "=")
-	if !ok {
-		return [2]string{}, false
-	}
-	k = strings.ToLower(strings.TrimSpace(k))
-	if k != "escape" && k != "syntax" && k != "check" {
-		return [2]string{}, false
-	}
-	return [2]string{k, strings.TrimSpace(v)}, true
-}
-
-// endsWithEscape reports whether line ends with the escape character
-// (after trailing whitespace), continuing the instruction on the next line.
-func endsWithEscape(line string, escape byte) bool {
-	t := strings.TrimRight(line, " \t")
-	return len(t) > 0 && t[len(t)-1] == escape
-}
-
-// parseHeredocs returns the terminators of the heredocs an instruction
-// opens (`<<EOF`, `<<-EOF`, `<<"EOF"`, `<<'EOF'`), in order, and whether
-// each strips leading tabs (`<<-`). Only RUN, COPY and ADD take heredocs.
-func parseHeredocs(instr string) ([]string, []bool) {
-	kw, _, _ := strings.Cut(instr, " ")
-	switch strings.ToUpper(kw) {
-	case "RUN", "COPY", "ADD":
-	default:
-		return nil, nil
-	}
-	var terms []string
-	var strip []bool
-	s := instr
-	for {
-		i := strings.Index(s, "<<")
-		if i < 0 {
-			break
-		}
-		atWord := i == 0 || s[i-1] == ' ' || s[i-1] == '\t'
-		s = s[i+2:]
-		if !atWord {
-			continue // `$((1<<3))`, `a<<b`: not a heredoc
-		}
-		dash := false
-		if strings.HasPrefix(s, "-") {
-			dash = true
-			s = s[1:]
-		}
-		quote := byte(0)
-		if len(s) > 0 && (s[0] == '"' || s[0] == '\'') {
-			quote = s[0]
-			s = s[1:]
-		}
-		j := 0
-		for j < len(s) && (isWordByte(s[j])) {
-			j++
-		}
-		if j == 0 {
-			continue // `<<` not followed by a word: not a heredoc
-		}
-		word := s[:j]
-		s = s[j:]
-		if quote != 0 {
-			if len(s) == 0 || s[0] != quote {
-				continue
-			}
-			s = s[1:]
-		}
-		terms = append(terms, word)
-		strip = append(strip, dash)
-	}
-	return terms, strip
-}
-
-func isWordByte(c byte) bool {
-	return c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+	return f.ReplaceImages(repl), rewrites, bases
 }

@@ -231,6 +231,27 @@ func TestRewriteDockerfile(t *testing.T) {
 			},
 		},
 		{
+			// BuildKit's parser joins the continuation lines of a FROM;
+			// the operand is spliced where it stands.
+			name: "FROM split over continuation lines",
+			in: "FROM \\\n" +
+				"  --platform=linux/amd64 \\\n" +
+				"# a comment\n" +
+				"  python:3.11-slim \\\n" +
+				"  AS build\n",
+			want: "FROM \\\n" +
+				"  --platform=linux/amd64 \\\n" +
+				"# a comment\n" +
+				"  proctor/python:3.11-slim \\\n" +
+				"  AS build\n",
+			rewrites: []Rewrite{{Line: 1, From: "python:3.11-slim", To: "proctor/python:3.11-slim", Rule: "python:3.11-slim"}},
+		},
+		{
+			name: "unparseable Dockerfile is left alone",
+			in:   "FROM python:3.11-slim\nRUN <<EOF\nnever closed\n",
+			want: "FROM python:3.11-slim\nRUN <<EOF\nnever closed\n",
+		},
+		{
 			name: "nothing to rewrite",
 			in:   "FROM alpine:3\nRUN true",
 			want: "FROM alpine:3\nRUN true",
@@ -343,13 +364,14 @@ func TestImageMapRefusesRulesThatCannotMatch(t *testing.T) {
 
 func TestDockerfileBases(t *testing.T) {
 	m := mustMap(t, "python:* = proctor/python:*\n")
-	src := "ARG V=1\nFROM python:3.11-slim AS build\nFROM build AS test\nFROM debian:bookworm-slim\nFROM ${BASE}\nFROM scratch\nFROM python:3.11-slim\nRUN <<EOF\nFROM not-an-image\nEOF\n"
-	want := []string{"proctor/python:3.11-slim", "debian:bookworm-slim", "${BASE}", "scratch"}
+	// ${V/1/3.12} expands as the builder's shell expands it.
+	src := "ARG V=1\nFROM python:3.11-slim AS build\nFROM build AS test\nFROM debian:bookworm-slim\nFROM ${BASE}\nFROM scratch\nFROM python:3.11-slim\nRUN <<EOF\nFROM not-an-image\nEOF\nFROM python:${V/1/3.12}\n"
+	want := []string{"proctor/python:3.11-slim", "debian:bookworm-slim", "${BASE}", "scratch", "proctor/python:3.12"}
 	if got := m.DockerfileBases([]byte(src)); !reflect.DeepEqual(got, want) {
 		t.Errorf("bases %q, want %q", got, want)
 	}
 	var nilMap *ImageMap
-	if got := nilMap.DockerfileBases([]byte(src)); len(got) != 4 || got[0] != "python:3.11-slim" {
+	if got := nilMap.DockerfileBases([]byte(src)); len(got) != 5 || got[0] != "python:3.11-slim" {
 		t.Errorf("nil map bases %q", got)
 	}
 }
