@@ -171,6 +171,7 @@ func TestFinalWorkdir(t *testing.T) {
 		{"# escape=`\nFROM debian\nWORKDIR c:\\x `\n  \\y\n", ""},
 		{"FROM debian\nRUN <<EOF\nWORKDIR /nope\nEOF\nWORKDIR /yes\n", "/yes"},
 		{"FROM debian\n", ""},
+		{"FROM debian\r\nWORKDIR /app \r\n", "/app"},
 	} {
 		if got := mustParse(t, tc.src).FinalWorkdir(); got != tc.want {
 			t.Errorf("FinalWorkdir(%q) = %q, want %q", tc.src, got, tc.want)
