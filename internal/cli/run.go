@@ -367,7 +367,7 @@ func (g *globals) dryRun(spec events.RunSpec) error {
 	for _, c := range cells {
 		state := "run"
 		if c.Refusal != "" {
-			state = "errored (" + c.RefusalClass + "): " + c.Refusal
+			state = "errored (" + string(c.RefusalClass) + "): " + c.Refusal
 		} else {
 			runnable++
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -25,10 +26,11 @@ const (
 	ClaudeCode Kind = "claude-code"
 )
 
-// Error classes a refusal carries (DESIGN §8).
+// Error classes a refusal carries (DESIGN §8); the vocabulary is
+// events.ErrorClass.
 const (
-	ClassRefused       = "refused"
-	ClassUnresolvedEnv = "unresolved_env"
+	ClassRefused       = events.ClassRefused
+	ClassUnresolvedEnv = events.ClassUnresolvedEnv
 )
 
 // ErrUnknown is returned by Parse for a name no harness answers to.
@@ -105,34 +107,29 @@ func (r Ref) AgentDir(base string) string {
 	return filepath.Join(base, r.Arg)
 }
 
-// InContainer reports whether the harness solves inside the task container
-// (and so is scored by the task's verifier there).
-func (r Ref) InContainer() bool { return r.Kind != Command }
-
 // Comparable reports whether rows of this harness enter comparisons against
-// a baseline: oracle and probe rows check the setup and never do.
-func (r Ref) Comparable() bool { return r.Kind != Oracle && r.Kind != Probe }
-
-// Needs is what the harness requires of a task (task.HarnessNeeds).
-func (r Ref) Needs() task.Needs { return task.HarnessNeeds[string(r.Kind)] }
+// a baseline: the rows of an arm that is a setup check (Arm.SetupCheck:
+// oracle) never do, nor those of the probe, which has no arm in this
+// version and is a setup check by DESIGN §5.
+func (r Ref) Comparable() bool {
+	if a, err := For(r); err == nil {
+		return !a.SetupCheck()
+	}
+	return r.Kind != Probe
+}
 
 // Refusal decides from the task files alone, before any build, whether this
-// harness refuses the task. It returns the error class (refused or
-// unresolved_env) and a reason naming the file or key, or "" when the task
-// can run: unsupported and blocked tasks first, then unresolved env, then
-// what the harness needs (task.Refusal). The image WORKDIR check of
-// in-container agent arms needs the built image and is done by the
-// launcher with task.WorkdirAllowedForAgent.
-func (r Ref) Refusal(t *task.Task) (class, reason string) {
-	if t.Unsupported != "" || t.Blocked != "" {
-		return ClassRefused, t.Refusal(task.Needs{})
+// harness refuses the task (Arm.Refusal). It returns the error class
+// (refused or unresolved_env) and a reason naming the file or key, or ""
+// when the task can run: unsupported and blocked tasks first, then
+// unresolved env, then what the harness needs (task.Refusal). The image
+// WORKDIR check of in-container agent arms needs the built image and is
+// done by the arm's Prepare (AgentWorkdir). A kind without an arm is
+// refused.
+func (r Ref) Refusal(t *task.Task) (class events.ErrorClass, reason string) {
+	a, err := For(r)
+	if err != nil {
+		return events.ClassRefused, err.Error()
 	}
-	if len(t.UnresolvedEnv) > 0 {
-		return ClassUnresolvedEnv, fmt.Sprintf("unresolved env in %s: %s (a ${VAR} reference or a non-scalar value is never forwarded)",
-			path.Base(t.DefinitionFile), strings.Join(t.UnresolvedEnv, ", "))
-	}
-	if why := t.Refusal(r.Needs()); why != "" {
-		return ClassRefused, why
-	}
-	return "", ""
+	return a.Refusal(t)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/cellrun"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
@@ -146,23 +147,21 @@ func BenchmarkAgentEventLines(b *testing.B) {
 
 		// Through the launcher's path.
 		run = events.NewID()
-		c := &cell{s: &Service{bus: bb, docker: d}, job: events.LaunchJob{RunID: run, CellID: "t/agent:x/m/1"}, attempt: 1,
-			plan: events.CellPlannedData{Harness: "agent:x", Model: "m"}, dir: cellfs.Dir(b.TempDir())}
+		c := &cell{s: &Service{bus: bb, driver: d}, job: events.LaunchJob{RunID: run, CellID: "t/agent:x/m/1"}, attempt: 1,
+			cr: &cellrun.Cell{Plan: events.CellPlannedData{Harness: "agent:x", Model: "m"}, Dir: cellfs.Dir(b.TempDir())}}
 		start = time.Now()
-		ar := newAgentRun(c, ctx, nil)
-		lines = sandbox.NewLines(ar.feed, 0)
-		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: lines})
+		w, end := harness.StreamEvents(ctx, c)
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: w})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
 		}
-		lines.Close()
-		ar.wait()
+		publishErr := end()
 		if err := bb.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
 		through = float64(n) / time.Since(start).Seconds()
-		if ar.publishErr != nil {
-			b.Fatal(ar.publishErr)
+		if publishErr != nil {
+			b.Fatal(publishErr)
 		}
 		stored := 0
 		if err := bb.ReadRun(ctx, run, func(events.Envelope) error { stored++; return nil }); err != nil {

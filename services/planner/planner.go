@@ -56,7 +56,8 @@ type Cell struct {
 	Repeat  int
 	// RefusalClass and Refusal are set when the harness refuses the task
 	// before any build.
-	RefusalClass, Refusal string
+	RefusalClass events.ErrorClass
+	Refusal      string
 }
 
 // Matrix builds the run's cells from a spec, in task, harness, model,
@@ -76,10 +77,12 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 		if err != nil {
 			return nil, err
 		}
-		if r.Kind == harness.Agent {
-			if _, err := harness.LoadAgent(r.AgentDir(spec.BaseDir)); err != nil {
-				return nil, fmt.Errorf("harness %s: %w", r.Name, err)
-			}
+		arm, err := harness.For(r)
+		if err != nil {
+			return nil, err
+		}
+		if err := arm.Check(spec.BaseDir); err != nil {
+			return nil, fmt.Errorf("harness %s: %w", r.Name, err)
 		}
 		if seen[r.Name] {
 			return nil, fmt.Errorf("harness %q given twice", r.Name)
@@ -229,7 +232,7 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 		}
 		if c.Refusal != "" {
 			if err := s.bus.Publish(ctx, events.Must(events.CellRefused, runID, c.ID, 1, Source, events.CellRefusedData{
-				ErrorClass: c.RefusalClass, Reason: c.Refusal, UnresolvedEnv: unresolved(c),
+				ErrorClass: string(c.RefusalClass), Reason: c.Refusal, UnresolvedEnv: unresolved(c),
 			})); err != nil {
 				return err
 			}
@@ -251,7 +254,7 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 }
 
 func unresolved(c Cell) []string {
-	if c.RefusalClass == harness.ClassUnresolvedEnv {
+	if c.RefusalClass == events.ClassUnresolvedEnv {
 		return c.Task.UnresolvedEnv
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/cellrun"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
@@ -60,19 +61,24 @@ func (c *Config) Validate() error {
 type Service struct {
 	cfg    Config
 	bus    *bus.Bus
-	docker *sandbox.Docker
+	driver sandbox.Driver
 	log    *slog.Logger
 }
 
-// New returns a verifier for the sandboxes of this node.
-func New(cfg Config, b *bus.Bus, docker *sandbox.Docker) (*Service, error) {
-	if b == nil || docker == nil {
-		return nil, errors.New("verifier: nil bus or docker driver")
+// New returns a verifier for the sandboxes of this node, driven by driver:
+// the launchers' driver, with the abilities sandbox.Freezer and
+// sandbox.FileCopier (without them a cell is errored, infra: a reward read
+// from a sandbox that could not be frozen, or through the host, is not
+// trusted) and, for a public verifier of an internal sandbox,
+// sandbox.BridgeJoiner.
+func New(cfg Config, b *bus.Bus, driver sandbox.Driver) (*Service, error) {
+	if b == nil || driver == nil {
+		return nil, errors.New("verifier: nil bus or sandbox driver")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, bus: b, docker: docker, log: cfg.Logger.With("service", Source, "node", cfg.Node)}, nil
+	return &Service{cfg: cfg, bus: b, driver: driver, log: cfg.Logger.With("service", Source, "node", cfg.Node)}, nil
 }
 
 // Run serves verify.<node> jobs until ctx ends.
@@ -91,18 +97,11 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
-	end, err := s.verify(ctx, job, h)
-	// The sandbox goes before the cell's terminal event, so a run is never
-	// reported finished while one of its containers still exists.
-	s.destroy(ctx, h)
+	err := s.Verify(ctx, job)
 	if ctx.Err() != nil {
 		// Interrupted: the job stays for a verifier restarted on this node.
 		_ = m.Nak()
 		return
-	}
-	if err == nil && end != nil {
-		err = s.bus.PublishAll(ctx, *end)
 	}
 	if err != nil {
 		s.log.Error("verify", "cell", job.CellID, "err", err)
@@ -112,10 +111,29 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
+// Verify scores one verify job: it runs the task's tests in the job's
+// sandbox, destroys the sandbox, and then records the cell's terminal
+// event (Verdict, or CellErrored when the cell cannot be scored), so a run
+// is never reported finished while one of its containers still exists. A
+// job of an ended run only destroys the sandbox. The error is non-nil only
+// when the event log cannot be read or written or ctx ended (retry).
+func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
+	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
+	end, err := s.verify(ctx, job, h)
+	s.destroy(ctx, h)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil && end != nil {
+		err = s.bus.PublishAll(ctx, *end)
+	}
+	return err
+}
+
 func (s *Service) destroy(ctx context.Context, h *sandbox.Handle) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
 	defer cancel()
-	if err := s.docker.Destroy(dctx, h); err != nil {
+	if err := s.driver.Destroy(dctx, h); err != nil {
 		s.log.Warn("destroy", "sandbox", h.ID, "err", err)
 	}
 }
@@ -133,36 +151,38 @@ func event(job events.VerifyJob, t events.Type, data any) events.Envelope {
 // the job belongs to an ended run. The error is non-nil only when the event
 // log cannot be read or written.
 func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.Handle) (*events.Envelope, error) {
-	rec, err := s.bus.GetRun(ctx, job.RunID)
+	cr, err := cellrun.Open(ctx, s.bus, job.RunID, job.CellID)
 	if err != nil {
 		return nil, err
 	}
-	switch rec.Status {
-	case bus.StatusFinished, bus.StatusFailed, bus.StatusInterrupted:
+	if cr.Ended() {
 		return nil, nil
 	}
-	pe, err := s.bus.LastEvent(ctx, events.CellSubject(job.RunID, job.CellID, events.CellPlanned))
-	if err != nil {
-		return nil, err
-	}
-	var plan events.CellPlannedData
-	if err := events.Into(pe, &plan); err != nil {
-		return nil, err
-	}
-	dir := cellfs.Dir(plan.OutputDir)
+	dir := cr.Dir
 	fail := func(err error) (*events.Envelope, error) {
+		class, ok := events.ClassOf(err)
+		if !ok {
+			class = events.ClassInfra
+		}
 		dir.Logf("verifier errored: %v", err)
-		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: "infra", Error: err.Error()})
+		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(class), Error: err.Error()})
 		return &e, nil
 	}
-	t, err := task.Load(plan.TaskDir)
+	t, err := cr.LoadTask()
 	if err != nil {
-		return fail(fmt.Errorf("load task: %w", err))
+		return fail(err)
+	}
+	arm, err := harness.Lookup(cr.Plan.Harness)
+	if err != nil {
+		return fail(err)
 	}
 	network := job.Sandbox.Network
-	public := t.VerifierNetwork.Mode == task.NetworkPublic || t.VerifierNetwork.Mode == ""
-	if public && network == sandbox.NetworkInternal {
-		if err := s.docker.ConnectBridge(ctx, h); err != nil {
+	if want := arm.Networks(t).Verify; want == sandbox.NetworkBridge && network == sandbox.NetworkInternal {
+		j, ok := s.driver.(sandbox.BridgeJoiner)
+		if !ok {
+			return fail(fmt.Errorf("join the bridge for a public verifier: the sandbox driver %T cannot", s.driver))
+		}
+		if err := j.ConnectBridge(ctx, h); err != nil {
 			return fail(fmt.Errorf("join the bridge for a public verifier: %w", err))
 		}
 		network = sandbox.NetworkBridge
@@ -171,7 +191,12 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		return nil, err
 	}
 	// Only OOM kills during the tests are the verifier phase's.
-	oomBefore, oomErr := s.docker.OOMKills(ctx, h)
+	oc, hasOOM := s.driver.(sandbox.OOMCounter)
+	var oomBefore int64
+	oomErr := errors.New("no OOM counter")
+	if hasOOM {
+		oomBefore, oomErr = oc.OOMKills(ctx, h)
+	}
 	v, err := s.runTests(ctx, t, h, dir)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -179,9 +204,11 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		}
 		return fail(err)
 	}
-	if n, err := s.docker.OOMKills(ctx, h); oomErr == nil && err == nil && n > oomBefore {
-		v.OOMKilled = true
-		dir.Logf("verify: %d process(es) OOM-killed at the memory limit", n-oomBefore)
+	if oomErr == nil {
+		if n, err := oc.OOMKills(ctx, h); err == nil && n > oomBefore {
+			v.OOMKilled = true
+			dir.Logf("verify: %d process(es) OOM-killed at the memory limit", n-oomBefore)
+		}
 	}
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)
@@ -216,8 +243,12 @@ const exitHookPath = "/.proctor-verifier-exit.sh"
 // reward 0 with TimedOut set, not an error.
 func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir) (events.VerdictData, error) {
 	var v events.VerdictData
+	freezer, ok := s.driver.(sandbox.Freezer)
+	if !ok {
+		return v, fmt.Errorf("the sandbox driver %T cannot freeze a sandbox before its reward is read", s.driver)
+	}
 	stage := harness.StagePath("tests")
-	if err := s.docker.CopyIn(ctx, h, t.TestsDir, stage); err != nil {
+	if err := s.driver.CopyIn(ctx, h, t.TestsDir, stage); err != nil {
 		return v, fmt.Errorf("copy tests in: %w", err)
 	}
 	out, err := dir.OpenCapture("verifier.log")
@@ -235,7 +266,7 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 		}
 		env["BASH_ENV"] = exitHookPath
 	}
-	res, err := s.docker.Exec(ctx, h, sandbox.ExecSpec{
+	res, err := s.driver.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: harness.PlaceAndRun(stage, []string{"/tests", "/verifier"},
 			[]string{"/logs/verifier", "/tests", "/verifier", exitHookPath}, []string{"/logs/verifier", "/logs/agent", "/logs/artifacts"},
 			[]string{"sh", "-c", `printf '%s' "$1" > "$2" && exec bash "$3"`, "sh", exitHook, exitHookPath, "/tests/" + filepath.Base(t.TestScript)}),
@@ -250,7 +281,7 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	// Nothing runs after the test script: a process it started (an
 	// agent's code run as root, a daemon of the test) is frozen before the
 	// reward files are read, so the reward is what the script left.
-	alive, err := s.docker.Freeze(ctx, h)
+	alive, err := freezer.Freeze(ctx, h)
 	if err != nil {
 		return v, fmt.Errorf("freeze the sandbox before reading the reward: %w", err)
 	}
@@ -291,14 +322,18 @@ const (
 // copyLogs copies the sandbox's /logs (the verifier's files and the task's
 // agent and artifact logs, in one call) into the cell's logs/ directory,
 // symlinks stored as symlinks and never followed, and returns the reward
-// files read from the same stream (sandbox.Docker.CopyOutFiles: regular
+// files read from the same stream (sandbox.FileCopier: regular
 // files of at most harness.MaxRewardFileBytes, nothing resolved on the
 // host). A missing /logs is no files. The error is the engine's.
 func (s *Service) copyLogs(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) (map[string]sandbox.FileResult, error) {
 	if err := os.RemoveAll(dir.Path("logs")); err != nil {
 		return nil, err
 	}
-	files, err := s.docker.CopyOutFiles(ctx, h, "/logs", dir.Path(),
+	fc, ok := s.driver.(sandbox.FileCopier)
+	if !ok {
+		return nil, fmt.Errorf("the sandbox driver %T cannot read files out without the host", s.driver)
+	}
+	files, err := fc.CopyOutFiles(ctx, h, "/logs", dir.Path(),
 		map[string]int64{rewardTxt: harness.MaxRewardFileBytes, rewardJSON: harness.MaxRewardFileBytes})
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return nil, nil

@@ -1,0 +1,73 @@
+// Package cellrun is the preamble every service that works on one cell of
+// a run shares (launcher, verifier): read the run record, skip a job of an
+// ended run, read the cell's CellPlanned, and load the task checking that
+// its revision is the one planned, so no consumer scores a task that
+// changed since the run was planned.
+package cellrun
+
+import (
+	"context"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// Cell is one planned cell as a service sees it.
+type Cell struct {
+	RunID, CellID string
+	// Status is the run record's status.
+	Status string
+	// Spec is the run's spec (from the run record).
+	Spec events.RunSpec
+	// Plan is the cell's CellPlanned data.
+	Plan events.CellPlannedData
+	// Dir is the cell's output directory (Plan.OutputDir).
+	Dir cellfs.Dir
+}
+
+// Ended reports whether the run has ended (finished, failed or
+// interrupted): a job of such a run is dropped.
+func (c *Cell) Ended() bool {
+	switch c.Status {
+	case bus.StatusFinished, bus.StatusFailed, bus.StatusInterrupted:
+		return true
+	}
+	return false
+}
+
+// Open reads the run record and, unless the run has ended, the cell's
+// CellPlanned. Its errors are the event log's (retry the job).
+func Open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) {
+	rec, err := b.GetRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec}
+	if c.Ended() {
+		return c, nil
+	}
+	pe, err := b.LastEvent(ctx, events.CellSubject(runID, cellID, events.CellPlanned))
+	if err != nil {
+		return nil, err
+	}
+	if err := events.Into(pe, &c.Plan); err != nil {
+		return nil, err
+	}
+	c.Dir = cellfs.Dir(c.Plan.OutputDir)
+	return c, nil
+}
+
+// LoadTask loads the cell's task and checks its revision against the plan.
+// Both failures are an events.ClassError of class infra naming the task.
+func (c *Cell) LoadTask() (*task.Task, error) {
+	t, err := task.Load(c.Plan.TaskDir)
+	if err != nil {
+		return nil, events.Classf(events.ClassInfra, "load task: %w", err)
+	}
+	if t.Revision != c.Plan.TaskRevision {
+		return nil, events.Classf(events.ClassInfra, "task %s changed since the run was planned (revision %.12s, planned %.12s)", t.Name, t.Revision, c.Plan.TaskRevision)
+	}
+	return t, nil
+}

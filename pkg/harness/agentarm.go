@@ -1,0 +1,383 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// AgentUser is the uid:gid in-container agents run as (DESIGN §4).
+const AgentUser = "10001:10001"
+
+// Paths inside the container of an agent arm.
+const (
+	agentOutput = "/agent-output"
+	agentHome   = "/tmp/proctor-agent-home"
+)
+
+// installTimeout bounds an agent's install step.
+const installTimeout = 15 * time.Minute
+
+// errInstall marks an install step that failed: the agent made no attempt.
+var errInstall = errors.New("agent install failed")
+
+// agentArm runs an agent:<dir> arm in the task container (DESIGN §5.1).
+type agentArm struct{ ref Ref }
+
+// agentState is what Prepare found for Solve.
+type agentState struct{ spec *AgentSpec }
+
+func (a agentArm) Ref() Ref                       { return a.ref }
+func (a agentArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
+
+// Check loads agent.toml (LoadAgent), so a bad agent directory fails the
+// run before it starts.
+func (a agentArm) Check(baseDir string) error {
+	_, err := LoadAgent(a.ref.AgentDir(baseDir))
+	return err
+}
+func (a agentArm) SetupCheck() bool { return false }
+
+func (a agentArm) Refusal(t *task.Task) (events.ErrorClass, string) {
+	return refusal(t, task.NeedsContainerAgent)
+}
+
+// agentNetworks: agent arms never get the open network: a per-cell
+// internal network whose only way out will be the egress proxy; the
+// verifier joins the bridge afterwards when its policy is public.
+func agentNetworks(t *task.Task) Networks {
+	return Networks{Start: sandbox.NetworkInternal, Solve: "internal", Verify: verifyNetwork(t, sandbox.NetworkInternal)}
+}
+
+// Prepare builds the task image, checks the working directory rule
+// (AgentWorkdir; refused), loads agent.toml (refused when it is bad) and
+// applies the agent's install step as a derived image (AgentImageRef; a
+// failed install is solver_error, anything else of the derived image
+// sandbox).
+func (a agentArm) Prepare(ctx context.Context, env Env) (Placement, error) {
+	img, err := TaskImage(ctx, env)
+	if err != nil {
+		return Placement{}, err
+	}
+	t := env.Task()
+	workdir, err := AgentWorkdir(t, img)
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
+	spec, err := LoadAgent(a.ref.AgentDir(env.Spec().BaseDir))
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
+	runImage, err := agentImage(ctx, env, img, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Placement{}, ctx.Err()
+		}
+		if errors.Is(err, errInstall) {
+			return Placement{}, events.Classed(events.ClassSolverError, err)
+		}
+		return Placement{}, events.Classed(events.ClassSandbox, err)
+	}
+	n := a.Networks(t)
+	return Placement{
+		Driver: env.Driver(), Spec: containerSpec(env, runImage, workdir, n.Start),
+		Networks: n, Workdir: workdir, Image: img, State: agentState{spec},
+	}, nil
+}
+
+// AgentWorkdir is where an in-container agent works: the task's workdir,
+// else the image's WORKDIR; it must be /app or inside it.
+func AgentWorkdir(t *task.Task, img sandbox.ImageInfo) (string, error) {
+	dir, from := t.Workdir, "the task's workdir"
+	if dir == "" {
+		dir, from = img.Workdir, "the image's WORKDIR"
+	}
+	if dir == "" {
+		dir, from = "/", "the image's WORKDIR (unset)"
+	}
+	if !task.WorkdirAllowedForAgent(dir) {
+		return "", fmt.Errorf("in-container agents work in /app (or a directory inside it) as uid 10001, and %s is %s: refused before the agent starts", from, dir)
+	}
+	return path.Clean(dir), nil
+}
+
+// agentImage returns the image an agent arm runs in: the task image with
+// the agent's install step applied, cached per (task image id, agent
+// files) as a committed image (the driver's DerivedImager ability), so
+// install runs once per task image (and again on a task image built from
+// other bases or another image map).
+func agentImage(ctx context.Context, env Env, img sandbox.ImageInfo, a *AgentSpec) (string, error) {
+	if strings.TrimSpace(a.Install) == "" {
+		return img.Ref, nil
+	}
+	d := env.Driver()
+	di, ok := d.(sandbox.DerivedImager)
+	if !ok {
+		return "", fmt.Errorf("the sandbox driver %T cannot make derived images (agent install)", d)
+	}
+	dir := env.Dir()
+	ref := AgentImageRef(img.ID, a.Hash)
+	_, err := di.EnsureDerived(ctx, ref, sandbox.Spec{
+		RunID: env.RunID(), CellID: env.CellID(), Image: img.Ref, Network: sandbox.NetworkBridge, Lifetime: installTimeout + time.Minute,
+	}, func(ctx context.Context, h *sandbox.Handle) error {
+		if err := d.CopyIn(ctx, h, a.Dir, AgentMount); err != nil {
+			return err
+		}
+		out, err := dir.OpenCapture("install.log")
+		if err != nil {
+			return err
+		}
+		dir.Logf("agent install: %s", a.Install)
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+			Cmd: []string{"bash", "-c", a.Install}, Workdir: AgentMount, Timeout: installTimeout, Stdout: out, Stderr: out,
+		})
+		_ = out.Close(dir, "")
+		switch {
+		case err != nil:
+			return err
+		case res.TimedOut:
+			return fmt.Errorf("%w: timed out after %s (install.log)", errInstall, installTimeout)
+		case res.ExitCode != 0:
+			return fmt.Errorf("%w: exit %d: %s", errInstall, res.ExitCode, cellfs.Suffix(out.Tail.String(), 500))
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return ref, nil
+}
+
+// AgentImageRef is the committed image of an agent's install step on a
+// task image: proctor-agent:<image id hex[:12]>-<agent hash[:12]>.
+func AgentImageRef(taskImageID, agentHash string) string {
+	id := strings.TrimPrefix(taskImageID, "sha256:")
+	return "proctor-agent:" + id[:min(12, len(id))] + "-" + agentHash[:min(12, len(agentHash))]
+}
+
+// Solve runs the agent (DESIGN §5.1): the agent directory at
+// /opt/proctor/agent, the agent as uid 10001 in its workdir (chowned to it
+// with /agent-output), the Anpord, Archal and proctor environment
+// variables, stdin closed, SIGTERM at the deadline and SIGKILL after the
+// grace period. Its stdout is parsed line by line into events as it runs;
+// metrics.json is read back afterwards. Whatever the agent left running is
+// killed (the driver's ProcessKiller ability) before the verifier starts.
+func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
+	st, _ := p.State.(agentState)
+	if st.spec == nil {
+		return Outcome{}, errors.New("agent arm: Solve without Prepare")
+	}
+	ag, t, dir, d, workdir, plan := st.spec, env.Task(), env.Dir(), p.Driver, p.Workdir, env.Plan()
+	killer, ok := d.(sandbox.ProcessKiller)
+	if !ok {
+		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot kill an agent's leftover processes", d)
+	}
+	budget := ag.Budget(t.AgentTimeoutSec)
+	grace := sandbox.DefaultGrace
+	if sp := env.Spec(); sp.AgentGraceSec > 0 {
+		grace = seconds(sp.AgentGraceSec)
+	}
+	prep := fmt.Sprintf("mkdir -p %[1]s %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(workdir), agentOutput, agentHome, AgentUser)
+	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
+		return Outcome{}, fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
+	}
+	if err := d.CopyIn(ctx, h, ag.Dir, AgentMount); err != nil {
+		return Outcome{}, fmt.Errorf("copy the agent in: %w", err)
+	}
+	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
+		return Outcome{}, err
+	}
+	dir.Logf("agent directory, prompt and /agent-output ready")
+	deadline := time.Now().Add(seconds(budget))
+	env2 := map[string]string{}
+	for k, v := range ag.Env {
+		env2[k] = v
+	}
+	for k, v := range map[string]string{
+		"PROCTOR_PROMPT": t.Prompt, "ANPORD_PROMPT": t.Prompt, "AGENT_TASK": t.Prompt,
+		"PROCTOR_PROMPT_FILE": agentOutput + "/prompt.md",
+		"PROCTOR_MODEL":       plan.Model, "ANPORD_MODEL": plan.Model, "AGENT_MODEL": plan.Model,
+		"PROCTOR_WORKSPACE": workdir, "ANPORD_WORKSPACE": workdir,
+		"AGENT_RUN_MODE":     "local",
+		"AGENT_METRICS_FILE": agentOutput + "/metrics.json",
+		"AGENT_TRACE_FILE":   agentOutput + "/agent-trace.json",
+		"PROCTOR_DEADLINE":   strconv.FormatInt(deadline.UnixMilli(), 10),
+		"PROCTOR_TASK":       t.Name, "PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
+		"PROCTOR_AGENT_DIR": AgentMount, "HOME": agentHome,
+	} {
+		env2[k] = v
+	}
+	out, err := dir.OpenCapture("solve.log")
+	if err != nil {
+		return Outcome{}, err
+	}
+	logs, err := dir.OpenCapture("agent.stderr.log")
+	if err != nil {
+		return Outcome{}, err
+	}
+	response, err := dir.OpenCapture("response.txt")
+	if err != nil {
+		return Outcome{}, err
+	}
+	run := newStream(ctx, env, response)
+	lines := sandbox.NewLines(run.feed, 0)
+	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal)", ag.Run, AgentUser, workdir, budget, grace)
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd: []string{"bash", "-c", ag.Run}, User: AgentUser, Workdir: workdir, Env: env2,
+		Timeout: seconds(budget), Grace: grace, Stdout: io.MultiWriter(out, lines), Stderr: logs,
+	})
+	_ = lines.Close()
+	run.wait()
+	_ = out.Close(dir, "stdout.tail.txt")
+	_ = logs.Close(dir, "")
+	_ = response.Close(dir, "")
+	if err != nil {
+		return Outcome{}, fmt.Errorf("run the agent: %w", err)
+	}
+	// Whatever the agent left running goes before the verifier starts: a
+	// process of uid 10001 signalling -1 reaches every process of that uid.
+	// KillAll also gets through a fork bomb holding the pids limit, and
+	// gives the verifier the sandbox's whole pids budget back.
+	if err := killer.KillAll(ctx, h, AgentUser); err != nil {
+		return Outcome{}, fmt.Errorf("stop the agent's processes: %w", err)
+	}
+
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	fin := events.FinishedData{
+		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
+		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: true,
+		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": "none", "user": AgentUser, "workdir": workdir},
+	}
+	if res.TimedOut {
+		fin.Reason = "timeout"
+	}
+	if run.finished != nil {
+		fin.Synthesized = false
+		if run.finished.Reason != "" && !res.TimedOut {
+			fin.Reason = run.finished.Reason
+		}
+	}
+	fin.NoAttempt = !res.TimedOut && !run.anything && out.Tail.Total() == 0
+	if fin.NoAttempt {
+		fin.Reason = fmt.Sprintf("exit %d before any event or output", res.ExitCode)
+	}
+	run.ensureStarted(time.Time{})
+	if resp := responseTail(response.Tail.String()); resp != "" {
+		run.publish(events.Message, events.MessageData{Role: "response", Text: resp}, time.Time{})
+	}
+	if m := readMetrics(ctx, d, h, dir); m != nil {
+		fin.AgentReported = m
+		if !run.usage {
+			if u, ok := UsageFromMetrics(m); ok {
+				run.publish(events.Usage, u, time.Time{})
+			}
+		}
+	}
+	if run.publishErr != nil {
+		return Outcome{Finished: fin}, run.publishErr
+	}
+	dir.Logf("agent ended: %s after %.3fs", fin.Reason, fin.DurationSec)
+	return Outcome{Finished: fin}, nil
+}
+
+// responseTail is the Message{role: response} text: the last
+// cellfs.RowTailBytes (4 KiB) of the response text as valid UTF-8, without
+// the blank space around it (DESIGN §9: the end of a response is where an
+// agent's final answer is).
+func responseTail(text string) string {
+	return strings.TrimSpace(cellfs.Suffix(strings.TrimRight(text, " \t\r\n"), cellfs.RowTailBytes))
+}
+
+// copyPrompt writes the prompt to /agent-output/prompt.md.
+func copyPrompt(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, prompt string) error {
+	dir, err := os.MkdirTemp("", "proctor-prompt-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	p := dir + "/prompt.md"
+	if err := os.WriteFile(p, []byte(prompt), 0o644); err != nil {
+		return err
+	}
+	if err := d.CopyIn(ctx, h, p, agentOutput); err != nil {
+		return fmt.Errorf("copy the prompt in: %w", err)
+	}
+	return nil
+}
+
+// readMetrics copies /agent-output out (symlinks stored as symlinks,
+// never followed) and reads the Archal metrics.json when the agent wrote
+// one from the same copy, never through the host: a regular file of at
+// most MaxMetricsBytes (the driver's FileCopier ability; a driver without
+// it yields no metrics). The values are kept as reported; a metrics.json
+// that is a link, a device, too large or not JSON is ignored and the row
+// says why ({"error": reason}).
+func readMetrics(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, dir cellfs.Dir) map[string]any {
+	const metricsPath = agentOutput + "/metrics.json"
+	fc, ok := d.(sandbox.FileCopier)
+	if !ok {
+		dir.Logf("metrics.json not read: the sandbox driver %T cannot read files out", d)
+		return nil
+	}
+	files, err := fc.CopyOutFiles(ctx, h, agentOutput, dir.Path(), map[string]int64{metricsPath: MaxMetricsBytes})
+	if err != nil {
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			dir.Logf("copy %s out: %v", agentOutput, err)
+		}
+		return nil
+	}
+	f, ok := files[metricsPath]
+	switch {
+	case !ok:
+		return nil
+	case f.Err != nil:
+		dir.Logf("metrics.json ignored: %v", f.Err)
+		return map[string]any{"error": "metrics.json ignored: " + f.Err.Error()}
+	}
+	m, err := ReadMetrics(f.Data)
+	if err != nil {
+		dir.Logf("%v", err)
+		return map[string]any{"error": err.Error()}
+	}
+	return m
+}
+
+// UsageFromMetrics fills token counts from metrics.json (Archal shape:
+// inputTokens, outputTokens, llmCallCount) when no Usage event carried
+// them. A key metrics.json lacks stays nil in the event: unreported, not 0.
+func UsageFromMetrics(m Metrics) (events.UsageData, bool) {
+	in, okIn := m.Int("inputTokens")
+	out, okOut := m.Int("outputTokens")
+	if !okIn && !okOut {
+		return events.UsageData{}, false
+	}
+	var u events.UsageData
+	if okIn {
+		u.PromptTokens = events.Count(in)
+	}
+	if okOut {
+		u.CompletionTokens = events.Count(out)
+	}
+	if n, ok := m.Int("llmCallCount"); ok {
+		u.Calls = events.Count(n)
+	}
+	if p, ok := m["provider"].(string); ok {
+		u.Model = p
+	}
+	if s, ok := m["model"].(string); ok {
+		u.Model = s
+	}
+	return u, true
+}

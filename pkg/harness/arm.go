@@ -1,0 +1,173 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// Arm is one harness kind's whole behaviour (DESIGN §5): the launcher
+// looks the arm up from the cell's harness reference (For) and drives it
+// without knowing its kind:
+//
+//  1. Refusal, from the task files alone, before any build;
+//  2. Prepare: the image (built and recorded through Env), files copied
+//     into a derived image, the working directory rule and the network
+//     plan (Networks), returned as a Placement;
+//  3. the launcher starts the sandbox of the Placement and records
+//     SandboxStarted;
+//  4. Solve runs the harness in it and returns the Finished data (and,
+//     for an arm that scores itself, the Verdict).
+//
+// An error from Prepare or Solve that carries an events.ClassError ends
+// the cell errored with that class; any other Prepare error is infra, any
+// other Solve error likewise (the event log failing is returned as is by
+// Env.Emit and retried). Adding an arm is one type implementing Arm and one
+// case in For (docs/ADDING_A_HARNESS.md).
+type Arm interface {
+	// Ref is the parsed harness reference the arm was made from.
+	Ref() Ref
+	// SetupCheck reports whether rows of this arm check the setup (oracle,
+	// probe): they are never compared against a baseline, never serve as
+	// one and never enter Holm's family.
+	SetupCheck() bool
+	// Check validates the arm's own files when a run is planned (an
+	// agent's agent.toml), with relative paths resolved against
+	// baseDir; its error fails the whole run before anything starts.
+	Check(baseDir string) error
+	// Refusal decides, from the task files alone and before any build,
+	// whether the arm refuses the task: the error class and a reason
+	// naming the file or key, or ("", "") when the task can run.
+	Refusal(t *task.Task) (events.ErrorClass, string)
+	// Networks is the arm's network plan for task t: the network its
+	// sandbox starts on, the policy its solve runs under and the network
+	// the verifier phase runs on (the verifier asks the arm).
+	Networks(t *task.Task) Networks
+	// Prepare makes everything the sandbox needs before it starts.
+	Prepare(ctx context.Context, env Env) (Placement, error)
+	// Solve runs the solve phase in the started sandbox h.
+	Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error)
+}
+
+// Env is what an arm gets of the cell it runs (the launcher implements it;
+// harnesstest has one that records events in memory).
+type Env interface {
+	// RunID, CellID and Node name the cell and this machine.
+	RunID() string
+	CellID() string
+	Node() string
+	// Task is the loaded task, its revision already checked against the
+	// plan.
+	Task() *task.Task
+	// Plan is the cell's CellPlanned data; Spec the run's spec.
+	Plan() events.CellPlannedData
+	Spec() events.RunSpec
+	// Dir is the cell's output directory on the host.
+	Dir() cellfs.Dir
+	// Driver runs container sandboxes (with the abilities of
+	// sandbox/abilities.go where the arm needs them); Host runs host
+	// process trees (command arms).
+	Driver() sandbox.Driver
+	Host() sandbox.Driver
+	// Emit records one event of the cell; a zero at means now. Its error
+	// is the event log's.
+	Emit(ctx context.Context, t events.Type, data any, at time.Time) error
+}
+
+// Networks is a cell's network plan (DESIGN §4).
+type Networks struct {
+	// Start is the network mode the sandbox starts on (sandbox.Network*),
+	// "" for a host process.
+	Start string
+	// Solve is the policy the solve phase runs under, as recorded in
+	// Finished.isolation.network.
+	Solve string
+	// Verify is the network mode the verifier phase runs on: the verifier
+	// joins the bridge when it is NetworkBridge and Start is not.
+	Verify string
+}
+
+// Placement is where and how an arm's solve runs: the driver (Env.Driver or
+// Env.Host), the sandbox spec and the network plan, and what Prepare found
+// on the way that Solve needs.
+type Placement struct {
+	Driver   sandbox.Driver
+	Spec     sandbox.Spec
+	Networks Networks
+	// Workdir is the directory the solve works in ("" the image's).
+	Workdir string
+	// Image is the task image (zero for a host process).
+	Image sandbox.ImageInfo
+	// State is the arm's own (its loaded agent.toml, its output dir).
+	State any
+}
+
+// Outcome is what a solve ended with.
+type Outcome struct {
+	Finished events.FinishedData
+	// Verdict is set by an arm that scores itself (command): the launcher
+	// records it after Finished and hands nothing to the verifier. nil:
+	// the task's verifier scores the cell.
+	Verdict *events.VerdictData
+}
+
+// For returns the arm of a parsed reference.
+func For(r Ref) (Arm, error) {
+	switch r.Kind {
+	case Oracle:
+		return oracleArm{ref: r}, nil
+	case Agent:
+		return agentArm{ref: r}, nil
+	case Command:
+		return commandArm{ref: r}, nil
+	}
+	return nil, fmt.Errorf("harness %s cannot run in this version", r.Name)
+}
+
+// Lookup parses a reference and returns its arm; a reference that does not
+// parse or has no arm is a refused ClassError.
+func Lookup(name string) (Arm, error) {
+	r, err := Parse(name)
+	if err != nil {
+		return nil, events.Classed(events.ClassRefused, err)
+	}
+	a, err := For(r)
+	if err != nil {
+		return nil, events.Classed(events.ClassRefused, err)
+	}
+	return a, nil
+}
+
+// VerifyNetwork is the network plan rule of the verifier phase shared by
+// the in-container arms: the task's verifier policy public (or unset) is
+// the bridge; anything else stays on the sandbox's start network.
+func verifyNetwork(t *task.Task, start string) string {
+	if t.VerifierNetwork.Mode == task.NetworkPublic || t.VerifierNetwork.Mode == "" {
+		return sandbox.NetworkBridge
+	}
+	return start
+}
+
+// containerSpec is the sandbox spec of an in-container arm.
+func containerSpec(env Env, image, workdir, network string) sandbox.Spec {
+	t := env.Task()
+	return sandbox.Spec{
+		RunID: env.RunID(), CellID: env.CellID(), Image: image, Workdir: workdir,
+		Env: t.SandboxEnv, Network: network, CPUs: t.CPUs, MemoryMB: t.MemoryMB,
+		Lifetime: lifetime(t),
+	}
+}
+
+// lifetime bounds the container: both budgets plus ten minutes of slack.
+func lifetime(t *task.Task) time.Duration {
+	return seconds(t.AgentTimeoutSec) + seconds(t.VerifierTimeoutSec) + 10*time.Minute
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }

@@ -1,0 +1,98 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// TaskImage builds or finds the task image with the driver's ImageBuilder
+// ability (build output to build.log) and records ImageBuilt, also when the
+// build or pull failed (with its error and time). A failed build is a
+// ClassError of class build; a driver without the ability is one of class
+// sandbox; a cancelled ctx is returned as is.
+func TaskImage(ctx context.Context, env Env) (sandbox.ImageInfo, error) {
+	b, ok := env.Driver().(sandbox.ImageBuilder)
+	if !ok {
+		return sandbox.ImageInfo{}, events.Classf(events.ClassSandbox, "the sandbox driver %T cannot build images", env.Driver())
+	}
+	dir, t := env.Dir(), env.Task()
+	logf, err := os.Create(dir.Path("build.log"))
+	if err != nil {
+		return sandbox.ImageInfo{}, events.Classed(events.ClassBuild, err)
+	}
+	defer logf.Close()
+	start := time.Now()
+	img, err := b.EnsureImage(ctx, sandbox.BuildSpec{
+		Task: t.Name, Revision: t.Revision, EnvironmentDir: environmentDir(t),
+		DockerImage: t.DockerImage, Timeout: seconds(t.BuildTimeoutSec), Log: logf,
+	})
+	if err != nil && ctx.Err() != nil {
+		return img, ctx.Err()
+	}
+	var be *sandbox.BuildError
+	if img.Ref == "" && errors.As(err, &be) {
+		img.Ref = be.Ref // a base image that could not be pulled
+	}
+	d := events.ImageBuiltData{
+		Image: img.Ref, Cached: img.Cached, BuildSec: round3(time.Since(start).Seconds()), Workdir: img.Workdir,
+		ImageID: img.ID, Key: img.Key,
+	}
+	rules := map[string]bool{}
+	for _, r := range img.Rewrites {
+		d.Rewrites = append(d.Rewrites, r.From+" -> "+r.To)
+		rules[r.Rule] = true
+	}
+	d.ImageMapRules = slices.Sorted(maps.Keys(rules))
+	for _, b := range img.Bases {
+		if d.Bases == nil {
+			d.Bases = map[string]string{}
+		}
+		d.Bases[b.Ref] = b.ID
+	}
+	if err != nil {
+		d.Error = err.Error()
+		dir.Logf("image %s failed after %.3fs", img.Ref, d.BuildSec)
+		if perr := env.Emit(ctx, events.ImageBuilt, d, time.Time{}); perr != nil {
+			return img, perr
+		}
+		return img, events.Classed(events.ClassBuild, err)
+	}
+	dir.Logf("image %s (cached %v)", img.Ref, img.Cached)
+	return img, env.Emit(ctx, events.ImageBuilt, d, time.Time{})
+}
+
+// environmentDir is the build context, or "" when the task has no
+// Dockerfile and runs its docker_image.
+func environmentDir(t *task.Task) string {
+	if t.Dockerfile == "" {
+		return ""
+	}
+	return t.EnvironmentDir
+}
+
+// refusal is the shared refusal rule (DESIGN §5): unsupported and blocked
+// tasks first, then unresolved env, then what the arm needs (task.Refusal).
+func refusal(t *task.Task, needs task.Needs) (events.ErrorClass, string) {
+	if t.Unsupported != "" || t.Blocked != "" {
+		return events.ClassRefused, t.Refusal(task.Needs{})
+	}
+	if len(t.UnresolvedEnv) > 0 {
+		return events.ClassUnresolvedEnv, fmt.Sprintf("unresolved env in %s: %s (a ${VAR} reference or a non-scalar value is never forwarded)",
+			path.Base(t.DefinitionFile), strings.Join(t.UnresolvedEnv, ", "))
+	}
+	if why := t.Refusal(needs); why != "" {
+		return events.ClassRefused, why
+	}
+	return "", ""
+}

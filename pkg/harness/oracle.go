@@ -1,0 +1,111 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// OracleGrace is the SIGTERM-to-SIGKILL grace of a reference solution at
+// its timeout.
+const OracleGrace = 2 * time.Second
+
+// oracleArm runs the task's reference solution in the task container, as
+// root, under exactly the task's network policy. It checks the setup: its
+// rows are never compared.
+type oracleArm struct{ ref Ref }
+
+func (a oracleArm) Ref() Ref                       { return a.ref }
+func (a oracleArm) Networks(t *task.Task) Networks { return oracleNetworks(t) }
+func (a oracleArm) Check(string) error             { return nil }
+func (a oracleArm) SetupCheck() bool               { return true }
+
+func (a oracleArm) Refusal(t *task.Task) (events.ErrorClass, string) {
+	return refusal(t, task.NeedsOracle)
+}
+
+// Prepare builds the task image; the oracle works in the task's workdir
+// (else the image's) on the network plan of oracleNetworks.
+func (a oracleArm) Prepare(ctx context.Context, env Env) (Placement, error) {
+	img, err := TaskImage(ctx, env)
+	if err != nil {
+		return Placement{}, err
+	}
+	t := env.Task()
+	n := a.Networks(t)
+	return Placement{
+		Driver: env.Driver(), Spec: containerSpec(env, img.Ref, t.Workdir, n.Start),
+		Networks: n, Workdir: t.Workdir, Image: img,
+	}, nil
+}
+
+// oracleNetworks follows DESIGN §4: the oracle gets exactly the task's
+// policy (public → the bridge; no-network and, until the egress proxy
+// exists, allowlist → no way out). A sandbox whose verifier phase is public
+// but whose solve phase is not starts on a per-cell internal network,
+// because a --network none container can never be connected later.
+func oracleNetworks(t *task.Task) Networks {
+	solvePublic := t.AgentNetwork.Mode == task.NetworkPublic || t.AgentNetwork.Mode == ""
+	verifyPublic := t.VerifierNetwork.Mode == task.NetworkPublic || t.VerifierNetwork.Mode == ""
+	var n Networks
+	switch {
+	case solvePublic:
+		n = Networks{Start: sandbox.NetworkBridge, Solve: task.NetworkPublic}
+	case verifyPublic:
+		n = Networks{Start: sandbox.NetworkInternal, Solve: t.AgentNetwork.Mode}
+	default:
+		n = Networks{Start: sandbox.NetworkNone, Solve: t.AgentNetwork.Mode}
+	}
+	n.Verify = verifyNetwork(t, n.Start)
+	return n
+}
+
+// Solve copies the reference solution to /solution and /oracle and runs
+// `bash /solution/solve.sh` as root in the task's workdir with
+// [agent].timeout_sec (as Harbor runs solve.sh; most public tasks ship it
+// without the execute bit, some without a shebang).
+func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
+	t, dir, d := env.Task(), env.Dir(), p.Driver
+	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
+		return Outcome{}, err
+	}
+	stage := StagePath("solution")
+	if err := d.CopyIn(ctx, h, t.SolutionDir, stage); err != nil {
+		return Outcome{}, fmt.Errorf("copy the solution in: %w", err)
+	}
+	out, err := dir.OpenCapture("solve.log")
+	if err != nil {
+		return Outcome{}, err
+	}
+	dir.Logf("solve: bash /solution/solve.sh (timeout %gs, network %s)", t.AgentTimeoutSec, p.Networks.Solve)
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd: PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
+			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
+		Env:     t.OracleEnv,
+		Timeout: seconds(t.AgentTimeoutSec), Grace: OracleGrace, Stdout: out, Stderr: out,
+	})
+	_ = out.Close(dir, "stdout.tail.txt")
+	if err != nil {
+		return Outcome{}, fmt.Errorf("run solve.sh: %w", err)
+	}
+	if res.ExitCode == PrepExitCode && strings.Contains(out.Tail.String(), "proctor: ") {
+		return Outcome{}, fmt.Errorf("put the solution in place: %s", strings.TrimSpace(cellfs.Suffix(out.Tail.String(), 300)))
+	}
+	fin := events.FinishedData{
+		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
+		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(),
+		Isolation: map[string]any{"network": p.Networks.Solve},
+	}
+	if res.TimedOut {
+		fin.Reason = "timeout"
+	}
+	dir.Logf("solve ended: %s after %.3fs", fin.Reason, fin.DurationSec)
+	return Outcome{Finished: fin}, nil
+}

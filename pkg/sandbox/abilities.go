@@ -1,0 +1,64 @@
+package sandbox
+
+import "context"
+
+// Optional abilities of a Driver. A service holds a Driver and finds what
+// else it can do by type assertion, as database/sql/driver finds optional
+// interfaces of a driver's Conn and Nomad finds a task driver's
+// capabilities: a driver that lacks an ability makes the step that needs it
+// fail with a clear error (or, for OOMCounter, leaves the count unknown).
+// The signatures are those of *Docker; *Process has none of them.
+
+// ImageBuilder builds or finds a task image (see Docker.EnsureImage).
+type ImageBuilder interface {
+	EnsureImage(ctx context.Context, b BuildSpec) (ImageInfo, error)
+}
+
+// DerivedImager makes an image derived from another by running setup in a
+// sandbox of spec and committing it as ref, once per ref (see
+// Docker.EnsureDerived).
+type DerivedImager interface {
+	EnsureDerived(ctx context.Context, ref string, spec Spec, setup func(context.Context, *Handle) error) (made bool, err error)
+}
+
+// BridgeJoiner joins a sandbox started on NetworkInternal to the open
+// bridge (see Docker.ConnectBridge).
+type BridgeJoiner interface {
+	ConnectBridge(ctx context.Context, h *Handle) error
+}
+
+// Freezer stops every process of a sandbox but its keep-alive and returns
+// how many were alive (see Docker.Freeze).
+type Freezer interface {
+	Freeze(ctx context.Context, h *Handle) (alive int, err error)
+}
+
+// ProcessKiller kills every process of user in a sandbox (see
+// Docker.KillAll).
+type ProcessKiller interface {
+	KillAll(ctx context.Context, h *Handle, user string) error
+}
+
+// OOMCounter counts the processes the kernel killed at the sandbox's
+// memory limit so far (see Docker.OOMKills).
+type OOMCounter interface {
+	OOMKills(ctx context.Context, h *Handle) (int64, error)
+}
+
+// FileCopier is CopyOut that also reads named regular files from the same
+// stream, never through the host (see Docker.CopyOutFiles).
+type FileCopier interface {
+	CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]FileResult, error)
+}
+
+// FileReader reads one regular file of at most maxBytes from a sandbox
+// (see Docker.ReadFile).
+type FileReader interface {
+	ReadFile(ctx context.Context, h *Handle, sandboxPath string, maxBytes int64) ([]byte, error)
+}
+
+// LimitReporter says which resource limits a spec would get (see
+// Docker.Limits).
+type LimitReporter interface {
+	Limits(spec Spec) Limits
+}
