@@ -1,0 +1,321 @@
+package verifier
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/sandboxfake"
+)
+
+// Verifier unit tests: a real in-process nats-server, the scripted fake
+// sandbox standing for the sandbox the launcher handed over, no engine.
+// Every reward path is played by a cheating test script or solver.
+
+type fixture struct {
+	b   *bus.Bus
+	d   *sandboxfake.Driver
+	s   *Service
+	run string
+}
+
+func newFixture(t *testing.T, d *sandboxfake.Driver, driver sandbox.Driver) *fixture {
+	t.Helper()
+	b, _ := bustest.Bus(t)
+	if driver == nil {
+		driver = d
+	}
+	s, err := New(Config{Node: "n1"}, b, driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{b: b, d: d, s: s, run: events.NewID()}
+}
+
+// verify plans an oracle cell on a task with files, hands the verifier a
+// sandbox started on network, and returns the cell's events.
+func (f *fixture) verify(t *testing.T, files harnesstest.Files, network string) []events.Envelope {
+	t.Helper()
+	tk := harnesstest.Task(t, "t", files)
+	job := harnesstest.PlanCell(t, f.b, f.run, tk, "oracle")
+	if err := f.s.Verify(context.Background(), f.job(job, network)); err != nil {
+		t.Fatal(err)
+	}
+	return harnesstest.CellEvents(t, f.b, f.run, job.CellID)
+}
+
+func (f *fixture) job(j events.LaunchJob, network string) events.VerifyJob {
+	return events.VerifyJob{RunID: j.RunID, CellID: j.CellID, Attempt: 1, Node: "n1",
+		Sandbox: events.SandboxStartedData{Driver: "fake", ID: "fake-9", Network: network}}
+}
+
+func last[T any](t *testing.T, evs []events.Envelope, typ events.Type) T {
+	t.Helper()
+	var d T
+	for _, e := range evs {
+		if e.Type == typ {
+			if err := events.Into(e, &d); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+	}
+	t.Fatalf("no %s in %v", typ, harnesstest.TypesOf(evs))
+	return d
+}
+
+// testScript is a test.sh run that leaves files in the sandbox.
+func testScript(files map[string]sandbox.FileResult) sandboxfake.Script {
+	return sandboxfake.Script{Match: "test.sh", Files: files, Stdout: "tests ran\n"}
+}
+
+func reward(t *testing.T, v events.VerdictData) float64 {
+	t.Helper()
+	if v.Reward == nil {
+		t.Fatalf("no reward: %+v", v)
+	}
+	return *v.Reward
+}
+
+// TestVerifyRewardTxt: reward.txt the script wrote is the verdict; the
+// sandbox is frozen before the reward is read, destroyed before the
+// Verdict, and /logs is copied into the cell directory.
+func TestVerifyRewardTxt(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1\n")})}}
+	f := newFixture(t, d, nil)
+	evs := f.verify(t, nil, sandbox.NetworkBridge)
+	if got := harnesstest.TypesOf(evs); !slices.Equal(got, []events.Type{events.VerifyStarted, events.Verdict}) {
+		t.Fatalf("events %v", got)
+	}
+	v := last[events.VerdictData](t, evs, events.Verdict)
+	if reward(t, v) != 1 || v.Error != "" || *v.ReturnCode != 0 || v.LeftoverProcesses == nil || *v.LeftoverProcesses != 0 {
+		t.Errorf("verdict %+v", v)
+	}
+	if _, frozen, _, _ := d.Counts(); frozen != 1 {
+		t.Errorf("frozen %d times", frozen)
+	}
+	if got := d.Destroyed(); !slices.Equal(got, []string{"fake-9"}) {
+		t.Errorf("destroyed %v", got)
+	}
+}
+
+// TestVerifyRewardJSON: reward.json alone gives the reward and the named
+// rewards.
+func TestVerifyRewardJSON(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardJSON: sandboxfake.Regular(`{"reward": 0.25}`)})}}
+	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+	if reward(t, v) != 0.25 || v.Rewards["reward"] != 0.25 {
+		t.Errorf("verdict %+v", v)
+	}
+}
+
+// TestVerifyRewardSymlinkIsNoVerdict: a reward.txt the solver replaced by
+// a symlink (to a file holding 1) is never followed: no reward, the
+// reason recorded (verifier_error), never a pass.
+func TestVerifyRewardSymlinkIsNoVerdict(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{
+		rewardTxt:   sandboxfake.Symlink(rewardTxt, "/app/one.txt"),
+		"/app/x.txt": sandboxfake.Regular("1"),
+	})}}
+	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+	if v.Reward != nil || !strings.Contains(v.Error, "reward.txt: not read") || !strings.Contains(v.Error, "symlink") {
+		t.Errorf("verdict %+v", v)
+	}
+}
+
+// TestVerifyRewardTooLarge: a reward file over the cap is no verdict.
+func TestVerifyRewardTooLarge(t *testing.T) {
+	big := strings.Repeat("1", harness.MaxRewardFileBytes+1)
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular(big)})}}
+	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+	if v.Reward != nil || v.Error == "" {
+		t.Errorf("verdict %+v", v.Error)
+	}
+}
+
+// TestVerifyRewardGarbage: a reward that is not a plain number in [0, 1]
+// is no verdict with the reason.
+func TestVerifyRewardGarbage(t *testing.T) {
+	for _, body := range []string{"1; rm -rf /", "2", "NaN", "0x1"} {
+		d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular(body)})}}
+		v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+		if v.Reward != nil || v.Error == "" {
+			t.Errorf("reward.txt %q: verdict reward %v error %q", body, v.Reward, v.Error)
+		}
+	}
+}
+
+// TestVerifyNoRewardFile: a script that wrote no reward gives no reward
+// and says so; its exit code alone never passes (as Harbor).
+func TestVerifyNoRewardFile(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Exit: 0}}}
+	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+	if v.Reward != nil || v.Error == "" {
+		t.Errorf("verdict %+v", v)
+	}
+}
+
+// TestVerifyTimeout: a test script stopped at its budget is reward 0 with
+// TimedOut, whatever reward file it left.
+func TestVerifyTimeout(t *testing.T) {
+	sc := testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})
+	sc.TimedOut = true
+	v := last[events.VerdictData](t, newFixture(t, &sandboxfake.Driver{Scripts: []sandboxfake.Script{sc}}, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+	if reward(t, v) != 0 || !v.TimedOut {
+		t.Errorf("verdict %+v", v)
+	}
+}
+
+// TestVerifyLeftoversCounted: processes the script left alive are frozen
+// and counted.
+func TestVerifyLeftoversCounted(t *testing.T) {
+	d := &sandboxfake.Driver{Alive: 3, Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("0")})}}
+	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+	if v.LeftoverProcesses == nil || *v.LeftoverProcesses != 3 || reward(t, v) != 0 {
+		t.Errorf("verdict %+v", v)
+	}
+}
+
+// TestVerifyWithoutFreezeIsErrored: a driver that cannot freeze the
+// sandbox gets no verdict (infra): a reward a leftover could still
+// rewrite is not trusted. The sandbox is destroyed all the same.
+func TestVerifyWithoutFreezeIsErrored(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	evs := newFixture(t, d, sandboxfake.Plain{D: d}).verify(t, nil, sandbox.NetworkBridge)
+	if e := last[events.CellErroredData](t, evs, events.CellErrored); e.ErrorClass != "infra" || !strings.Contains(e.Error, "freeze") {
+		t.Errorf("errored %+v", e)
+	}
+	if len(d.Destroyed()) != 1 {
+		t.Error("sandbox left behind")
+	}
+}
+
+// TestVerifyFreezeFailureIsErrored: a freeze that fails is no verdict.
+func TestVerifyFreezeFailureIsErrored(t *testing.T) {
+	d := &sandboxfake.Driver{FreezeErr: sandbox.ErrDestroyed, Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	evs := newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge)
+	last[events.CellErroredData](t, evs, events.CellErrored)
+}
+
+// TestVerifyJoinsTheBridge: a public verifier of a sandbox on the internal
+// network joins the bridge first; a no-network verifier never does.
+func TestVerifyJoinsTheBridge(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	evs := newFixture(t, d, nil).verify(t, nil, sandbox.NetworkInternal)
+	if vs := last[events.VerifyStartedData](t, evs, events.VerifyStarted); vs.Network != sandbox.NetworkBridge {
+		t.Errorf("verify started %+v", vs)
+	}
+	if c, _, _, _ := d.Counts(); c != 1 {
+		t.Errorf("joined %d times", c)
+	}
+	d2 := &sandboxfake.Driver{Scripts: d.Scripts}
+	closed := harnesstest.Files{"task.toml": "version = \"1.0\"\n[agent]\nnetwork_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"no-network\"\n"}
+	evs = newFixture(t, d2, nil).verify(t, closed, sandbox.NetworkInternal)
+	if vs := last[events.VerifyStartedData](t, evs, events.VerifyStarted); vs.Network != sandbox.NetworkInternal {
+		t.Errorf("no-network verifier on %q", vs.Network)
+	}
+	if c, _, _, _ := d2.Counts(); c != 0 {
+		t.Error("a no-network verifier joined the bridge")
+	}
+}
+
+// TestVerifyTaskChanged: the verifier checks the task revision too: a
+// test script edited after planning is never the judge.
+func TestVerifyTaskChanged(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	f := newFixture(t, d, nil)
+	tk := harnesstest.Task(t, "t", nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, tk, "oracle")
+	if err := os.WriteFile(filepath.Join(tk.Dir, "tests", "test.sh"), []byte("echo 1 > /logs/verifier/reward.txt # easier\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Verify(context.Background(), f.job(job, "bridge")); err != nil {
+		t.Fatal(err)
+	}
+	evs := harnesstest.CellEvents(t, f.b, f.run, job.CellID)
+	if e := last[events.CellErroredData](t, evs, events.CellErrored); !strings.Contains(e.Error, "changed since the run was planned") {
+		t.Errorf("errored %+v", e)
+	}
+	if len(d.Execs()) != 0 {
+		t.Error("the edited test script ran")
+	}
+}
+
+// TestVerifyEndedRun: a job of an ended run only destroys the sandbox.
+func TestVerifyEndedRun(t *testing.T) {
+	d := &sandboxfake.Driver{}
+	f := newFixture(t, d, nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, harnesstest.Task(t, "t", nil), "oracle")
+	if err := f.b.UpdateRun(context.Background(), f.run, func(r *bus.RunRecord) { r.Status = bus.StatusInterrupted }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Verify(context.Background(), f.job(job, "bridge")); err != nil {
+		t.Fatal(err)
+	}
+	if got := harnesstest.TypesOf(harnesstest.CellEvents(t, f.b, f.run, job.CellID)); len(got) != 0 || len(d.Destroyed()) != 1 {
+		t.Errorf("events %v destroyed %v", got, d.Destroyed())
+	}
+}
+
+// TestVerifyOOMDuringTests: an OOM kill during the tests (not before) is
+// on the Verdict.
+func TestVerifyOOMDuringTests(t *testing.T) {
+	d := &sandboxfake.Driver{OOM: []int64{1, 2}, Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("0")})}}
+	if v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, "bridge"), events.Verdict); !v.OOMKilled {
+		t.Errorf("verdict %+v", v)
+	}
+	d = &sandboxfake.Driver{OOM: []int64{1, 1}, Scripts: d.Scripts}
+	if v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, "bridge"), events.Verdict); v.OOMKilled {
+		t.Error("the solve's OOM kill counted against the verifier")
+	}
+}
+
+// TestVerifyPlacementFailure: a sandbox where the tests cannot be put in
+// place (the prep step's own exit code and message) is errored, not 0.
+func TestVerifyPlacementFailure(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Exit: harness.PrepExitCode, Stdout: "proctor: /tests is a file\n"}}}
+	evs := newFixture(t, d, nil).verify(t, nil, "bridge")
+	if e := last[events.CellErroredData](t, evs, events.CellErrored); !strings.Contains(e.Error, "prepare the verifier") {
+		t.Errorf("errored %+v", e)
+	}
+}
+
+// TestVerifyServesTheQueue: Run takes a verify job off this node's queue
+// and records the Verdict.
+func TestVerifyServesTheQueue(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	f := newFixture(t, d, nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, harnesstest.Task(t, "t", nil), "oracle")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := f.b.PublishWork(ctx, events.VerifySubject("n1"), f.run+"/"+job.CellID+"/1", f.job(job, "bridge")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Contains(harnesstest.TypesOf(harnesstest.CellEvents(t, f.b, f.run, job.CellID)), events.Verdict) {
+		if time.Now().After(deadline) {
+			t.Fatal("no Verdict")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestNewNeedsNode: the verifier serves one node's queue.
+func TestNewNeedsNode(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	if _, err := New(Config{}, b, &sandboxfake.Driver{}); err == nil {
+		t.Error("no node accepted")
+	}
+}
