@@ -124,7 +124,7 @@ func TestVerifyRewardJSON(t *testing.T) {
 // reason recorded (verifier_error), never a pass.
 func TestVerifyRewardSymlinkIsNoVerdict(t *testing.T) {
 	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{
-		rewardTxt:   sandboxfake.Symlink(rewardTxt, "/app/one.txt"),
+		rewardTxt:    sandboxfake.Symlink(rewardTxt, "/app/one.txt"),
 		"/app/x.txt": sandboxfake.Regular("1"),
 	})}}
 	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
