@@ -184,7 +184,7 @@ func (l *live) artifact(version string) (*artifact.Artifact, []artifact.Figure, 
 		rows = detach(rows)
 		ver := l.version
 		go func() {
-			a := artifact.Build(run, rows, artifact.BuildOptions{})
+			a := artifact.Build(run, rows, projection.BuildOptions())
 			figs, _ := artifact.Figures(a) // a figure that cannot be drawn is left out
 			l.mu.Lock()
 			defer l.mu.Unlock()

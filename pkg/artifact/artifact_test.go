@@ -13,7 +13,7 @@ import (
 func oracleArtifact(t *testing.T) *Artifact {
 	t.Helper()
 	f := loadFixture(t, "testdata/oracle.input.json")
-	return Build(f.Run, f.Results, BuildOptions{})
+	return Build(f.Run, f.Results, testBuild)
 }
 
 func TestWriteFileReadRoundTrip(t *testing.T) {

@@ -19,13 +19,6 @@ const CIMethod = "newcombe_hybrid_score"
 // decided at: significant = p_adjusted < SignificanceLevel.
 const SignificanceLevel = 0.05
 
-// Harnesses whose rows are checks of the setup, not treatments; they never
-// enter comparisons nor the correction family (DESIGN §8).
-const (
-	harnessOracle = "oracle"
-	harnessProbe  = "probe"
-)
-
 // CompareOptions configures Compare. The zero value means defaults.
 type CompareOptions struct {
 	// Resamples is the number of bootstrap resamples; < 1 means
@@ -34,6 +27,12 @@ type CompareOptions struct {
 	// Seed seeds the bootstrap; 0 means stats.DefaultSeed. Keep it below
 	// 2^53 so JSON readers that parse numbers as float64 read it exactly.
 	Seed uint64
+	// SetupCheck reports whether the rows of a harness (by its name) check
+	// the setup rather than a treatment (the oracle, probes: DESIGN §5);
+	// such rows never enter comparisons nor the correction family. The
+	// harness arms decide it (harness.IsSetupCheck, which the projection
+	// passes); nil means no harness is one.
+	SetupCheck func(harness string) bool
 }
 
 func (o CompareOptions) withDefaults() CompareOptions {
@@ -59,7 +58,8 @@ func compareKeys(a, b cellKey) int {
 
 // Compare computes summary.comparisons (DESIGN §8): one *Comparison per
 // harness of results other than baseline, keyed by harness. Rows of the
-// oracle and probe harnesses are checks of the setup and are dropped first:
+// harnesses opts.SetupCheck names (the oracle, probes) are checks of the
+// setup and are dropped first:
 // they get no comparison, never serve as the baseline and never enter the
 // correction family. Compare returns nil when the baseline has no rows
 // left; results is not modified and its order does not matter.
@@ -129,7 +129,7 @@ func Compare(results []Result, baseline string, opts CompareOptions) map[string]
 	opts = opts.withDefaults()
 	byHarness := map[string][]Result{}
 	for _, r := range sortedRows(results) {
-		if r.Harness == harnessOracle || r.Harness == harnessProbe {
+		if opts.SetupCheck != nil && opts.SetupCheck(r.Harness) {
 			continue
 		}
 		byHarness[r.Harness] = append(byHarness[r.Harness], r)

@@ -92,7 +92,7 @@ func TestCompareCountsAndDeltas(t *testing.T) {
 		arm("oracle", "m", 0, "PPPPP"),
 		arm("probe", "m", 0, "FFFFF"),
 	)
-	cs := Compare(results, "base", CompareOptions{})
+	cs := Compare(results, "base", testCompare)
 	if len(cs) != 1 || cs["agent:x"] == nil {
 		t.Fatalf("comparisons for %v, want only agent:x (oracle and probe never compared)", keysOf(cs))
 	}
@@ -146,16 +146,16 @@ func keysOf[V any](m map[string]V) []string {
 
 func TestCompareNilWithoutBaselineRows(t *testing.T) {
 	results := concat(arm("oracle", "m", 0, "PP"), arm("agent:x", "m", 0, "PF"))
-	if cs := Compare(results, "base", CompareOptions{}); cs != nil {
+	if cs := Compare(results, "base", testCompare); cs != nil {
 		t.Errorf("missing baseline: Compare = %v, want nil", cs)
 	}
-	if cs := Compare(results, "oracle", CompareOptions{}); cs != nil {
+	if cs := Compare(results, "oracle", testCompare); cs != nil {
 		t.Errorf("oracle as baseline: Compare = %v, want nil (oracle rows never enter comparisons)", cs)
 	}
-	if cs := Compare(nil, "base", CompareOptions{}); cs != nil {
+	if cs := Compare(nil, "base", testCompare); cs != nil {
 		t.Errorf("no rows: Compare = %v, want nil", cs)
 	}
-	cs := Compare(arm("base", "m", 0, "PF"), "base", CompareOptions{})
+	cs := Compare(arm("base", "m", 0, "PF"), "base", testCompare)
 	if cs == nil || len(cs) != 0 {
 		t.Errorf("baseline alone: Compare = %v, want an empty map", cs)
 	}
@@ -168,7 +168,7 @@ func TestCompareDifferentLossesWithholdDeltas(t *testing.T) {
 		priced(arm("base", "m", 0, "PEFP"), 1),
 		priced(arm("agent:x", "m", 0, "EPPP"), 2),
 	)
-	c := Compare(results, "base", CompareOptions{})["agent:x"]
+	c := Compare(results, "base", testCompare)["agent:x"]
 	if c.PassRateDelta != nil || c.PassedDelta != nil || c.CostDeltaUSD != nil || c.NormalizedGain != nil || c.NormalizedChange != nil {
 		t.Errorf("deltas not withheld: %+v", c)
 	}
@@ -189,7 +189,7 @@ func TestCompareSharedLossesCancel(t *testing.T) {
 		priced(arm("base", "m", 0, "EFFP"), 1),
 		priced(arm("agent:x", "m", 0, "EPPP"), 2),
 	)
-	c := Compare(results, "base", CompareOptions{})["agent:x"]
+	c := Compare(results, "base", testCompare)["agent:x"]
 	eqF(t, "pass_rate_delta", c.PassRateDelta, fptr(0.666667)) // 1 − 1/3, rounded
 	if c.PassedDelta == nil || *c.PassedDelta != 2 {
 		t.Errorf("passed_delta = %s, want 2", fmtPtr(c.PassedDelta))
@@ -210,7 +210,7 @@ func TestCompareErroredIsMissingNotFail(t *testing.T) {
 	a[0].Metrics.Error = true
 	a[1].Metrics.SolverError = true
 	a[2].Outcome = OutcomeErrored
-	c := Compare(concat(base, a), "base", CompareOptions{})["agent:x"]
+	c := Compare(concat(base, a), "base", testCompare)["agent:x"]
 	if c.Errored != 3 || c.McNemar.N != 1 || c.McNemar.NExcluded != 3 || c.PassRateDelta != nil {
 		t.Errorf("errored %d, n %d, excluded %d, delta %s; want 3, 1, 3, null",
 			c.Errored, c.McNemar.N, c.McNemar.NExcluded, fmtPtr(c.PassRateDelta))
@@ -221,7 +221,7 @@ func TestComparePartialRewardIsFail(t *testing.T) {
 	base := arm("base", "m", 0, "PP")
 	a := arm("agent:x", "m", 0, "PP")
 	a[1].Outcome, a[1].Passed, a[1].Reward = OutcomePartial, false, fptr(0.5)
-	c := Compare(concat(base, a), "base", CompareOptions{})["agent:x"]
+	c := Compare(concat(base, a), "base", testCompare)["agent:x"]
 	m := c.McNemar
 	if m.NLost != 1 || m.NBothPassed != 1 || m.NExcluded != 0 {
 		t.Errorf("partial reward: mcnemar = %+v, want it counted as a fail", m)
@@ -241,7 +241,7 @@ func TestCompareHolmFamily(t *testing.T) {
 		arm("c", "m", 0, "FFFFFFFFFFPP"),
 		arm("oracle", "m", 0, "PPPPPPPPPPPP"),
 	)
-	cs := Compare(results, "base", CompareOptions{})
+	cs := Compare(results, "base", testCompare)
 	eqF(t, "a p_exact", cs["a"].McNemar.PExact, fptr(0.03125))
 	eqF(t, "b p_exact", cs["b"].McNemar.PExact, fptr(0.0214844)) // 0.021484375 to 6 significant digits
 	eqF(t, "c p_exact", cs["c"].McNemar.PExact, fptr(1))
@@ -264,7 +264,7 @@ func TestCompareHolmFamily(t *testing.T) {
 	}
 
 	// Without c, a and b are significant: 2·0.021484375 = 0.04296875.
-	cs = Compare(concat(base, arm("a", "m", 0, "PPPPPPFFFFPP"), arm("b", "m", 0, "PPPPPPPPPFPF")), "base", CompareOptions{})
+	cs = Compare(concat(base, arm("a", "m", 0, "PPPPPPFFFFPP"), arm("b", "m", 0, "PPPPPPPPPFPF")), "base", testCompare)
 	for _, h := range []string{"a", "b"} {
 		eqF(t, h+" p_adjusted (2)", cs[h].McNemar.PAdjusted, fptr(0.0429688))
 		if s := cs[h].McNemar.Significant; s == nil || !*s {
@@ -283,7 +283,7 @@ func TestCompareIdenticalArmStaysInFamily(t *testing.T) {
 		arm("command:true", "default", 1, "PPPPPP"),
 		arm("command:false # same", "default", 1, "FFFFFF"),
 	)
-	cs := Compare(results, "command:false", CompareOptions{})
+	cs := Compare(results, "command:false", testCompare)
 	gain, same := cs["command:true"].McNemar, cs["command:false # same"].McNemar
 	eqF(t, "true p_exact", gain.PExact, fptr(0.03125))
 	eqF(t, "same p_exact", same.PExact, fptr(1))
@@ -332,7 +332,7 @@ func TestCompareDegeneratePairTables(t *testing.T) {
 			results := concat(arm("base", "m", 0, c.base+"FFFFFF"), arm("x", "m", 0, c.arm+"------"),
 				arm("other", "m", 0, "----PPPPPP"))
 			// The baseline's extra tasks are t5…t10; "other" covers them.
-			cs := Compare(results, "base", CompareOptions{})
+			cs := Compare(results, "base", testCompare)
 			m := cs["x"].McNemar
 			if m.N != c.n {
 				t.Fatalf("n = %d, want %d (%+v)", m.N, c.n, m)
@@ -369,7 +369,7 @@ func TestComparePseudoReplication(t *testing.T) {
 		results = append(results, arm("base", "m", r, "FP")...)
 		results = append(results, arm("agent:x", "m", r, "PP")...)
 	}
-	m := Compare(results, "base", CompareOptions{})["agent:x"].McNemar
+	m := Compare(results, "base", testCompare)["agent:x"].McNemar
 	if m.N != 6 || m.NUnits != 2 || !m.PseudoReplicated || m.NGained != 3 {
 		t.Errorf("repeats: n %d, n_units %d, pseudo %v, gained %d; want 6, 2, true, 3", m.N, m.NUnits, m.PseudoReplicated, m.NGained)
 	}
@@ -412,7 +412,7 @@ func TestCompareSingleModelBaselineStandsForEveryModel(t *testing.T) {
 		arm("agent:x", "a", 0, "PPE"),
 		arm("agent:x", "b", 0, "FPE"),
 	)
-	c := Compare(results, "base", CompareOptions{})["agent:x"]
+	c := Compare(results, "base", testCompare)["agent:x"]
 	m := c.McNemar
 	// Pairs (t1,a) both passed, (t2,a) gained, (t1,b) lost, (t2,b) gained;
 	// t3 is errored on both sides under both models.
@@ -438,7 +438,7 @@ func TestCompareMultiModelBaselinePairsExactly(t *testing.T) {
 		arm("agent:x", "a", 0, "PP"),
 		arm("agent:x", "c", 0, "PP"),
 	)
-	m := Compare(results, "base", CompareOptions{})["agent:x"].McNemar
+	m := Compare(results, "base", testCompare)["agent:x"].McNemar
 	// Only model a pairs; (·,b) baseline-only and (·,c) arm-only cells are excluded.
 	if m.N != 2 || m.NGained != 2 || m.NExcluded != 4 {
 		t.Errorf("mcnemar = %+v, want n 2, gained 2, excluded 4", m)
@@ -450,7 +450,7 @@ func TestCompareLastAttemptWins(t *testing.T) {
 	old := row("t1", "agent:x", "m", 0, OutcomeErrored)
 	retry := row("t1", "agent:x", "m", 0, OutcomePassed)
 	retry.Attempt = 2
-	c := Compare([]Result{retry, base[0], old}, "base", CompareOptions{})["agent:x"]
+	c := Compare([]Result{retry, base[0], old}, "base", testCompare)["agent:x"]
 	if c.Errored != 0 || c.McNemar.NGained != 1 || c.McNemar.N != 1 {
 		t.Errorf("attempt 2 not used: errored %d, mcnemar %+v", c.Errored, c.McNemar)
 	}
@@ -459,14 +459,14 @@ func TestCompareLastAttemptWins(t *testing.T) {
 func TestCompareCostDelta(t *testing.T) {
 	base := priced(arm("base", "m", 0, "PF"), 0.5)
 	a := priced(arm("agent:x", "m", 0, "PP"), 0.75)
-	c := Compare(concat(base, a), "base", CompareOptions{})["agent:x"]
+	c := Compare(concat(base, a), "base", testCompare)["agent:x"]
 	eqF(t, "cost_delta_usd", c.CostDeltaUSD, fptr(0.5))
 	// An unpriced baseline gives no delta.
-	c = Compare(concat(arm("base", "m", 0, "PF"), a), "base", CompareOptions{})["agent:x"]
+	c = Compare(concat(arm("base", "m", 0, "PF"), a), "base", testCompare)["agent:x"]
 	eqF(t, "cost_delta_usd unpriced baseline", c.CostDeltaUSD, nil)
 	// A partly priced arm still has a total, so the delta stands.
 	a[0].Metrics.CostUSD = nil
-	c = Compare(concat(base, a), "base", CompareOptions{})["agent:x"]
+	c = Compare(concat(base, a), "base", testCompare)["agent:x"]
 	eqF(t, "cost_delta_usd partly priced", c.CostDeltaUSD, fptr(-0.25))
 }
 
@@ -530,14 +530,14 @@ func TestCompareDeterministicBytes(t *testing.T) {
 		results = append(results, arm("agent:y", "m", r, "FFPPFEFFPF")...)
 		results = append(results, arm("oracle", "m", r, "PPPPPPPPPP")...)
 	}
-	first, err := json.Marshal(Compare(results, "base", CompareOptions{}))
+	first, err := json.Marshal(Compare(results, "base", testCompare))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for range 5 {
 		rng.Shuffle(len(results), func(i, j int) { results[i], results[j] = results[j], results[i] })
-		again, err := json.Marshal(Compare(results, "base", CompareOptions{}))
+		again, err := json.Marshal(Compare(results, "base", testCompare))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -587,7 +587,7 @@ func TestCompareOutputValidates(t *testing.T) {
 	run := RunInfo{ID: "01J0000000000000000000000R", TasksRoot: "/tasks", Harnesses: []string{"base", "agent:w", "agent:x", "agent:y", "agent:z"},
 		Models: []string{"m"}, Repeats: 2, BaselineHarness: "base", StartedAt: "2024-01-01T00:00:00Z", ProctorVersion: "dev"}
 	a := &Artifact{Schema: SchemaVersion, Run: run, Results: results,
-		Summary: Summary{PerHarness: Summarize(results), Comparisons: Compare(results, "base", CompareOptions{})}}
+		Summary: Summary{PerHarness: Summarize(results), Comparisons: Compare(results, "base", testCompare)}}
 	if _, err := Marshal(a); err != nil {
 		t.Fatalf("comparisons do not validate: %v", err)
 	}

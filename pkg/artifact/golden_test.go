@@ -50,7 +50,7 @@ func TestGolden(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(in), ".input.json")
 		t.Run(name, func(t *testing.T) {
 			f := loadFixture(t, in)
-			a := Build(f.Run, f.Results, BuildOptions{})
+			a := Build(f.Run, f.Results, testBuild)
 			got, err := Marshal(a)
 			if err != nil {
 				t.Fatalf("Marshal: %v", err)
@@ -112,7 +112,7 @@ func TestDeterministic(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			rows := append([]Result(nil), f.Results...)
 			rng.Shuffle(len(rows), func(a, b int) { rows[a], rows[b] = rows[b], rows[a] })
-			a := Build(f.Run, rows, BuildOptions{})
+			a := Build(f.Run, rows, testBuild)
 			js, err := Marshal(a)
 			if err != nil {
 				t.Fatalf("%s: %v", in, err)

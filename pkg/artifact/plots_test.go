@@ -47,7 +47,7 @@ func figureText(t *testing.T, name string, svg []byte) string {
 // each one after the unchanged report.
 func TestFigures(t *testing.T) {
 	f := loadFixture(t, filepath.Join("testdata", "agents.input.json"))
-	a := Build(f.Run, f.Results, BuildOptions{})
+	a := Build(f.Run, f.Results, testBuild)
 	figs, err := Figures(a)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestFigures(t *testing.T) {
 // rate to draw, so no figure and an unchanged report.
 func TestFiguresNothingScored(t *testing.T) {
 	f := loadFixture(t, filepath.Join("testdata", "all-errored.input.json"))
-	figs, err := Figures(Build(f.Run, f.Results, BuildOptions{}))
+	figs, err := Figures(Build(f.Run, f.Results, testBuild))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestFiguresLargeGrid(t *testing.T) {
 		rows = append(rows, Result{CellID: "c" + itoa(i), Task: "t" + itoa(i), Harness: "h", Model: "m",
 			Attempt: 1, Outcome: OutcomePassed, Passed: true, Reward: ptr(1.0)})
 	}
-	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1}, rows, BuildOptions{})
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1}, rows, testBuild)
 	figs, err := Figures(a)
 	if err != nil {
 		t.Fatal(err)

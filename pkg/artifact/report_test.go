@@ -48,7 +48,7 @@ func TestStdoutTailCannotBreakReport(t *testing.T) {
 		row := scoredRow("t", 0, 1)
 		row.StdoutTail = tail
 		a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
-			[]Result{row}, BuildOptions{})
+			[]Result{row}, testBuild)
 		var md bytes.Buffer
 		if err := WriteReport(&md, a); err != nil {
 			t.Fatal(err)
@@ -86,7 +86,7 @@ func TestReportHarnessOrderFollowsRun(t *testing.T) {
 	rows := []Result{scoredRow("t", 0, 1), scoredRow("t", 0, 0)}
 	rows[0].Harness, rows[1].Harness = "zeta", "alpha"
 	a := Build(RunInfo{ID: "r", Harnesses: []string{"zeta", "alpha"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
-		rows, BuildOptions{})
+		rows, testBuild)
 	var md bytes.Buffer
 	if err := WriteReport(&md, a); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestReportHarnessOrderFollowsRun(t *testing.T) {
 func TestReportNamesTheInterval(t *testing.T) {
 	rows := concat(arm("base", "m", 0, "FFFFFF"), arm("x", "m", 0, "PPPPPP"))
 	a := Build(RunInfo{ID: "r", Harnesses: []string{"base", "x"}, Repeats: 1, BaselineHarness: "base", StartedAt: "2026-01-01T00:00:00Z"},
-		rows, BuildOptions{})
+		rows, testBuild)
 	var md bytes.Buffer
 	if err := WriteReport(&md, a); err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func TestErroredNeverCountsAsFail(t *testing.T) {
 func TestPassRateNullWhenNothingScored(t *testing.T) {
 	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Models: []string{"m"}, Repeats: 1,
 		StartedAt: "2026-01-01T00:00:00Z"},
-		[]Result{erroredRow("a", 0, ErrorBuild), erroredRow("b", 0, ErrorSandbox)}, BuildOptions{})
+		[]Result{erroredRow("a", 0, ErrorBuild), erroredRow("b", 0, ErrorSandbox)}, testBuild)
 	s := a.Summary.PerHarness["h"]
 	if s.PassRate != nil || s.PassRateCI != nil || s.Scored != 0 || s.Errored != 2 {
 		t.Fatalf("summary = %+v, want scored 0 with null pass_rate and CI", *s)
@@ -155,7 +155,7 @@ func TestHeadline(t *testing.T) {
 // Build sorts a copy; the caller's slice keeps its order.
 func TestBuildDoesNotModifyInput(t *testing.T) {
 	rows := []Result{scoredRow("b", 0, 1), scoredRow("a", 1, 0), scoredRow("a", 0, 1)}
-	a := Build(RunInfo{}, rows, BuildOptions{})
+	a := Build(RunInfo{}, rows, testBuild)
 	if rows[0].Task != "b" || rows[1].Repeat != 1 {
 		t.Fatalf("Build reordered its input: %+v", rows)
 	}

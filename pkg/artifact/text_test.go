@@ -74,7 +74,7 @@ func hostileArtifact(s string) *Artifact {
 	}
 	run := RunInfo{ID: "run" + s, TasksRoot: "/tasks" + s, Harnesses: []string{"base" + s, "arm" + s}, Models: []string{"model" + s},
 		Repeats: 1, BaselineHarness: "base" + s, StartedAt: "2026" + s, FinishedAt: "2027" + s, ProctorVersion: "v" + s}
-	return Build(run, rows, BuildOptions{Compare: CompareOptions{Resamples: 20}}) // few resamples: the fuzzer's speed
+	return Build(run, rows, BuildOptions{Compare: CompareOptions{Resamples: 20, SetupCheck: testCompare.SetupCheck}}) // few resamples: the fuzzer's speed
 }
 
 // TestReportRawBytes is issue 9, item 12: a reward file holding 0.5 and a

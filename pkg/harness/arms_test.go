@@ -402,3 +402,18 @@ func TestEmitErrorIsReturned(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// TestIsSetupCheck: the arms decide which harness names the artifact never
+// compares: the oracle and the probe (by DESIGN §5, before it has an arm);
+// agent and command arms are treatments; a name that does not parse is not
+// a setup check.
+func TestIsSetupCheck(t *testing.T) {
+	for name, want := range map[string]bool{
+		"oracle": true, "probe": true, "agent:examples/agents/scripted": false,
+		"command:true": false, "command:echo a,b": false, "": false, "nonsense": false,
+	} {
+		if got := harness.IsSetupCheck(name); got != want {
+			t.Errorf("IsSetupCheck(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

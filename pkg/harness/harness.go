@@ -118,6 +118,16 @@ func (r Ref) Comparable() bool {
 	return r.Kind != Probe
 }
 
+// IsSetupCheck reports whether the rows of the harness named name check the
+// setup (the oracle, probes) and so never enter comparisons nor Holm's
+// family: the arm decides (Arm.SetupCheck), as Ref.Comparable says. It is
+// what artifact.CompareOptions.SetupCheck takes; a name that does not parse
+// is not a setup check.
+func IsSetupCheck(name string) bool {
+	kind, arg, _ := strings.Cut(strings.TrimSpace(name), ":")
+	return !Ref{Name: name, Kind: Kind(kind), Arg: arg}.Comparable()
+}
+
 // Refusal decides from the task files alone, before any build, whether this
 // harness refuses the task (Arm.Refusal). It returns the error class
 // (refused or unresolved_env) and a reason naming the file or key, or ""

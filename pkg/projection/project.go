@@ -11,6 +11,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
 )
 
 // Projector folds one run's events, in log order, into run state and the
@@ -337,10 +338,19 @@ func (p *Projector) Counts() map[string]int {
 }
 
 // Artifact projects the run. Cells without a terminal event are errored
-// rows (class infra): missing data, never a 0 and never a pass.
+// rows (class infra): missing data, never a 0 and never a pass. Which
+// harnesses are setup checks (never compared) is the arms' word
+// (BuildOptions).
 func (p *Projector) Artifact(version string) *artifact.Artifact {
 	run, rows := p.Input(version)
-	return artifact.Build(run, rows, artifact.BuildOptions{})
+	return artifact.Build(run, rows, BuildOptions())
+}
+
+// BuildOptions are the options every projection builds its artifact with:
+// the harness arms say which harnesses are setup checks
+// (harness.IsSetupCheck).
+func BuildOptions() artifact.BuildOptions {
+	return artifact.BuildOptions{Compare: artifact.CompareOptions{SetupCheck: harness.IsSetupCheck}}
 }
 
 // Input returns what Artifact builds the artifact from: the run's info and
