@@ -2,6 +2,8 @@
 // Schema validation on every write, and the Markdown report.
 package artifact
 
+import "github.com/proctor-eval/proctor/pkg/events"
+
 // SchemaVersion is the value of Artifact.Schema.
 const SchemaVersion = "task_runs.v1"
 
@@ -16,14 +18,17 @@ const (
 	OutcomeErrored         = "errored"
 )
 
-// Error classes of an errored cell (DESIGN §8).
+// Error classes of an errored cell (DESIGN §8), as strings of the rows:
+// the vocabulary is events.ErrorClass; ErrorVerifier is the one class a
+// row has that no event carries (a verifier that wrote no readable
+// reward).
 const (
-	ErrorRefused       = "refused"
-	ErrorUnresolvedEnv = "unresolved_env"
-	ErrorBuild         = "build"
-	ErrorSandbox       = "sandbox"
-	ErrorSolver        = "solver_error"
-	ErrorInfra         = "infra"
+	ErrorRefused       = string(events.ClassRefused)
+	ErrorUnresolvedEnv = string(events.ClassUnresolvedEnv)
+	ErrorBuild         = string(events.ClassBuild)
+	ErrorSandbox       = string(events.ClassSandbox)
+	ErrorSolver        = string(events.ClassSolverError)
+	ErrorInfra         = string(events.ClassInfra)
 	ErrorVerifier      = "verifier_error"
 )
 
