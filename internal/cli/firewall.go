@@ -59,6 +59,9 @@ are not covered.`,
 				for _, r := range rules {
 					fmt.Fprintln(g.stdout, r)
 				}
+				if err == nil && len(rules) == 0 {
+					fmt.Fprintln(g.stderr, "no proctor-sandbox rules installed (proctor firewall apply installs them)")
+				}
 				return err
 			}
 			return usageError{fmt.Errorf("unknown action %q (apply, remove, show)", args[0])}

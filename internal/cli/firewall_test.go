@@ -41,8 +41,8 @@ func TestFirewallCommand(t *testing.T) {
 	if out := mustProctor(t, "firewall", "remove", "--iptables", ipt); strings.Count(out, "removed -A ") != 2 {
 		t.Fatalf("remove: %q", out)
 	}
-	if out := mustProctor(t, "firewall", "show", "--iptables", ipt); out != "" {
-		t.Fatalf("show after remove: %q", out)
+	if out, errOut, code := proctor(t, "firewall", "show", "--iptables", ipt); code != 0 || out != "" || !strings.Contains(errOut, "no proctor-sandbox rules installed") {
+		t.Fatalf("show after remove: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if _, errOut, code := proctor(t, "firewall", "apply", "--pool", "nonsense"); code != ExitUsage || !strings.Contains(errOut, "--pool") {
 		t.Fatalf("bad pool: exit %d %q", code, errOut)

@@ -18,8 +18,9 @@ import (
 // behind a registry mirror, or an offline machine with local stand-ins, runs
 // public tasks unchanged (`--image-map FILE`, `PROCTOR_IMAGE_MAP`).
 //
-// The map file has one rule per line, `from = to`; blank lines and lines
-// starting with `#` are ignored:
+// The map file has one rule per line, `from = to`; blank lines, lines
+// starting with `#` and a `#` comment after a rule (image references never
+// hold a `#`) are ignored:
 //
 //	# exact names
 //	python:3.11-slim = proctor/python:3.11-slim
@@ -116,8 +117,9 @@ func ParseImageMap(r io.Reader, name string) (*ImageMap, error) {
 	n := 0
 	for sc.Scan() {
 		n++
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		line, _, _ := strings.Cut(sc.Text(), "#") // a comment, whole-line or after the rule
+		line = strings.TrimSpace(line)
+		if line == "" {
 			continue
 		}
 		from, to, ok := strings.Cut(line, "=")

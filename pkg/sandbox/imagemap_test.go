@@ -375,3 +375,26 @@ func TestDockerfileBases(t *testing.T) {
 		t.Errorf("nil map bases %q", got)
 	}
 }
+
+// TestImageMapTrailingComments: the README's example map, comments after
+// the rules included, parses as its four rules.
+func TestImageMapTrailingComments(t *testing.T) {
+	m := mustMap(t, `python:3.11-slim = proctor/python:3.11-slim     # exact, as written
+python:* = proctor/python:*                     # every tag of a repository, tag kept
+ubuntu:* = debian:bookworm-slim                 # every tag of a repository, one image
+docker.io/ = mirror.example.com/docker.io/      # prefix (both sides end in /)
+`)
+	if m.Len() != 4 {
+		t.Fatalf("%d rules, want 4: %+v", m.Len(), m.Rules())
+	}
+	for from, want := range map[string]string{
+		"python:3.11-slim":      "proctor/python:3.11-slim",
+		"python:3.12":           "proctor/python:3.12",
+		"ubuntu:22.04":          "debian:bookworm-slim",
+		"docker.io/library/foo": "mirror.example.com/docker.io/library/foo",
+	} {
+		if got := m.RewriteRef(from); got != want {
+			t.Errorf("RewriteRef(%q) = %q, want %q", from, got, want)
+		}
+	}
+}
