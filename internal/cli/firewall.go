@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/pkg/firewall"
-	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 )
 
 func newFirewall(g *globals) *cobra.Command {
@@ -34,7 +34,7 @@ are not covered.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := netip.ParsePrefix(pool)
 			if err != nil || !p.Addr().Is4() {
-				return usageError{fmt.Errorf("--pool %q: want an IPv4 prefix such as %s", pool, sandbox.InternalPool)}
+				return usageError{fmt.Errorf("--pool %q: want an IPv4 prefix such as %s", pool, docker.InternalPool)}
 			}
 			fw := firewall.Firewall{IPTables: strings.Fields(iptables), Pool: p.Masked()}
 			ctx := cmd.Context()
@@ -67,7 +67,7 @@ are not covered.`,
 			return usageError{fmt.Errorf("unknown action %q (apply, remove, show)", args[0])}
 		},
 	}
-	cmd.Flags().StringVar(&pool, "pool", sandbox.InternalPool.String(), "address pool of proctor's internal networks")
+	cmd.Flags().StringVar(&pool, "pool", docker.InternalPool.String(), "address pool of proctor's internal networks")
 	cmd.Flags().StringVar(&iptables, "iptables", "iptables", "iptables command (split on spaces), e.g. 'ip netns exec NS iptables'")
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/services/launcher"
 	"github.com/proctor-eval/proctor/services/planner"
@@ -183,7 +184,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	runCtx, cancelServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelServices()
 	grp, gctx := errgroup.WithContext(runCtx)
-	var docker *sandbox.Docker
+	var docker *docker.Driver
 	if g.natsURL == "" {
 		start := g.startStack
 		if g.startServices != nil {
@@ -274,7 +275,7 @@ const progressGrace = 30 * time.Second
 // and network labelled with the run, then writes the artifact of what
 // finished (unfinished cells are errored rows) and prints the result.
 // Errors are printed; the caller returns its own.
-func (g *globals) abandon(b *bus.Bus, docker *sandbox.Docker, runID, status string) {
+func (g *globals) abandon(b *bus.Bus, docker *docker.Driver, runID, status string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if docker != nil {

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/harness"
-	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
@@ -66,7 +66,7 @@ func newGC(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			d, err := sandbox.NewDocker(sandbox.DockerOptions{Logger: g.logger()})
+			d, err := docker.New(docker.Options{Logger: g.logger()})
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
 	"github.com/proctor-eval/proctor/services/planner"
@@ -27,7 +28,7 @@ type stackConfig struct {
 }
 
 type stack struct {
-	docker *sandbox.Docker
+	docker *docker.Driver
 }
 
 // startStack starts the named services on b in grp. Services that run
@@ -52,7 +53,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		if err != nil {
 			return nil, err
 		}
-		d, err := sandbox.NewDocker(sandbox.DockerOptions{Logger: log, ImageMap: m, Defaults: defaults})
+		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults})
 		if err != nil {
 			return nil, err
 		}

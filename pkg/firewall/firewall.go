@@ -5,7 +5,7 @@
 // service listening on all interfaces (a NATS server, a database) is
 // reachable from an agent. Two iptables rules close that, for the whole
 // address pool proctor allocates its internal networks from
-// (sandbox.InternalPool):
+// (docker.InternalPool, package sandbox/docker):
 //
 //	-A INPUT       -s POOL            -j DROP   (packets to the host itself)
 //	-A DOCKER-USER -s POOL ! -d POOL  -j DROP   (packets the host would forward)

@@ -270,13 +270,13 @@ func (m *ImageMap) Len() int {
 // RewriteRef returns ref rewritten by the map, or ref unchanged when no
 // rule matches.
 func (m *ImageMap) RewriteRef(ref string) string {
-	to, _ := m.rewrite(ref)
+	to, _ := m.RewriteRefRule(ref)
 	return to
 }
 
-// rewrite returns ref rewritten and the From of the rule that matched ("" and
-// ref when none did).
-func (m *ImageMap) rewrite(ref string) (string, string) {
+// RewriteRefRule is RewriteRef that also returns the From of the rule that
+// matched (ref unchanged and "" when none did), for a Rewrite record.
+func (m *ImageMap) RewriteRefRule(ref string) (string, string) {
 	if m == nil {
 		return ref, ""
 	}
@@ -326,7 +326,7 @@ func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 	if m.Len() == 0 {
 		return src, nil
 	}
-	out, rewrites, _ := m.scanDockerfile(src)
+	out, rewrites, _ := m.ScanDockerfile(src)
 	return out, rewrites
 }
 
@@ -337,15 +337,17 @@ func (m *ImageMap) RewriteDockerfile(src []byte) ([]byte, []Rewrite) {
 // `scratch` and references whose variables have no value are included as
 // written.
 func (m *ImageMap) DockerfileBases(src []byte) []string {
-	_, _, bases := m.scanDockerfile(src)
+	_, _, bases := m.ScanDockerfile(src)
 	return bases
 }
 
-// scanDockerfile is RewriteDockerfile that also returns the base images
-// (see DockerfileBases). The Dockerfile is read by pkg/dockerfile
+// ScanDockerfile is RewriteDockerfile and DockerfileBases in one pass: the
+// rewritten text, the rewrites made and the base images after them. Unlike
+// RewriteDockerfile it scans even with no rules (the bases are wanted). The
+// Dockerfile is read by pkg/dockerfile
 // (BuildKit's parser); one it cannot parse is returned unchanged with no
 // bases, and the build reports the builder's own error.
-func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
+func (m *ImageMap) ScanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
 	f, err := dockerfile.Parse(src)
 	if err != nil {
 		return src, nil, nil
@@ -365,7 +367,7 @@ func (m *ImageMap) scanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
 			continue
 		}
 		base := st.Ref
-		if to, rule := m.rewrite(st.Ref); to != st.Ref && st.Replaceable() {
+		if to, rule := m.RewriteRefRule(st.Ref); to != st.Ref && st.Replaceable() {
 			repl[i] = to
 			rewrites = append(rewrites, Rewrite{Line: st.Line, From: st.Ref, To: to, Rule: rule})
 			base = to

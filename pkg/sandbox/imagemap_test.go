@@ -308,7 +308,7 @@ ghcr.io/ = mirror.local/ghcr/
 		{"ghcr.io/a/b:1", "mirror.local/ghcr/a/b:1", "ghcr.io/"},
 		{"Not A Reference", "Not A Reference", ""},
 	} {
-		got, rule := m.rewrite(tc.in)
+		got, rule := m.RewriteRefRule(tc.in)
 		if got != tc.want || rule != tc.rule || m.RewriteRef(tc.in) != tc.want {
 			t.Errorf("rewrite(%q) = %q by %q, want %q by %q", tc.in, got, rule, tc.want, tc.rule)
 		}

@@ -1,9 +1,14 @@
-// Package sandbox runs a cell's commands in an isolated place: a Docker
-// container per cell (Docker, the default) or a host process tree (Process),
-// as DESIGN §4 describes. Both implement Driver and pass one conformance
-// suite (exit codes, timeouts that kill the whole tree, a grandchild that
-// keeps the output pipe open, output without a final newline, long lines,
-// invalid UTF-8, a process that ignores SIGTERM).
+// Package sandbox is the contract of the places a cell's commands run in
+// (DESIGN §4): Driver, Spec, ExecSpec, ExecResult, Handle, the errors, the
+// labels and network modes, and the driver-neutral helpers every driver
+// and caller shares (output capture: Tail, Lines; the image map; image
+// keys and tags; resource limit types). The drivers live beside it: a
+// Docker container per cell in package sandbox/docker (the default) and a
+// host process tree in package sandbox/process. Both pass one conformance
+// suite, package sandbox/sandboxtest (exit codes, timeouts that kill the
+// whole tree, a grandchild that keeps the output pipe open, output without
+// a final newline, long lines, invalid UTF-8, a process that ignores
+// SIGTERM), which a new driver runs with one call to sandboxtest.Run.
 //
 // A Driver is safe for concurrent use by several goroutines on different
 // Handles; the calls on one Handle are made one at a time by its owner
@@ -40,7 +45,7 @@ const (
 	NetworkBridge = "bridge"
 	// NetworkInternal is a per-cell `--internal` bridge network created by
 	// Start and removed by Destroy: no way out of the host, but the
-	// container can later be joined to the bridge (Docker.ConnectBridge).
+	// container can later be joined to the bridge (docker.Driver.ConnectBridge).
 	NetworkInternal = "internal"
 )
 
@@ -67,6 +72,35 @@ var (
 	ErrInvalidSpec = errors.New("sandbox: invalid spec")
 )
 
+// ErrNotRegular is wrapped by a driver's ReadFile (and in a FileResult of
+// CopyOutFiles) when the path is a symlink, a directory, a device, a fifo
+// or anything else but a regular file.
+var ErrNotRegular = errors.New("sandbox: not a regular file")
+
+// ErrTooLarge is wrapped by a driver's ReadFile (and in a FileResult of
+// CopyOutFiles) when the file is over its size cap.
+var ErrTooLarge = errors.New("sandbox: file over its size cap")
+
+// FileResult is one file CopyOutFiles was asked to read: its contents, or
+// why it was not read (an error wrapping ErrNotRegular or ErrTooLarge).
+type FileResult struct {
+	Data []byte
+	Err  error
+}
+
+// Timeouts every driver applies, whatever the caller's context says.
+const (
+	// DestroyTimeout bounds Destroy (and the Docker driver's kill steps of
+	// a timed-out Exec), so cleanup still happens after Ctrl-C; callers
+	// destroying with a context of their own use it as the bound too.
+	DestroyTimeout = 60 * time.Second
+	// DrainTimeout bounds how long Exec keeps reading output after the
+	// command's main process has exited, when something it started still
+	// holds the output open (Docker: a lingering background process;
+	// process driver: a process that left the process group).
+	DrainTimeout = 250 * time.Millisecond
+)
+
 // Spec describes one sandbox for one cell.
 type Spec struct {
 	// RunID and CellID are put as labels proctor.run and proctor.cell on
@@ -75,7 +109,7 @@ type Spec struct {
 	RunID, CellID string
 	// Image is the image reference to run, already mapped and built
 	// (Docker only; the process driver ignores it). It must exist locally
-	// (see Docker.EnsureImage): Start never pulls.
+	// (see docker.Driver.EnsureImage): Start never pulls.
 	Image string
 	// Workdir is the working directory of every Exec that sets none.
 	// "" means the image's WORKDIR (Docker) or the root of the temp work
@@ -89,7 +123,7 @@ type Spec struct {
 	Network string
 	// CPUs limits the container to this many CPUs (fractions allowed);
 	// MemoryMB limits memory in MiB. 0 means the driver's default
-	// (DockerOptions.Defaults; memory DefaultMemoryMB, CPUs unlimited).
+	// (docker.Options.Defaults; memory DefaultMemoryMB, CPUs unlimited).
 	// Docker only.
 	CPUs     float64
 	MemoryMB int64
@@ -150,7 +184,8 @@ type ExecResult struct {
 	Duration time.Duration
 }
 
-// Driver runs sandboxes. Implementations: *Docker, *Process.
+// Driver runs sandboxes. Implementations: *docker.Driver and
+// *process.Driver (packages sandbox/docker and sandbox/process).
 type Driver interface {
 	// Start creates and starts the sandbox described by spec and returns
 	// its Handle. On error nothing created is left behind.
@@ -205,15 +240,11 @@ type Handle struct {
 	// process sandbox).
 	Limits Limits `json:"limits"`
 
-	// env is Spec.Env, kept out of State so that secrets in it are not
-	// recorded in events.
-	env map[string]string
-}
-
-// state returns h.State[key], "" for a nil Handle or State.
-func (h *Handle) state(key string) string {
-	if h == nil || h.State == nil {
-		return ""
-	}
-	return h.State[key]
+	// Env is a copy of Spec.Env, for a driver that applies it to every
+	// Exec itself (the process driver; the Docker driver sets it on the
+	// container and keeps it here only for the record). It is kept out of
+	// State and out of JSON so that secrets in it are never recorded in
+	// events; a Handle rebuilt from a recorded State has none, which
+	// Destroy does not need. Callers do not change it.
+	Env map[string]string `json:"-"`
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 )
 
 func benchLines() int {
@@ -46,7 +47,7 @@ func BenchmarkAgentEventLines(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, "debian:bookworm-slim")
 	n := benchLines()
-	d, err := sandbox.NewDocker(sandbox.DockerOptions{Client: cli})
+	d, err := docker.New(docker.Options{Client: cli})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/process"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -64,7 +65,7 @@ func (c *Config) Validate() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Host == nil {
-		c.Host = &sandbox.Process{Host: true}
+		c.Host = &process.Driver{Host: true}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // startWith starts a sandbox of testImage from a driver with the given
 // default limits, destroyed at the end of the test.
-func startWith(t *testing.T, defaults Limits, spec Spec) (*Docker, *Handle) {
+func startWith(t *testing.T, defaults sandbox.Limits, spec sandbox.Spec) (*Driver, *sandbox.Handle) {
 	t.Helper()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, testImage)
-	d, err := NewDocker(DockerOptions{Client: cli, Defaults: defaults})
+	d, err := New(Options{Client: cli, Defaults: defaults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func startWith(t *testing.T, defaults Limits, spec Spec) (*Docker, *Handle) {
 	return d, h
 }
 
-func inspect(t *testing.T, d *Docker, h *Handle) container.InspectResponse {
+func inspect(t *testing.T, d *Driver, h *sandbox.Handle) container.InspectResponse {
 	t.Helper()
 	ins, err := d.cli.ContainerInspect(context.Background(), h.ID)
 	if err != nil {
@@ -51,14 +53,14 @@ func TestDockerLimitsDefaultsAndDeclared(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name     string
-		defaults Limits
-		spec     Spec
-		want     Limits
+		defaults sandbox.Limits
+		spec     sandbox.Spec
+		want     sandbox.Limits
 	}{
-		{"defaults", Limits{}, Spec{}, Limits{MemoryMB: DefaultMemoryMB, PidsLimit: DefaultPidsLimit, NoNewPrivileges: true, MemorySource: "default"}},
-		{"declared", Limits{CPUs: 1}, Spec{CPUs: 0.5, MemoryMB: 256}, Limits{CPUs: 0.5, MemoryMB: 256, PidsLimit: DefaultPidsLimit, NoNewPrivileges: true, MemorySource: "task", CPUsSource: "task"}},
-		{"changed defaults", Limits{CPUs: 1.5, MemoryMB: 512, PidsLimit: 64}, Spec{}, Limits{CPUs: 1.5, MemoryMB: 512, PidsLimit: 64, NoNewPrivileges: true, MemorySource: "default", CPUsSource: "default"}},
-		{"no limits", Limits{MemoryMB: -1, PidsLimit: -1}, Spec{}, Limits{NoNewPrivileges: true}},
+		{"defaults", sandbox.Limits{}, sandbox.Spec{}, sandbox.Limits{MemoryMB: sandbox.DefaultMemoryMB, PidsLimit: sandbox.DefaultPidsLimit, NoNewPrivileges: true, MemorySource: "default"}},
+		{"declared", sandbox.Limits{CPUs: 1}, sandbox.Spec{CPUs: 0.5, MemoryMB: 256}, sandbox.Limits{CPUs: 0.5, MemoryMB: 256, PidsLimit: sandbox.DefaultPidsLimit, NoNewPrivileges: true, MemorySource: "task", CPUsSource: "task"}},
+		{"changed defaults", sandbox.Limits{CPUs: 1.5, MemoryMB: 512, PidsLimit: 64}, sandbox.Spec{}, sandbox.Limits{CPUs: 1.5, MemoryMB: 512, PidsLimit: 64, NoNewPrivileges: true, MemorySource: "default", CPUsSource: "default"}},
+		{"no limits", sandbox.Limits{MemoryMB: -1, PidsLimit: -1}, sandbox.Spec{}, sandbox.Limits{NoNewPrivileges: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,11 +92,11 @@ func TestDockerLimitsDefaultsAndDeclared(t *testing.T) {
 func TestDockerForkBombHeldAtPidsLimit(t *testing.T) {
 	t.Parallel()
 	const limit = 200
-	d, h := startWith(t, Limits{PidsLimit: limit}, Spec{Lifetime: 5 * time.Minute})
+	d, h := startWith(t, sandbox.Limits{PidsLimit: limit}, sandbox.Spec{Lifetime: 5 * time.Minute})
 	ctx := context.Background()
 	bomb := `i=0; while [ $i -lt 2000 ]; do sleep 300 & i=$((i+1)); echo $i > /tmp/forked; done; echo all forked`
 	var out testutil.SyncBuffer
-	res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"sh", "-c", bomb}, User: "10001", Stdout: &out, Stderr: &out, Timeout: 2 * time.Minute})
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", bomb}, User: "10001", Stdout: &out, Stderr: &out, Timeout: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func TestDockerForkBombHeldAtPidsLimit(t *testing.T) {
 		t.Fatalf("KillAll at the pids limit: %v", err)
 	}
 	var got testutil.SyncBuffer
-	res, err = d.Exec(ctx, h, ExecSpec{Cmd: []string{"sh", "-c", "cat /tmp/forked; ps=0; for p in /proc/[0-9]*; do [ \"$(stat -c %u $p 2>/dev/null)\" = 10001 ] && ! grep -q '^State:.*Z' $p/status 2>/dev/null && ps=$((ps+1)); done; echo $ps; i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done; echo forked $i"}, Stdout: &got, Stderr: &got})
+	res, err = d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "cat /tmp/forked; ps=0; for p in /proc/[0-9]*; do [ \"$(stat -c %u $p 2>/dev/null)\" = 10001 ] && ! grep -q '^State:.*Z' $p/status 2>/dev/null && ps=$((ps+1)); done; echo $ps; i=0; while [ $i -lt 100 ]; do sleep 300 & i=$((i+1)); done; echo forked $i"}, Stdout: &got, Stderr: &got})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("the next phase cannot run: %+v %v %q", res, err, got.String())
 	}
@@ -128,13 +130,13 @@ func TestDockerForkBombHeldAtPidsLimit(t *testing.T) {
 // killed by the kernel, and OOMKills counts it (0 before).
 func TestDockerOOMKilled(t *testing.T) {
 	t.Parallel()
-	d, h := startWith(t, Limits{}, Spec{MemoryMB: 32})
+	d, h := startWith(t, sandbox.Limits{}, sandbox.Spec{MemoryMB: 32})
 	ctx := context.Background()
 	if n, err := d.OOMKills(ctx, h); err != nil || n != 0 {
 		t.Fatalf("OOMKills before: %v %v", n, err)
 	}
 	// tail keeps every byte of a file without a newline in memory.
-	res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"sh", "-c", "tail /dev/zero"}, User: "10001", Timeout: time.Minute})
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "tail /dev/zero"}, User: "10001", Timeout: time.Minute})
 	if err != nil || res.ExitCode != 137 {
 		t.Fatalf("the hog: %+v %v, want exit 137 (SIGKILL)", res, err)
 	}
@@ -153,8 +155,8 @@ func TestDockerNoNewPrivileges(t *testing.T) {
 	env := writeEnv(t, "FROM "+testImage+"\n"+
 		"RUN cp /usr/bin/id /usr/local/bin/rootid && chmod 4755 /usr/local/bin/rootid && "+
 		"cp /bin/cat /usr/local/bin/rootcat && chmod 4755 /usr/local/bin/rootcat\n")
-	b := BuildSpec{Task: "setuid", Revision: randomHex(32), EnvironmentDir: env}
-	removeImage(t, cli, ImageTag(b.Task, b.Revision))
+	b := sandbox.BuildSpec{Task: "setuid", Revision: randomHex(32), EnvironmentDir: env}
+	removeImage(t, cli, sandbox.ImageTag(b.Task, b.Revision))
 	img, err := d.EnsureImage(ctx, b)
 	if err != nil {
 		t.Fatal(err)
@@ -162,31 +164,31 @@ func TestDockerNoNewPrivileges(t *testing.T) {
 	attack := []string{"sh", "-c", "rootid -u; rootcat /etc/shadow >/dev/null 2>&1 && echo read shadow || echo denied"}
 
 	// The control: the same image without no-new-privileges.
-	created, err := cli.ContainerCreate(ctx, &container.Config{Image: img.Ref, Entrypoint: []string{"sleep", "120"}, Labels: labels(Spec{})},
+	created, err := cli.ContainerCreate(ctx, &container.Config{Image: img.Ref, Entrypoint: []string{"sleep", "120"}, Labels: labels(sandbox.Spec{})},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	control := &Handle{Driver: DriverDocker, ID: created.ID, State: map[string]string{"container": created.ID}}
+	control := &sandbox.Handle{Driver: sandbox.DriverDocker, ID: created.ID, State: map[string]string{"container": created.ID}}
 	t.Cleanup(func() { _ = d.Destroy(context.Background(), control) })
 	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var out testutil.SyncBuffer
-	if _, err := d.Exec(ctx, control, ExecSpec{Cmd: attack, User: "10001", Stdout: &out}); err != nil {
+	if _, err := d.Exec(ctx, control, sandbox.ExecSpec{Cmd: attack, User: "10001", Stdout: &out}); err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != "0\nread shadow\n" {
 		t.Fatalf("control: the setuid copy did not give root (%q); the test proves nothing", out.String())
 	}
 
-	h, err := d.Start(ctx, Spec{Image: img.Ref})
+	h, err := d.Start(ctx, sandbox.Spec{Image: img.Ref})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, h)
 	var got testutil.SyncBuffer
-	if _, err := d.Exec(ctx, h, ExecSpec{Cmd: attack, User: "10001", Stdout: &got}); err != nil {
+	if _, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: attack, User: "10001", Stdout: &got}); err != nil {
 		t.Fatal(err)
 	}
 	if got.String() != "10001\ndenied\n" {

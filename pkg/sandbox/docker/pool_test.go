@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/network"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // TestDockerInternalNetworkInPool: per-cell internal networks get distinct
@@ -15,7 +17,7 @@ func TestDockerInternalNetworkInPool(t *testing.T) {
 	t.Parallel()
 	seen := map[netip.Prefix]bool{}
 	for range 3 {
-		d, h := startWith(t, Limits{}, Spec{Network: NetworkInternal})
+		d, h := startWith(t, sandbox.Limits{}, sandbox.Spec{Network: sandbox.NetworkInternal})
 		n, err := d.cli.NetworkInspect(context.Background(), h.State["network"], network.InspectOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,25 @@
-package sandbox
+// Package sandboxtest is the conformance suite every sandbox.Driver must
+// pass (DESIGN §4), exported so that a driver in any package runs it in one
+// line, as watermill's pubsub/tests and Nomad's driver test utilities do:
+//
+//	func TestConformance(t *testing.T) {
+//		sandboxtest.Run(t, func(t *testing.T) (sandbox.Driver, sandbox.Spec) {
+//			return &mydriver.Driver{}, sandbox.Spec{Image: "debian:bookworm-slim"}
+//		})
+//	}
+//
+// It checks exit codes (128+N for a signal), stdout and stderr apart,
+// output without a final newline, a timeout and a context cancellation
+// that kill the whole process tree (a grandchild included) and report
+// exit 124, a process that ignores SIGTERM getting its grace, a background
+// process holding stdout that does not keep Exec waiting, a 3 MB line,
+// invalid UTF-8 passed through, Spec.Env and ExecSpec.Env, the default and
+// per-command working directory, a CopyIn/CopyOut round trip (modes,
+// symlinks, empty directories, ErrNotFound) and an idempotent Destroy
+// (also from a Handle rebuilt from its State, then ErrDestroyed). The
+// commands need a POSIX sh with head, tr, grep, cat, sleep, mkdir, pwd,
+// readlink and test, and a /proc.
+package sandboxtest
 
 import (
 	"bytes"
@@ -13,48 +34,56 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// testImage is the image the Docker tests run (made by `make setup`).
-const testImage = "debian:bookworm-slim"
+// Workdir is the Spec.Workdir the suite's sandboxes are started with (Run
+// sets it, whatever the Spec newDriver returns says).
+const Workdir = "/work"
+
+// HostPather is implemented by a driver whose commands see a sandbox path
+// under another name (the process driver: <work tree>/p). The suite uses it
+// to know what `pwd` prints; a driver without it must show sandbox paths
+// as they are (Docker).
+type HostPather interface {
+	HostPath(h *sandbox.Handle, sandboxPath string) (string, error)
+}
+
+// Run runs the conformance suite as parallel subtests of t. newDriver is
+// called once, with t, and returns the driver under test and the Spec
+// every subtest starts its sandbox from (RunID, CellID, Image, Lifetime,
+// ...; its Workdir is replaced by Workdir). It may skip t (no engine) and
+// register cleanups on it. Every sandbox a subtest starts is destroyed
+// when the subtest ends; a Destroy error fails it.
+func Run(t *testing.T, newDriver func(t *testing.T) (sandbox.Driver, sandbox.Spec)) {
+	t.Helper()
+	d, spec := newDriver(t)
+	spec.Workdir = Workdir
+	c := conformance{driver: d, spec: spec, hostPath: func(_ *sandbox.Handle, s string) string { return s }}
+	if hp, ok := d.(HostPather); ok {
+		c.hostPath = func(h *sandbox.Handle, s string) string {
+			p, err := hp.HostPath(h, s)
+			if err != nil {
+				t.Errorf("HostPath(%q): %v", s, err)
+			}
+			return p
+		}
+	}
+	runSuite(t, c)
+}
 
 // conformance describes one driver under the conformance suite.
 type conformance struct {
-	driver Driver
+	driver sandbox.Driver
 	// spec is the Spec each subtest starts its sandbox with.
-	spec Spec
+	spec sandbox.Spec
 	// hostPath maps a sandbox path to what the sandbox's commands see as
 	// that path (`pwd` output): identity for Docker, <root>/p for process.
-	hostPath func(h *Handle, p string) string
+	hostPath func(h *sandbox.Handle, p string) string
 }
 
-func TestConformanceProcess(t *testing.T) {
-	p := &Process{BaseDir: t.TempDir()}
-	runConformance(t, conformance{
-		driver:   p,
-		spec:     Spec{RunID: "conf-run", CellID: "conf/cell", Workdir: "/work"},
-		hostPath: func(h *Handle, s string) string { return inTree(h.State["root"], s) },
-	})
-}
-
-func TestConformanceDocker(t *testing.T) {
-	cli := testutil.Docker(t)
-	testutil.RequireImage(t, cli, testImage)
-	d, err := NewDocker(DockerOptions{Client: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runConformance(t, conformance{
-		driver:   d,
-		spec:     Spec{RunID: "conf-" + randomHex(4), CellID: "conf/cell", Image: testImage, Workdir: "/work", Lifetime: 10 * time.Minute},
-		hostPath: func(_ *Handle, s string) string { return s },
-	})
-}
-
-// runConformance runs the suite every Driver must pass.
-func runConformance(t *testing.T, c conformance) {
-	start := func(t *testing.T) *Handle {
+func runSuite(t *testing.T, c conformance) {
+	start := func(t *testing.T) *sandbox.Handle {
 		t.Helper()
 		h, err := c.driver.Start(context.Background(), c.spec)
 		if err != nil {
@@ -69,9 +98,9 @@ func runConformance(t *testing.T, c conformance) {
 	}
 	// run runs a shell script and returns the result and its stdout and
 	// stderr.
-	run := func(t *testing.T, h *Handle, es ExecSpec, script string) (ExecResult, string, string) {
+	run := func(t *testing.T, h *sandbox.Handle, es sandbox.ExecSpec, script string) (sandbox.ExecResult, string, string) {
 		t.Helper()
-		var out, errb testutil.SyncBuffer
+		var out, errb syncBuffer
 		if es.Stdout == nil {
 			es.Stdout = &out
 		}
@@ -87,10 +116,10 @@ func runConformance(t *testing.T, c conformance) {
 	}
 	// aliveFiles returns the pids, read from pid files in the workdir, of
 	// processes that still run (zombies count as gone).
-	aliveFiles := func(t *testing.T, h *Handle, pidfiles ...string) string {
+	aliveFiles := func(t *testing.T, h *sandbox.Handle, pidfiles ...string) string {
 		t.Helper()
-		var out testutil.SyncBuffer
-		res, err := c.driver.Exec(context.Background(), h, ExecSpec{
+		var out syncBuffer
+		res, err := c.driver.Exec(context.Background(), h, sandbox.ExecSpec{
 			Cmd: append([]string{"sh", "-c", `for f in "$@"; do p=$(cat "$f"); ` +
 				`if [ -r /proc/$p/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$p/status; then echo "$f=$p"; fi; done`, "sh"}, pidfiles...),
 			Stdout: &out, Stderr: &out,
@@ -101,7 +130,7 @@ func runConformance(t *testing.T, c conformance) {
 		return out.String()
 	}
 	// waitGone polls until none of the processes in the pid files runs.
-	waitGone := func(t *testing.T, h *Handle, pidfiles ...string) {
+	waitGone := func(t *testing.T, h *sandbox.Handle, pidfiles ...string) {
 		t.Helper()
 		deadline := time.Now().Add(15 * time.Second)
 		for {
@@ -122,7 +151,7 @@ func runConformance(t *testing.T, c conformance) {
 			script string
 			want   int
 		}{{"exit 0", 0}, {"exit 3", 3}, {"kill -9 $$", 137}} {
-			res, _, _ := run(t, h, ExecSpec{}, tc.script)
+			res, _, _ := run(t, h, sandbox.ExecSpec{}, tc.script)
 			if res.ExitCode != tc.want || res.TimedOut {
 				t.Errorf("%q: got %+v, want exit %d", tc.script, res, tc.want)
 			}
@@ -132,7 +161,7 @@ func runConformance(t *testing.T, c conformance) {
 	t.Run("StdoutStderr", func(t *testing.T) {
 		t.Parallel()
 		h := start(t)
-		res, out, errs := run(t, h, ExecSpec{}, "echo out; echo err >&2; printf 'no newline'")
+		res, out, errs := run(t, h, sandbox.ExecSpec{}, "echo out; echo err >&2; printf 'no newline'")
 		if res.ExitCode != 0 || out != "out\nno newline" || errs != "err\n" {
 			t.Fatalf("got %+v stdout %q stderr %q", res, out, errs)
 		}
@@ -142,8 +171,8 @@ func runConformance(t *testing.T, c conformance) {
 		t.Parallel()
 		h := start(t)
 		var got []string
-		lines := NewLines(func(l string, _ bool) { got = append(got, l) }, 0)
-		res, _, _ := run(t, h, ExecSpec{Stdout: lines}, "printf 'first\\nlast'")
+		lines := sandbox.NewLines(func(l string, _ bool) { got = append(got, l) }, 0)
+		res, _, _ := run(t, h, sandbox.ExecSpec{Stdout: lines}, "printf 'first\\nlast'")
 		lines.Close()
 		if res.ExitCode != 0 || strings.Join(got, "|") != "first|last" {
 			t.Fatalf("got %+v lines %q", res, got)
@@ -159,8 +188,8 @@ sh -c 'sh -c "echo \$\$ > grandchild.pid; exec sleep 100000" & echo $$ > child.p
 while [ ! -s child.pid ] || [ ! -s grandchild.pid ]; do sleep 0.05; done
 echo ready
 sleep 100000`
-		res, out, _ := run(t, h, ExecSpec{Timeout: 3 * time.Second}, script)
-		if !res.TimedOut || res.ExitCode != TimeoutExitCode {
+		res, out, _ := run(t, h, sandbox.ExecSpec{Timeout: 3 * time.Second}, script)
+		if !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode {
 			t.Fatalf("want a timeout with exit 124, got %+v", res)
 		}
 		if out != "ready\n" {
@@ -174,8 +203,8 @@ sleep 100000`
 		h := start(t)
 		const timeout, grace = 2 * time.Second, time.Second
 		script := `trap '' TERM; echo $$ > stubborn.pid; echo ready; while :; do sleep 0.2; done`
-		res, out, _ := run(t, h, ExecSpec{Timeout: timeout, Grace: grace}, script)
-		if !res.TimedOut || res.ExitCode != TimeoutExitCode || out != "ready\n" {
+		res, out, _ := run(t, h, sandbox.ExecSpec{Timeout: timeout, Grace: grace}, script)
+		if !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode || out != "ready\n" {
 			t.Fatalf("got %+v stdout %q", res, out)
 		}
 		if res.Duration < timeout+grace {
@@ -191,14 +220,14 @@ sleep 100000`
 		defer cancel()
 		// Cancel as soon as the command says it is running.
 		w := &watchWriter{want: "ready", fn: cancel}
-		res, err := c.driver.Exec(ctx, h, ExecSpec{
+		res, err := c.driver.Exec(ctx, h, sandbox.ExecSpec{
 			Cmd:    []string{"sh", "-c", "echo $$ > cancelled.pid; echo ready; sleep 100000"},
 			Stdout: w,
 		})
 		if err != nil {
 			t.Fatalf("Exec: %v", err)
 		}
-		if !res.TimedOut || res.ExitCode != TimeoutExitCode {
+		if !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode {
 			t.Fatalf("want a cancelled exec reported as a timeout, got %+v", res)
 		}
 		waitGone(t, h, "cancelled.pid")
@@ -209,12 +238,12 @@ sleep 100000`
 		h := start(t)
 		// If Exec waited for the background sleep, the 60 s timeout
 		// would report TimedOut.
-		res, out, _ := run(t, h, ExecSpec{Timeout: 60 * time.Second}, "sleep 100000 & echo started")
+		res, out, _ := run(t, h, sandbox.ExecSpec{Timeout: 60 * time.Second}, "sleep 100000 & echo started")
 		if res.TimedOut || res.ExitCode != 0 || out != "started\n" {
 			t.Fatalf("got %+v stdout %q", res, out)
 		}
 		// The sandbox still works.
-		res, out, _ = run(t, h, ExecSpec{}, "echo next")
+		res, out, _ = run(t, h, sandbox.ExecSpec{}, "echo next")
 		if res.ExitCode != 0 || out != "next\n" {
 			t.Fatalf("next exec: %+v %q", res, out)
 		}
@@ -224,12 +253,12 @@ sleep 100000`
 		t.Parallel()
 		h := start(t)
 		const n = 3_000_000
-		tail := NewTail(0)
+		tail := sandbox.NewTail(0)
 		var count countWriter
 		var lines []string
 		var truncated []bool
-		lw := NewLines(func(l string, tr bool) { lines = append(lines, l); truncated = append(truncated, tr) }, 0)
-		res, _, _ := run(t, h, ExecSpec{Stdout: io.MultiWriter(tail, lw, &count)},
+		lw := sandbox.NewLines(func(l string, tr bool) { lines = append(lines, l); truncated = append(truncated, tr) }, 0)
+		res, _, _ := run(t, h, sandbox.ExecSpec{Stdout: io.MultiWriter(tail, lw, &count)},
 			"head -c 3000000 /dev/zero | tr '\\000' a; echo; echo end")
 		lw.Close()
 		if res.ExitCode != 0 {
@@ -238,10 +267,10 @@ sleep 100000`
 		if want := int64(n + 1 + 4); count.n != want || tail.Total() != want {
 			t.Fatalf("captured %d bytes (tail total %d), want %d", count.n, tail.Total(), want)
 		}
-		if len(lines) != 2 || len(lines[0]) != DefaultMaxLine || !truncated[0] || lines[1] != "end" || truncated[1] {
+		if len(lines) != 2 || len(lines[0]) != sandbox.DefaultMaxLine || !truncated[0] || lines[1] != "end" || truncated[1] {
 			t.Fatalf("lines: %d, first %d bytes truncated=%v, rest %q", len(lines), len(lines[0]), truncated, lines[1:])
 		}
-		if s := tail.String(); !strings.HasSuffix(s, "a\nend\n") || len(s) != DefaultTailSize {
+		if s := tail.String(); !strings.HasSuffix(s, "a\nend\n") || len(s) != sandbox.DefaultTailSize {
 			t.Fatalf("tail ends %q, %d bytes", s[max(0, len(s)-10):], len(s))
 		}
 	})
@@ -249,9 +278,9 @@ sleep 100000`
 	t.Run("InvalidUTF8", func(t *testing.T) {
 		t.Parallel()
 		h := start(t)
-		tail := NewTail(0)
-		var raw testutil.SyncBuffer
-		res, _, _ := run(t, h, ExecSpec{Stdout: io.MultiWriter(tail, &raw)}, `printf 'ok \377\376 bytes\n'`)
+		tail := sandbox.NewTail(0)
+		var raw syncBuffer
+		res, _, _ := run(t, h, sandbox.ExecSpec{Stdout: io.MultiWriter(tail, &raw)}, `printf 'ok \377\376 bytes\n'`)
 		if res.ExitCode != 0 {
 			t.Fatalf("exit %+v", res)
 		}
@@ -272,7 +301,7 @@ sleep 100000`
 			t.Fatal(err)
 		}
 		defer c.driver.Destroy(context.Background(), h)
-		_, out, _ := run(t, h, ExecSpec{Env: map[string]string{"PROCTOR_B": "exec-b", "PROCTOR_C": "c d"}},
+		_, out, _ := run(t, h, sandbox.ExecSpec{Env: map[string]string{"PROCTOR_B": "exec-b", "PROCTOR_C": "c d"}},
 			`echo "$PROCTOR_A|$PROCTOR_B|$PROCTOR_C"`)
 		if out != "spec-a|exec-b|c d\n" {
 			t.Fatalf("env: %q", out)
@@ -282,13 +311,13 @@ sleep 100000`
 	t.Run("Workdir", func(t *testing.T) {
 		t.Parallel()
 		h := start(t)
-		_, out, _ := run(t, h, ExecSpec{}, "pwd")
-		if want := c.hostPath(h, "/work") + "\n"; out != want {
+		_, out, _ := run(t, h, sandbox.ExecSpec{}, "pwd")
+		if want := c.hostPath(h, Workdir) + "\n"; out != want {
 			t.Fatalf("default workdir %q, want %q", out, want)
 		}
-		run(t, h, ExecSpec{}, "mkdir -p sub/dir")
-		_, out, _ = run(t, h, ExecSpec{Workdir: "/work/sub/dir"}, "pwd")
-		if want := c.hostPath(h, "/work/sub/dir") + "\n"; out != want {
+		run(t, h, sandbox.ExecSpec{}, "mkdir -p sub/dir")
+		_, out, _ = run(t, h, sandbox.ExecSpec{Workdir: Workdir + "/sub/dir"}, "pwd")
+		if want := c.hostPath(h, Workdir+"/sub/dir") + "\n"; out != want {
 			t.Fatalf("exec workdir %q, want %q", out, want)
 		}
 	})
@@ -313,12 +342,12 @@ sleep 100000`
 		if err := c.driver.CopyIn(ctx, h, filepath.Join(src, "a.txt"), "/files"); err != nil {
 			t.Fatalf("CopyIn file: %v", err)
 		}
-		res, out, errs := run(t, h, ExecSpec{Workdir: "/in/deep"},
+		res, out, errs := run(t, h, sandbox.ExecSpec{Workdir: "/in/deep"},
 			`cat a.txt link ../../files/a.txt && test -x bin/run.sh && test -d empty && [ "$(readlink link)" = a.txt ]`)
 		if res.ExitCode != 0 || out != "hello\nhello\nhello\n" {
 			t.Fatalf("inside the sandbox: %+v %q %q", res, out, errs)
 		}
-		run(t, h, ExecSpec{Workdir: "/in/deep"}, "echo new > made-inside.txt")
+		run(t, h, sandbox.ExecSpec{Workdir: "/in/deep"}, "echo new > made-inside.txt")
 
 		dst := t.TempDir()
 		if err := c.driver.CopyOut(ctx, h, "/in/deep", dst); err != nil {
@@ -346,10 +375,10 @@ sleep 100000`
 		if b, _ := os.ReadFile(filepath.Join(dst, "a.txt")); string(b) != "hello\n" {
 			t.Errorf("copied out file: %q", b)
 		}
-		if err := c.driver.CopyOut(ctx, h, "/no/such/path", dst); !errors.Is(err, ErrNotFound) {
+		if err := c.driver.CopyOut(ctx, h, "/no/such/path", dst); !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("CopyOut of a missing path: %v, want ErrNotFound", err)
 		}
-		if err := c.driver.CopyIn(ctx, h, filepath.Join(src, "missing"), "/x"); !errors.Is(err, ErrNotFound) {
+		if err := c.driver.CopyIn(ctx, h, filepath.Join(src, "missing"), "/x"); !errors.Is(err, sandbox.ErrNotFound) {
 			t.Errorf("CopyIn of a missing path: %v, want ErrNotFound", err)
 		}
 	})
@@ -365,11 +394,11 @@ sleep 100000`
 				t.Fatalf("Destroy #%d: %v", i+1, err)
 			}
 		}
-		_, err = c.driver.Exec(context.Background(), h, ExecSpec{Cmd: []string{"true"}})
-		if !errors.Is(err, ErrDestroyed) {
+		_, err = c.driver.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"true"}})
+		if !errors.Is(err, sandbox.ErrDestroyed) {
 			t.Fatalf("Exec after Destroy: %v, want ErrDestroyed", err)
 		}
-		if err := c.driver.Destroy(context.Background(), &Handle{Driver: h.Driver, State: h.State}); err != nil {
+		if err := c.driver.Destroy(context.Background(), &sandbox.Handle{Driver: h.Driver, State: h.State}); err != nil {
 			t.Fatalf("Destroy of a handle rebuilt from its state: %v", err)
 		}
 	})
@@ -410,4 +439,29 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 		w.fn()
 	}
 	return len(p), nil
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers (a command's
+// stdout and stderr) and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
 }

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"context"
@@ -11,51 +11,13 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// Default limits of a Docker sandbox, applied when the task declares none
-// (DockerOptions.Defaults changes them). They are sized for a 2-core,
-// 24 GiB machine running 2 × CPUs = 4 cells at once: 4 × 4 GiB leaves
-// 8 GiB to the host, and 4 × 1024 processes stay far below the kernel's
-// default pid_max of 32,768 that every container shares.
-const (
-	// DefaultMemoryMB is the memory limit in MiB of a sandbox whose task
-	// declares no memory (4 GiB).
-	DefaultMemoryMB = 4096
-	// DefaultPidsLimit is the number of processes (threads included, as
-	// the pids cgroup counts them) a sandbox may hold at once.
-	DefaultPidsLimit = 1024
-)
-
-// Limits are the resource limits of one sandbox, as applied to its
-// container. A zero or negative field means no limit.
-type Limits struct {
-	// CPUs is the number of CPUs (fractions allowed, CFS quota).
-	CPUs float64 `json:"cpus,omitempty"`
-	// MemoryMB is the memory limit in MiB; swap is limited to the same
-	// amount (no swap beyond it), so a sandbox that exceeds it is
-	// OOM-killed instead of swapping.
-	MemoryMB int64 `json:"memory_mb,omitempty"`
-	// PidsLimit is the most processes and threads at once.
-	PidsLimit int64 `json:"pids_limit,omitempty"`
-	// NoNewPrivileges is always true for a Docker sandbox: no process can
-	// gain privileges through a setuid or setcap binary (SecurityOpt
-	// no-new-privileges).
-	NoNewPrivileges bool `json:"no_new_privileges"`
-	// MemorySource says where MemoryMB came from: "task" (the task's
-	// memory_mb / memory) or "default".
-	MemorySource string `json:"memory_source,omitempty"`
-	// CPUsSource is "task", "default", or "" when CPUs is unlimited.
-	CPUsSource string `json:"cpus_source,omitempty"`
-}
-
-// DefaultLimits are the defaults of a Docker driver whose options leave
-// them unset: no CPU limit, DefaultMemoryMB, DefaultPidsLimit.
-var DefaultLimits = Limits{MemoryMB: DefaultMemoryMB, PidsLimit: DefaultPidsLimit}
-
-// withDefaults fills the zero fields of l from DefaultLimits; a negative
-// field means "no limit" and becomes 0.
-func (l Limits) withDefaults() Limits {
+// withDefaults fills the zero fields of l from sandbox.DefaultLimits; a
+// negative field means "no limit" and becomes 0.
+func withDefaults(l sandbox.Limits) sandbox.Limits {
 	pick := func(v, def int64) int64 {
 		switch {
 		case v < 0:
@@ -65,8 +27,8 @@ func (l Limits) withDefaults() Limits {
 		}
 		return v
 	}
-	l.MemoryMB = pick(l.MemoryMB, DefaultLimits.MemoryMB)
-	l.PidsLimit = pick(l.PidsLimit, DefaultLimits.PidsLimit)
+	l.MemoryMB = pick(l.MemoryMB, sandbox.DefaultLimits.MemoryMB)
+	l.PidsLimit = pick(l.PidsLimit, sandbox.DefaultLimits.PidsLimit)
 	if l.CPUs < 0 {
 		l.CPUs = 0
 	}
@@ -76,8 +38,8 @@ func (l Limits) withDefaults() Limits {
 // Limits returns the limits a sandbox started from spec gets: the spec's
 // CPUs and MemoryMB when set (the task's declaration), else the driver's
 // defaults; the driver's pids limit; no-new-privileges.
-func (d *Docker) Limits(spec Spec) Limits {
-	l := Limits{PidsLimit: d.defaults.PidsLimit, NoNewPrivileges: true}
+func (d *Driver) Limits(spec sandbox.Spec) sandbox.Limits {
+	l := sandbox.Limits{PidsLimit: d.defaults.PidsLimit, NoNewPrivileges: true}
 	l.MemoryMB, l.MemorySource = d.defaults.MemoryMB, "default"
 	if spec.MemoryMB > 0 {
 		l.MemoryMB, l.MemorySource = spec.MemoryMB, "task"
@@ -98,7 +60,7 @@ func (d *Docker) Limits(spec Spec) Limits {
 // hostConfig is the HostConfig of every sandbox container: its network,
 // its resource limits (see Limits) and its security options. Every
 // container proctor creates is made through it.
-func hostConfig(netMode string, l Limits) *container.HostConfig {
+func hostConfig(netMode string, l sandbox.Limits) *container.HostConfig {
 	r := container.Resources{NanoCPUs: int64(l.CPUs * 1e9)}
 	if l.MemoryMB > 0 {
 		r.Memory = l.MemoryMB << 20
@@ -125,9 +87,9 @@ func hostConfig(netMode string, l Limits) *container.HostConfig {
 // sets it only when PID 1 is killed, never for a process of an exec.
 // Callers compare the count before and after a phase. It returns an error
 // when the counter cannot be read (no cgroup mount, the exec cannot start).
-func (d *Docker) OOMKills(ctx context.Context, h *Handle) (int64, error) {
+func (d *Driver) OOMKills(ctx context.Context, h *sandbox.Handle) (int64, error) {
 	var out limitedBuffer
-	res, err := d.Exec(ctx, h, ExecSpec{
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd:    []string{"sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control"},
 		Stdout: &out, Timeout: time.Minute,
 	})
@@ -172,7 +134,7 @@ func (b *limitedBuffer) String() string {
 const labelPidsLimit = "proctor.pids_limit"
 
 // limitLabels returns lbl plus the pids limit label.
-func limitLabels(lbl map[string]string, l Limits) map[string]string {
+func limitLabels(lbl map[string]string, l sandbox.Limits) map[string]string {
 	out := maps.Clone(lbl)
 	out[labelPidsLimit] = strconv.FormatInt(l.PidsLimit, 10)
 	return out
@@ -193,7 +155,7 @@ const pidsHeadroom = 8
 // cgroup counts, because PID 1 does not reap) plus the container's own
 // limit, so the next phase (the verifier) gets its whole budget. It
 // returns an error when the engine fails or the exec still cannot start.
-func (d *Docker) KillAll(ctx context.Context, h *Handle, user string) error {
+func (d *Driver) KillAll(ctx context.Context, h *sandbox.Handle, user string) error {
 	cid, err := d.container(h)
 	if err != nil {
 		return err
@@ -206,7 +168,7 @@ func (d *Docker) KillAll(ctx context.Context, h *Handle, user string) error {
 
 // signalAs sends SIGsig as user to every process it may signal but PID 1
 // (kill -1), from a new exec, lifting a reached pids limit as KillAll says.
-func (d *Docker) signalAs(ctx context.Context, cid, user, sig string) error {
+func (d *Driver) signalAs(ctx context.Context, cid, user, sig string) error {
 	script := "kill -" + sig + " -1 2>/dev/null; true"
 	code, err := d.runQuiet(ctx, cid, user, script)
 	if err != nil {
@@ -245,7 +207,7 @@ func (d *Docker) signalAs(ctx context.Context, cid, user, sig string) error {
 }
 
 // setPids sets the container's pids limit to its current count plus extra.
-func (d *Docker) setPids(ctx context.Context, cid string, extra int64) error {
+func (d *Driver) setPids(ctx context.Context, cid string, extra int64) error {
 	cur, err := d.pidsCurrent(ctx, cid)
 	if err != nil {
 		return err
@@ -261,7 +223,7 @@ func (d *Docker) setPids(ctx context.Context, cid string, extra int64) error {
 
 // pidsCurrent returns the number of processes and threads the container's
 // pids cgroup counts (zombies included), from a one-shot stats read.
-func (d *Docker) pidsCurrent(ctx context.Context, cid string) (int64, error) {
+func (d *Driver) pidsCurrent(ctx context.Context, cid string) (int64, error) {
 	resp, err := d.cli.ContainerStatsOneShot(ctx, cid)
 	if err != nil {
 		return 0, fmt.Errorf("sandbox: docker: stats of %s: %w", short(cid), err)

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"archive/tar"
@@ -15,6 +15,8 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // CopyIn implements Driver through the engine's copy API (a tar stream
@@ -24,14 +26,14 @@ import (
 // their permission bits and are owned by root (uid 0, gid 0); an existing
 // sandboxDir keeps its own mode and owner. Other file types are skipped.
 // A missing hostPath is ErrNotFound.
-func (d *Docker) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error {
+func (d *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandboxDir string) error {
 	cid, err := d.container(h)
 	if err != nil {
 		return err
 	}
 	fi, err := os.Lstat(hostPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", ErrNotFound, hostPath)
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, hostPath)
 	} else if err != nil {
 		return fmt.Errorf("sandbox: copy in: %w", err)
 	}
@@ -44,7 +46,7 @@ func (d *Docker) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir str
 	pr.CloseWithError(io.ErrClosedPipe) // stop the writer if the engine quit early
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("%w: %v", ErrDestroyed, err)
+			return fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 		}
 		return fmt.Errorf("sandbox: copy in %s to %s: %w", hostPath, sandboxDir, err)
 	}
@@ -139,16 +141,9 @@ func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error
 // ownership is the current user's. Entries that would land outside hostDir
 // or be written through a symlink are refused with an error. A missing
 // sandboxPath is ErrNotFound.
-func (d *Docker) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error {
+func (d *Driver) CopyOut(ctx context.Context, h *sandbox.Handle, sandboxPath, hostDir string) error {
 	_, err := d.CopyOutFiles(ctx, h, sandboxPath, hostDir, nil)
 	return err
-}
-
-// FileResult is one file CopyOutFiles was asked to read: its contents, or
-// why it was not read (an error wrapping ErrNotRegular or ErrTooLarge).
-type FileResult struct {
-	Data []byte
-	Err  error
 }
 
 // CopyOutFiles is CopyOut that also reads, from the same tar stream, the
@@ -159,7 +154,7 @@ type FileResult struct {
 // its parent directories under sandboxPath, is a FileResult with an error
 // wrapping ErrNotRegular, an oversized one wraps ErrTooLarge. A file that
 // is not in the tree is absent from the result. Errors are as CopyOut's.
-func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]FileResult, error) {
+func (d *Driver) CopyOutFiles(ctx context.Context, h *sandbox.Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]sandbox.FileResult, error) {
 	cid, err := d.container(h)
 	if err != nil {
 		return nil, err
@@ -171,7 +166,7 @@ func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostD
 		rel := strings.TrimPrefix(path.Clean(p), base)
 		rel = strings.TrimPrefix(rel, "/")
 		if limit <= 0 || rel == "" || !strings.HasPrefix(path.Clean(p), path.Clean("/"+sandboxPath)+"/") {
-			return nil, fmt.Errorf("%w: CopyOutFiles: %s is not under %s or has no positive cap", ErrInvalidSpec, p, sandboxPath)
+			return nil, fmt.Errorf("%w: CopyOutFiles: %s is not under %s or has no positive cap", sandbox.ErrInvalidSpec, p, sandboxPath)
 		}
 		want[rel], names[rel] = limit, p
 	}
@@ -181,9 +176,9 @@ func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostD
 			// The engine says not found both for the path and for the
 			// container; tell them apart.
 			if _, ierr := d.cli.ContainerInspect(ctx, cid); cerrdefs.IsNotFound(ierr) {
-				return nil, fmt.Errorf("%w: %v", ErrDestroyed, err)
+				return nil, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			}
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+			return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
 		}
 		return nil, fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
 	}
@@ -191,20 +186,20 @@ func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostD
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: copy out: %w", err)
 	}
-	got := map[string]FileResult{}
+	got := map[string]sandbox.FileResult{}
 	capture := func(hdr *tar.Header, r io.Reader) ([]byte, bool) {
 		name := strings.TrimSuffix(hdr.Name, "/")
 		if limit, ok := want[name]; ok {
 			if err := checkRegular(hdr, names[name], limit); err != nil {
-				got[names[name]] = FileResult{Err: err}
+				got[names[name]] = sandbox.FileResult{Err: err}
 				return nil, false
 			}
 			b := make([]byte, hdr.Size)
 			if _, err := io.ReadFull(r, b); err != nil {
-				got[names[name]] = FileResult{Err: err}
+				got[names[name]] = sandbox.FileResult{Err: err}
 				return nil, false
 			}
-			got[names[name]] = FileResult{Data: b}
+			got[names[name]] = sandbox.FileResult{Data: b}
 			return b, true
 		}
 		if hdr.Typeflag == tar.TypeSymlink {
@@ -212,7 +207,7 @@ func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostD
 			// it, and the host must not either.
 			for rel, p := range names {
 				if strings.HasPrefix(rel, name+"/") {
-					got[p] = FileResult{Err: fmt.Errorf("%w: %s is under %s, a symlink to %q", ErrNotRegular, p, "/"+path.Join(strings.TrimPrefix(base, "/"), name), boundText(hdr.Linkname, 200))}
+					got[p] = sandbox.FileResult{Err: fmt.Errorf("%w: %s is under %s, a symlink to %q", sandbox.ErrNotRegular, p, "/"+path.Join(strings.TrimPrefix(base, "/"), name), boundText(hdr.Linkname, 200))}
 				}
 			}
 		}
@@ -224,13 +219,6 @@ func (d *Docker) CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostD
 	return got, nil
 }
 
-// ErrNotRegular is wrapped by ReadFile when the path is a symlink, a
-// directory, a device, a fifo or anything else but a regular file.
-var ErrNotRegular = errors.New("sandbox: not a regular file")
-
-// ErrTooLarge is wrapped by ReadFile when the file is over its size cap.
-var ErrTooLarge = errors.New("sandbox: file over its size cap")
-
 // ReadFile returns the contents of the regular file at sandboxPath, read
 // straight from the engine's copy API's tar stream: nothing is written to
 // or resolved on the host, so a file the sandbox made a symlink (to
@@ -241,21 +229,21 @@ var ErrTooLarge = errors.New("sandbox: file over its size cap")
 // size. Parent directories of sandboxPath are resolved by the engine
 // inside the container's root filesystem, never on the host. A missing
 // path is ErrNotFound; a removed container is ErrDestroyed.
-func (d *Docker) ReadFile(ctx context.Context, h *Handle, sandboxPath string, maxBytes int64) ([]byte, error) {
+func (d *Driver) ReadFile(ctx context.Context, h *sandbox.Handle, sandboxPath string, maxBytes int64) ([]byte, error) {
 	cid, err := d.container(h)
 	if err != nil {
 		return nil, err
 	}
 	if maxBytes <= 0 {
-		return nil, fmt.Errorf("%w: ReadFile needs a positive size cap", ErrInvalidSpec)
+		return nil, fmt.Errorf("%w: ReadFile needs a positive size cap", sandbox.ErrInvalidSpec)
 	}
 	rc, _, err := d.cli.CopyFromContainer(ctx, cid, sandboxPath)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			if _, ierr := d.cli.ContainerInspect(ctx, cid); cerrdefs.IsNotFound(ierr) {
-				return nil, fmt.Errorf("%w: %v", ErrDestroyed, err)
+				return nil, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			}
-			return nil, fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+			return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
 		}
 		return nil, fmt.Errorf("sandbox: read %s: %w", sandboxPath, err)
 	}
@@ -287,12 +275,12 @@ func checkRegular(hdr *tar.Header, name string, maxBytes int64) error {
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeRegA:
 	case tar.TypeSymlink:
-		return fmt.Errorf("%w: %s is a symlink to %q", ErrNotRegular, name, boundText(hdr.Linkname, 200))
+		return fmt.Errorf("%w: %s is a symlink to %q", sandbox.ErrNotRegular, name, boundText(hdr.Linkname, 200))
 	default:
-		return fmt.Errorf("%w: %s is a %s", ErrNotRegular, name, tarTypeName(hdr.Typeflag))
+		return fmt.Errorf("%w: %s is a %s", sandbox.ErrNotRegular, name, tarTypeName(hdr.Typeflag))
 	}
 	if hdr.Size > maxBytes {
-		return fmt.Errorf("%w: %s is %d bytes, over the cap of %d", ErrTooLarge, name, hdr.Size, maxBytes)
+		return fmt.Errorf("%w: %s is %d bytes, over the cap of %d", sandbox.ErrTooLarge, name, hdr.Size, maxBytes)
 	}
 	return nil
 }

@@ -1,4 +1,9 @@
-package sandbox
+// Package process is the sandbox driver that runs each sandbox as a temp
+// work tree on the host and its commands as host process groups (DESIGN
+// §4). It isolates nothing from a hostile agent; it serves command
+// harnesses (Driver.Host) and tests without a container engine. Its
+// conformance run is TestConformance (package sandbox/sandboxtest).
+package process
 
 import (
 	"context"
@@ -15,13 +20,16 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// Process is the Driver that runs commands on the host (DESIGN §4): each
-// sandbox is a fresh temp work tree outside any checkout, HOME points at an
-// empty scratch dir inside it, the environment is an allowlist
-// (ProcessEnvAllowlist, then Spec.Env, then ExecSpec.Env), stdin is closed
-// and every command runs in its own process group.
+// Driver is the sandbox.Driver that runs commands on the host (DESIGN
+// §4): each sandbox is a fresh temp work tree outside any checkout, HOME
+// points at an empty scratch dir inside it, the environment is an
+// allowlist (EnvAllowlist, then Spec.Env as kept in Handle.Env, then
+// ExecSpec.Env), stdin is closed and every command runs in its own
+// process group.
 //
 // Sandbox paths (Spec.Workdir, ExecSpec.Workdir, CopyIn's sandboxDir,
 // CopyOut's sandboxPath) are taken inside the work tree: "/app" and "app"
@@ -34,7 +42,7 @@ import (
 // output is drained for at most DrainTimeout after the main process exits.
 //
 // The zero value is ready to use and safe for concurrent use.
-type Process struct {
+type Driver struct {
 	// BaseDir is where temp work trees are made; "" means os.TempDir().
 	BaseDir string
 	// Host runs commands in the caller's own world instead of a closed
@@ -47,23 +55,17 @@ type Process struct {
 	Host bool
 }
 
-var _ Driver = (*Process)(nil)
+var _ sandbox.Driver = (*Driver)(nil)
 
-// ProcessEnvAllowlist names the host environment variables a Process
+// EnvAllowlist names the host environment variables a process-driver
 // command inherits (when set on the host). HOME is always the sandbox's
 // scratch dir.
-var ProcessEnvAllowlist = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}
-
-// DrainTimeout bounds how long Exec keeps reading output after the
-// command's main process has exited, when something it started still holds
-// the output open (Docker: a lingering background process; process driver:
-// a process that left the process group).
-const DrainTimeout = 250 * time.Millisecond
+var EnvAllowlist = []string{"PATH", "LANG", "LC_ALL", "TZ", "TMPDIR"}
 
 // Start implements Driver: it creates the work tree <BaseDir>/proctor-sbx-*
 // with home/ (HOME) and the workdir, and records them in Handle.State
 // ("root", "home", "workdir") and Handle.ID (the root).
-func (p *Process) Start(ctx context.Context, spec Spec) (*Handle, error) {
+func (p *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -89,7 +91,7 @@ func (p *Process) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	if spec.CellID != "" {
 		st["cell"] = spec.CellID
 	}
-	return &Handle{Driver: DriverProcess, ID: root, State: st, env: maps.Clone(spec.Env)}, nil
+	return &sandbox.Handle{Driver: sandbox.DriverProcess, ID: root, State: st, Env: maps.Clone(spec.Env)}, nil
 }
 
 // inTree maps a sandbox path into the work tree at root.
@@ -99,7 +101,7 @@ func inTree(root, p string) string {
 
 // HostPath returns the host path of the sandbox path p inside the work tree
 // of a process sandbox ("/app" and "app" are <root>/app).
-func (p *Process) HostPath(h *Handle, sandboxPath string) (string, error) {
+func (p *Driver) HostPath(h *sandbox.Handle, sandboxPath string) (string, error) {
 	root, err := p.root(h)
 	if err != nil {
 		return "", err
@@ -107,20 +109,20 @@ func (p *Process) HostPath(h *Handle, sandboxPath string) (string, error) {
 	return inTree(root, sandboxPath), nil
 }
 
-func (p *Process) root(h *Handle) (string, error) {
-	root := h.state("root")
+func (p *Driver) root(h *sandbox.Handle) (string, error) {
+	root := state(h, "root")
 	if root == "" {
-		return "", fmt.Errorf("%w: process handle without a work tree", ErrInvalidSpec)
+		return "", fmt.Errorf("%w: process handle without a work tree", sandbox.ErrInvalidSpec)
 	}
 	if _, err := os.Stat(root); err != nil {
-		return "", ErrDestroyed
+		return "", sandbox.ErrDestroyed
 	}
 	return root, nil
 }
 
 // env builds a command's environment: the allowlist, HOME, then the
 // sandbox's Env, then the command's Env.
-func (p *Process) env(h *Handle, extra map[string]string) []string {
+func (p *Driver) env(h *sandbox.Handle, extra map[string]string) []string {
 	m := map[string]string{}
 	if p.Host {
 		for _, kv := range os.Environ() {
@@ -129,14 +131,14 @@ func (p *Process) env(h *Handle, extra map[string]string) []string {
 			}
 		}
 	} else {
-		for _, k := range ProcessEnvAllowlist {
+		for _, k := range EnvAllowlist {
 			if v, ok := os.LookupEnv(k); ok {
 				m[k] = v
 			}
 		}
-		m["HOME"] = h.state("home")
+		m["HOME"] = state(h, "home")
 	}
-	for k, v := range h.env {
+	for k, v := range h.Env {
 		m[k] = v
 	}
 	for k, v := range extra {
@@ -157,18 +159,18 @@ func (p *Process) env(h *Handle, extra map[string]string) []string {
 // DrainTimeout. At the timeout (or when ctx ends) the group gets SIGTERM,
 // then SIGKILL after spec.Grace (at once when the main process is gone and
 // when Grace is 0).
-func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error) {
+func (p *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
 	if len(spec.Cmd) == 0 {
-		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidSpec)
+		return sandbox.ExecResult{}, fmt.Errorf("%w: empty command", sandbox.ErrInvalidSpec)
 	}
 	if spec.User != "" {
-		return ExecResult{}, fmt.Errorf("%w: the process driver cannot run as user %q", ErrInvalidSpec, spec.User)
+		return sandbox.ExecResult{}, fmt.Errorf("%w: the process driver cannot run as user %q", sandbox.ErrInvalidSpec, spec.User)
 	}
 	root, err := p.root(h)
 	if err != nil {
-		return ExecResult{}, err
+		return sandbox.ExecResult{}, err
 	}
-	wd := h.state("workdir")
+	wd := state(h, "workdir")
 	switch {
 	case p.Host && filepath.IsAbs(spec.Workdir):
 		wd = spec.Workdir
@@ -193,13 +195,13 @@ func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResul
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("sandbox: process: %w", err)
+		return sandbox.ExecResult{}, fmt.Errorf("sandbox: process: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return ExecResult{}, fmt.Errorf("sandbox: process: %w", err)
+		return sandbox.ExecResult{}, fmt.Errorf("sandbox: process: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 
@@ -209,7 +211,7 @@ func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResul
 		outW.Close()
 		errR.Close()
 		errW.Close()
-		return ExecResult{}, fmt.Errorf("sandbox: process: start %q: %w", spec.Cmd[0], err)
+		return sandbox.ExecResult{}, fmt.Errorf("sandbox: process: start %q: %w", spec.Cmd[0], err)
 	}
 	outW.Close()
 	errW.Close()
@@ -264,7 +266,7 @@ func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResul
 	}()
 	select {
 	case <-drained:
-	case <-time.After(DrainTimeout):
+	case <-time.After(sandbox.DrainTimeout):
 		// Something outside the group holds a pipe: stop reading.
 		outR.Close()
 		errR.Close()
@@ -273,10 +275,10 @@ func (p *Process) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResul
 	outR.Close()
 	errR.Close()
 
-	res := ExecResult{Duration: time.Since(start)}
+	res := sandbox.ExecResult{Duration: time.Since(start)}
 	switch {
 	case timedOut:
-		res.ExitCode, res.TimedOut = TimeoutExitCode, true
+		res.ExitCode, res.TimedOut = sandbox.TimeoutExitCode, true
 	default:
 		res.ExitCode = exitCode(cmd.ProcessState)
 	}
@@ -338,14 +340,14 @@ func lookPathIn(file string, env []string) (string, bool) {
 // CopyIn implements Driver: a directory's contents are copied into
 // sandboxDir (inside the work tree), a file into sandboxDir under its base
 // name. Modes are kept; symlinks are copied as symlinks.
-func (p *Process) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir string) error {
+func (p *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandboxDir string) error {
 	root, err := p.root(h)
 	if err != nil {
 		return err
 	}
 	fi, err := os.Lstat(hostPath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", ErrNotFound, hostPath)
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, hostPath)
 	} else if err != nil {
 		return fmt.Errorf("sandbox: copy in: %w", err)
 	}
@@ -361,14 +363,14 @@ func (p *Process) CopyIn(ctx context.Context, h *Handle, hostPath, sandboxDir st
 
 // CopyOut implements Driver: sandboxPath (inside the work tree) is copied
 // into hostDir under its base name.
-func (p *Process) CopyOut(ctx context.Context, h *Handle, sandboxPath, hostDir string) error {
+func (p *Driver) CopyOut(ctx context.Context, h *sandbox.Handle, sandboxPath, hostDir string) error {
 	root, err := p.root(h)
 	if err != nil {
 		return err
 	}
 	src := inTree(root, sandboxPath)
 	if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", ErrNotFound, sandboxPath)
+		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
 	} else if err != nil {
 		return fmt.Errorf("sandbox: copy out: %w", err)
 	}
@@ -460,8 +462,8 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 }
 
 // Destroy implements Driver: it removes the work tree. Idempotent.
-func (p *Process) Destroy(ctx context.Context, h *Handle) error {
-	root := h.state("root")
+func (p *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
+	root := state(h, "root")
 	if root == "" {
 		return nil
 	}
@@ -477,4 +479,12 @@ func (p *Process) Destroy(ctx context.Context, h *Handle) error {
 		return fmt.Errorf("sandbox: process: destroy %s: %w", root, err)
 	}
 	return nil
+}
+
+// state returns h.State[key], "" for a nil Handle or State.
+func state(h *sandbox.Handle, key string) string {
+	if h == nil {
+		return ""
+	}
+	return h.State[key]
 }

@@ -1,4 +1,4 @@
-package sandbox
+package process
 
 import (
 	"context"
@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-func startProcess(t *testing.T, spec Spec) (*Process, *Handle) {
+func startProcess(t *testing.T, spec sandbox.Spec) (*Driver, *sandbox.Handle) {
 	t.Helper()
-	p := &Process{BaseDir: t.TempDir()}
+	p := &Driver{BaseDir: t.TempDir()}
 	h, err := p.Start(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +27,7 @@ func startProcess(t *testing.T, spec Spec) (*Process, *Handle) {
 	return p, h
 }
 
-func runSh(t *testing.T, p *Process, h *Handle, es ExecSpec, script string) (ExecResult, string) {
+func runSh(t *testing.T, p *Driver, h *sandbox.Handle, es sandbox.ExecSpec, script string) (sandbox.ExecResult, string) {
 	t.Helper()
 	var out testutil.SyncBuffer
 	es.Cmd = []string{"sh", "-c", script}
@@ -40,8 +42,8 @@ func runSh(t *testing.T, p *Process, h *Handle, es ExecSpec, script string) (Exe
 func TestProcessEnvironmentAllowlist(t *testing.T) {
 	t.Setenv("PROCTOR_TEST_SECRET", "leak")
 	t.Setenv("LANG", "C.UTF-8")
-	p, h := startProcess(t, Spec{Env: map[string]string{"FROM_SPEC": "1"}})
-	_, out := runSh(t, p, h, ExecSpec{}, "env")
+	p, h := startProcess(t, sandbox.Spec{Env: map[string]string{"FROM_SPEC": "1"}})
+	_, out := runSh(t, p, h, sandbox.ExecSpec{}, "env")
 	env := map[string]string{}
 	for _, kv := range strings.Split(strings.TrimSpace(out), "\n") {
 		k, v, _ := strings.Cut(kv, "=")
@@ -65,17 +67,17 @@ func TestProcessEnvironmentAllowlist(t *testing.T) {
 }
 
 func TestProcessStdinClosed(t *testing.T) {
-	p, h := startProcess(t, Spec{})
+	p, h := startProcess(t, sandbox.Spec{})
 	// cat would block forever on an open stdin.
-	res, out := runSh(t, p, h, ExecSpec{Timeout: 60 * time.Second}, "cat; echo eof")
+	res, out := runSh(t, p, h, sandbox.ExecSpec{Timeout: 60 * time.Second}, "cat; echo eof")
 	if res.TimedOut || out != "eof\n" {
 		t.Fatalf("%+v %q", res, out)
 	}
 }
 
 func TestProcessKillsLeftoversAtExit(t *testing.T) {
-	p, h := startProcess(t, Spec{})
-	res, out := runSh(t, p, h, ExecSpec{Timeout: 60 * time.Second},
+	p, h := startProcess(t, sandbox.Spec{})
+	res, out := runSh(t, p, h, sandbox.ExecSpec{Timeout: 60 * time.Second},
 		`sh -c 'echo $$ > left.pid; exec sleep 100000' & while [ ! -s left.pid ]; do sleep 0.01; done; echo main done`)
 	if res.TimedOut || res.ExitCode != 0 || out != "main done\n" {
 		t.Fatalf("%+v %q", res, out)
@@ -85,10 +87,10 @@ func TestProcessKillsLeftoversAtExit(t *testing.T) {
 }
 
 func TestProcessEscapedGrandchildDoesNotBlock(t *testing.T) {
-	p, h := startProcess(t, Spec{})
+	p, h := startProcess(t, sandbox.Spec{})
 	// setsid leaves the process group, so the group kill misses it; it
 	// keeps the output pipe open, and Exec must still return.
-	res, out := runSh(t, p, h, ExecSpec{Timeout: 60 * time.Second},
+	res, out := runSh(t, p, h, sandbox.ExecSpec{Timeout: 60 * time.Second},
 		`setsid sh -c 'echo $$ > esc.pid; exec sleep 100000' & while [ ! -s esc.pid ]; do sleep 0.01; done; echo main done`)
 	pid := readPid(t, filepath.Join(h.State["workdir"], "esc.pid"))
 	_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -98,7 +100,7 @@ func TestProcessEscapedGrandchildDoesNotBlock(t *testing.T) {
 }
 
 func TestProcessPathsStayInTree(t *testing.T) {
-	p, h := startProcess(t, Spec{Workdir: "app"})
+	p, h := startProcess(t, sandbox.Spec{Workdir: "app"})
 	root := h.State["root"]
 	if h.State["workdir"] != filepath.Join(root, "app") {
 		t.Fatalf("workdir %q", h.State["workdir"])
@@ -106,17 +108,17 @@ func TestProcessPathsStayInTree(t *testing.T) {
 	if hp, _ := p.HostPath(h, "/../../etc"); hp != filepath.Join(root, "etc") {
 		t.Fatalf("HostPath escaped the tree: %q", hp)
 	}
-	if _, err := p.Exec(context.Background(), h, ExecSpec{Cmd: []string{"true"}, User: "10001"}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"true"}, User: "10001"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Fatalf("User on the process driver: %v", err)
 	}
-	if _, err := p.Exec(context.Background(), h, ExecSpec{}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Fatalf("empty command: %v", err)
 	}
-	if _, err := p.Exec(context.Background(), h, ExecSpec{Cmd: []string{"/no/such/binary"}}); err == nil {
+	if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"/no/such/binary"}}); err == nil {
 		t.Fatal("a missing binary ran")
 	}
 	// A read-only dir made inside is still removed by Destroy.
-	runSh(t, p, h, ExecSpec{}, "mkdir -p ro/sub && touch ro/sub/f && chmod 0555 ro/sub ro")
+	runSh(t, p, h, sandbox.ExecSpec{}, "mkdir -p ro/sub && touch ro/sub/f && chmod 0555 ro/sub ro")
 	if err := p.Destroy(context.Background(), h); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sandbox_test
+package process_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"os"
 
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/process"
 )
 
 // A solve phase through the process driver, its output captured three
 // ways at once: a bounded tail for the report, line by line for event
 // parsing, and (in the launcher) the full run.log.
 func Example() {
-	var d sandbox.Driver = &sandbox.Process{BaseDir: os.TempDir()}
+	var d sandbox.Driver = &process.Driver{BaseDir: os.TempDir()}
 	ctx := context.Background()
 	h, err := d.Start(ctx, sandbox.Spec{RunID: "r1", CellID: "hello/oracle/-/0", Workdir: "/app"})
 	if err != nil {

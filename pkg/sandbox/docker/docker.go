@@ -1,4 +1,14 @@
-package sandbox
+// Package docker is the sandbox driver that runs each sandbox as one
+// Docker container (DESIGN §4), the default. Beside the sandbox.Driver
+// contract it has the abilities only a container engine gives: building
+// and caching task images (EnsureImage), derived images (EnsureDerived,
+// Commit), joining the bridge network (ConnectBridge), Freeze, OOMKills,
+// KillAll, reading files straight from the copy API (ReadFile,
+// CopyOutFiles), and GC of what a run left behind. Per-cell internal
+// networks are allocated from InternalPool, which `proctor firewall`
+// covers with one rule. Its conformance run is TestConformance
+// (package sandbox/sandboxtest).
+package docker
 
 import (
 	"context"
@@ -20,32 +30,35 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// Docker is the Driver that runs each sandbox as one Docker container
-// (DESIGN §4), through the engine API (github.com/docker/docker/client with
-// API version negotiation; the engine here is 20.10, API 1.41). Nothing is
-// bind-mounted: files move through the copy API. Every container and
-// network it creates carries the labels proctor.run, proctor.cell and
-// proctor.managed, so GC can find them.
+// Driver is the sandbox.Driver that runs each sandbox as one Docker
+// container (DESIGN §4), through the engine API
+// (github.com/docker/docker/client with API version negotiation; the
+// engine here is 20.10, API 1.41). Nothing is bind-mounted: files move
+// through the copy API. Every container and network it creates carries
+// the labels proctor.run, proctor.cell and proctor.managed, so GC can
+// find them.
 //
 // The container's main process is `sleep <Lifetime>` (the image's
 // entrypoint and command are replaced), so a container whose proctor died
 // stops by itself; commands run as execs beside it.
 //
-// A *Docker is safe for concurrent use.
-type Docker struct {
+// A *Driver is safe for concurrent use.
+type Driver struct {
 	cli      *client.Client
 	log      *slog.Logger
-	imageMap *ImageMap
-	defaults Limits
+	imageMap *sandbox.ImageMap
+	defaults sandbox.Limits
 	builds   keyedMutex
 }
 
-var _ Driver = (*Docker)(nil)
+var _ sandbox.Driver = (*Driver)(nil)
 
-// DockerOptions configures NewDocker. The zero value means defaults.
-type DockerOptions struct {
+// Options configures New. The zero value means defaults.
+type Options struct {
 	// Client is the engine client to use; nil creates one from the
 	// environment (DOCKER_HOST, ...) with API version negotiation.
 	Client *client.Client
@@ -53,17 +66,17 @@ type DockerOptions struct {
 	Logger *slog.Logger
 	// ImageMap rewrites image references before a build or a run (FROM
 	// lines and docker_image, see EnsureImage); nil maps nothing.
-	ImageMap *ImageMap
+	ImageMap *sandbox.ImageMap
 	// Defaults are the limits of a sandbox whose Spec sets none: CPUs and
 	// MemoryMB apply when the task declares no cpus / memory_mb, PidsLimit
-	// always. A zero field means the DefaultLimits value, a negative one
-	// no limit. NoNewPrivileges and the sources are ignored.
-	Defaults Limits
+	// always. A zero field means the sandbox.DefaultLimits value, a
+	// negative one no limit. NoNewPrivileges and the sources are ignored.
+	Defaults sandbox.Limits
 }
 
-// NewDocker returns a Docker driver. It does not contact the engine; the
+// New returns a Docker driver. It does not contact the engine; the
 // first call that needs it does (and negotiates the API version).
-func NewDocker(opts DockerOptions) (*Docker, error) {
+func New(opts Options) (*Driver, error) {
 	cli := opts.Client
 	if cli == nil {
 		c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -76,29 +89,24 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Docker{cli: cli, log: log, imageMap: opts.ImageMap, defaults: opts.Defaults.withDefaults()}, nil
+	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults)}, nil
 }
 
 // Client returns the engine client the driver uses.
-func (d *Docker) Client() *client.Client { return d.cli }
+func (d *Driver) Client() *client.Client { return d.cli }
 
 // ImageMap returns the image map in force (nil when none).
-func (d *Docker) ImageMap() *ImageMap { return d.imageMap }
+func (d *Driver) ImageMap() *sandbox.ImageMap { return d.imageMap }
 
-// Timeouts of the Docker driver's own housekeeping, applied whatever the
-// caller's context says (so cleanup still happens after Ctrl-C).
-const (
-	// DestroyTimeout bounds Destroy and the kill steps of a timed-out Exec.
-	DestroyTimeout = 60 * time.Second
-	// killWait bounds the wait for an exec to stop after SIGKILL.
-	killWait = 10 * time.Second
-)
+// killWait bounds the wait for an exec to stop after SIGKILL (the Docker
+// driver's own housekeeping, applied whatever the caller's context says).
+const killWait = 10 * time.Second
 
 // labels returns the labels of everything created for spec. The run and
 // cell labels are always set (possibly empty) so that a container never
 // inherits them from an image committed from another run's container.
-func labels(spec Spec) map[string]string {
-	return map[string]string{LabelManaged: "1", LabelRun: spec.RunID, LabelCell: spec.CellID}
+func labels(spec sandbox.Spec) map[string]string {
+	return map[string]string{sandbox.LabelManaged: "1", sandbox.LabelRun: spec.RunID, sandbox.LabelCell: spec.CellID}
 }
 
 // Start implements Driver. It creates the per-cell internal network when
@@ -110,31 +118,31 @@ func labels(spec Spec) map[string]string {
 // and no-new-privileges. Handle.ID is the container id; Handle.State holds
 // "container", "network" (when one was created), "run", "cell", "image".
 // On error everything created is removed.
-func (d *Docker) Start(ctx context.Context, spec Spec) (*Handle, error) {
+func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
 	if spec.Image == "" {
-		return nil, fmt.Errorf("%w: empty image", ErrInvalidSpec)
+		return nil, fmt.Errorf("%w: empty image", sandbox.ErrInvalidSpec)
 	}
 	mode := spec.Network
 	if mode == "" {
-		mode = NetworkNone
+		mode = sandbox.NetworkNone
 	}
 	switch mode {
-	case NetworkNone, NetworkBridge, NetworkInternal:
+	case sandbox.NetworkNone, sandbox.NetworkBridge, sandbox.NetworkInternal:
 	default:
-		return nil, fmt.Errorf("%w: network %q (want %q, %q or %q)", ErrInvalidSpec, spec.Network, NetworkNone, NetworkBridge, NetworkInternal)
+		return nil, fmt.Errorf("%w: network %q (want %q, %q or %q)", sandbox.ErrInvalidSpec, spec.Network, sandbox.NetworkNone, sandbox.NetworkBridge, sandbox.NetworkInternal)
 	}
 	if spec.CPUs < 0 || spec.MemoryMB < 0 || spec.Lifetime < 0 {
-		return nil, fmt.Errorf("%w: negative CPUs, MemoryMB or Lifetime", ErrInvalidSpec)
+		return nil, fmt.Errorf("%w: negative CPUs, MemoryMB or Lifetime", sandbox.ErrInvalidSpec)
 	}
 	life := spec.Lifetime
 	if life == 0 {
-		life = DefaultLifetime
+		life = sandbox.DefaultLifetime
 	}
 	lbl := labels(spec)
-	h := &Handle{
-		Driver: DriverDocker,
+	h := &sandbox.Handle{
+		Driver: sandbox.DriverDocker,
 		State:  map[string]string{"image": spec.Image},
-		env:    maps.Clone(spec.Env),
+		Env:    maps.Clone(spec.Env),
 	}
 	if spec.RunID != "" {
 		h.State["run"] = spec.RunID
@@ -142,13 +150,13 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (*Handle, error) {
 	if spec.CellID != "" {
 		h.State["cell"] = spec.CellID
 	}
-	fail := func(err error) (*Handle, error) {
+	fail := func(err error) (*sandbox.Handle, error) {
 		_ = d.Destroy(ctx, h)
 		return nil, err
 	}
 
 	netMode := mode
-	if mode == NetworkInternal {
+	if mode == sandbox.NetworkInternal {
 		name := "proctor-" + randomHex(6)
 		id, err := d.createInternal(ctx, name, lbl)
 		if err != nil {
@@ -200,13 +208,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func (d *Docker) container(h *Handle) (string, error) {
-	if h == nil || h.Driver != DriverDocker {
-		return "", fmt.Errorf("%w: not a docker handle", ErrInvalidSpec)
+func (d *Driver) container(h *sandbox.Handle) (string, error) {
+	if h == nil || h.Driver != sandbox.DriverDocker {
+		return "", fmt.Errorf("%w: not a docker handle", sandbox.ErrInvalidSpec)
 	}
-	id := h.state("container")
+	id := state(h, "container")
 	if id == "" {
-		return "", ErrDestroyed
+		return "", sandbox.ErrDestroyed
 	}
 	return id, nil
 }
@@ -241,16 +249,16 @@ func (d *Docker) container(h *Handle) (string, error) {
 // it belongs to this command or an earlier phase of the same cell. The
 // image needs a `sh` with a kill builtin (every image that runs task
 // scripts has one).
-func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult, error) {
+func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
 	cid, err := d.container(h)
 	if err != nil {
-		return ExecResult{}, err
+		return sandbox.ExecResult{}, err
 	}
 	if len(spec.Cmd) == 0 {
-		return ExecResult{}, fmt.Errorf("%w: empty command", ErrInvalidSpec)
+		return sandbox.ExecResult{}, fmt.Errorf("%w: empty command", sandbox.ErrInvalidSpec)
 	}
 	if err := ctx.Err(); err != nil {
-		return ExecResult{TimedOut: true, ExitCode: TimeoutExitCode}, nil
+		return sandbox.ExecResult{TimedOut: true, ExitCode: sandbox.TimeoutExitCode}, nil
 	}
 	user := spec.User
 	if user == "" {
@@ -266,11 +274,11 @@ func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult
 		Cmd:          spec.Cmd,
 	})
 	if err != nil {
-		return ExecResult{}, d.execErr(err)
+		return sandbox.ExecResult{}, d.execErr(err)
 	}
 	resp, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return ExecResult{}, d.execErr(err)
+		return sandbox.ExecResult{}, d.execErr(err)
 	}
 	defer resp.Close()
 
@@ -281,7 +289,7 @@ func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult
 	}()
 	// drain waits up to DrainTimeout for the stream to end, then closes it.
 	drain := func() {
-		t := time.NewTimer(DrainTimeout)
+		t := time.NewTimer(sandbox.DrainTimeout)
 		defer t.Stop()
 		select {
 		case <-copyDone:
@@ -319,14 +327,14 @@ func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult
 				if !streamClosed {
 					drain()
 				}
-				return ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
+				return sandbox.ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
 			case err != nil && cerrdefs.IsNotFound(err):
 				drain()
-				return ExecResult{}, fmt.Errorf("%w: %v", ErrDestroyed, err)
+				return sandbox.ExecResult{}, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			case err != nil && ctx.Err() == nil:
 				if failures++; failures >= 20 {
 					drain()
-					return ExecResult{}, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
+					return sandbox.ExecResult{}, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
 				}
 			case err == nil:
 				failures = 0
@@ -348,8 +356,8 @@ func (d *Docker) Exec(ctx context.Context, h *Handle, spec ExecSpec) (ExecResult
 // stopExec kills every process in the container but PID 1 (see Exec) and
 // returns the timeout result once the exec has stopped and its output is
 // drained.
-func (d *Docker) stopExec(ctx context.Context, cid, execID string, grace time.Duration, start time.Time, drain func()) ExecResult {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout+grace)
+func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Duration, start time.Time, drain func()) sandbox.ExecResult {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout+grace)
 	defer cancel()
 	if grace > 0 {
 		if err := d.signalAs(cctx, cid, "0", "TERM"); err != nil {
@@ -362,13 +370,13 @@ func (d *Docker) stopExec(ctx context.Context, cid, execID string, grace time.Du
 	}
 	_, _ = d.waitExec(cctx, execID, killWait)
 	drain()
-	return ExecResult{ExitCode: TimeoutExitCode, TimedOut: true, Duration: time.Since(start)}
+	return sandbox.ExecResult{ExitCode: sandbox.TimeoutExitCode, TimedOut: true, Duration: time.Since(start)}
 }
 
 // runQuiet runs `sh -c script` as user in the container, discards its
 // output and returns its exit code (126 when the runtime could not start
 // it, e.g. at the pids limit).
-func (d *Docker) runQuiet(ctx context.Context, cid, user, script string) (int, error) {
+func (d *Driver) runQuiet(ctx context.Context, cid, user, script string) (int, error) {
 	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"sh", "-c", script},
@@ -406,14 +414,14 @@ func (d *Docker) runQuiet(ctx context.Context, cid, user, script string) (int, e
 
 // waitExec polls the exec until it is no longer running, for at most max,
 // and returns its exit code (-1 when it was still running).
-func (d *Docker) waitExec(ctx context.Context, execID string, max time.Duration) (int, error) {
+func (d *Driver) waitExec(ctx context.Context, execID string, max time.Duration) (int, error) {
 	end := time.Now().Add(max)
 	interval := 2 * time.Millisecond
 	for {
 		ins, err := d.cli.ContainerExecInspect(ctx, execID)
 		if err != nil {
 			if cerrdefs.IsNotFound(err) {
-				return -1, fmt.Errorf("%w: %v", ErrDestroyed, err)
+				return -1, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			}
 			return -1, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
 		}
@@ -434,10 +442,10 @@ func (d *Docker) waitExec(ctx context.Context, execID string, max time.Duration)
 	}
 }
 
-func (d *Docker) execErr(err error) error {
+func (d *Driver) execErr(err error) error {
 	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 		// No such container, or it is not running.
-		return fmt.Errorf("%w: %v", ErrDestroyed, err)
+		return fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 	}
 	return fmt.Errorf("sandbox: docker: exec: %w", err)
 }
@@ -459,19 +467,19 @@ func (s safeWriter) Write(p []byte) (int, error) {
 // after Ctrl-C, and is bounded by DestroyTimeout. Missing objects are not
 // errors: Destroy is idempotent and accepts a Handle rebuilt from a
 // recorded State.
-func (d *Docker) Destroy(ctx context.Context, h *Handle) error {
+func (d *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	if h == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
 	defer cancel()
 	var errs []error
-	if cid := h.state("container"); cid != "" {
+	if cid := state(h, "container"); cid != "" {
 		if err := d.removeContainer(ctx, cid); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if nid := h.state("network"); nid != "" {
+	if nid := state(h, "network"); nid != "" {
 		if err := d.removeNetwork(ctx, nid); err != nil {
 			errs = append(errs, err)
 		}
@@ -479,7 +487,7 @@ func (d *Docker) Destroy(ctx context.Context, h *Handle) error {
 	return errors.Join(errs...)
 }
 
-func (d *Docker) removeContainer(ctx context.Context, cid string) error {
+func (d *Driver) removeContainer(ctx context.Context, cid string) error {
 	err := d.cli.ContainerRemove(ctx, cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	switch {
 	case err == nil, cerrdefs.IsNotFound(err):
@@ -498,7 +506,7 @@ func (d *Docker) removeContainer(ctx context.Context, cid string) error {
 	}
 }
 
-func (d *Docker) removeNetwork(ctx context.Context, nid string) error {
+func (d *Driver) removeNetwork(ctx context.Context, nid string) error {
 	var err error
 	for {
 		err = d.cli.NetworkRemove(ctx, nid)
@@ -538,7 +546,7 @@ func short(id string) string {
 // after an agent phase (DESIGN §4). A container started with NetworkNone
 // cannot be connected (the engine refuses); one already on the bridge is
 // left as it is.
-func (d *Docker) ConnectBridge(ctx context.Context, h *Handle) error {
+func (d *Driver) ConnectBridge(ctx context.Context, h *sandbox.Handle) error {
 	cid, err := d.container(h)
 	if err != nil {
 		return err
@@ -548,14 +556,14 @@ func (d *Docker) ConnectBridge(ctx context.Context, h *Handle) error {
 		return d.execErr(err)
 	}
 	if ins.NetworkSettings != nil {
-		if _, ok := ins.NetworkSettings.Networks[NetworkBridge]; ok {
+		if _, ok := ins.NetworkSettings.Networks[sandbox.NetworkBridge]; ok {
 			return nil
 		}
 	}
-	if err := d.cli.NetworkConnect(ctx, NetworkBridge, cid, nil); err != nil {
+	if err := d.cli.NetworkConnect(ctx, sandbox.NetworkBridge, cid, nil); err != nil {
 		return fmt.Errorf("sandbox: docker: connect %s to bridge: %w", short(cid), err)
 	}
-	if nid := h.state("network"); nid != "" {
+	if nid := state(h, "network"); nid != "" {
 		if err := d.cli.NetworkDisconnect(ctx, nid, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("sandbox: docker: disconnect %s from its internal network: %w", short(cid), err)
 		}
@@ -566,24 +574,24 @@ func (d *Docker) ConnectBridge(ctx context.Context, h *Handle) error {
 // GC removes every container and network labelled proctor.run=runID (a
 // run's leftovers, e.g. after a crash) and returns the number of containers
 // and networks removed.
-func (d *Docker) GC(ctx context.Context, runID string) (containers, networks int, err error) {
+func (d *Driver) GC(ctx context.Context, runID string) (containers, networks int, err error) {
 	if runID == "" {
-		return 0, 0, fmt.Errorf("%w: empty run id", ErrInvalidSpec)
+		return 0, 0, fmt.Errorf("%w: empty run id", sandbox.ErrInvalidSpec)
 	}
-	return d.gc(ctx, filters.NewArgs(filters.Arg("label", LabelRun+"="+runID)), nil)
+	return d.gc(ctx, filters.NewArgs(filters.Arg("label", sandbox.LabelRun+"="+runID)), nil)
 }
 
 // GCDead removes the containers and networks of every run (found by the
 // proctor.managed label) for which isAlive(runID) is false, and returns
 // the numbers removed. Objects without a proctor.run label are left alone.
-func (d *Docker) GCDead(ctx context.Context, isAlive func(runID string) bool) (containers, networks int, err error) {
-	return d.gc(ctx, filters.NewArgs(filters.Arg("label", LabelManaged)), func(l map[string]string) bool {
-		run := l[LabelRun]
+func (d *Driver) GCDead(ctx context.Context, isAlive func(runID string) bool) (containers, networks int, err error) {
+	return d.gc(ctx, filters.NewArgs(filters.Arg("label", sandbox.LabelManaged)), func(l map[string]string) bool {
+		run := l[sandbox.LabelRun]
 		return run != "" && !isAlive(run)
 	})
 }
 
-func (d *Docker) gc(ctx context.Context, f filters.Args, pick func(map[string]string) bool) (nc, nn int, err error) {
+func (d *Driver) gc(ctx context.Context, f filters.Args, pick func(map[string]string) bool) (nc, nn int, err error) {
 	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return 0, 0, fmt.Errorf("sandbox: docker: list containers: %w", err)
@@ -617,4 +625,12 @@ func (d *Docker) gc(ctx context.Context, f filters.Args, pick func(map[string]st
 		nn++
 	}
 	return nc, nn, errors.Join(errs...)
+}
+
+// state returns h.State[key], "" for a nil Handle or State.
+func state(h *sandbox.Handle, key string) string {
+	if h == nil {
+		return ""
+	}
+	return h.State[key]
 }

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // EnsureDerived returns once the local image ref exists, making it when it
@@ -15,7 +17,7 @@ import (
 // and find the image), so set-up work such as an agent's install step runs
 // once per base image (DESIGN §5.1). made reports whether this call made
 // the image; a setup error is returned as it is and nothing is committed.
-func (d *Docker) EnsureDerived(ctx context.Context, ref string, spec Spec, setup func(context.Context, *Handle) error) (made bool, err error) {
+func (d *Driver) EnsureDerived(ctx context.Context, ref string, spec sandbox.Spec, setup func(context.Context, *sandbox.Handle) error) (made bool, err error) {
 	unlock := d.builds.lock(ref)
 	defer unlock()
 	if ok, err := d.HasImage(ctx, ref); err != nil || ok {
@@ -26,7 +28,7 @@ func (d *Docker) EnsureDerived(ctx context.Context, ref string, spec Spec, setup
 		return false, err
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DestroyTimeout)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
 		defer cancel()
 		if derr := d.Destroy(dctx, h); derr != nil && err == nil {
 			err = derr
@@ -45,7 +47,7 @@ func (d *Docker) EnsureDerived(ctx context.Context, ref string, spec Spec, setup
 // (repository:tag), labelled proctor.managed, and returns the image id. It
 // caches set-up work such as an agent's install step, which is run once per
 // task image (DESIGN §5.1); the container keeps running.
-func (d *Docker) Commit(ctx context.Context, h *Handle, ref string) (string, error) {
+func (d *Driver) Commit(ctx context.Context, h *sandbox.Handle, ref string) (string, error) {
 	cid, err := d.container(h)
 	if err != nil {
 		return "", err
@@ -54,7 +56,7 @@ func (d *Docker) Commit(ctx context.Context, h *Handle, ref string) (string, err
 		Reference: ref,
 		Comment:   "proctor: cached set-up",
 		Pause:     true,
-		Config:    &container.Config{Labels: map[string]string{LabelManaged: "1"}},
+		Config:    &container.Config{Labels: map[string]string{sandbox.LabelManaged: "1"}},
 	})
 	if err != nil {
 		return "", fmt.Errorf("sandbox: commit %s as %s: %w", cid, ref, err)
@@ -63,7 +65,7 @@ func (d *Docker) Commit(ctx context.Context, h *Handle, ref string) (string, err
 }
 
 // HasImage reports whether the local engine has the image ref.
-func (d *Docker) HasImage(ctx context.Context, ref string) (bool, error) {
+func (d *Driver) HasImage(ctx context.Context, ref string) (bool, error) {
 	_, err := d.cli.ImageInspect(ctx, ref)
 	if err == nil {
 		return true, nil

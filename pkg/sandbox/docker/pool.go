@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"context"
@@ -25,7 +25,7 @@ const internalSubnetBits = 26
 // createInternal creates a per-cell --internal bridge network named name
 // on a /26 of InternalPool, picked at random; a subnet already used by
 // another network is skipped (up to 32 tries).
-func (d *Docker) createInternal(ctx context.Context, name string, lbl map[string]string) (string, error) {
+func (d *Driver) createInternal(ctx context.Context, name string, lbl map[string]string) (string, error) {
 	n := 1 << (internalSubnetBits - InternalPool.Bits())
 	base := InternalPool.Addr().As4()
 	first := binary.BigEndian.Uint32(base[:])

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // Freeze stops every process in the sandbox's container at once, through
@@ -24,7 +26,7 @@ import (
 // The verifier freezes the container when the test script has ended and
 // before it reads the reward, so the reward is what the script left, not
 // what a process it started (an agent's code run as root) writes later.
-func (d *Docker) Freeze(ctx context.Context, h *Handle) (alive int, err error) {
+func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err error) {
 	cid, err := d.container(h)
 	if err != nil {
 		return 0, err
@@ -39,7 +41,7 @@ func (d *Docker) Freeze(ctx context.Context, h *Handle) (alive int, err error) {
 	if !ins.State.Paused {
 		if err := d.cli.ContainerPause(ctx, cid); err != nil {
 			if cerrdefs.IsNotFound(err) {
-				return 0, fmt.Errorf("%w: %v", ErrDestroyed, err)
+				return 0, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			}
 			return 0, fmt.Errorf("sandbox: docker: pause %s: %w", short(cid), err)
 		}

@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"bytes"
@@ -19,15 +19,17 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // newTestDocker returns a Docker driver on the local engine, skipping (or
 // failing under CI) when there is none or the test image is missing.
-func newTestDocker(t *testing.T, m *ImageMap) (*Docker, *client.Client) {
+func newTestDocker(t *testing.T, m *sandbox.ImageMap) (*Driver, *client.Client) {
 	t.Helper()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, testImage)
-	d, err := NewDocker(DockerOptions{Client: cli, ImageMap: m})
+	d, err := New(Options{Client: cli, ImageMap: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func newTestDocker(t *testing.T, m *ImageMap) (*Docker, *client.Client) {
 // labelled lists the containers and networks labelled proctor.run=run.
 func labelled(t *testing.T, cli *client.Client, run string) (containers, networks int) {
 	t.Helper()
-	f := filters.NewArgs(filters.Arg("label", LabelRun+"="+run))
+	f := filters.NewArgs(filters.Arg("label", sandbox.LabelRun+"="+run))
 	cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +56,7 @@ func TestDockerStartLabelsLimitsAndDestroy(t *testing.T) {
 	d, cli := newTestDocker(t, nil)
 	ctx := context.Background()
 	run := "run-" + randomHex(4)
-	h, err := d.Start(ctx, Spec{RunID: run, CellID: "t/oracle/-/0", Image: testImage, CPUs: 0.5, MemoryMB: 256, Lifetime: time.Minute})
+	h, err := d.Start(ctx, sandbox.Spec{RunID: run, CellID: "t/oracle/-/0", Image: testImage, CPUs: 0.5, MemoryMB: 256, Lifetime: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestDockerStartLabelsLimitsAndDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ins.Config.Labels[LabelRun] != run || ins.Config.Labels[LabelCell] != "t/oracle/-/0" || ins.Config.Labels[LabelManaged] != "1" {
+	if ins.Config.Labels[sandbox.LabelRun] != run || ins.Config.Labels[sandbox.LabelCell] != "t/oracle/-/0" || ins.Config.Labels[sandbox.LabelManaged] != "1" {
 		t.Errorf("labels %v", ins.Config.Labels)
 	}
 	if ins.HostConfig.NetworkMode != "none" || ins.HostConfig.NanoCPUs != 5e8 || ins.HostConfig.Memory != 256<<20 {
@@ -87,14 +89,14 @@ func TestDockerUser(t *testing.T) {
 	t.Parallel()
 	d, _ := newTestDocker(t, nil)
 	ctx := context.Background()
-	h, err := d.Start(ctx, Spec{Image: testImage})
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, h)
 	for user, want := range map[string]string{"": "0\n", "10001": "10001\n"} {
 		var out testutil.SyncBuffer
-		res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"id", "-u"}, User: user, Stdout: &out})
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"id", "-u"}, User: user, Stdout: &out})
 		if err != nil || res.ExitCode != 0 || out.String() != want {
 			t.Errorf("user %q: %+v %v %q", user, res, err, out.String())
 		}
@@ -106,7 +108,7 @@ func TestDockerInternalNetworkAndConnectBridge(t *testing.T) {
 	d, cli := newTestDocker(t, nil)
 	ctx := context.Background()
 	run := "run-" + randomHex(4)
-	h, err := d.Start(ctx, Spec{RunID: run, CellID: "c", Image: testImage, Network: NetworkInternal})
+	h, err := d.Start(ctx, sandbox.Spec{RunID: run, CellID: "c", Image: testImage, Network: sandbox.NetworkInternal})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestDockerInternalNetworkAndConnectBridge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !n.Internal || n.Labels[LabelRun] != run {
+	if !n.Internal || n.Labels[sandbox.LabelRun] != run {
 		t.Fatalf("network internal=%v labels=%v", n.Internal, n.Labels)
 	}
 	if err := d.ConnectBridge(ctx, h); err != nil {
@@ -130,7 +132,7 @@ func TestDockerInternalNetworkAndConnectBridge(t *testing.T) {
 		t.Fatal(err)
 	}
 	nets := ins.NetworkSettings.Networks
-	if _, ok := nets[NetworkBridge]; !ok || len(nets) != 1 {
+	if _, ok := nets[sandbox.NetworkBridge]; !ok || len(nets) != 1 {
 		t.Fatalf("networks after ConnectBridge: %v", keys(nets))
 	}
 	if err := d.ConnectBridge(ctx, h); err != nil {
@@ -156,7 +158,7 @@ func TestDockerLifetimeEndsContainer(t *testing.T) {
 	t.Parallel()
 	d, cli := newTestDocker(t, nil)
 	ctx := context.Background()
-	h, err := d.Start(ctx, Spec{Image: testImage, Lifetime: time.Second})
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func TestDockerLifetimeEndsContainer(t *testing.T) {
 			t.Fatal("container still running long after its lifetime")
 		}
 	}
-	if _, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}}); !errors.Is(err, ErrDestroyed) {
+	if _, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"true"}}); !errors.Is(err, sandbox.ErrDestroyed) {
 		t.Fatalf("Exec in a stopped container: %v, want ErrDestroyed", err)
 	}
 }
@@ -183,15 +185,15 @@ func TestDockerStartErrors(t *testing.T) {
 	t.Parallel()
 	d, cli := newTestDocker(t, nil)
 	ctx := context.Background()
-	if _, err := d.Start(ctx, Spec{Image: testImage, Network: "host"}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := d.Start(ctx, sandbox.Spec{Image: testImage, Network: "host"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Errorf("network host: %v", err)
 	}
-	if _, err := d.Start(ctx, Spec{}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := d.Start(ctx, sandbox.Spec{}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Errorf("no image: %v", err)
 	}
 	// A missing image leaves nothing behind, not even the network.
 	run := "run-" + randomHex(4)
-	if _, err := d.Start(ctx, Spec{RunID: run, Image: "proctor-test/missing:none", Network: NetworkInternal}); err == nil {
+	if _, err := d.Start(ctx, sandbox.Spec{RunID: run, Image: "proctor-test/missing:none", Network: sandbox.NetworkInternal}); err == nil {
 		t.Fatal("Start of a missing image succeeded")
 	}
 	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
@@ -205,7 +207,7 @@ func TestDockerGC(t *testing.T) {
 	ctx := context.Background()
 	dead, live := "run-"+randomHex(4), "run-"+randomHex(4)
 	for _, run := range []string{dead, dead, live} {
-		h, err := d.Start(ctx, Spec{RunID: run, CellID: "c", Image: testImage, Network: NetworkInternal})
+		h, err := d.Start(ctx, sandbox.Spec{RunID: run, CellID: "c", Image: testImage, Network: sandbox.NetworkInternal})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +257,7 @@ func removeImage(t *testing.T, cli *client.Client, ref string) {
 func removeRevisionImages(t *testing.T, cli *client.Client, rev string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelRevision+"="+rev))})
+		imgs, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelRevision+"="+rev))})
 		if err != nil {
 			t.Errorf("list the test's images: %v", err)
 			return
@@ -268,7 +270,7 @@ func removeRevisionImages(t *testing.T, cli *client.Client, rev string) {
 
 func TestEnsureImageBuildCacheAndMap(t *testing.T) {
 	t.Parallel()
-	m, err := ParseImageMap(strings.NewReader("stand-in.invalid/debian:12 = "+testImage+"\n"), "map")
+	m, err := sandbox.ParseImageMap(strings.NewReader("stand-in.invalid/debian:12 = "+testImage+"\n"), "map")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +283,7 @@ RUN ls -A /skills | wc -l > /skills-count
 WORKDIR /app
 `)
 	rev := randomHex(32)
-	b := BuildSpec{Task: "Demo/Hello World", Revision: rev, EnvironmentDir: env}
+	b := sandbox.BuildSpec{Task: "Demo/Hello World", Revision: rev, EnvironmentDir: env}
 	var log testutil.SyncBuffer
 	b.Log = &log
 	removeRevisionImages(t, cli, rev)
@@ -294,9 +296,9 @@ WORKDIR /app
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantBases := []BaseImage{{Ref: testImage, ID: base.ID}}
+	wantBases := []sandbox.BaseImage{{Ref: testImage, ID: base.ID}}
 	if info.Cached || info.Source != "build" || info.Workdir != "/app" || info.ID == "" || len(info.Key) != 64 ||
-		tag != ImageTag(b.Task, info.Key) || !reflect.DeepEqual(info.Bases, wantBases) {
+		tag != sandbox.ImageTag(b.Task, info.Key) || !reflect.DeepEqual(info.Bases, wantBases) {
 		t.Fatalf("info %+v", info)
 	}
 	if !strings.HasPrefix(tag, "proctor-task/demo/hello-world:") || len(tag) != len("proctor-task/demo/hello-world:")+12 {
@@ -312,20 +314,20 @@ WORKDIR /app
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ins.Config.Labels[LabelRevision] != rev || ins.Config.Labels[LabelTask] != b.Task || ins.Config.Labels[LabelImageKey] != info.Key {
+	if ins.Config.Labels[sandbox.LabelRevision] != rev || ins.Config.Labels[sandbox.LabelTask] != b.Task || ins.Config.Labels[sandbox.LabelImageKey] != info.Key {
 		t.Errorf("image labels %v", ins.Config.Labels)
 	}
 	if wd, err := d.ImageWorkdir(ctx, tag); err != nil || wd != "/app" {
 		t.Errorf("ImageWorkdir: %q %v", wd, err)
 	}
 	// skills/ went in empty, the other context files as they are.
-	h, err := d.Start(ctx, Spec{Image: tag})
+	h, err := d.Start(ctx, sandbox.Spec{Image: tag})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, h)
 	var out testutil.SyncBuffer
-	if res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"sh", "-c", "cat /skills-count /data.txt; pwd"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "cat /skills-count /data.txt; pwd"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
 	if out.String() != "0\ncontext file\n/app\n" {
@@ -333,7 +335,7 @@ WORKDIR /app
 	}
 
 	// Cached: the same revision, Dockerfile and base ids are never rebuilt.
-	again, err := d.EnsureImage(ctx, BuildSpec{Task: b.Task, Revision: rev, EnvironmentDir: env})
+	again, err := d.EnsureImage(ctx, sandbox.BuildSpec{Task: b.Task, Revision: rev, EnvironmentDir: env})
 	if err != nil || !again.Cached || again.ID != info.ID || again.Ref != tag || len(again.Rewrites) != 1 || !reflect.DeepEqual(again.Bases, wantBases) {
 		t.Fatalf("second EnsureImage: %+v %v", again, err)
 	}
@@ -343,10 +345,10 @@ func TestEnsureImageBuildFailure(t *testing.T) {
 	t.Parallel()
 	d, cli := newTestDocker(t, nil)
 	env := writeEnv(t, "FROM "+testImage+"\nRUN echo about to fail && exit 7\n")
-	b := BuildSpec{Task: "fails", Revision: randomHex(32), EnvironmentDir: env}
+	b := sandbox.BuildSpec{Task: "fails", Revision: randomHex(32), EnvironmentDir: env}
 	removeRevisionImages(t, cli, b.Revision)
 	_, err := d.EnsureImage(context.Background(), b)
-	var be *BuildError
+	var be *sandbox.BuildError
 	if !errors.As(err, &be) || be.TimedOut || be.Pull {
 		t.Fatalf("want a build error, got %v", err)
 	}
@@ -363,7 +365,7 @@ func TestEnsureImageBuildFailure(t *testing.T) {
 	// (One stream: the builder interleaves stdout and stderr as they come.)
 	env = writeEnv(t, "FROM "+testImage+"\nRUN printf 'bar  50%%\\rbar 100%%\\n' >&2; printf '\\033[1;31mE: \\033[0mUnable to locate package foo\\n' >&2; exit 100\n")
 	var log testutil.SyncBuffer
-	b = BuildSpec{Task: "fails", Revision: b.Revision, EnvironmentDir: env, Log: &log}
+	b = sandbox.BuildSpec{Task: "fails", Revision: b.Revision, EnvironmentDir: env, Log: &log}
 	_, err = d.EnsureImage(context.Background(), b)
 	if !errors.As(err, &be) || !strings.HasSuffix(err.Error(), "returned a non-zero code: 100\nbar 100%\nE: Unable to locate package foo") {
 		t.Fatalf("error %q", err)
@@ -377,10 +379,10 @@ func TestEnsureImageBuildTimeout(t *testing.T) {
 	t.Parallel()
 	d, cli := newTestDocker(t, nil)
 	env := writeEnv(t, "FROM "+testImage+"\nRUN echo building && sleep 60\n")
-	b := BuildSpec{Task: "slow", Revision: randomHex(32), EnvironmentDir: env, Timeout: 3 * time.Second}
+	b := sandbox.BuildSpec{Task: "slow", Revision: randomHex(32), EnvironmentDir: env, Timeout: 3 * time.Second}
 	removeRevisionImages(t, cli, b.Revision)
 	_, err := d.EnsureImage(context.Background(), b)
-	var be *BuildError
+	var be *sandbox.BuildError
 	if !errors.As(err, &be) || !be.TimedOut {
 		t.Fatalf("want a timed-out build error, got %v", err)
 	}
@@ -388,14 +390,14 @@ func TestEnsureImageBuildTimeout(t *testing.T) {
 
 func TestEnsureImageDockerImage(t *testing.T) {
 	t.Parallel()
-	m, err := ParseImageMap(strings.NewReader("gone.invalid/ = docker.io/library/\n"+"gone.invalid/debian:bookworm-slim = "+testImage+"\n"), "map")
+	m, err := sandbox.ParseImageMap(strings.NewReader("gone.invalid/ = docker.io/library/\n"+"gone.invalid/debian:bookworm-slim = "+testImage+"\n"), "map")
 	if err != nil {
 		t.Fatal(err)
 	}
 	d, _ := newTestDocker(t, m)
 	ctx := context.Background()
 	empty := t.TempDir()
-	info, err := d.EnsureImage(ctx, BuildSpec{Task: "prebuilt", Revision: "abc", EnvironmentDir: empty, DockerImage: "gone.invalid/debian:bookworm-slim"})
+	info, err := d.EnsureImage(ctx, sandbox.BuildSpec{Task: "prebuilt", Revision: "abc", EnvironmentDir: empty, DockerImage: "gone.invalid/debian:bookworm-slim"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,15 +405,15 @@ func TestEnsureImageDockerImage(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	// A missing image that cannot be pulled is a pull error.
-	_, err = d.EnsureImage(ctx, BuildSpec{Task: "missing", DockerImage: "proctor-test.invalid/none:1", Timeout: time.Minute})
-	var be *BuildError
+	_, err = d.EnsureImage(ctx, sandbox.BuildSpec{Task: "missing", DockerImage: "proctor-test.invalid/none:1", Timeout: time.Minute})
+	var be *sandbox.BuildError
 	if !errors.As(err, &be) || !be.Pull {
 		t.Fatalf("want a pull error, got %v", err)
 	}
-	if _, err := d.EnsureImage(ctx, BuildSpec{Task: "nothing", EnvironmentDir: empty}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := d.EnsureImage(ctx, sandbox.BuildSpec{Task: "nothing", EnvironmentDir: empty}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Fatalf("no Dockerfile, no docker_image: %v", err)
 	}
-	if _, err := d.ImageWorkdir(ctx, "proctor-test.invalid/none:1"); !errors.Is(err, ErrNotFound) {
+	if _, err := d.ImageWorkdir(ctx, "proctor-test.invalid/none:1"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("ImageWorkdir of a missing image: %v", err)
 	}
 }
@@ -423,12 +425,12 @@ func TestDockerDestroyAfterCancel(t *testing.T) {
 	d, cli := newTestDocker(t, nil)
 	run := "run-" + randomHex(4)
 	ctx, cancel := context.WithCancel(context.Background())
-	h, err := d.Start(ctx, Spec{RunID: run, Image: testImage, Network: NetworkInternal})
+	h, err := d.Start(ctx, sandbox.Spec{RunID: run, Image: testImage, Network: sandbox.NetworkInternal})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}})
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"true"}})
 	if err != nil || !res.TimedOut {
 		t.Fatalf("Exec with a cancelled context: %+v %v", res, err)
 	}
@@ -437,19 +439,6 @@ func TestDockerDestroyAfterCancel(t *testing.T) {
 	}
 	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
 		t.Fatalf("after Destroy: %d containers, %d networks", c, n)
-	}
-}
-
-func TestImageTag(t *testing.T) {
-	for _, tc := range []struct{ task, rev, want string }{
-		{"hello", "0123456789abcdef", "proctor-task/hello:0123456789ab"},
-		{"Nested/Task_Name.v2", "ABCDEF", "proctor-task/nested/task-name-v2:abcdef"},
-		{"--weird--//x", "1", "proctor-task/weird/x:1"},
-		{"", "1", "proctor-task/x:1"},
-	} {
-		if got := ImageTag(tc.task, tc.rev); got != tc.want {
-			t.Errorf("ImageTag(%q, %q) = %q, want %q", tc.task, tc.rev, got, tc.want)
-		}
 	}
 }
 
@@ -465,7 +454,7 @@ func buildTestImage(t *testing.T, cli *client.Client, tag, dockerfile string) st
 		t.Fatal(err)
 	}
 	resp, err := cli.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
-		Labels: map[string]string{LabelManaged: "1"}})
+		Labels: map[string]string{sandbox.LabelManaged: "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +487,7 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 	t.Cleanup(func() {
 		// The task images built on the stand-ins go first (an image with
 		// children cannot be removed), then the stand-ins.
-		imgs, _ := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelRevision+"="+rev))})
+		imgs, _ := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelRevision+"="+rev))})
 		for _, im := range imgs {
 			_, _ = cli.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true})
 		}
@@ -510,34 +499,34 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 	})
 	v1 := buildTestImage(t, cli, standIn, "FROM "+testImage+"\nRUN printf '#!/bin/sh\\necho stand-in 1\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3\n")
 
-	m, err := ParseImageMap(strings.NewReader(testImage+" = "+standIn+"\n"), "map")
+	m, err := sandbox.ParseImageMap(strings.NewReader(testImage+" = "+standIn+"\n"), "map")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapped, err := NewDocker(DockerOptions{Client: cli, ImageMap: m})
+	mapped, err := New(Options{Client: cli, ImageMap: m})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := NewDocker(DockerOptions{Client: cli})
+	plain, err := New(Options{Client: cli})
 	if err != nil {
 		t.Fatal(err)
 	}
 	standIns = append(standIns, v1)
 	env := writeEnv(t, "FROM "+testImage+"\nRUN python3 > /python-says\n")
-	spec := BuildSpec{Task: "needs-python", Revision: rev, EnvironmentDir: env}
+	spec := sandbox.BuildSpec{Task: "needs-python", Revision: rev, EnvironmentDir: env}
 
 	first, err := mapped.EnsureImage(ctx, spec)
 	if err != nil {
 		t.Fatalf("mapped build: %v", err)
 	}
-	if first.Cached || !reflect.DeepEqual(first.Bases, []BaseImage{{Ref: standIn, ID: v1}}) || len(first.Rewrites) != 1 || first.Rewrites[0].Rule != testImage {
+	if first.Cached || !reflect.DeepEqual(first.Bases, []sandbox.BaseImage{{Ref: standIn, ID: v1}}) || len(first.Rewrites) != 1 || first.Rewrites[0].Rule != testImage {
 		t.Fatalf("mapped build: %+v", first)
 	}
 
 	// The same task without the map: another key, a build against the real
 	// base, which has no python3.
 	_, err = plain.EnsureImage(ctx, spec)
-	var be *BuildError
+	var be *sandbox.BuildError
 	if !errors.As(err, &be) || be.Ref == first.Ref || !strings.Contains(err.Error(), "python3: not found") {
 		t.Fatalf("build without the map: %v", err)
 	}
@@ -558,16 +547,16 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.Cached || second.Ref == first.Ref || second.ID == first.ID || !reflect.DeepEqual(second.Bases, []BaseImage{{Ref: standIn, ID: v2}}) {
+	if second.Cached || second.Ref == first.Ref || second.ID == first.ID || !reflect.DeepEqual(second.Bases, []sandbox.BaseImage{{Ref: standIn, ID: v2}}) {
 		t.Fatalf("after the re-tag: %+v (first %+v)", second, first)
 	}
-	h, err := mapped.Start(ctx, Spec{Image: second.Ref})
+	h, err := mapped.Start(ctx, sandbox.Spec{Image: second.Ref})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mapped.Destroy(ctx, h)
 	var out testutil.SyncBuffer
-	if res, err := mapped.Exec(ctx, h, ExecSpec{Cmd: []string{"cat", "/python-says"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
+	if res, err := mapped.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/python-says"}, Stdout: &out}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("%+v %v", res, err)
 	}
 	if out.String() != "stand-in 2\n" {
@@ -576,7 +565,7 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 
 	// A base that is missing and cannot be pulled fails as a pull, naming it.
 	env2 := writeEnv(t, "FROM proctor-test.invalid/none:1\n")
-	_, err = plain.EnsureImage(ctx, BuildSpec{Task: "missing-base", Revision: rev, EnvironmentDir: env2, Timeout: time.Minute})
+	_, err = plain.EnsureImage(ctx, sandbox.BuildSpec{Task: "missing-base", Revision: rev, EnvironmentDir: env2, Timeout: time.Minute})
 	if !errors.As(err, &be) || !be.Pull || be.Ref != "proctor-test.invalid/none:1" {
 		t.Fatalf("missing base: %v", err)
 	}

@@ -1,9 +1,8 @@
-package sandbox
+package docker
 
 import (
 	"context"
 	"io"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // samples collects durations and summarises them.
@@ -71,7 +72,7 @@ func rawExec(ctx context.Context, b *testing.B, cli *client.Client, cid string, 
 func BenchmarkCellOverhead(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, testImage)
-	d, err := NewDocker(DockerOptions{Client: cli})
+	d, err := New(Options{Client: cli})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func BenchmarkCellOverhead(b *testing.B) {
 	for b.Loop() {
 		t0 := time.Now()
 		created, err := cli.ContainerCreate(ctx, &container.Config{
-			Image: testImage, Entrypoint: []string{"sleep", "600"}, Labels: map[string]string{LabelManaged: "1"},
+			Image: testImage, Entrypoint: []string{"sleep", "600"}, Labels: map[string]string{sandbox.LabelManaged: "1"},
 		}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 		if err != nil {
 			b.Fatal(err)
@@ -96,12 +97,12 @@ func BenchmarkCellOverhead(b *testing.B) {
 		raw = append(raw, time.Since(t0))
 
 		t0 = time.Now()
-		h, err := d.Start(ctx, Spec{RunID: "bench", CellID: "bench/cell", Image: testImage, Network: NetworkNone})
+		h, err := d.Start(ctx, sandbox.Spec{RunID: "bench", CellID: "bench/cell", Image: testImage, Network: sandbox.NetworkNone})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i := 0; i < 2; i++ {
-			if res, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
+			if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"true"}, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
 				b.Fatalf("%+v %v", res, err)
 			}
 		}
@@ -123,14 +124,14 @@ func BenchmarkCellOverhead(b *testing.B) {
 func BenchmarkEnsureImageCached(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, testImage)
-	d, err := NewDocker(DockerOptions{Client: cli})
+	d, err := New(Options{Client: cli})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	env := b.TempDir()
 	writeFile(b, filepath.Join(env, "Dockerfile"), "FROM "+testImage+"\nRUN echo bench > /bench\n", 0o644)
-	spec := BuildSpec{Task: "bench-cached", Revision: randomHex(32), EnvironmentDir: env}
+	spec := sandbox.BuildSpec{Task: "bench-cached", Revision: randomHex(32), EnvironmentDir: env}
 	built, err := d.EnsureImage(ctx, spec)
 	if built.Ref != "" {
 		b.Cleanup(func() {
@@ -165,38 +166,4 @@ func BenchmarkEnsureImageCached(b *testing.B) {
 	b.ReportMetric(ms(raw.mean()), "inspect-ms")
 	b.ReportMetric(ms(drv.mean()), "ensure-ms")
 	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
-}
-
-// BenchmarkProcessExec measures the process driver running /bin/true in a
-// started sandbox against a bare os/exec fork/exec of /bin/true. Target:
-// ratio <= 3 (mean and p99).
-func BenchmarkProcessExec(b *testing.B) {
-	p := &Process{BaseDir: b.TempDir()}
-	ctx := context.Background()
-	h, err := p.Start(ctx, Spec{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Destroy(ctx, h)
-	var raw, drv samples
-	for b.Loop() {
-		for range 200 { // enough samples for a p99 in one iteration
-			t0 := time.Now()
-			if err := exec.Command("/bin/true").Run(); err != nil {
-				b.Fatal(err)
-			}
-			raw = append(raw, time.Since(t0))
-			t0 = time.Now()
-			if res, err := p.Exec(ctx, h, ExecSpec{Cmd: []string{"/bin/true"}, Stdout: io.Discard, Stderr: io.Discard}); err != nil || res.ExitCode != 0 {
-				b.Fatalf("%+v %v", res, err)
-			}
-			drv = append(drv, time.Since(t0))
-		}
-	}
-	b.ReportMetric(float64(raw.mean())/1e3, "raw-us")
-	b.ReportMetric(float64(drv.mean())/1e3, "driver-us")
-	b.ReportMetric(float64(raw.pct(99))/1e3, "raw-p99-us")
-	b.ReportMetric(float64(drv.pct(99))/1e3, "driver-p99-us")
-	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
-	b.ReportMetric(float64(drv.pct(99))/float64(raw.pct(99)), "p99-ratio")
 }

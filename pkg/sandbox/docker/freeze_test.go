@@ -1,4 +1,4 @@
-package sandbox
+package docker
 
 import (
 	"bytes"
@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // execOK runs a root shell command in h and fails the test unless it
 // exits 0; it returns the output.
-func execOK(t *testing.T, d *Docker, h *Handle, script string) string {
+func execOK(t *testing.T, d *Driver, h *sandbox.Handle, script string) string {
 	t.Helper()
 	var out testutil.SyncBuffer
-	res, err := d.Exec(context.Background(), h, ExecSpec{Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
+	res, err := d.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%s: %+v %v\n%s", script, res, err, out.String())
 	}
@@ -34,7 +36,7 @@ func TestDockerFreeze(t *testing.T) {
 	d, cli := newTestDocker(t, nil)
 	ctx := context.Background()
 	run := "run-" + randomHex(4)
-	h, err := d.Start(ctx, Spec{RunID: run, Image: testImage, Lifetime: 5 * time.Minute})
+	h, err := d.Start(ctx, sandbox.Spec{RunID: run, Image: testImage, Lifetime: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ sh -c 'true & exec sleep 1000' >/dev/null 2>&1 &`)
 	if again, err := d.Freeze(ctx, h); err != nil || again != alive {
 		t.Errorf("Freeze of a frozen container: %d %v, want %d", again, err, alive)
 	}
-	if _, err := d.Exec(ctx, h, ExecSpec{Cmd: []string{"true"}}); err == nil {
+	if _, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"true"}}); err == nil {
 		t.Error("Exec ran in a frozen container")
 	}
 	if err := d.Destroy(ctx, h); err != nil {
@@ -94,7 +96,7 @@ sh -c 'true & exec sleep 1000' >/dev/null 2>&1 &`)
 	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
 		t.Fatalf("after Destroy of a frozen container: %d containers, %d networks", c, n)
 	}
-	if _, err := d.Freeze(ctx, h); !errors.Is(err, ErrDestroyed) {
+	if _, err := d.Freeze(ctx, h); !errors.Is(err, sandbox.ErrDestroyed) {
 		t.Errorf("Freeze after Destroy: %v, want ErrDestroyed", err)
 	}
 }
@@ -118,7 +120,7 @@ func TestDockerReadFile(t *testing.T) {
 	t.Parallel()
 	d, _ := newTestDocker(t, nil)
 	ctx := context.Background()
-	h, err := d.Start(ctx, Spec{Image: testImage, Lifetime: 5 * time.Minute})
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,14 +156,14 @@ ln -s /etc /r/etc-link`)
 		want error
 		says string
 	}{
-		{"/r/hostname-link", ErrNotRegular, `symlink to "/etc/hostname"`},
-		{"/r/zero-link", ErrNotRegular, `symlink to "/dev/zero"`},
-		{"/r/host-link", ErrNotRegular, "symlink"},
-		{"/r/zero", ErrNotRegular, "character device"},
-		{"/r/fifo", ErrNotRegular, "fifo"},
-		{"/r/dir", ErrNotRegular, "directory"},
-		{"/r/over-cap", ErrTooLarge, "65537 bytes, over the cap of 65536"},
-		{"/r/missing", ErrNotFound, "/r/missing"},
+		{"/r/hostname-link", sandbox.ErrNotRegular, `symlink to "/etc/hostname"`},
+		{"/r/zero-link", sandbox.ErrNotRegular, `symlink to "/dev/zero"`},
+		{"/r/host-link", sandbox.ErrNotRegular, "symlink"},
+		{"/r/zero", sandbox.ErrNotRegular, "character device"},
+		{"/r/fifo", sandbox.ErrNotRegular, "fifo"},
+		{"/r/dir", sandbox.ErrNotRegular, "directory"},
+		{"/r/over-cap", sandbox.ErrTooLarge, "65537 bytes, over the cap of 65536"},
+		{"/r/missing", sandbox.ErrNotFound, "/r/missing"},
 	} {
 		b, err := d.ReadFile(ctx, h, c.path, 64<<10)
 		if !errors.Is(err, c.want) || b != nil || !strings.Contains(err.Error(), c.says) {
@@ -191,7 +193,7 @@ ln -s /etc /r/etc-link`)
 	if f := got["/r/ok"]; f.Err != nil || string(f.Data) != "1" {
 		t.Errorf("CopyOutFiles of a regular file: %+v", f)
 	}
-	for p, want := range map[string]error{"/r/hostname-link": ErrNotRegular, "/r/zero": ErrNotRegular, "/r/over-cap": ErrTooLarge, "/r/etc-link/hostname": ErrNotRegular} {
+	for p, want := range map[string]error{"/r/hostname-link": sandbox.ErrNotRegular, "/r/zero": sandbox.ErrNotRegular, "/r/over-cap": sandbox.ErrTooLarge, "/r/etc-link/hostname": sandbox.ErrNotRegular} {
 		if f := got[p]; !errors.Is(f.Err, want) || f.Data != nil {
 			t.Errorf("CopyOutFiles %s: %+v, want %v", p, f, want)
 		}
@@ -202,7 +204,7 @@ ln -s /etc /r/etc-link`)
 	if b, err := os.ReadFile(filepath.Join(dst, "r", "ok")); err != nil || string(b) != "1" {
 		t.Errorf("a captured file on the host: %q %v", b, err)
 	}
-	if _, err := d.CopyOutFiles(ctx, h, "/r", dst, map[string]int64{"/etc/passwd": 1}); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := d.CopyOutFiles(ctx, h, "/r", dst, map[string]int64{"/etc/passwd": 1}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Errorf("CopyOutFiles of a path outside the tree: %v", err)
 	}
 	for link, target := range map[string]string{"hostname-link": "/etc/hostname", "zero-link": "/dev/zero", "host-link": secret} {
@@ -219,55 +221,5 @@ ln -s /etc /r/etc-link`)
 		if _, err := os.Lstat(filepath.Join(dst, "r", name)); err == nil {
 			t.Errorf("CopyOut made the device or fifo %s on the host", name)
 		}
-	}
-}
-
-// TestDockerTimeoutWhenEverythingIsStopped: a command that, once signalled,
-// stops every other process of the container (a test's EXIT trap running
-// `kill -STOP -1`, as the verifier's stop hook does; here a loop that does
-// it without end and ignores SIGTERM) stops the execs that send the
-// timeout's signals too. Exec must still return (TimedOut) instead of
-// waiting for ever on a stopped signal sender, and Destroy removes the
-// container.
-func TestDockerTimeoutWhenEverythingIsStopped(t *testing.T) {
-	t.Parallel()
-	d, cli := newTestDocker(t, nil)
-	ctx := context.Background()
-	run := "run-" + randomHex(4)
-	h, err := d.Start(ctx, Spec{RunID: run, Image: testImage, Lifetime: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		res ExecResult
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := d.Exec(ctx, h, ExecSpec{
-			Cmd:     []string{"bash", "-c", `trap '' TERM; while :; do kill -STOP -1 2>/dev/null; done`},
-			Timeout: time.Second, Grace: time.Second,
-		})
-		done <- result{res, err}
-	}()
-	// Every wait of the timeout path is bounded (two signal execs of at
-	// most 2×killWait each, the grace, the final wait): well under 3 min.
-	start := time.Now()
-	select {
-	case r := <-done:
-		t.Logf("Exec returned after %v", time.Since(start))
-		if r.err != nil || !r.res.TimedOut || r.res.ExitCode != TimeoutExitCode {
-			t.Fatalf("Exec = %+v, %v; want a timeout", r.res, r.err)
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatal("Exec did not return: a stopped signal sender kept it waiting")
-	}
-	start = time.Now()
-	if err := d.Destroy(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Destroy took %v", time.Since(start))
-	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
-		t.Fatalf("after Destroy: %d containers, %d networks of the run", c, n)
 	}
 }

@@ -1,11 +1,9 @@
-package sandbox
+package docker
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,203 +20,9 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
-
-// BuildSpec describes the image of one task revision for EnsureImage.
-type BuildSpec struct {
-	// Task is the task name; it makes the repository part of the tag
-	// (see ImageTag).
-	Task string
-	// Revision is the task revision (hex SHA-256); it is part of the
-	// image key (see ImageKey), whose first 12 characters make the tag.
-	Revision string
-	// EnvironmentDir is the task's environment/ directory. When it holds
-	// a Dockerfile, the image is built with the directory as the context.
-	EnvironmentDir string
-	// DockerImage is the task's prebuilt image (the sandbox table's
-	// docker_image), used when EnvironmentDir has no Dockerfile.
-	DockerImage string
-	// Timeout bounds a build or a pull; 0 means DefaultBuildTimeout.
-	Timeout time.Duration
-	// Log receives the build or pull log as it is produced; nil discards.
-	// Its tail is also kept in ImageInfo.Log and BuildError.Log.
-	Log io.Writer
-	// Labels are added to a built image (beside proctor.task,
-	// proctor.revision and proctor.managed).
-	Labels map[string]string
-}
-
-// DefaultBuildTimeout bounds an image build or pull when BuildSpec.Timeout
-// is 0.
-const DefaultBuildTimeout = 30 * time.Minute
-
-// ImageInfo describes an image EnsureImage made available.
-type ImageInfo struct {
-	// Ref is the reference to pass in Spec.Image: the built tag, or the
-	// (mapped) docker_image.
-	Ref string `json:"ref"`
-	// ID is the image id (sha256:...).
-	ID string `json:"id"`
-	// Source is "build" (from the Dockerfile) or "image" (docker_image).
-	Source string `json:"source"`
-	// Cached is true when the image already existed (no build, no pull).
-	Cached bool `json:"cached"`
-	// Pulled is true when docker_image was pulled now.
-	Pulled bool `json:"pulled,omitempty"`
-	// Rewrites lists the image map rewrites applied (FROM lines or
-	// docker_image).
-	Rewrites []Rewrite `json:"rewrites,omitempty"`
-	// Workdir is the image's WORKDIR ("" when unset).
-	Workdir string `json:"workdir,omitempty"`
-	// Log is the last DefaultTailSize bytes of the build or pull log, as
-	// plain valid UTF-8 ("" when cached).
-	Log string `json:"log,omitempty"`
-	// Key is the image key of a built image (see ImageKey); "" for
-	// docker_image.
-	Key string `json:"key,omitempty"`
-	// Bases are the base images of a build (its FROM images after the
-	// image map) with the image ids they resolved to.
-	Bases []BaseImage `json:"bases,omitempty"`
-	// Duration is the time EnsureImage took.
-	Duration time.Duration `json:"duration"`
-}
-
-// BaseImage is a base image of a build: the reference of a FROM line after
-// the image map, and the local image id it resolved to ("" for `scratch`
-// and references with a variable, which are not resolved).
-type BaseImage struct {
-	Ref string `json:"ref"`
-	ID  string `json:"id,omitempty"`
-}
-
-// BuildError is returned by EnsureImage when a build or a pull fails or
-// times out. Test with errors.As.
-type BuildError struct {
-	// Ref is the tag being built or the image being pulled.
-	Ref string
-	// Pull is true for a failed pull of docker_image.
-	Pull bool
-	// TimedOut is true when the build or pull hit its timeout.
-	TimedOut bool
-	// Message is the engine's error message.
-	Message string
-	// Log is the tail of the build or pull log (plain valid UTF-8).
-	Log string
-	// Err is the underlying error, if any.
-	Err error
-}
-
-// Error returns the message followed, on lines of their own, by the last
-// meaningful lines of the log (LastLogLines): the cause a failing command
-// printed (`E: Unable to locate package foo`) is in the error itself.
-func (e *BuildError) Error() string {
-	what := "build"
-	if e.Pull {
-		what = "pull"
-	}
-	verb := "failed"
-	if e.TimedOut {
-		verb = "timed out"
-	}
-	msg := fmt.Sprintf("sandbox: %s of %s %s: %s", what, e.Ref, verb, e.Message)
-	if lines := LastLogLines(e.Log, e.Message); lines != "" {
-		msg += "\n" + lines
-	}
-	return msg
-}
-
-// Build-log lines that say nothing about a failure: the classic builder's
-// own progress lines.
-var buildNoise = []string{"Step ", " ---> ", "Removing intermediate container ", "Successfully built ", "Successfully tagged ", "Sending build context "}
-
-// LastLogLines returns the last meaningful lines of a build or pull log
-// (at most 5 lines and 1 KiB, each line at most 300 bytes): lines that are
-// not blank, not the builder's own progress (`Step 2/3 : ...`,
-// ` ---> Running in ...`) and not the final error message msg, which the
-// log repeats. "" when there are none.
-func LastLogLines(log, msg string) string {
-	const maxLines, maxLine, maxBytes = 5, 300, 1024
-	msg = strings.TrimSpace(msg)
-	var keep []string
-	size := 0
-	lines := strings.Split(log, "\n")
-	for i := len(lines) - 1; i >= 0 && len(keep) < maxLines; i-- {
-		l := strings.TrimRight(lines[i], " \t\r")
-		t := strings.TrimSpace(l)
-		if t == "" || t == msg || slices.ContainsFunc(buildNoise, func(p string) bool { return strings.HasPrefix(l, p) }) {
-			continue
-		}
-		if len(l) > maxLine {
-			l = strings.ToValidUTF8(l[:maxLine], "") + "…"
-		}
-		if size+len(l) > maxBytes {
-			break
-		}
-		size += len(l) + 1
-		keep = append(keep, l)
-	}
-	slices.Reverse(keep)
-	return strings.Join(keep, "\n")
-}
-
-func (e *BuildError) Unwrap() error { return e.Err }
-
-// ImageTag returns the tag of a task's built image:
-// proctor-task/<name>:<key[:12]>, where key is its image key (ImageKey)
-// and name is the task name lowercased with every run of characters other
-// than [a-z0-9] replaced by "-" in each "/"-separated part (an empty part
-// becomes "x").
-func ImageTag(task, key string) string {
-	parts := strings.Split(strings.ToLower(task), "/")
-	var out []string
-	for _, p := range parts {
-		var b strings.Builder
-		dash := false
-		for _, r := range p {
-			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-				b.WriteRune(r)
-				dash = false
-			} else if !dash {
-				b.WriteByte('-')
-				dash = true
-			}
-		}
-		s := strings.Trim(b.String(), "-")
-		if s == "" {
-			continue
-		}
-		out = append(out, s)
-	}
-	if len(out) == 0 {
-		out = []string{"x"}
-	}
-	rev := strings.ToLower(key)
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	return "proctor-task/" + strings.Join(out, "/") + ":" + rev
-}
-
-// ImageKey returns the key of a task image build: the hex SHA-256 of
-//
-//	proctor image key v1 LF
-//	revision <revision> LF
-//	dockerfile <hex SHA-256 of the Dockerfile as built> LF
-//	base <ref> <image id> LF        (one per base image, in order)
-//
-// so it covers everything the build used: the task's files (the revision),
-// the Dockerfile after the image map's rewrites, and the image ids the base
-// images resolved to on this engine. A run with another image map, or
-// after a base image was re-tagged to another id, has another key and
-// builds anew; it never reuses an image built from other bases.
-func ImageKey(revision string, dockerfile []byte, bases []BaseImage) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "proctor image key v1\nrevision %s\ndockerfile %x\n", revision, sha256.Sum256(dockerfile))
-	for _, b := range bases {
-		fmt.Fprintf(h, "base %s %s\n", b.Ref, b.ID)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
 
 // EnsureImage makes the image of a task revision available and returns its
 // reference.
@@ -245,11 +48,11 @@ func ImageKey(revision string, dockerfile []byte, bases []BaseImage) string {
 // A failed or timed-out build or pull is a *BuildError carrying the log
 // tail (the returned ImageInfo still has Ref, Rewrites and Bases); a spec
 // with neither a Dockerfile nor a docker_image wraps ErrInvalidSpec.
-func (d *Docker) EnsureImage(ctx context.Context, b BuildSpec) (ImageInfo, error) {
+func (d *Driver) EnsureImage(ctx context.Context, b sandbox.BuildSpec) (sandbox.ImageInfo, error) {
 	start := time.Now()
 	timeout := b.Timeout
 	if timeout <= 0 {
-		timeout = DefaultBuildTimeout
+		timeout = sandbox.DefaultBuildTimeout
 	}
 	dockerfile := ""
 	if b.EnvironmentDir != "" {
@@ -258,35 +61,35 @@ func (d *Docker) EnsureImage(ctx context.Context, b BuildSpec) (ImageInfo, error
 			dockerfile = p
 		}
 	}
-	var info ImageInfo
+	var info sandbox.ImageInfo
 	var err error
 	switch {
 	case dockerfile != "":
 		if b.Revision == "" {
-			return ImageInfo{}, fmt.Errorf("%w: task %s: empty revision", ErrInvalidSpec, b.Task)
+			return sandbox.ImageInfo{}, fmt.Errorf("%w: task %s: empty revision", sandbox.ErrInvalidSpec, b.Task)
 		}
 		info, err = d.buildImage(ctx, b, dockerfile, timeout)
 	case b.DockerImage != "":
 		info, err = d.pullImage(ctx, b, timeout)
 	default:
-		return ImageInfo{}, fmt.Errorf("%w: task %s: no environment/Dockerfile and no docker_image", ErrInvalidSpec, b.Task)
+		return sandbox.ImageInfo{}, fmt.Errorf("%w: task %s: no environment/Dockerfile and no docker_image", sandbox.ErrInvalidSpec, b.Task)
 	}
 	info.Duration = time.Since(start)
 	return info, err
 }
 
-func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string, timeout time.Duration) (ImageInfo, error) {
-	info := ImageInfo{Source: "build"}
+func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile string, timeout time.Duration) (sandbox.ImageInfo, error) {
+	info := sandbox.ImageInfo{Source: "build"}
 	src, err := os.ReadFile(dockerfile)
 	if err != nil {
 		return info, fmt.Errorf("sandbox: %w", err)
 	}
-	rewritten, rw, bases := d.imageMap.scanDockerfile(src)
+	rewritten, rw, bases := d.imageMap.ScanDockerfile(src)
 	info.Rewrites = rw
 
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tail := NewTail(0)
+	tail := sandbox.NewTail(0)
 	var out io.Writer = tail
 	if b.Log != nil {
 		out = io.MultiWriter(tail, safeWriter{b.Log})
@@ -294,22 +97,22 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 	logw := newPlainWriter(out)
 	defer logw.Flush()
 
-	info.Bases = make([]BaseImage, 0, len(bases))
+	info.Bases = make([]sandbox.BaseImage, 0, len(bases))
 	for _, ref := range bases {
 		id, err := d.resolveBase(bctx, ref, logw)
 		if err != nil {
 			logw.Flush()
 			info.Log = tail.String()
-			var be *BuildError
+			var be *sandbox.BuildError
 			if errors.As(err, &be) {
 				be.Log = info.Log
 			}
 			return info, err
 		}
-		info.Bases = append(info.Bases, BaseImage{Ref: ref, ID: id})
+		info.Bases = append(info.Bases, sandbox.BaseImage{Ref: ref, ID: id})
 	}
-	info.Key = ImageKey(b.Revision, rewritten, info.Bases)
-	tag := ImageTag(b.Task, info.Key)
+	info.Key = sandbox.ImageKey(b.Revision, rewritten, info.Bases)
+	tag := sandbox.ImageTag(b.Task, info.Key)
 	info.Ref = tag
 
 	unlock := d.builds.lock(tag)
@@ -322,10 +125,10 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 	if lbl == nil {
 		lbl = map[string]string{}
 	}
-	lbl[LabelManaged] = "1"
-	lbl[LabelTask] = b.Task
-	lbl[LabelRevision] = b.Revision
-	lbl[LabelImageKey] = info.Key
+	lbl[sandbox.LabelManaged] = "1"
+	lbl[sandbox.LabelTask] = b.Task
+	lbl[sandbox.LabelRevision] = b.Revision
+	lbl[sandbox.LabelImageKey] = info.Key
 
 	pr, pw := io.Pipe()
 	go func() {
@@ -354,7 +157,7 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 		return info, d.buildErr(bctx, tag, false, msg, tail, err)
 	}
 	if found, err := d.cached(ctx, tag, &info); !found {
-		return info, &BuildError{Ref: tag, Message: fmt.Sprintf("image missing after build (%v)", err), Log: info.Log, Err: err}
+		return info, &sandbox.BuildError{Ref: tag, Message: fmt.Sprintf("image missing after build (%v)", err), Log: info.Log, Err: err}
 	}
 	info.Cached = false
 	d.log.Debug("image built", "tag", tag, "id", short(info.ID))
@@ -364,19 +167,19 @@ func (d *Docker) buildImage(ctx context.Context, b BuildSpec, dockerfile string,
 // resolveBase returns the local image id of a base image, pulling it first
 // when it is missing (as the builder would); "" for `scratch` and for a
 // reference with a variable. A failed pull is a *BuildError (Pull set).
-func (d *Docker) resolveBase(ctx context.Context, ref string, log io.Writer) (string, error) {
+func (d *Driver) resolveBase(ctx context.Context, ref string, log io.Writer) (string, error) {
 	if ref == "scratch" || strings.Contains(ref, "$") {
 		return "", nil
 	}
 	unlock := d.builds.lock(ref)
 	defer unlock()
-	var info ImageInfo
+	var info sandbox.ImageInfo
 	if found, err := d.cached(ctx, ref, &info); found || err != nil {
 		return info.ID, err
 	}
 	rc, err := d.cli.ImagePull(ctx, ref, image.PullOptions{})
 	if err != nil {
-		return "", d.buildErr(ctx, ref, true, err.Error(), NewTail(0), err)
+		return "", d.buildErr(ctx, ref, true, err.Error(), sandbox.NewTail(0), err)
 	}
 	msg, err := readJSONMessages(rc, log)
 	rc.Close()
@@ -384,16 +187,16 @@ func (d *Docker) resolveBase(ctx context.Context, ref string, log io.Writer) (st
 		if msg == "" {
 			msg = err.Error()
 		}
-		return "", d.buildErr(ctx, ref, true, msg, NewTail(0), err)
+		return "", d.buildErr(ctx, ref, true, msg, sandbox.NewTail(0), err)
 	}
 	if found, err := d.cached(ctx, ref, &info); !found {
-		return "", &BuildError{Ref: ref, Pull: true, Message: fmt.Sprintf("image missing after pull (%v)", err), Err: err}
+		return "", &sandbox.BuildError{Ref: ref, Pull: true, Message: fmt.Sprintf("image missing after pull (%v)", err), Err: err}
 	}
 	return info.ID, nil
 }
 
-func (d *Docker) buildErr(ctx context.Context, ref string, pull bool, msg string, tail *Tail, err error) *BuildError {
-	e := &BuildError{Ref: ref, Pull: pull, Message: strings.TrimSpace(msg), Log: tail.String(), Err: err}
+func (d *Driver) buildErr(ctx context.Context, ref string, pull bool, msg string, tail *sandbox.Tail, err error) *sandbox.BuildError {
+	e := &sandbox.BuildError{Ref: ref, Pull: pull, Message: strings.TrimSpace(msg), Log: tail.String(), Err: err}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		e.TimedOut = true
 		if e.Err == nil {
@@ -403,11 +206,11 @@ func (d *Docker) buildErr(ctx context.Context, ref string, pull bool, msg string
 	return e
 }
 
-func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Duration) (ImageInfo, error) {
-	ref, rule := d.imageMap.rewrite(b.DockerImage)
-	info := ImageInfo{Ref: ref, Source: "image"}
+func (d *Driver) pullImage(ctx context.Context, b sandbox.BuildSpec, timeout time.Duration) (sandbox.ImageInfo, error) {
+	ref, rule := d.imageMap.RewriteRefRule(b.DockerImage)
+	info := sandbox.ImageInfo{Ref: ref, Source: "image"}
 	if ref != b.DockerImage {
-		info.Rewrites = []Rewrite{{From: b.DockerImage, To: ref, Rule: rule}}
+		info.Rewrites = []sandbox.Rewrite{{From: b.DockerImage, To: ref, Rule: rule}}
 	}
 	unlock := d.builds.lock(ref)
 	defer unlock()
@@ -416,7 +219,7 @@ func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Durati
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tail := NewTail(0)
+	tail := sandbox.NewTail(0)
 	var out io.Writer = tail
 	if b.Log != nil {
 		out = io.MultiWriter(tail, safeWriter{b.Log})
@@ -438,7 +241,7 @@ func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Durati
 		return info, d.buildErr(pctx, ref, true, msg, tail, err)
 	}
 	if found, err := d.cached(ctx, ref, &info); !found {
-		return info, &BuildError{Ref: ref, Pull: true, Message: fmt.Sprintf("image missing after pull (%v)", err), Log: info.Log, Err: err}
+		return info, &sandbox.BuildError{Ref: ref, Pull: true, Message: fmt.Sprintf("image missing after pull (%v)", err), Log: info.Log, Err: err}
 	}
 	info.Cached, info.Pulled = false, true
 	return info, nil
@@ -447,11 +250,11 @@ func (d *Docker) pullImage(ctx context.Context, b BuildSpec, timeout time.Durati
 // ImageWorkdir returns the WORKDIR of the local image ref, "" when unset
 // (for the agent arms' refusal check, DESIGN §4). A missing image wraps
 // ErrNotFound.
-func (d *Docker) ImageWorkdir(ctx context.Context, ref string) (string, error) {
+func (d *Driver) ImageWorkdir(ctx context.Context, ref string) (string, error) {
 	ins, err := d.cli.ImageInspect(ctx, ref)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return "", fmt.Errorf("%w: image %s", ErrNotFound, ref)
+			return "", fmt.Errorf("%w: image %s", sandbox.ErrNotFound, ref)
 		}
 		return "", fmt.Errorf("sandbox: inspect image %s: %w", ref, err)
 	}
@@ -576,7 +379,7 @@ func writeBuildContext(w io.Writer, dir string, dockerfile []byte) error {
 
 // cached fills info from the local image ref when it exists (ID, Cached,
 // Workdir) and reports whether it does.
-func (d *Docker) cached(ctx context.Context, ref string, info *ImageInfo) (bool, error) {
+func (d *Driver) cached(ctx context.Context, ref string, info *sandbox.ImageInfo) (bool, error) {
 	ins, err := d.cli.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) {
 		return false, nil

@@ -1,0 +1,207 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// BuildSpec describes the image of one task revision for EnsureImage.
+type BuildSpec struct {
+	// Task is the task name; it makes the repository part of the tag
+	// (see ImageTag).
+	Task string
+	// Revision is the task revision (hex SHA-256); it is part of the
+	// image key (see ImageKey), whose first 12 characters make the tag.
+	Revision string
+	// EnvironmentDir is the task's environment/ directory. When it holds
+	// a Dockerfile, the image is built with the directory as the context.
+	EnvironmentDir string
+	// DockerImage is the task's prebuilt image (the sandbox table's
+	// docker_image), used when EnvironmentDir has no Dockerfile.
+	DockerImage string
+	// Timeout bounds a build or a pull; 0 means DefaultBuildTimeout.
+	Timeout time.Duration
+	// Log receives the build or pull log as it is produced; nil discards.
+	// Its tail is also kept in ImageInfo.Log and BuildError.Log.
+	Log io.Writer
+	// Labels are added to a built image (beside proctor.task,
+	// proctor.revision and proctor.managed).
+	Labels map[string]string
+}
+
+// DefaultBuildTimeout bounds an image build or pull when BuildSpec.Timeout
+// is 0.
+const DefaultBuildTimeout = 30 * time.Minute
+
+// ImageInfo describes an image EnsureImage made available.
+type ImageInfo struct {
+	// Ref is the reference to pass in Spec.Image: the built tag, or the
+	// (mapped) docker_image.
+	Ref string `json:"ref"`
+	// ID is the image id (sha256:...).
+	ID string `json:"id"`
+	// Source is "build" (from the Dockerfile) or "image" (docker_image).
+	Source string `json:"source"`
+	// Cached is true when the image already existed (no build, no pull).
+	Cached bool `json:"cached"`
+	// Pulled is true when docker_image was pulled now.
+	Pulled bool `json:"pulled,omitempty"`
+	// Rewrites lists the image map rewrites applied (FROM lines or
+	// docker_image).
+	Rewrites []Rewrite `json:"rewrites,omitempty"`
+	// Workdir is the image's WORKDIR ("" when unset).
+	Workdir string `json:"workdir,omitempty"`
+	// Log is the last DefaultTailSize bytes of the build or pull log, as
+	// plain valid UTF-8 ("" when cached).
+	Log string `json:"log,omitempty"`
+	// Key is the image key of a built image (see ImageKey); "" for
+	// docker_image.
+	Key string `json:"key,omitempty"`
+	// Bases are the base images of a build (its FROM images after the
+	// image map) with the image ids they resolved to.
+	Bases []BaseImage `json:"bases,omitempty"`
+	// Duration is the time EnsureImage took.
+	Duration time.Duration `json:"duration"`
+}
+
+// BaseImage is a base image of a build: the reference of a FROM line after
+// the image map, and the local image id it resolved to ("" for `scratch`
+// and references with a variable, which are not resolved).
+type BaseImage struct {
+	Ref string `json:"ref"`
+	ID  string `json:"id,omitempty"`
+}
+
+// BuildError is returned by EnsureImage when a build or a pull fails or
+// times out. Test with errors.As.
+type BuildError struct {
+	// Ref is the tag being built or the image being pulled.
+	Ref string
+	// Pull is true for a failed pull of docker_image.
+	Pull bool
+	// TimedOut is true when the build or pull hit its timeout.
+	TimedOut bool
+	// Message is the engine's error message.
+	Message string
+	// Log is the tail of the build or pull log (plain valid UTF-8).
+	Log string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+// Error returns the message followed, on lines of their own, by the last
+// meaningful lines of the log (LastLogLines): the cause a failing command
+// printed (`E: Unable to locate package foo`) is in the error itself.
+func (e *BuildError) Error() string {
+	what := "build"
+	if e.Pull {
+		what = "pull"
+	}
+	verb := "failed"
+	if e.TimedOut {
+		verb = "timed out"
+	}
+	msg := fmt.Sprintf("sandbox: %s of %s %s: %s", what, e.Ref, verb, e.Message)
+	if lines := LastLogLines(e.Log, e.Message); lines != "" {
+		msg += "\n" + lines
+	}
+	return msg
+}
+
+// Build-log lines that say nothing about a failure: the classic builder's
+// own progress lines.
+var buildNoise = []string{"Step ", " ---> ", "Removing intermediate container ", "Successfully built ", "Successfully tagged ", "Sending build context "}
+
+// LastLogLines returns the last meaningful lines of a build or pull log
+// (at most 5 lines and 1 KiB, each line at most 300 bytes): lines that are
+// not blank, not the builder's own progress (`Step 2/3 : ...`,
+// ` ---> Running in ...`) and not the final error message msg, which the
+// log repeats. "" when there are none.
+func LastLogLines(log, msg string) string {
+	const maxLines, maxLine, maxBytes = 5, 300, 1024
+	msg = strings.TrimSpace(msg)
+	var keep []string
+	size := 0
+	lines := strings.Split(log, "\n")
+	for i := len(lines) - 1; i >= 0 && len(keep) < maxLines; i-- {
+		l := strings.TrimRight(lines[i], " \t\r")
+		t := strings.TrimSpace(l)
+		if t == "" || t == msg || slices.ContainsFunc(buildNoise, func(p string) bool { return strings.HasPrefix(l, p) }) {
+			continue
+		}
+		if len(l) > maxLine {
+			l = strings.ToValidUTF8(l[:maxLine], "") + "…"
+		}
+		if size+len(l) > maxBytes {
+			break
+		}
+		size += len(l) + 1
+		keep = append(keep, l)
+	}
+	slices.Reverse(keep)
+	return strings.Join(keep, "\n")
+}
+
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// ImageTag returns the tag of a task's built image:
+// proctor-task/<name>:<key[:12]>, where key is its image key (ImageKey)
+// and name is the task name lowercased with every run of characters other
+// than [a-z0-9] replaced by "-" in each "/"-separated part (an empty part
+// becomes "x").
+func ImageTag(task, key string) string {
+	parts := strings.Split(strings.ToLower(task), "/")
+	var out []string
+	for _, p := range parts {
+		var b strings.Builder
+		dash := false
+		for _, r := range p {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+				b.WriteRune(r)
+				dash = false
+			} else if !dash {
+				b.WriteByte('-')
+				dash = true
+			}
+		}
+		s := strings.Trim(b.String(), "-")
+		if s == "" {
+			continue
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		out = []string{"x"}
+	}
+	rev := strings.ToLower(key)
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return "proctor-task/" + strings.Join(out, "/") + ":" + rev
+}
+
+// ImageKey returns the key of a task image build: the hex SHA-256 of
+//
+//	proctor image key v1 LF
+//	revision <revision> LF
+//	dockerfile <hex SHA-256 of the Dockerfile as built> LF
+//	base <ref> <image id> LF        (one per base image, in order)
+//
+// so it covers everything the build used: the task's files (the revision),
+// the Dockerfile after the image map's rewrites, and the image ids the base
+// images resolved to on this engine. A run with another image map, or
+// after a base image was re-tagged to another id, has another key and
+// builds anew; it never reuses an image built from other bases.
+func ImageKey(revision string, dockerfile []byte, bases []BaseImage) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "proctor image key v1\nrevision %s\ndockerfile %x\n", revision, sha256.Sum256(dockerfile))
+	for _, b := range bases {
+		fmt.Fprintf(h, "base %s %s\n", b.Ref, b.ID)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
