@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// BuildSpec describes the image of one task revision for EnsureImage.
+// BuildSpec describes the image of one task revision for an image-building
+// driver's EnsureImage (docker.Driver.EnsureImage).
 type BuildSpec struct {
 	// Task is the task name; it makes the repository part of the tag
 	// (see ImageTag).
@@ -38,7 +39,8 @@ type BuildSpec struct {
 // is 0.
 const DefaultBuildTimeout = 30 * time.Minute
 
-// ImageInfo describes an image EnsureImage made available.
+// ImageInfo describes an image EnsureImage (docker.Driver.EnsureImage) made
+// available.
 type ImageInfo struct {
 	// Ref is the reference to pass in Spec.Image: the built tag, or the
 	// (mapped) docker_image.
