@@ -375,7 +375,15 @@ func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Du
 
 // runQuiet runs `sh -c script` as user in the container, discards its
 // output and returns its exit code (126 when the runtime could not start
-// it, e.g. at the pids limit).
+// it, e.g. at the pids limit; -1 when it had not ended after killWait or
+// when ctx ended).
+//
+// The wait is bounded because the exec can be stopped: a process of the
+// container that sends SIGSTOP to every process (`kill -STOP -1`, as the
+// verifier's exit hook does when the test script exits on the SIGTERM this
+// exec sends) stops this exec too when it has not exited yet, and its
+// output stream then never closes. The caller goes on (a SIGKILL ends
+// stopped processes as well).
 func (d *Driver) runQuiet(ctx context.Context, cid, user, script string) (int, error) {
 	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true,
@@ -388,28 +396,28 @@ func (d *Driver) runQuiet(ctx context.Context, cid, user, script string) (int, e
 	if err != nil {
 		return -1, d.execErr(err)
 	}
-	// The output is read for at most killWait: a process the signal reached
-	// may stop every other one (a test's EXIT trap running `kill -STOP -1`,
-	// as the verifier's own stop hook does), this exec's sh included, and a
-	// stopped exec never closes its stream. The caller goes on to SIGKILL,
-	// which ends stopped processes too.
-	copied := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
-		defer close(copied)
+		defer close(done)
 		_, _ = io.Copy(io.Discard, resp.Reader)
 	}()
 	t := time.NewTimer(killWait)
 	defer t.Stop()
+	wait := killWait
 	select {
-	case <-copied:
-		resp.Close()
-		return d.waitExec(ctx, created.ID, killWait)
+	case <-done:
 	case <-t.C:
+		wait = 0 // the stream is still open after killWait: one last look
 	case <-ctx.Done():
+		wait = 0
 	}
 	resp.Close()
-	<-copied
-	return -1, nil // still running (stopped): the caller's SIGKILL follows
+	<-done
+	code, err := d.waitExec(ctx, created.ID, wait)
+	if code == -1 && err == nil {
+		d.log.Warn("sandbox: a signal exec did not end (stopped by a process in the container?)", "container", short(cid), "script", script)
+	}
+	return code, err
 }
 
 // waitExec polls the exec until it is no longer running, for at most max,

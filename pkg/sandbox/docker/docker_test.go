@@ -570,3 +570,45 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 		t.Fatalf("missing base: %v", err)
 	}
 }
+
+// TestDockerTimeoutWhenSignalExecIsStopped: a root process that stops
+// every process in the container (`kill -STOP -1`, as the verifier's exit
+// hook does when the test script exits on the timeout's SIGTERM) also
+// stops the exec that sends the timeout's signals; Exec must still return
+// the timeout result instead of waiting for that exec's output forever.
+// Here the stopper never ends, so the SIGKILL exec cannot start either and
+// Exec returns at its housekeeping bound, DestroyTimeout + Grace (61 s);
+// after the verifier's one-shot stop, the SIGKILL exec ends everything
+// killWait (10 s) after the SIGTERM.
+func TestDockerTimeoutWhenSignalExecIsStopped(t *testing.T) {
+	t.Parallel()
+	d, _ := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Destroy(ctx, h) })
+	// The stopper ignores SIGTERM and stops every other process, again
+	// and again, from before the timeout until SIGKILL.
+	script := `sh -c "trap '' TERM; while :; do kill -STOP -1 2>/dev/null; done" & sleep 100000`
+	type result struct {
+		res sandbox.ExecResult
+		err error
+	}
+	got := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", script}, Timeout: time.Second, Grace: time.Second})
+		got <- result{res, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err != nil || !r.res.TimedOut || r.res.ExitCode != sandbox.TimeoutExitCode {
+			t.Fatalf("got %+v %v, want the timeout result", r.res, r.err)
+		}
+		t.Logf("Exec returned after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Exec still waits two minutes after its 1 s timeout")
+	}
+}
