@@ -42,7 +42,7 @@ type Config struct {
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Host is the driver of host-process sandboxes (command arms); nil
-	// means a sandbox.Process with Host set.
+	// means a process.Driver with Host set.
 	Host sandbox.Driver
 }
 

@@ -55,7 +55,20 @@ type Driver struct {
 	builds   keyedMutex
 }
 
-var _ sandbox.Driver = (*Driver)(nil)
+// The contract and every optional ability the services look for
+// (pkg/sandbox/abilities.go).
+var (
+	_ sandbox.Driver        = (*Driver)(nil)
+	_ sandbox.ImageBuilder  = (*Driver)(nil)
+	_ sandbox.DerivedImager = (*Driver)(nil)
+	_ sandbox.BridgeJoiner  = (*Driver)(nil)
+	_ sandbox.Freezer       = (*Driver)(nil)
+	_ sandbox.ProcessKiller = (*Driver)(nil)
+	_ sandbox.OOMCounter    = (*Driver)(nil)
+	_ sandbox.FileCopier    = (*Driver)(nil)
+	_ sandbox.FileReader    = (*Driver)(nil)
+	_ sandbox.LimitReporter = (*Driver)(nil)
+)
 
 // Options configures New. The zero value means defaults.
 type Options struct {
