@@ -195,6 +195,9 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 			return err
 		}
 		docker = st.docker
+		if st.planner != nil {
+			st.planner.Prime(runID, cells) // the matrix is computed once per run
+		}
 	}
 
 	host, _ := os.Hostname()

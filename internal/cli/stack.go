@@ -28,7 +28,8 @@ type stackConfig struct {
 }
 
 type stack struct {
-	docker *docker.Driver
+	docker  *docker.Driver
+	planner *planner.Service // nil when this process runs no planner
 }
 
 // startStack starts the named services on b in grp. Services that run
@@ -70,6 +71,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			if err != nil {
 				return nil, err
 			}
+			st.planner = s
 			run = s.Run
 		case "launcher":
 			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log}, b, st.docker)

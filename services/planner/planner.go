@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,6 +34,35 @@ type Config struct {
 type Service struct {
 	bus *bus.Bus
 	log *slog.Logger
+
+	mu     sync.Mutex
+	primed map[string][]Cell // run id → its matrix, computed by the caller
+}
+
+// Prime hands the planner the matrix of runID that its caller already
+// computed from the same spec (`tasks run` checks the matrix before it
+// publishes RunRequested), so the tasks are loaded and hashed once per run.
+// Plan uses it once and forgets it; a planner in another process, which
+// was primed with nothing, computes the matrix itself.
+func (s *Service) Prime(runID string, cells []Cell) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.primed == nil {
+		s.primed = map[string][]Cell{}
+	}
+	s.primed[runID] = cells
+}
+
+// matrix returns the primed matrix of runID, else Matrix(spec).
+func (s *Service) matrix(runID string, spec events.RunSpec) ([]Cell, error) {
+	s.mu.Lock()
+	cells, ok := s.primed[runID]
+	delete(s.primed, runID)
+	s.mu.Unlock()
+	if ok {
+		return cells, nil
+	}
+	return Matrix(spec)
 }
 
 // New returns a planner on b.
@@ -207,7 +237,7 @@ func (s *Service) handle(ctx context.Context, e events.Envelope) error {
 // Plan publishes the matrix of one run. A spec that cannot be planned ends
 // the run: RunPlanned carries the error and zero cells.
 func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) error {
-	cells, err := Matrix(spec)
+	cells, err := s.matrix(runID, spec)
 	if err != nil {
 		s.log.Warn("run cannot be planned", "run", runID, "err", err)
 		if perr := s.bus.PublishAll(ctx, events.Must(events.RunPlanned, runID, "", 0, Source, events.RunPlannedData{Error: err.Error()})); perr != nil {
