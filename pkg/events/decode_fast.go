@@ -99,6 +99,13 @@ func (p *fastParser) int() (int64, bool) {
 	for j < len(p.b) && (p.b[j] == '-' || p.b[j] >= '0' && p.b[j] <= '9') {
 		j++
 	}
+	digits := p.b[p.i:j]
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) > 1 && digits[0] == '0' {
+		return 0, false // a leading zero is not JSON ("00"): the slow path rejects it
+	}
 	n, err := strconv.ParseInt(string(p.b[p.i:j]), 10, 64)
 	if err != nil {
 		return 0, false
