@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"path/filepath"
-	"sort"
 	"testing"
 	"time"
 
@@ -17,31 +16,6 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
-
-// samples collects durations and summarises them.
-type samples []time.Duration
-
-func (s samples) mean() time.Duration {
-	if len(s) == 0 {
-		return 0
-	}
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	return sum / time.Duration(len(s))
-}
-
-// pct returns the p-th percentile (0 < p <= 100), nearest rank.
-func (s samples) pct(p float64) time.Duration {
-	if len(s) == 0 {
-		return 0
-	}
-	c := append(samples(nil), s...)
-	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
-	k := int(float64(len(c))*p/100+0.999999) - 1
-	return c[max(0, min(k, len(c)-1))]
-}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -77,7 +51,7 @@ func BenchmarkCellOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	var raw, drv samples
+	var raw, drv testutil.Samples
 	for b.Loop() {
 		t0 := time.Now()
 		created, err := cli.ContainerCreate(ctx, &container.Config{
@@ -111,10 +85,10 @@ func BenchmarkCellOverhead(b *testing.B) {
 		}
 		drv = append(drv, time.Since(t0))
 	}
-	b.ReportMetric(ms(raw.mean()), "raw-ms/cell")
-	b.ReportMetric(ms(drv.mean()), "driver-ms/cell")
-	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
-	b.ReportMetric(float64(drv.pct(99))/float64(raw.pct(99)), "p99-ratio")
+	b.ReportMetric(ms(raw.Mean()), "raw-ms/cell")
+	b.ReportMetric(ms(drv.Mean()), "driver-ms/cell")
+	b.ReportMetric(float64(drv.Mean())/float64(raw.Mean()), "ratio")
+	b.ReportMetric(float64(drv.Pct(99))/float64(raw.Pct(99)), "p99-ratio")
 }
 
 // BenchmarkEnsureImageCached measures EnsureImage of an image already built
@@ -142,7 +116,7 @@ func BenchmarkEnsureImageCached(b *testing.B) {
 		b.Fatal(err)
 	}
 	tag := built.Ref
-	var raw, drv samples
+	var raw, drv testutil.Samples
 	for b.Loop() {
 		// 50 alternating samples per iteration: one sub-millisecond sample
 		// is noise when make bench runs each benchmark once.
@@ -163,7 +137,7 @@ func BenchmarkEnsureImageCached(b *testing.B) {
 			drv = append(drv, time.Since(t0))
 		}
 	}
-	b.ReportMetric(ms(raw.mean()), "inspect-ms")
-	b.ReportMetric(ms(drv.mean()), "ensure-ms")
-	b.ReportMetric(float64(drv.mean())/float64(raw.mean()), "ratio")
+	b.ReportMetric(ms(raw.Mean()), "inspect-ms")
+	b.ReportMetric(ms(drv.Mean()), "ensure-ms")
+	b.ReportMetric(float64(drv.Mean())/float64(raw.Mean()), "ratio")
 }
