@@ -179,13 +179,34 @@ type OperationData struct {
 	Fields map[string]any `json:"fields,omitempty"`
 }
 
-// EgressDecisionData is one proxy decision.
+// EgressDecisionData is one record of the proxy-logger
+// (services/proxylogger): a connection's decision, made before the upstream
+// connect when allowed, and, for an allowed connection, a second record at
+// close (Closed true, same Conn) with the byte counts and duration. A
+// consumer counting decisions skips Closed records.
 type EgressDecisionData struct {
 	Host     string `json:"host"`
 	Port     int    `json:"port"`
 	Method   string `json:"method"`
 	Decision string `json:"decision"` // allowed, denied, error
 	Reason   string `json:"reason,omitempty"`
+	// Conn numbers the proxy's connections; a decision and its close
+	// record share it.
+	Conn uint64 `json:"conn,omitempty"`
+	// Status is the HTTP status answered to the client, or the upstream's
+	// for a forwarded plain-HTTP request.
+	Status int `json:"status,omitempty"`
+	// Resolved lists the addresses the host resolved to at connect time.
+	Resolved []string `json:"resolved,omitempty"`
+	// Upstream is the address connected to ("ip:port").
+	Upstream string `json:"upstream,omitempty"`
+	// Closed marks the close record of an allowed connection.
+	Closed bool `json:"closed,omitempty"`
+	// BytesUp (client to upstream) and BytesDown (upstream to client) are
+	// bytes; DurationSec is seconds from the client's connect.
+	BytesUp     int64   `json:"bytes_up,omitempty"`
+	BytesDown   int64   `json:"bytes_down,omitempty"`
+	DurationSec float64 `json:"duration_sec,omitempty"`
 }
 
 // FinishedData closes a solve. Seconds are wall time.

@@ -182,6 +182,9 @@ func (p *Projector) Apply(e events.Envelope) {
 	case events.EgressDecision:
 		var d events.EgressDecisionData
 		p.into(e, &d)
+		if d.Closed {
+			break // the close record of a decision already counted
+		}
 		if c.egress == nil {
 			c.egress = &artifact.EgressCounts{}
 		}
