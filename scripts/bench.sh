@@ -30,6 +30,9 @@ BEGIN {
   target["BenchmarkReplayRead ratio_vs_raw"] = ">= 0.8"
   target["BenchmarkDiscover10k s/discover"] = "< 2"
   target["BenchmarkViewRunPage s/open"] = "< 2"
+  target["BenchmarkProxyDownload/connect ratio_vs_floor"] = ">= 0.8"
+  target["BenchmarkProxyDownload/http ratio_vs_floor"] = ">= 0.8"
+  target["BenchmarkProxyConnectLatency added_p99_ms"] = "<= 2"
 }
 /^Benchmark/ {
   name = $1; sub(/-[0-9]+$/, "", name)
