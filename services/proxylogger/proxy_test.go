@@ -246,7 +246,7 @@ func TestConnectDenied(t *testing.T) {
 func TestPlainHTTPForwardedInOriginForm(t *testing.T) {
 	type seen struct {
 		uri, host, proxyAuth, hop string
-		close                      bool
+		close                     bool
 	}
 	got := make(chan seen, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
