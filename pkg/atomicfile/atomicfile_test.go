@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -28,5 +29,30 @@ func TestWrite(t *testing.T) {
 	left, _ := os.ReadDir(filepath.Dir(p))
 	if len(left) != 1 {
 		t.Fatalf("temporary files left: %v", left)
+	}
+}
+
+// TestWriteSpecialFileInPlace: a path that is a fifo (as /dev/null or
+// /dev/stdout are devices) is written through, never renamed over: it is
+// still a fifo afterwards and its reader got the bytes. (/dev/null itself
+// is not used: a regression would replace the machine's /dev/null.)
+func TestWriteSpecialFileInPlace(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := os.ReadFile(p) // opens for reading, so the writer's open returns
+		got <- b
+	}()
+	if err := WriteBytes(p, []byte("through")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(p); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("after Write the fifo is %v (%v)", fi.Mode(), err)
+	}
+	if b := <-got; string(b) != "through" {
+		t.Fatalf("reader got %q", b)
 	}
 }
