@@ -51,6 +51,15 @@ need_root() {
   [[ $(id -u) -eq 0 ]] || die "$1 needs root; run this script as root (or do it by hand)"
 }
 
+# /dev/null must be the null device: a tool that renamed a file over it as
+# root leaves a regular file that every process then reads and writes
+# (the tests that close stdin read it). Put the device back when root.
+if [[ ! -c /dev/null ]]; then
+  need_root "restoring /dev/null (it is not a character device)"
+  rm -f /dev/null && mknod -m 666 /dev/null c 1 3
+  say "/dev/null: restored as the null device"
+fi
+
 apt_updated=0
 apt_install() {
   need_root "installing $*"
