@@ -1,12 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,25 +15,6 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
-
-// syncBuffer is a bytes.Buffer safe for the progress follower and the
-// test to use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestProgressServiceFailure: `tasks run` with its services in process,
 // where the launcher's Run returns an error once the run is planned (the
@@ -47,7 +27,7 @@ func TestProgressServiceFailure(t *testing.T) {
 	root := writeRoot(t, harborTask("fix-it", "version = \"1.0\"\n", nil))
 	out := t.TempDir()
 	boom := errors.New("launcher: the sandbox engine went away")
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	g := &globals{stdout: &stdout, stderr: &stderr}
 	g.startServices = func(ctx context.Context, grp *errgroup.Group, b *bus.Bus, cfg stackConfig) (*stack, error) {
 		cfg.services = []string{"planner", "aggregator"}

@@ -89,12 +89,7 @@ func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile
 
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tail := sandbox.NewTail(0)
-	var out io.Writer = tail
-	if b.Log != nil {
-		out = io.MultiWriter(tail, safeWriter{b.Log})
-	}
-	logw := newPlainWriter(out)
+	tail, logw := buildLog(b)
 	defer logw.Flush()
 
 	info.Bases = make([]sandbox.BaseImage, 0, len(bases))
@@ -219,12 +214,7 @@ func (d *Driver) pullImage(ctx context.Context, b sandbox.BuildSpec, timeout tim
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tail := sandbox.NewTail(0)
-	var out io.Writer = tail
-	if b.Log != nil {
-		out = io.MultiWriter(tail, safeWriter{b.Log})
-	}
-	logw := newPlainWriter(out)
+	tail, logw := buildLog(b)
 	defer logw.Flush()
 	rc, err := d.cli.ImagePull(pctx, ref, image.PullOptions{})
 	if err != nil {
@@ -494,4 +484,16 @@ func (p *plainWriter) emit(newline bool) {
 		line += "\n"
 	}
 	_, _ = io.WriteString(p.w, line)
+}
+
+// buildLog is where a build's or pull's output goes: a tail kept for the
+// error text and, when b.Log is set, that log, both through the writer
+// that strips terminal escape sequences (flush it when done).
+func buildLog(b sandbox.BuildSpec) (*sandbox.Tail, *plainWriter) {
+	tail := sandbox.NewTail(0)
+	var out io.Writer = tail
+	if b.Log != nil {
+		out = io.MultiWriter(tail, safeWriter{b.Log})
+	}
+	return tail, newPlainWriter(out)
 }
