@@ -27,6 +27,12 @@ type BridgeJoiner interface {
 	ConnectBridge(ctx context.Context, h *Handle) error
 }
 
+// EgressLogger stops the egress proxy of a sandbox started with
+// Spec.Egress and returns its decision log (see Docker.EgressLog).
+type EgressLogger interface {
+	EgressLog(ctx context.Context, h *Handle) ([]byte, error)
+}
+
 // Freezer stops every process of a sandbox but its keep-alive and returns
 // how many were alive (see Docker.Freeze).
 type Freezer interface {

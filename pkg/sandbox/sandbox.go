@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -132,6 +133,53 @@ type Spec struct {
 	// dies leaves nothing running forever. 0 means DefaultLifetime.
 	// Docker only; a process sandbox lives until Destroy.
 	Lifetime time.Duration
+	// Egress, when set, puts an egress proxy (the proxy-logger of DESIGN
+	// §6) on the sandbox's network: Network must be NetworkInternal. The
+	// Docker driver starts it as a sidecar container before the sandbox
+	// and records its address in Handle.State["proxy"]; ProxyEnv turns
+	// that into the proxy variables of an Exec. nil: no proxy (the
+	// internal network has no way out). The process driver refuses it.
+	Egress *Egress
+}
+
+// Egress configures the egress proxy of a sandbox (Spec.Egress).
+type Egress struct {
+	// Allow is the allowlist, entries in the proxy-logger's syntax
+	// (host, host:port, IP literal, "private:" prefix; bare host = port
+	// 443): the task's `environment.egress` / `sandbox.egress` plus what
+	// the arm adds (a model provider's host). Empty allows nothing (every
+	// attempt is still logged).
+	Allow []string
+	// Upstream is the network with a way out that the proxy joins beside
+	// the sandbox's internal network; "" means NetworkBridge. Tests name a
+	// network they made.
+	Upstream string
+}
+
+// ProxyPort is the port the egress proxy listens on, on its address of the
+// sandbox's internal network only.
+const ProxyPort = 3128
+
+// NoProxy is the NO_PROXY value an Exec behind the egress proxy gets:
+// loopback is reached directly.
+const NoProxy = "localhost,127.0.0.1,::1"
+
+// ProxyEnv returns the environment that sends a command's traffic through
+// the sandbox's egress proxy: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (both
+// cases) set to http://ADDR (Handle.State["proxy"], "ip:port"), and
+// NO_PROXY / no_proxy set to NoProxy. It returns nil when the sandbox has
+// no proxy.
+func ProxyEnv(h *Handle) map[string]string {
+	if h == nil || h.State["proxy"] == "" {
+		return nil
+	}
+	u := "http://" + h.State["proxy"]
+	env := map[string]string{}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env[k], env[strings.ToLower(k)] = u, u
+	}
+	env["NO_PROXY"], env["no_proxy"] = NoProxy, NoProxy
+	return env
 }
 
 // DefaultLifetime is the Lifetime used when Spec.Lifetime is 0: the default

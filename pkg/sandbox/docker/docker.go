@@ -53,6 +53,8 @@ type Driver struct {
 	imageMap *sandbox.ImageMap
 	defaults sandbox.Limits
 	builds   keyedMutex
+	proxyBin string
+	proxyImg proxyImageCache
 }
 
 // The contract and every optional ability the services look for
@@ -68,6 +70,7 @@ var (
 	_ sandbox.FileCopier    = (*Driver)(nil)
 	_ sandbox.FileReader    = (*Driver)(nil)
 	_ sandbox.LimitReporter = (*Driver)(nil)
+	_ sandbox.EgressLogger  = (*Driver)(nil)
 )
 
 // Options configures New. The zero value means defaults.
@@ -85,6 +88,10 @@ type Options struct {
 	// always. A zero field means the sandbox.DefaultLimits value, a
 	// negative one no limit. NoNewPrivileges and the sources are ignored.
 	Defaults sandbox.Limits
+	// ProxyBinary is the proctor binary the egress proxy's sidecar image
+	// is built from (see startProxy): a Linux build of ./cmd/proctor,
+	// best static (CGO_ENABLED=0). "" means the running executable.
+	ProxyBinary string
 }
 
 // New returns a Docker driver. It does not contact the engine; the
@@ -102,7 +109,7 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults)}, nil
+	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary}, nil
 }
 
 // Client returns the engine client the driver uses.
@@ -128,8 +135,11 @@ func labels(spec sandbox.Spec) map[string]string {
 // `sleep <Lifetime seconds>` as its main process, spec.Env as its
 // environment, spec.Workdir as its WORKDIR (created by the engine when
 // missing), the limits d.Limits(spec) returns (recorded in Handle.Limits)
-// and no-new-privileges. Handle.ID is the container id; Handle.State holds
-// "container", "network" (when one was created), "run", "cell", "image".
+// and no-new-privileges. With spec.Egress it first starts the egress proxy
+// on the internal network (see startProxy). Handle.ID is the container id;
+// Handle.State holds "container", "network" (when one was created), "run",
+// "cell", "image", and with a proxy "proxy" (its "ip:port") and
+// "proxy_container".
 // On error everything created is removed.
 func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
 	if spec.Image == "" {
@@ -168,15 +178,23 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		return nil, err
 	}
 
+	if spec.Egress != nil && mode != sandbox.NetworkInternal {
+		return nil, fmt.Errorf("%w: an egress proxy needs network %q, not %q", sandbox.ErrInvalidSpec, sandbox.NetworkInternal, mode)
+	}
 	netMode := mode
 	if mode == sandbox.NetworkInternal {
 		name := "proctor-" + randomHex(6)
-		id, err := d.createInternal(ctx, name, lbl)
+		id, subnet, err := d.createInternal(ctx, name, lbl)
 		if err != nil {
 			return nil, err
 		}
 		h.State["network"] = id
 		netMode = name
+		if spec.Egress != nil {
+			if err := d.startProxy(ctx, h, spec, name, subnet, lbl); err != nil {
+				return fail(err)
+			}
+		}
 	}
 
 	h.Limits = d.Limits(spec)
@@ -483,7 +501,8 @@ func (s safeWriter) Write(p []byte) (int, error) {
 }
 
 // Destroy implements Driver: it force-removes the container (SIGKILL to
-// everything in it) with its anonymous volumes, then the per-cell network.
+// everything in it) with its anonymous volumes, then the egress proxy's
+// container, then the per-cell network.
 // It ignores ctx's cancellation (not its values), so cleanup still happens
 // after Ctrl-C, and is bounded by DestroyTimeout. Missing objects are not
 // errors: Destroy is idempotent and accepts a Handle rebuilt from a
@@ -495,9 +514,11 @@ func (d *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
 	defer cancel()
 	var errs []error
-	if cid := state(h, "container"); cid != "" {
-		if err := d.removeContainer(ctx, cid); err != nil {
-			errs = append(errs, err)
+	for _, key := range []string{"container", "proxy_container"} {
+		if cid := state(h, key); cid != "" {
+			if err := d.removeContainer(ctx, cid); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if nid := state(h, "network"); nid != "" {

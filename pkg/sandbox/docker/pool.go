@@ -25,7 +25,7 @@ const internalSubnetBits = 26
 // createInternal creates a per-cell --internal bridge network named name
 // on a /26 of InternalPool, picked at random; a subnet already used by
 // another network is skipped (up to 32 tries).
-func (d *Driver) createInternal(ctx context.Context, name string, lbl map[string]string) (string, error) {
+func (d *Driver) createInternal(ctx context.Context, name string, lbl map[string]string) (string, netip.Prefix, error) {
 	n := 1 << (internalSubnetBits - InternalPool.Bits())
 	base := InternalPool.Addr().As4()
 	first := binary.BigEndian.Uint32(base[:])
@@ -44,12 +44,12 @@ func (d *Driver) createInternal(ctx context.Context, name string, lbl map[string
 			IPAM:     &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet}}},
 		})
 		if err == nil {
-			return resp.ID, nil
+			return resp.ID, netip.PrefixFrom(netip.AddrFrom4(a), internalSubnetBits), nil
 		}
 		if !strings.Contains(err.Error(), "overlap") {
-			return "", fmt.Errorf("sandbox: docker: create network on %s: %w", subnet, err)
+			return "", netip.Prefix{}, fmt.Errorf("sandbox: docker: create network on %s: %w", subnet, err)
 		}
 		last = err
 	}
-	return "", fmt.Errorf("sandbox: docker: no free /%d in %s: %w", internalSubnetBits, InternalPool, last)
+	return "", netip.Prefix{}, fmt.Errorf("sandbox: docker: no free /%d in %s: %w", internalSubnetBits, InternalPool, last)
 }

@@ -1,0 +1,300 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+)
+
+// The egress proxy's sidecar (DESIGN §6): `proctor proxy` in a container of
+// its own, on the cell's internal network and on a network with a way out.
+const (
+	// ProxyImageRepo is the repository of the sidecar images, tagged with
+	// the first 16 hex digits of the proctor binary's SHA-256.
+	ProxyImageRepo = "proctor-proxy"
+	// LabelRole marks the sidecar container (value "egress-proxy") beside
+	// the run, cell and managed labels every container carries.
+	LabelRole = "proctor.role"
+	// proxyLog is the egress.jsonl file inside the sidecar.
+	proxyLog = "/egress.jsonl"
+	// proxyReady bounds the wait for the sidecar to listen.
+	proxyReady = 30 * time.Second
+	// proxyStop is the SIGTERM-to-SIGKILL grace of the sidecar in
+	// EgressLog: the proxy closes its tunnels and writes their close
+	// records.
+	proxyStop = 10 * time.Second
+)
+
+// proxyImageCache remembers the sidecar image built for a binary (path,
+// size and modification time), so the binary is hashed once per driver.
+type proxyImageCache struct {
+	mu  sync.Mutex
+	key string
+	ref string
+}
+
+// ProxyImage returns the sidecar image for the driver's proxy binary
+// (Options.ProxyBinary, else the running executable), building it when it
+// is missing: the binary copied to /proctor in an image FROM scratch when
+// it is statically linked, FROM debian:bookworm-slim (which must exist
+// locally) when it needs a dynamic loader. Nothing is pulled. The image is
+// tagged proctor-proxy:<sha256 of the binary, 16 hex digits> and labelled
+// proctor.managed, so it is built once per binary.
+func (d *Driver) ProxyImage(ctx context.Context) (string, error) {
+	bin := d.proxyBin
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("sandbox: docker: egress proxy image: %w", err)
+		}
+		bin = exe
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: docker: egress proxy binary: %w", err)
+	}
+	key := bin + "\x00" + strconv.FormatInt(fi.Size(), 10) + "\x00" + fi.ModTime().String()
+	d.proxyImg.mu.Lock()
+	defer d.proxyImg.mu.Unlock()
+	if d.proxyImg.key == key {
+		return d.proxyImg.ref, nil
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: docker: egress proxy binary: %w", err)
+	}
+	sum := sha256.Sum256(data)
+	ref := ProxyImageRepo + ":" + hex.EncodeToString(sum[:])[:16]
+	unlock := d.builds.lock(ref)
+	defer unlock()
+	var info sandbox.ImageInfo
+	found, err := d.cached(ctx, ref, &info)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		if err := d.buildProxyImage(ctx, ref, bin, data); err != nil {
+			return "", err
+		}
+	}
+	d.proxyImg.key, d.proxyImg.ref = key, ref
+	return ref, nil
+}
+
+// buildProxyImage builds ref from the binary's bytes.
+func (d *Driver) buildProxyImage(ctx context.Context, ref, bin string, data []byte) error {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("sandbox: docker: egress proxy binary %s is not a Linux executable: %w", bin, err)
+	}
+	base := "scratch"
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			base = "debian:bookworm-slim"
+		}
+	}
+	if base != "scratch" {
+		if _, err := d.cli.ImageInspect(ctx, base); err != nil {
+			return fmt.Errorf("sandbox: docker: egress proxy binary %s is dynamically linked and its base %s is not here (build proctor with CGO_ENABLED=0): %w", bin, base, err)
+		}
+	}
+	dockerfile := "FROM " + base + "\nCOPY proctor /proctor\nENTRYPOINT [\"/proctor\"]\n"
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct {
+		name string
+		mode int64
+		data []byte
+	}{{"Dockerfile", 0o644, []byte(dockerfile)}, {"proctor", 0o755, data}} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	resp, err := d.cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{
+		Tags: []string{ref}, Dockerfile: "Dockerfile", Remove: true, ForceRemove: true,
+		Labels:  map[string]string{sandbox.LabelManaged: "1"},
+		Version: build.BuilderV1,
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: docker: build %s: %w", ref, err)
+	}
+	var log bytes.Buffer
+	msg, err := readJSONMessages(resp.Body, &log)
+	resp.Body.Close()
+	if err != nil || msg != "" {
+		if msg == "" {
+			msg = err.Error()
+		}
+		return fmt.Errorf("sandbox: docker: build %s: %s", ref, msg)
+	}
+	d.log.Debug("egress proxy image built", "ref", ref, "base", base)
+	return nil
+}
+
+// proxyAddr is the sidecar's address on an internal network: the last
+// usable address of the subnet, away from the addresses the engine hands
+// out from the bottom.
+func proxyAddr(subnet netip.Prefix) netip.Addr {
+	a := subnet.Masked().Addr().As4()
+	n := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	n += 1<<(32-subnet.Bits()) - 2
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+// startProxy starts the egress proxy of spec as a sidecar container
+// (ProxyImage, `proctor proxy --listen IP:ProxyPort --allow ENTRY...
+// --egress-log /egress.jsonl --cell CELL`) on the internal network netName
+// at the last address of its subnet, joined to spec.Egress.Upstream (else
+// the bridge) for its way out, with the sandbox's labels plus
+// proctor.role=egress-proxy, every capability dropped, no-new-privileges,
+// 256 MiB and 256 pids. It listens on its internal-network address only;
+// Start waits (up to 30 s) until it does. It records "proxy" and
+// "proxy_container" in h.State.
+func (d *Driver) startProxy(ctx context.Context, h *sandbox.Handle, spec sandbox.Spec, netName string, subnet netip.Prefix, lbl map[string]string) error {
+	img, err := d.ProxyImage(ctx)
+	if err != nil {
+		return err
+	}
+	ip := proxyAddr(subnet)
+	listen := netip.AddrPortFrom(ip, sandbox.ProxyPort).String()
+	cmd := []string{"proxy", "--listen", listen, "--egress-log", proxyLog, "--cell", spec.CellID}
+	for _, a := range spec.Egress.Allow {
+		cmd = append(cmd, "--allow", a)
+	}
+	clbl := map[string]string{LabelRole: "egress-proxy"}
+	for k, v := range lbl {
+		clbl[k] = v
+	}
+	pids := int64(256)
+	hc := &container.HostConfig{
+		NetworkMode: container.NetworkMode(netName),
+		Resources:   container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids},
+		SecurityOpt: []string{"no-new-privileges"},
+		CapDrop:     []string{"ALL"},
+	}
+	nc := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+		netName: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: ip.String()}},
+	}}
+	created, err := d.cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: cmd, Labels: clbl}, hc, nc, nil, "")
+	if err != nil {
+		return fmt.Errorf("sandbox: docker: create the egress proxy: %w", err)
+	}
+	h.State["proxy_container"] = created.ID
+	up := sandbox.NetworkBridge
+	if spec.Egress.Upstream != "" {
+		up = spec.Egress.Upstream
+	}
+	if err := d.cli.NetworkConnect(ctx, up, created.ID, nil); err != nil {
+		return fmt.Errorf("sandbox: docker: connect the egress proxy to %s: %w", up, err)
+	}
+	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		return fmt.Errorf("sandbox: docker: start the egress proxy: %w", err)
+	}
+	if err := d.waitListening(ctx, created.ID); err != nil {
+		return err
+	}
+	h.State["proxy"] = listen
+	d.log.Debug("egress proxy started", "container", short(created.ID), "listen", listen, "upstream", up)
+	return nil
+}
+
+// waitListening polls the sidecar's output for its "listening on" line.
+func (d *Driver) waitListening(ctx context.Context, cid string) error {
+	ctx, cancel := context.WithTimeout(ctx, proxyReady)
+	defer cancel()
+	interval := 5 * time.Millisecond
+	for {
+		out, err := d.containerOutput(ctx, cid)
+		if err == nil && strings.Contains(out, "listening on") {
+			return nil
+		}
+		ins, ierr := d.cli.ContainerInspect(ctx, cid)
+		if ierr == nil && ins.State != nil && !ins.State.Running {
+			return fmt.Errorf("sandbox: docker: the egress proxy exited (%d): %s", ins.State.ExitCode, strings.TrimSpace(out))
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox: docker: the egress proxy did not listen within %s: %s", proxyReady, strings.TrimSpace(out))
+		}
+		sleepCtx(ctx, interval)
+		interval = min(interval*2, 200*time.Millisecond)
+	}
+}
+
+// containerOutput returns a container's stdout and stderr so far.
+func (d *Driver) containerOutput(ctx context.Context, cid string) (string, error) {
+	rc, err := d.cli.ContainerLogs(ctx, cid, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	var out limitedBuffer
+	_, err = stdcopy.StdCopy(&out, &out, rc)
+	return out.String(), err
+}
+
+// EgressLog stops the egress proxy of a sandbox started with Spec.Egress
+// (SIGTERM, SIGKILL after 10 s; the proxy closes its tunnels and records
+// them first) and returns its egress.jsonl: one JSON line per decision
+// (see proxylogger.JSONL). Call it once the agent's processes are gone;
+// the proxy serves nothing afterwards. It may be called again (the same
+// bytes) until Destroy. It returns nil, nil for a sandbox without a proxy.
+func (d *Driver) EgressLog(ctx context.Context, h *sandbox.Handle) ([]byte, error) {
+	cid := state(h, "proxy_container")
+	if cid == "" {
+		return nil, nil
+	}
+	secs := int(proxyStop / time.Second)
+	if err := d.cli.ContainerStop(ctx, cid, container.StopOptions{Signal: "SIGTERM", Timeout: &secs}); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: the egress proxy: %v", sandbox.ErrDestroyed, err)
+		}
+		return nil, fmt.Errorf("sandbox: docker: stop the egress proxy: %w", err)
+	}
+	rc, _, err := d.cli.CopyFromContainer(ctx, cid, proxyLog)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, nil // the proxy never wrote a line
+		}
+		return nil, fmt.Errorf("sandbox: docker: read the egress log: %w", err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: docker: read the egress log: %w", err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			return io.ReadAll(tr)
+		}
+	}
+}
