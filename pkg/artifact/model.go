@@ -168,11 +168,34 @@ type Limits struct {
 	CPUsSource      string  `json:"cpus_source,omitempty"`
 }
 
-// EgressCounts counts the proxy's decisions for a cell.
+// EgressCounts counts the proxy's decisions for a cell (one per client
+// connection; the close record of an allowed connection is not counted
+// again) and names what was reached and refused.
 type EgressCounts struct {
 	Allowed int `json:"allowed"`
 	Denied  int `json:"denied"`
 	Errors  int `json:"errors"`
+	// AllowedHosts, DeniedHosts and ErrorHosts are the distinct
+	// "host:port" targets (IPv6 in brackets) of the allowed, denied and
+	// error decisions, sorted; an allowed connection whose upstream then
+	// failed is in both AllowedHosts and ErrorHosts. Never null.
+	AllowedHosts []string `json:"allowed_hosts"`
+	DeniedHosts  []string `json:"denied_hosts"`
+	ErrorHosts   []string `json:"error_hosts"`
+	// DeniedEntries are the distinct (target, reason) pairs of the denied
+	// decisions with how many times each came, sorted by target then
+	// reason. Never null.
+	DeniedEntries []DeniedEntry `json:"denied_entries"`
+}
+
+// DeniedEntry is one kind of refused request of a cell.
+type DeniedEntry struct {
+	// Target is "host:port" as the request named it (normalised host).
+	Target string `json:"target"`
+	// Reason is the proxy's reason (the rule that refused it).
+	Reason string `json:"reason"`
+	// Count is how many denied decisions had this target and reason.
+	Count int `json:"count"`
 }
 
 // Summary aggregates the rows.

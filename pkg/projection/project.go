@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -65,6 +67,8 @@ type cellState struct {
 	ops       []map[string]any
 	opsByType map[string]int
 	egress    *artifact.EgressCounts
+	egressSet map[string]map[string]bool // decision → "host:port" set
+	denied    map[[2]string]int          // (target, reason) → count
 
 	// decodeErr is the error of this attempt's first outcome event
 	// (Verdict, CellErrored, CellRefused, Finished) whose data did not
@@ -150,6 +154,9 @@ func (p *Projector) Apply(e events.Envelope) {
 		var sb events.SandboxStartedData
 		p.into(e, &sb)
 		c.limits = sb.Limits
+		if sb.State["proxy"] != "" {
+			c.noteEgress() // a cell behind a proxy has egress counts, 0 or not
+		}
 	case events.Usage:
 		var u events.UsageData
 		p.into(e, &u)
@@ -182,17 +189,25 @@ func (p *Projector) Apply(e events.Envelope) {
 	case events.EgressDecision:
 		var d events.EgressDecisionData
 		p.into(e, &d)
+		c.noteEgress()
+		target := net.JoinHostPort(d.Host, strconv.Itoa(d.Port))
+		kind := d.Decision
+		if kind != "allowed" && kind != "denied" {
+			kind = "error"
+		}
+		if c.egressSet[kind] == nil {
+			c.egressSet[kind] = map[string]bool{}
+		}
+		c.egressSet[kind][target] = true
 		if d.Closed {
 			break // the close record of a decision already counted
 		}
-		if c.egress == nil {
-			c.egress = &artifact.EgressCounts{}
-		}
-		switch d.Decision {
+		switch kind {
 		case "allowed":
 			c.egress.Allowed++
 		case "denied":
 			c.egress.Denied++
+			c.denied[[2]string{target, d.Reason}]++
 		default:
 			c.egress.Errors++
 		}
@@ -412,7 +427,7 @@ func (p *Projector) row(id string) artifact.Result {
 	m.ToolCalls = c.tools
 	m.OperationCount = len(c.ops)
 	m.OperationsByType = c.opsByType
-	m.Egress = c.egress
+	m.Egress = c.egressCounts()
 	r.Operations = c.ops
 	if c.image != nil {
 		m.BuildSec = ptr(c.image.BuildSec)
@@ -528,3 +543,45 @@ func deref(p *float64) float64 {
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// noteEgress makes the cell's egress counts exist.
+func (c *cellState) noteEgress() {
+	if c.egress == nil {
+		c.egress = &artifact.EgressCounts{}
+		c.egressSet = map[string]map[string]bool{}
+		c.denied = map[[2]string]int{}
+	}
+}
+
+// egressCounts returns the row's metrics.egress: the counts with the
+// sorted host sets and denied entries; nil for a cell without a proxy.
+func (c *cellState) egressCounts() *artifact.EgressCounts {
+	if c.egress == nil {
+		return nil
+	}
+	e := *c.egress
+	e.AllowedHosts = sortedKeys(c.egressSet["allowed"])
+	e.DeniedHosts = sortedKeys(c.egressSet["denied"])
+	e.ErrorHosts = sortedKeys(c.egressSet["error"])
+	e.DeniedEntries = []artifact.DeniedEntry{}
+	for k, n := range c.denied {
+		e.DeniedEntries = append(e.DeniedEntries, artifact.DeniedEntry{Target: k[0], Reason: k[1], Count: n})
+	}
+	sort.Slice(e.DeniedEntries, func(i, j int) bool {
+		a, b := e.DeniedEntries[i], e.DeniedEntries[j]
+		if a.Target != b.Target {
+			return a.Target < b.Target
+		}
+		return a.Reason < b.Reason
+	})
+	return &e
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
