@@ -8,7 +8,7 @@ all: build
 
 ## build: compile the proctor binary into bin/proctor
 build:
-	$(GO) build -o bin/proctor ./cmd/proctor
+	CGO_ENABLED=0 $(GO) build -o bin/proctor ./cmd/proctor
 
 ## setup: make sure a Docker engine answers and the base images exist
 setup:

@@ -11,6 +11,17 @@ import (
 	"github.com/proctor-eval/proctor/services/proxylogger"
 )
 
+// Environment variables of the egress proxy's sidecar (DESIGN §6).
+const (
+	// EnvProxyBinary names the proctor binary the sidecar image is built
+	// from; unset, the running proctor (best built with CGO_ENABLED=0, as
+	// `make build` does).
+	EnvProxyBinary = "PROCTOR_PROXY_BINARY"
+	// EnvEgressNetwork names the Docker network the sidecar joins for its
+	// way out; unset, the default bridge.
+	EnvEgressNetwork = "PROCTOR_EGRESS_NETWORK"
+)
+
 func newProxy(g *globals) *cobra.Command {
 	var listen, egressLog, cell string
 	var allow []string

@@ -54,7 +54,8 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		if err != nil {
 			return nil, err
 		}
-		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults})
+		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults,
+			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork)})
 		if err != nil {
 			return nil, err
 		}

@@ -54,10 +54,15 @@ func (a agentArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 }
 
 // agentNetworks: agent arms never get the open network: a per-cell
-// internal network whose only way out will be the egress proxy; the
-// verifier joins the bridge afterwards when its policy is public.
+// internal network whose only way out is the egress proxy (an allowlist
+// task; Solve "allowlist"), else none (Solve "internal"); the verifier
+// joins the bridge afterwards when its policy is public.
 func agentNetworks(t *task.Task) Networks {
-	return Networks{Start: sandbox.NetworkInternal, Solve: "internal", Verify: verifyNetwork(t, sandbox.NetworkInternal)}
+	solve := "internal"
+	if t.AgentNetwork.Mode == task.NetworkAllowlist {
+		solve = task.NetworkAllowlist
+	}
+	return Networks{Start: sandbox.NetworkInternal, Solve: solve, Verify: verifyNetwork(t, sandbox.NetworkInternal)}
 }
 
 // Prepare builds the task image, checks the working directory rule
@@ -218,6 +223,13 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	} {
 		env2[k] = v
 	}
+	// Behind an egress proxy the agent's traffic goes through it; these win
+	// over agent.toml (the proxy is the only way out anyway).
+	env2 = withEnv(env2, sandbox.ProxyEnv(h))
+	egress := "none"
+	if h.State["proxy"] != "" {
+		egress = "proxy"
+	}
 	out, err := dir.OpenCapture("solve.log")
 	if err != nil {
 		return Outcome{}, err
@@ -232,7 +244,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	run := newStream(ctx, env, response)
 	lines := sandbox.NewLines(run.feed, 0)
-	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal)", ag.Run, AgentUser, workdir, budget, grace)
+	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal, egress %s)", ag.Run, AgentUser, workdir, budget, grace, egress)
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", ag.Run}, User: AgentUser, Workdir: workdir, Env: env2,
 		Timeout: seconds(budget), Grace: grace, Stdout: io.MultiWriter(out, lines), Stderr: logs,
@@ -258,7 +270,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: true,
-		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": "none", "user": AgentUser, "workdir": workdir},
+		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir},
 	}
 	if res.TimedOut {
 		fin.Reason = "timeout"

@@ -153,14 +153,35 @@ func verifyNetwork(t *task.Task, start string) string {
 	return start
 }
 
-// containerSpec is the sandbox spec of an in-container arm.
+// containerSpec is the sandbox spec of an in-container arm, with the
+// task's egress proxy (EgressFor) when it starts on an internal network.
 func containerSpec(env Env, image, workdir, network string) sandbox.Spec {
 	t := env.Task()
-	return sandbox.Spec{
+	s := sandbox.Spec{
 		RunID: env.RunID(), CellID: env.CellID(), Image: image, Workdir: workdir,
 		Env: t.SandboxEnv, Network: network, CPUs: t.CPUs, MemoryMB: t.MemoryMB,
 		Lifetime: lifetime(t),
 	}
+	if network == sandbox.NetworkInternal {
+		s.Egress = EgressFor(t)
+	}
+	return s
+}
+
+// withEnv returns base with add laid over it (add wins); base is not
+// changed.
+func withEnv(base, add map[string]string) map[string]string {
+	if len(add) == 0 {
+		return base
+	}
+	out := make(map[string]string, len(base)+len(add))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range add {
+		out[k] = v
+	}
+	return out
 }
 
 // lifetime bounds the container: both budgets plus ten minutes of slack.

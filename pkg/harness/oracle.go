@@ -47,10 +47,11 @@ func (a oracleArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 }
 
 // oracleNetworks follows DESIGN §4: the oracle gets exactly the task's
-// policy (public → the bridge; no-network and, until the egress proxy
-// exists, allowlist → no way out). A sandbox whose verifier phase is public
-// but whose solve phase is not starts on a per-cell internal network,
-// because a --network none container can never be connected later.
+// policy (public → the bridge; allowlist → a per-cell internal network
+// whose only way out is the egress proxy; no-network → no way out). A
+// sandbox whose verifier phase is public but whose solve phase is not
+// starts on a per-cell internal network, because a --network none
+// container can never be connected later.
 func oracleNetworks(t *task.Task) Networks {
 	solvePublic := t.AgentNetwork.Mode == task.NetworkPublic || t.AgentNetwork.Mode == ""
 	verifyPublic := t.VerifierNetwork.Mode == task.NetworkPublic || t.VerifierNetwork.Mode == ""
@@ -58,6 +59,8 @@ func oracleNetworks(t *task.Task) Networks {
 	switch {
 	case solvePublic:
 		n = Networks{Start: sandbox.NetworkBridge, Solve: task.NetworkPublic}
+	case t.AgentNetwork.Mode == task.NetworkAllowlist:
+		n = Networks{Start: sandbox.NetworkInternal, Solve: task.NetworkAllowlist}
 	case verifyPublic:
 		n = Networks{Start: sandbox.NetworkInternal, Solve: t.AgentNetwork.Mode}
 	default:
@@ -88,7 +91,7 @@ func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
 			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
-		Env:     t.OracleEnv,
+		Env:     withEnv(t.OracleEnv, sandbox.ProxyEnv(h)),
 		Timeout: seconds(t.AgentTimeoutSec), Grace: OracleGrace, Stdout: out, Stderr: out,
 	})
 	_ = out.Close(dir, "stdout.tail.txt")

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -163,6 +164,39 @@ const ProxyPort = 3128
 // NoProxy is the NO_PROXY value an Exec behind the egress proxy gets:
 // loopback is reached directly.
 const NoProxy = "localhost,127.0.0.1,::1"
+
+// proxyVars are the proxy variables HostProxyEnv passes on.
+var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+
+// HostProxyEnv returns the host's proxy variables (HTTP_PROXY,
+// HTTPS_PROXY, ALL_PROXY, NO_PROXY, both cases, read through getenv) for a
+// phase on the open network (a public verifier), each proxy URL without
+// its user name and password: credentials stay on the host. A value that
+// is not a URL with a host is left out; empty values are left out.
+func HostProxyEnv(getenv func(string) string) map[string]string {
+	out := map[string]string{}
+	for _, k := range proxyVars {
+		v := strings.TrimSpace(getenv(k))
+		if v == "" {
+			continue
+		}
+		if strings.EqualFold(k, "NO_PROXY") {
+			out[k] = v
+			continue
+		}
+		raw := v
+		if !strings.Contains(raw, "://") {
+			raw = "http://" + raw // curl's reading of a bare host:port
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		u.User = nil
+		out[k] = u.String()
+	}
+	return out
+}
 
 // ProxyEnv returns the environment that sends a command's traffic through
 // the sandbox's egress proxy: HTTP_PROXY, HTTPS_PROXY and ALL_PROXY (both

@@ -247,6 +247,11 @@ func (c *cell) run(ctx context.Context) error {
 	}
 
 	out, err := arm.Solve(ctx, c, p, h)
+	// The egress proxy's decisions are recorded before Finished, also
+	// after a failed solve (what the agent tried to reach is kept).
+	if rerr := harness.RecordEgress(ctx, c, p.Driver, h); rerr != nil && err == nil {
+		err = rerr
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

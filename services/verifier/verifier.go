@@ -197,7 +197,7 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if hasOOM {
 		oomBefore, oomErr = oc.OOMKills(ctx, h)
 	}
-	v, err := s.runTests(ctx, t, h, dir)
+	v, err := s.runTests(ctx, t, h, dir, network)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -241,7 +241,7 @@ const exitHookPath = "/.proctor-verifier-exit.sh"
 // out and reads the reward from the frozen sandbox. The script's exit code
 // is recorded but does not decide the reward (as in Harbor). A timeout is
 // reward 0 with TimedOut set, not an error.
-func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir) (events.VerdictData, error) {
+func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir, network string) (events.VerdictData, error) {
 	var v events.VerdictData
 	freezer, ok := s.driver.(sandbox.Freezer)
 	if !ok {
@@ -265,6 +265,15 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 			env = map[string]string{}
 		}
 		env["BASH_ENV"] = exitHookPath
+	}
+	if network == sandbox.NetworkBridge {
+		// A public verifier gets the host's proxy variables, without
+		// their credentials (the task's own variables win).
+		for k, v := range sandbox.HostProxyEnv(os.Getenv) {
+			if _, ok := env[k]; !ok {
+				env[k] = v
+			}
+		}
 	}
 	res, err := s.driver.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: harness.PlaceAndRun(stage, []string{"/tests", "/verifier"},

@@ -1,6 +1,7 @@
 // Package harnesstest runs harness arms without a container engine: an
 // in-memory harness.Env that records the events an arm emits, a Run that
-// drives an arm as the launcher does (Prepare, Start, Solve, Destroy), and
+// drives an arm as the launcher does (Prepare, Start, Solve, RecordEgress,
+// Destroy), and
 // task fixtures written to a temp directory. With sandboxfake it is the
 // harness conformance suite's toolkit; a new arm's test uses it in a few
 // lines (docs/ADDING_A_HARNESS.md).
@@ -101,7 +102,8 @@ func (e *Env) Types() []events.Type {
 }
 
 // Run drives arm as the launcher does: Prepare, Start on the placement's
-// driver, Solve, Destroy. The error is Prepare's, Start's or Solve's.
+// driver, Solve, RecordEgress, Destroy. The error is Prepare's, Start's,
+// Solve's or RecordEgress's.
 func Run(ctx context.Context, arm harness.Arm, env *Env) (harness.Placement, harness.Outcome, error) {
 	p, err := arm.Prepare(ctx, env)
 	if err != nil {
@@ -113,6 +115,9 @@ func Run(ctx context.Context, arm harness.Arm, env *Env) (harness.Placement, har
 	}
 	defer p.Driver.Destroy(context.WithoutCancel(ctx), h)
 	out, err := arm.Solve(ctx, env, p, h)
+	if rerr := harness.RecordEgress(ctx, env, p.Driver, h); rerr != nil && err == nil {
+		err = rerr
+	}
 	return p, out, err
 }
 

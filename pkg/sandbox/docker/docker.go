@@ -48,13 +48,14 @@ import (
 //
 // A *Driver is safe for concurrent use.
 type Driver struct {
-	cli      *client.Client
-	log      *slog.Logger
-	imageMap *sandbox.ImageMap
-	defaults sandbox.Limits
-	builds   keyedMutex
-	proxyBin string
-	proxyImg proxyImageCache
+	cli       *client.Client
+	log       *slog.Logger
+	imageMap  *sandbox.ImageMap
+	defaults  sandbox.Limits
+	builds    keyedMutex
+	proxyBin  string
+	egressNet string
+	proxyImg  proxyImageCache
 }
 
 // The contract and every optional ability the services look for
@@ -92,6 +93,9 @@ type Options struct {
 	// is built from (see startProxy): a Linux build of ./cmd/proctor,
 	// best static (CGO_ENABLED=0). "" means the running executable.
 	ProxyBinary string
+	// EgressNetwork is the network the egress proxy joins for its way out
+	// when Spec.Egress.Upstream is ""; "" means the bridge.
+	EgressNetwork string
 }
 
 // New returns a Docker driver. It does not contact the engine; the
@@ -109,7 +113,7 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary}, nil
+	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork}, nil
 }
 
 // Client returns the engine client the driver uses.

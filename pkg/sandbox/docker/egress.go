@@ -3,6 +3,7 @@ package docker
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
@@ -171,7 +172,7 @@ func proxyAddr(subnet netip.Prefix) netip.Addr {
 // (ProxyImage, `proctor proxy --listen IP:ProxyPort --allow ENTRY...
 // --egress-log /egress.jsonl --cell CELL`) on the internal network netName
 // at the last address of its subnet, joined to spec.Egress.Upstream (else
-// the bridge) for its way out, with the sandbox's labels plus
+// Options.EgressNetwork, else the bridge) for its way out, with the sandbox's labels plus
 // proctor.role=egress-proxy, every capability dropped, no-new-privileges,
 // 256 MiB and 256 pids. It listens on its internal-network address only;
 // Start waits (up to 30 s) until it does. It records "proxy" and
@@ -206,10 +207,7 @@ func (d *Driver) startProxy(ctx context.Context, h *sandbox.Handle, spec sandbox
 		return fmt.Errorf("sandbox: docker: create the egress proxy: %w", err)
 	}
 	h.State["proxy_container"] = created.ID
-	up := sandbox.NetworkBridge
-	if spec.Egress.Upstream != "" {
-		up = spec.Egress.Upstream
-	}
+	up := cmp.Or(spec.Egress.Upstream, d.egressNet, sandbox.NetworkBridge)
 	if err := d.cli.NetworkConnect(ctx, up, created.ID, nil); err != nil {
 		return fmt.Errorf("sandbox: docker: connect the egress proxy to %s: %w", up, err)
 	}

@@ -1,0 +1,86 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// EgressFor returns the egress proxy of an in-container arm's sandbox for
+// task t (DESIGN §6): the task's allowlist (`environment.egress` /
+// `sandbox.egress` / `allowed_hosts`, when its agent policy is allowlist)
+// plus extra, or nil when the policy is not allowlist and extra is empty
+// (no proxy: no way out at all).
+//
+// extra is the hook for an arm's own hosts: an arm whose harness must
+// reach a host whatever the task says (a model provider's API) passes it
+// here in its Prepare, e.g. EgressFor(t, "api.anthropic.com"), and its
+// sandbox gets a proxy that allows the host, every request logged. Entries
+// use the proxy-logger's syntax (host, host:port, IP literal, "private:"
+// prefix; bare host = port 443).
+func EgressFor(t *task.Task, extra ...string) *sandbox.Egress {
+	if t.AgentNetwork.Mode != task.NetworkAllowlist && len(extra) == 0 {
+		return nil
+	}
+	var allow []string
+	if t.AgentNetwork.Mode == task.NetworkAllowlist {
+		allow = append(allow, t.AgentNetwork.AllowedHosts...)
+	}
+	return &sandbox.Egress{Allow: append(allow, extra...)}
+}
+
+// egressFile is the cell's decision log.
+const egressFile = "egress.jsonl"
+
+// RecordEgress stops the egress proxy of sandbox h (when it has one),
+// writes its decisions to the cell's egress.jsonl and records each as an
+// EgressDecision event at the time the proxy made it. The launcher calls
+// it when the solve has ended (the agent's processes are gone), before
+// Finished. A line that does not decode is an error naming egress.jsonl
+// and the line (the file is kept as the proxy wrote it).
+func RecordEgress(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle) error {
+	if h == nil || h.State["proxy"] == "" {
+		return nil
+	}
+	el, ok := d.(sandbox.EgressLogger)
+	if !ok {
+		return fmt.Errorf("the sandbox driver %T cannot read an egress proxy's log", d)
+	}
+	b, err := el.EgressLog(ctx, h)
+	if err != nil {
+		return fmt.Errorf("egress proxy log: %w", err)
+	}
+	dir := env.Dir()
+	if err := os.WriteFile(dir.Path(egressFile), b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", egressFile, err)
+	}
+	n := 0
+	for i, l := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		var at struct {
+			Time time.Time `json:"time"`
+		}
+		var data events.EgressDecisionData
+		if err := json.Unmarshal(l, &at); err != nil {
+			return fmt.Errorf("%s line %d: %w", dir.Path(egressFile), i+1, err)
+		}
+		if err := json.Unmarshal(l, &data); err != nil {
+			return fmt.Errorf("%s line %d: %w", dir.Path(egressFile), i+1, err)
+		}
+		if err := env.Emit(ctx, events.EgressDecision, data, at.Time); err != nil {
+			return err
+		}
+		n++
+	}
+	dir.Logf("egress: %d proxy records in %s", n, egressFile)
+	return nil
+}
