@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/artifact"
+)
+
+// writeFetchTask writes an allowlist task whose solve must fetch the test
+// host's page through the egress proxy and whose test checks it arrived.
+func writeFetchTask(t *testing.T, root, name, allow string) {
+	t.Helper()
+	files := map[string]string{
+		"task.toml": "version = \"1.0\"\n\n[agent]\ntimeout_sec = 60\n\n[verifier]\ntimeout_sec = 60\n\n" +
+			"[environment]\nnetwork_mode = \"allowlist\"\negress = [\"" + allow + "\"]\n",
+		"instruction.md":         "Save http://allowed.test/ to /app/out.txt.\n",
+		"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+		"solution/solve.sh": "set -e\npython3 -c \"import urllib.request; " +
+			"open('/app/out.txt','w').write(urllib.request.urlopen('http://allowed.test/', timeout=20).read().decode())\"\n",
+		"tests/test.sh": "if grep -q 'the fetched page' /app/out.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+	}
+	for rel, body := range files {
+		p := filepath.Join(root, name, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAllowlistTaskThroughProxy runs two allowlist tasks end to end
+// (embedded NATS, real Docker, the sidecar built from proctor): the one
+// whose allowlist names the test host (a container on a network the test
+// made) fetches its page through the proxy and passes; the one whose
+// allowlist does not fails. Each cell's egress.jsonl and metrics.egress
+// (projected from the EgressDecision events) show the decision, and
+// nothing of the run is left.
+func TestAllowlistTaskThroughProxy(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	upNet := testutil.TestNetwork(t, cli)
+	testutil.HTTPHost(t, cli, upNet, "allowed.test", "the fetched page")
+	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
+	t.Setenv(EnvEgressNetwork, upNet)
+	home, out, tasks := t.TempDir(), t.TempDir(), t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
+	writeFetchTask(t, tasks, "fetch-listed", "private:allowed.test:80")
+	writeFetchTask(t, tasks, "fetch-unlisted", "private:other.test:80")
+	js := filepath.Join(out, "a.json")
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "oracle",
+		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
+	a, err := artifact.Read(js)
+	if err != nil {
+		t.Fatalf("exit %d: %v\nstdout: %s\nstderr: %s", code, err, stdout.String(), stderr.String())
+	}
+	rows := map[string]artifact.Result{}
+	for _, r := range a.Results {
+		rows[r.Task] = r
+	}
+	ok, bad := rows["fetch-listed"], rows["fetch-unlisted"]
+	if ok.Outcome != "passed" || bad.Outcome != "failed" {
+		t.Fatalf("outcomes %q (%s), %q (%s); want passed, failed", ok.Outcome, ok.Error, bad.Outcome, bad.Error)
+	}
+	if e := ok.Metrics.Egress; e == nil || e.Allowed != 1 || e.Denied != 0 || !slices.Equal(e.AllowedHosts, []string{"allowed.test:80"}) {
+		t.Errorf("fetch-listed metrics.egress %+v", e)
+	}
+	if e := bad.Metrics.Egress; e == nil || e.Allowed != 0 || e.Denied != 1 || !slices.Equal(e.DeniedHosts, []string{"allowed.test:80"}) ||
+		len(e.DeniedEntries) != 1 || !strings.Contains(e.DeniedEntries[0].Reason, "not on the allowlist") {
+		t.Errorf("fetch-unlisted metrics.egress %+v", e)
+	}
+	if n := ok.Metrics.Isolation["network"]; n != "allowlist" {
+		t.Errorf("isolation.network %v, want allowlist", n)
+	}
+	for _, c := range []struct {
+		row      artifact.Result
+		decision string
+	}{{ok, `"decision":"allowed"`}, {bad, `"decision":"denied"`}} {
+		b, err := os.ReadFile(filepath.Join(c.row.OutputDir, "egress.jsonl"))
+		if err != nil || !bytes.Contains(b, []byte(`"host":"allowed.test"`)) || !bytes.Contains(b, []byte(c.decision)) {
+			t.Errorf("%s egress.jsonl (%v):\n%s", c.row.Task, err, b)
+		}
+	}
+	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
+		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
+	}
+}
