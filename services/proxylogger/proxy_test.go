@@ -345,13 +345,15 @@ func TestLoopbackRefusedByDefault(t *testing.T) {
 	p := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	col := &collector{}
 	proxy := startProxy(t, Config{
-		Policy: policy(t, "127.0.0.1:"+p, "rebind.test:"+p, "v6.test:"+p, "private.test:"+p, "169.254.169.254:80", "mixed.test:"+p),
+		Policy: policy(t, "127.0.0.1:"+p, "rebind.test:"+p, "v6.test:"+p, "private.test:"+p, "169.254.169.254:80", "mixed.test:"+p, "metadata.test:80"),
 		Sink:   col.sink,
 		Resolver: mapResolver{
 			"rebind.test":  loopback,
 			"v6.test":      {netip.MustParseAddr("::1")},
 			"private.test": {netip.MustParseAddr("10.1.2.3")},
 			"mixed.test":   {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("127.0.0.1")},
+			// An allowed name rebound to the cloud metadata address.
+			"metadata.test": {netip.MustParseAddr("169.254.169.254")},
 		},
 	})
 	cases := []struct{ target, reason string }{
@@ -361,6 +363,7 @@ func TestLoopbackRefusedByDefault(t *testing.T) {
 		{"private.test:" + p, "private"},
 		{"169.254.169.254:80", "link-local"},
 		{"mixed.test:" + p, "loopback"},
+		{"metadata.test:80", "link-local"},
 	}
 	for i, c := range cases {
 		for _, head := range []string{
