@@ -91,6 +91,7 @@ print("connected")
 // address) reaches nothing, the proxy does not listen on its upstream
 // side, every decision is in its log, and Destroy and GC leave nothing.
 func TestEgressProxySidecar(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	d, err := New(Options{Client: cli, ProxyBinary: testutil.ProctorBinary(t)})
@@ -206,6 +207,7 @@ func TestEgressProxySidecar(t *testing.T) {
 // TestEgressNeedsInternalNetwork: a proxy on another network mode is a
 // spec error, before anything is created.
 func TestEgressNeedsInternalNetwork(t *testing.T) {
+	t.Parallel()
 	d, cli := newTestDocker(t, nil)
 	run := "egress-" + randomHex(4)
 	_, err := d.Start(context.Background(), sandbox.Spec{RunID: run, Image: testImage, Network: sandbox.NetworkBridge, Egress: &sandbox.Egress{}})
