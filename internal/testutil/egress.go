@@ -52,7 +52,7 @@ func ProctorBinary(t testing.TB) string {
 
 // LabelTest marks the networks and containers a test makes with
 // TestNetwork and HTTPHost (value: the test's name).
-const LabelTest = "proctor.test"
+const LabelTest = "proctor.egress-test"
 
 // TestNetwork creates a user-defined bridge network of the test's own
 // (not internal: it stands for the network with a way out) and returns its
