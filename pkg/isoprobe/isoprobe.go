@@ -1,0 +1,218 @@
+// Package isoprobe is the isolation probe's class logic (DESIGN §6): what
+// a program running as the agent, inside the agent's sandbox, can see of
+// the task's answer, the treatment, the operator, the checkout, the
+// network, the host's environment, the Docker engine, a resolver and a work
+// tree's git history. Run does the looking (it is what `proctor
+// probe-inside` runs in the sandbox, as a static binary, so the task image
+// needs no shell tools or interpreter); Fold turns a Report into the
+// pass/fail of the probe row. Everything here works on a root directory
+// and an environment given to it, so it is tested without a container.
+package isoprobe
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// Status of one leak class.
+const (
+	// Open: the agent could see or reach it.
+	Open = "open"
+	// Closed: looked, and it was not visible or reachable.
+	Closed = "closed"
+	// NA: the class does not apply (no repository in the work tree).
+	NA = "n/a"
+	// Untested: the probe could not decide; it fails like Open.
+	Untested = "untested"
+)
+
+// The leak classes, in report order: the eight of DESIGN §6 and the
+// seed, then git_history.
+const (
+	TaskFiles      = "task_files"
+	Treatment      = "treatment"
+	OperatorConfig = "operator_config"
+	CheckoutWalk   = "checkout_walk"
+	Network        = "network"
+	Env            = "env"
+	DockerAPI      = "docker_api"
+	DNS            = "dns"
+	GitHistory     = "git_history"
+)
+
+// Classes lists every leak class in report order.
+var Classes = []string{TaskFiles, Treatment, OperatorConfig, CheckoutWalk, Network, Env, DockerAPI, DNS, GitHistory}
+
+// Targets are the public endpoints the network and dns classes try to
+// reach: URL with an HTTP GET, TCP with a connect (directly and through a
+// CONNECT of every proxy in the environment), DNS with a lookup. An empty
+// target leaves its class untested.
+type Targets struct {
+	URL string `json:"url"`
+	TCP string `json:"tcp"`
+	DNS string `json:"dns"`
+}
+
+// DefaultTargets are the seed's: example.com and 1.1.1.1:443.
+func DefaultTargets() Targets {
+	return Targets{URL: "http://example.com/", TCP: "1.1.1.1:443", DNS: "example.com"}
+}
+
+// ParseTargets reads `url=URL,tcp=HOST:PORT,dns=NAME` (the --probe-targets
+// flag and PROCTOR_PROBE_TARGETS): each key at most once, in any order; a
+// key left out keeps its default (DefaultTargets). "" is the defaults.
+// Errors name the key: an unknown key, an empty value, a URL that is not
+// absolute http(s), a tcp target without a port.
+func ParseTargets(s string) (Targets, error) {
+	t := DefaultTargets()
+	if strings.TrimSpace(s) == "" {
+		return t, nil
+	}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || v == "" {
+			return t, fmt.Errorf("probe targets %q: %q: write key=value (url=URL, tcp=HOST:PORT, dns=NAME)", s, part)
+		}
+		if seen[k] {
+			return t, fmt.Errorf("probe targets %q: key %s given twice", s, k)
+		}
+		seen[k] = true
+		switch k {
+		case "url":
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return t, fmt.Errorf("probe targets %q: key url: %q is not an absolute http:// or https:// URL", s, v)
+			}
+			t.URL = v
+		case "tcp":
+			if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+				return t, fmt.Errorf("probe targets %q: key tcp: %q is not HOST:PORT", s, v)
+			}
+			t.TCP = v
+		case "dns":
+			if strings.ContainsAny(v, " /:") {
+				return t, fmt.Errorf("probe targets %q: key dns: %q is not a host name", s, v)
+			}
+			t.DNS = v
+		default:
+			return t, fmt.Errorf("probe targets %q: unknown key %q (url, tcp, dns)", s, k)
+		}
+	}
+	return t, nil
+}
+
+// String is the targets in ParseTargets syntax.
+func (t Targets) String() string {
+	return "url=" + t.URL + ",tcp=" + t.TCP + ",dns=" + t.DNS
+}
+
+// FileSig names one file of the task's tests or solution by size in bytes
+// and hex SHA-256: a readable file anywhere in the sandbox with the same
+// contents opens task_files.
+type FileSig struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Config is what the host tells the probe inside the sandbox.
+type Config struct {
+	// Root is the file system root ("/" in a sandbox; a directory in
+	// tests). Every other path is inside it.
+	Root string `json:"root"`
+	// Workdir is the agent's working directory; Home its HOME.
+	Workdir string  `json:"workdir"`
+	Home    string  `json:"home"`
+	Targets Targets `json:"targets"`
+	// TaskFiles are the task's tests/ and solution/ files.
+	TaskFiles []FileSig `json:"task_files,omitempty"`
+	// Skill is the directory of the skill a skill arm installs (the
+	// docker-probe:<skill-path> form): it must be visible there and
+	// nowhere else is a skill allowed. "" for a baseline probe.
+	Skill string `json:"skill,omitempty"`
+	// EnvAllowed are the variable names the agent's environment may hold
+	// (the image's ENV, the task's declared env, the arm's own); nil
+	// leaves env untested.
+	EnvAllowed []string `json:"env_allowed,omitempty"`
+	// Skip are directories the walk does not enter (the probe's own
+	// stage directory).
+	Skip []string `json:"skip,omitempty"`
+	// TimeoutSec bounds each network attempt (0: 3 s).
+	TimeoutSec float64 `json:"timeout_sec,omitempty"`
+	// MaxEntries bounds the file system walk (0: 2,000,000 entries); a
+	// walk cut short leaves task_files and treatment untested.
+	MaxEntries int `json:"max_entries,omitempty"`
+}
+
+// Finding is one class's result: its status and what was seen (at most
+// maxEvidence lines; paths, addresses, errors).
+type Finding struct {
+	Status   string   `json:"status"`
+	Evidence []string `json:"evidence,omitempty"`
+}
+
+// Report is the probe's whole answer, as `proctor probe-inside` prints it.
+type Report struct {
+	Classes map[string]Finding `json:"classes"`
+	// EnvLeaked are the names of variables beyond Config.EnvAllowed.
+	EnvLeaked []string `json:"env_leaked,omitempty"`
+	// Walked is how many file system entries the walk visited.
+	Walked int `json:"walked"`
+}
+
+// maxEvidence bounds each class's evidence lines.
+const maxEvidence = 20
+
+func (f *Finding) add(format string, a ...any) {
+	if len(f.Evidence) < maxEvidence {
+		f.Evidence = append(f.Evidence, fmt.Sprintf(format, a...))
+	}
+}
+
+// Fold decides the probe row: the status of every class (a class the
+// report lacks is untested) and whether it passed, which it does only
+// when every class is closed or n/a.
+func Fold(r Report) (statuses map[string]string, passed bool) {
+	statuses = map[string]string{}
+	passed = true
+	for _, c := range Classes {
+		st := Untested
+		if f, ok := r.Classes[c]; ok {
+			switch f.Status {
+			case Open, Closed, NA, Untested:
+				st = f.Status
+			}
+		}
+		statuses[c] = st
+		if st != Closed && st != NA {
+			passed = false
+		}
+	}
+	return statuses, passed
+}
+
+// OpenClasses lists the classes of statuses that fail (open or untested),
+// in report order, as "class=status".
+func OpenClasses(statuses map[string]string) []string {
+	var out []string
+	for _, c := range Classes {
+		if st := statuses[c]; st != Closed && st != NA {
+			out = append(out, c+"="+st)
+		}
+	}
+	return out
+}
+
+func sorted(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,54 @@
+package isoprobe
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Run probes every class as the calling process sees the system: cfg's
+// file system root, the environment environ (KEY=VALUE pairs, as
+// os.Environ returns them) and the process's network. It never fails: what
+// it cannot decide is untested. The network, dns and docker_api attempts
+// run while the file system is walked; each is bounded by
+// cfg.TimeoutSec.
+func Run(ctx context.Context, cfg Config, environ []string) Report {
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
+	timeout := 3 * time.Second
+	if cfg.TimeoutSec > 0 {
+		timeout = time.Duration(cfg.TimeoutSec * float64(time.Second))
+	}
+	env := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	rep := Report{Classes: map[string]Finding{}}
+	var mu sync.Mutex
+	set := func(c string, f Finding) {
+		mu.Lock()
+		rep.Classes[c] = f
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { set(Network, network(ctx, cfg.Targets, env, timeout)) })
+	wg.Go(func() { set(DNS, dns(ctx, cfg.Targets.DNS, timeout)) })
+	wg.Go(func() { set(DockerAPI, dockerAPI(ctx, cfg, env, timeout)) })
+
+	var tf, tr Finding
+	walked := walkFiles(cfg, &tf, &tr)
+	set(TaskFiles, tf)
+	set(Treatment, tr)
+	set(OperatorConfig, operatorConfig(cfg, env))
+	set(CheckoutWalk, checkoutWalk(cfg))
+	set(GitHistory, gitHistory(cfg))
+	ef, leaked := envClass(cfg.EnvAllowed, env)
+	set(Env, ef)
+	wg.Wait()
+	rep.EnvLeaked, rep.Walked = leaked, walked
+	return rep
+}
