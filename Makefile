@@ -6,7 +6,7 @@ GO ?= go
 
 all: build
 
-## build: compile the proctor binary into bin/proctor
+## build: compile the proctor binary into bin/proctor (static: the isolation probe copies it into task containers)
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/proctor ./cmd/proctor
 

@@ -109,7 +109,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))
 	root.AddCommand(tasks, newCatalog(g), newServe(g), newGC(g), newFirewall(g), newVersion(g))
 	root.AddCommand(newRuns(g), newReplay(g), newWatch(g), newEvents(g), newDataset(g))
-	root.AddCommand(newView(g), newProxy(g))
+	root.AddCommand(newView(g), newProxy(g), newProbeInside(g))
 	return root
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
@@ -44,6 +45,7 @@ type runFlags struct {
 	node        string
 	commandTpl  string
 	agentGrace  float64
+	probeTgts   string
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -80,6 +82,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
+	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME (default url=http://example.com/,tcp=1.1.1.1:443,dns=example.com); env PROCTOR_PROBE_TARGETS")
 	f.limits.add(fl)
 	return cmd
 }
@@ -109,6 +112,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.repeats < 1 {
 		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}
 	}
+	if _, err := isoprobe.ParseTargets(f.probeTgts); err != nil {
+		return events.RunSpec{}, usageError{fmt.Errorf("--probe-targets: %w", err)}
+	}
 	root, err := filepath.Abs(f.tasksRoot)
 	if err != nil {
 		return events.RunSpec{}, err
@@ -137,6 +143,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 		BaseDir:   cwd,
 		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
+		ProbeTargets: f.probeTgts,
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {

@@ -105,7 +105,7 @@ func newTasksHarnesses(g *globals) *cobra.Command {
 				if !h.Available {
 					state = " (not available in this version)"
 				}
-				fmt.Fprintf(g.stdout, "%-20s %s; scored by %s%s\n", h.Syntax, h.Description, h.ScoredBy, state)
+				fmt.Fprintf(g.stdout, "%-26s %s; scored by %s%s\n", h.Syntax, h.Description, h.ScoredBy, state)
 			}
 			return nil
 		},

@@ -31,6 +31,10 @@ type RunSpec struct {
 	// BaseDir is the directory relative agent:<dir> and command:<template>
 	// paths were given against (the caller's working directory).
 	BaseDir string `json:"base_dir,omitempty"`
+	// ProbeTargets are the isolation probe's network and dns targets in
+	// --probe-targets syntax (url=URL,tcp=HOST:PORT,dns=NAME; "" the
+	// defaults, isoprobe.DefaultTargets).
+	ProbeTargets string `json:"probe_targets,omitempty"`
 }
 
 // RunRequestedData opens a run.
@@ -227,6 +231,10 @@ type FinishedData struct {
 	AgentReported map[string]any `json:"agent_reported,omitempty"`
 	// Isolation records the sandbox of the solve phase (e.g. network).
 	Isolation map[string]any `json:"isolation,omitempty"`
+	// IsolationProbe is a probe arm's status per leak class (open, closed,
+	// n/a, untested; DESIGN §6), copied to the row's
+	// metrics.isolation_probe.
+	IsolationProbe map[string]string `json:"isolation_probe,omitempty"`
 	// OOMKilled is true when the kernel killed a process of the sandbox at
 	// its memory limit during the solve.
 	OOMKilled bool `json:"oom_killed,omitempty"`

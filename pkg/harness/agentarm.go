@@ -71,20 +71,15 @@ func agentNetworks(t *task.Task) Networks {
 // failed install is solver_error, anything else of the derived image
 // sandbox).
 func (a agentArm) Prepare(ctx context.Context, env Env) (Placement, error) {
-	img, err := TaskImage(ctx, env)
+	p, err := agentSandbox(ctx, env, a.Networks(env.Task()))
 	if err != nil {
 		return Placement{}, err
-	}
-	t := env.Task()
-	workdir, err := AgentWorkdir(t, img)
-	if err != nil {
-		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
 	spec, err := LoadAgent(a.ref.AgentDir(env.Spec().BaseDir))
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
-	runImage, err := agentImage(ctx, env, img, spec)
+	runImage, err := agentImage(ctx, env, p.Image, spec)
 	if err != nil {
 		if ctx.Err() != nil {
 			return Placement{}, ctx.Err()
@@ -94,10 +89,26 @@ func (a agentArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		}
 		return Placement{}, events.Classed(events.ClassSandbox, err)
 	}
-	n := a.Networks(t)
+	p.Spec.Image, p.State = runImage, agentState{spec}
+	return p, nil
+}
+
+// agentSandbox is the sandbox every in-container agent arm (and the probe,
+// which must see exactly what an agent sees) runs in: the task image
+// (built and recorded), the working directory rule (AgentWorkdir; refused)
+// and the network plan n.
+func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
+	img, err := TaskImage(ctx, env)
+	if err != nil {
+		return Placement{}, err
+	}
+	workdir, err := AgentWorkdir(env.Task(), img)
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
 	return Placement{
-		Driver: env.Driver(), Spec: containerSpec(env, runImage, workdir, n.Start),
-		Networks: n, Workdir: workdir, Image: img, State: agentState{spec},
+		Driver: env.Driver(), Spec: containerSpec(env, img.Ref, workdir, n.Start),
+		Networks: n, Workdir: workdir, Image: img,
 	}, nil
 }
 
@@ -183,7 +194,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if st.spec == nil {
 		return Outcome{}, errors.New("agent arm: Solve without Prepare")
 	}
-	ag, t, dir, d, workdir, plan := st.spec, env.Task(), env.Dir(), p.Driver, p.Workdir, env.Plan()
+	ag, t, dir, d, workdir := st.spec, env.Task(), env.Dir(), p.Driver, p.Workdir
 	killer, ok := d.(sandbox.ProcessKiller)
 	if !ok {
 		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot kill an agent's leftover processes", d)
@@ -193,9 +204,8 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if sp := env.Spec(); sp.AgentGraceSec > 0 {
 		grace = seconds(sp.AgentGraceSec)
 	}
-	prep := fmt.Sprintf("mkdir -p %[1]s %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(workdir), agentOutput, agentHome, AgentUser)
-	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return Outcome{}, fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
+	if err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
+		return Outcome{}, err
 	}
 	if err := d.CopyIn(ctx, h, ag.Dir, AgentMount); err != nil {
 		return Outcome{}, fmt.Errorf("copy the agent in: %w", err)
@@ -205,24 +215,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	dir.Logf("agent directory, prompt and /agent-output ready")
 	deadline := time.Now().Add(seconds(budget))
-	env2 := map[string]string{}
-	for k, v := range ag.Env {
-		env2[k] = v
-	}
-	for k, v := range map[string]string{
-		"PROCTOR_PROMPT": t.Prompt, "ANPORD_PROMPT": t.Prompt, "AGENT_TASK": t.Prompt,
-		"PROCTOR_PROMPT_FILE": agentOutput + "/prompt.md",
-		"PROCTOR_MODEL":       plan.Model, "ANPORD_MODEL": plan.Model, "AGENT_MODEL": plan.Model,
-		"PROCTOR_WORKSPACE": workdir, "ANPORD_WORKSPACE": workdir,
-		"AGENT_RUN_MODE":     "local",
-		"AGENT_METRICS_FILE": agentOutput + "/metrics.json",
-		"AGENT_TRACE_FILE":   agentOutput + "/agent-trace.json",
-		"PROCTOR_DEADLINE":   strconv.FormatInt(deadline.UnixMilli(), 10),
-		"PROCTOR_TASK":       t.Name, "PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
-		"PROCTOR_AGENT_DIR": AgentMount, "HOME": agentHome,
-	} {
-		env2[k] = v
-	}
+	env2 := agentEnv(env, workdir, deadline, ag.Env)
 	// Behind an egress proxy the agent's traffic goes through it; these win
 	// over agent.toml (the proxy is the only way out anyway).
 	env2 = withEnv(env2, sandbox.ProxyEnv(h))
@@ -302,6 +295,43 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	dir.Logf("agent ended: %s after %.3fs", fin.Reason, fin.DurationSec)
 	return Outcome{Finished: fin}, nil
+}
+
+// prepareAgentDirs creates the agent's working directory, /agent-output,
+// its HOME and /logs/agent, owned by AgentUser (and nothing else).
+func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) error {
+	prep := fmt.Sprintf("mkdir -p %[1]s %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(workdir), agentOutput, agentHome, AgentUser)
+	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
+		return fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
+	}
+	return nil
+}
+
+// agentEnv is the environment an in-container agent runs with, on top of
+// the sandbox's (the task's declared env): own (agent.toml's [env]), then
+// the Anpord, Archal and proctor variables of DESIGN §5.1, which win. It
+// is the whole allowlist: nothing of the host's environment is passed.
+func agentEnv(env Env, workdir string, deadline time.Time, own map[string]string) map[string]string {
+	t, plan := env.Task(), env.Plan()
+	out := map[string]string{}
+	for k, v := range own {
+		out[k] = v
+	}
+	for k, v := range map[string]string{
+		"PROCTOR_PROMPT": t.Prompt, "ANPORD_PROMPT": t.Prompt, "AGENT_TASK": t.Prompt,
+		"PROCTOR_PROMPT_FILE": agentOutput + "/prompt.md",
+		"PROCTOR_MODEL":       plan.Model, "ANPORD_MODEL": plan.Model, "AGENT_MODEL": plan.Model,
+		"PROCTOR_WORKSPACE": workdir, "ANPORD_WORKSPACE": workdir,
+		"AGENT_RUN_MODE":     "local",
+		"AGENT_METRICS_FILE": agentOutput + "/metrics.json",
+		"AGENT_TRACE_FILE":   agentOutput + "/agent-trace.json",
+		"PROCTOR_DEADLINE":   strconv.FormatInt(deadline.UnixMilli(), 10),
+		"PROCTOR_TASK":       t.Name, "PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
+		"PROCTOR_AGENT_DIR": AgentMount, "HOME": agentHome,
+	} {
+		out[k] = v
+	}
+	return out
 }
 
 // responseTail is the Message{role: response} text: the last

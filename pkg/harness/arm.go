@@ -125,6 +125,8 @@ func For(r Ref) (Arm, error) {
 		return agentArm{ref: r}, nil
 	case Command:
 		return commandArm{ref: r}, nil
+	case Probe, DockerProbe:
+		return probeArm{ref: r}, nil
 	}
 	return nil, fmt.Errorf("harness %s cannot run in this version", r.Name)
 }

@@ -19,11 +19,12 @@ type Kind string
 
 // Harness kinds (DESIGN §5).
 const (
-	Oracle     Kind = "oracle"
-	Agent      Kind = "agent"
-	Command    Kind = "command"
-	Probe      Kind = "probe"
-	ClaudeCode Kind = "claude-code"
+	Oracle      Kind = "oracle"
+	Agent       Kind = "agent"
+	Command     Kind = "command"
+	Probe       Kind = "probe" // an alias of DockerProbe
+	DockerProbe Kind = "docker-probe"
+	ClaudeCode  Kind = "claude-code"
 )
 
 // Error classes a refusal carries (DESIGN §8); the vocabulary is
@@ -62,7 +63,9 @@ func Registry() []Info {
 		{Oracle, "oracle", "the task's reference solution in the task container, as root", "the task verifier", true},
 		{Agent, "agent:<dir>", "your agent process inside the task container (agent.toml in <dir>)", "the task verifier", true},
 		{Command, "command:<template>", "a host command; placeholders {task_path} {task_name} {model} {output_dir}", "reward.txt in {output_dir}, else the exit code", true},
-		{Probe, "probe", "an isolation probe in the sandbox an agent arm gets", "every leak class closed", false},
+		{DockerProbe, "docker-probe", "an isolation probe (no model, no cost) in exactly the sandbox an agent arm gets", "every leak class closed or n/a", true},
+		{DockerProbe, "docker-probe:<skill-path>", "the isolation probe with the skill at <skill-path> installed as a skill arm installs it: only that skill may be visible", "every leak class closed or n/a", true},
+		{Probe, "probe", "an alias of docker-probe", "every leak class closed or n/a", true},
 		{ClaudeCode, "claude-code", "Claude Code CLI in the task container", "the task verifier", false},
 	}
 }
@@ -73,19 +76,29 @@ func Parse(s string) (Ref, error) {
 	s = strings.TrimSpace(s)
 	kind, arg, hasArg := strings.Cut(s, ":")
 	r := Ref{Name: s, Kind: Kind(kind), Arg: arg}
+	var forms []Info
 	for _, in := range Registry() {
-		if in.Kind != r.Kind {
-			continue
+		if in.Kind == r.Kind {
+			forms = append(forms, in)
 		}
+	}
+	for i, in := range forms {
 		needsArg := strings.Contains(in.Syntax, ":")
 		if needsArg != hasArg || (needsArg && arg == "") {
-			return r, fmt.Errorf("%w %q: write it as %s", ErrUnknown, s, in.Syntax)
+			if i < len(forms)-1 {
+				continue // another form of the kind may fit
+			}
+			var syn []string
+			for _, f := range forms {
+				syn = append(syn, f.Syntax)
+			}
+			return r, fmt.Errorf("%w %q: write it as %s", ErrUnknown, s, strings.Join(syn, " or "))
 		}
 		if !in.Available {
 			return r, fmt.Errorf("harness %q: the %s harness is not available in this version", s, in.Kind)
 		}
-		if r.Kind == Agent {
-			r.Name = string(Agent) + ":" + path.Clean(arg)
+		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe) {
+			r.Name = string(r.Kind) + ":" + path.Clean(arg)
 		}
 		return r, nil
 	}
@@ -109,13 +122,12 @@ func (r Ref) AgentDir(base string) string {
 
 // Comparable reports whether rows of this harness enter comparisons against
 // a baseline: the rows of an arm that is a setup check (Arm.SetupCheck:
-// oracle) never do, nor those of the probe, which has no arm in this
-// version and is a setup check by DESIGN §5.
+// the oracle, the probes) never do.
 func (r Ref) Comparable() bool {
 	if a, err := For(r); err == nil {
 		return !a.SetupCheck()
 	}
-	return r.Kind != Probe
+	return r.Kind != Probe && r.Kind != DockerProbe
 }
 
 // IsSetupCheck reports whether the rows of the harness named name check the

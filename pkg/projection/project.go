@@ -439,6 +439,7 @@ func (p *Projector) row(id string) artifact.Result {
 		m.SolveSec = ptr(f.DurationSec)
 		m.AgentReported = f.AgentReported
 		m.Isolation = f.Isolation
+		m.IsolationProbe = f.IsolationProbe
 		// metrics.json fills a count only when no event carried it; a
 		// reported 0 is 0.
 		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n >= 0 && len(m.ToolCalls) == 0 {

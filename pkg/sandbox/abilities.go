@@ -68,3 +68,9 @@ type FileReader interface {
 type LimitReporter interface {
 	Limits(spec Spec) Limits
 }
+
+// ImageEnver returns the ENV of an image as KEY=VALUE pairs (see
+// Docker.ImageEnv).
+type ImageEnver interface {
+	ImageEnv(ctx context.Context, ref string) ([]string, error)
+}

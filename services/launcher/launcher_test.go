@@ -192,7 +192,7 @@ func TestLaunchTaskChanged(t *testing.T) {
 // TestLaunchUnavailableHarness: a harness without an arm is refused.
 func TestLaunchUnavailableHarness(t *testing.T) {
 	f := newFixture(t, &sandboxfake.Driver{}, nil)
-	evs, err := f.launch(t, nil, "probe", 1)
+	evs, err := f.launch(t, nil, "claude-code", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -254,6 +254,23 @@ func (d *Driver) ImageWorkdir(ctx context.Context, ref string) (string, error) {
 	return ins.Config.WorkingDir, nil
 }
 
+// ImageEnv returns the image's ENV as KEY=VALUE pairs, as the engine
+// records them (nil when the image sets none). A missing image wraps
+// sandbox.ErrNotFound.
+func (d *Driver) ImageEnv(ctx context.Context, ref string) ([]string, error) {
+	ins, err := d.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: image %s", sandbox.ErrNotFound, ref)
+		}
+		return nil, fmt.Errorf("sandbox: inspect image %s: %w", ref, err)
+	}
+	if ins.Config == nil {
+		return nil, nil
+	}
+	return ins.Config.Env, nil
+}
+
 // jsonMessage is the subset of the engine's build/pull progress messages
 // used here.
 type jsonMessage struct {
