@@ -1,0 +1,177 @@
+package harness_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
+	"github.com/proctor-eval/proctor/pkg/sandbox/sandboxfake"
+)
+
+var (
+	staticOnce sync.Once
+	staticBin  string
+	staticErr  error
+)
+
+// staticProctor builds proctor with CGO_ENABLED=0 once per test binary and
+// points PROCTOR_PROBE_BINARY at it.
+func staticProctor(t *testing.T) {
+	t.Helper()
+	staticOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "proctor-probe-bin-")
+		if err != nil {
+			staticErr = err
+			return
+		}
+		staticBin = filepath.Join(dir, "proctor")
+		cmd := exec.Command("go", "build", "-o", staticBin, "./cmd/proctor")
+		cmd.Dir = "../.."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			staticErr = errors.New(string(out))
+		}
+	})
+	if staticErr != nil {
+		t.Fatalf("build a static proctor: %v", staticErr)
+	}
+	t.Setenv(harness.ProbeBinaryEnv, staticBin)
+}
+
+func report(statuses map[string]string) string {
+	rep := isoprobe.Report{Classes: map[string]isoprobe.Finding{}}
+	for c, s := range statuses {
+		rep.Classes[c] = isoprobe.Finding{Status: s}
+	}
+	b, _ := json.Marshal(rep)
+	return string(b)
+}
+
+func allClosed() map[string]string {
+	m := map[string]string{}
+	for _, c := range isoprobe.Classes {
+		m[c] = isoprobe.Closed
+	}
+	m[isoprobe.GitHistory] = isoprobe.NA
+	return m
+}
+
+// TestProbeSolveFake: the probe runs as uid 10001 in the agent's workdir
+// with the agent's variables, on the agent's network plan; its report is
+// folded into isolation_probe.json, Finished.isolation_probe and a Verdict
+// that passes only when every class is closed or n/a.
+func TestProbeSolveFake(t *testing.T) {
+	staticProctor(t)
+	leaky := allClosed()
+	leaky[isoprobe.Network] = isoprobe.Open
+	missing := allClosed()
+	delete(missing, isoprobe.DNS)
+	for _, c := range []struct {
+		name    string
+		stdout  string
+		passed  bool
+		failing string
+	}{
+		{"closed", report(allClosed()), true, ""},
+		{"network open", report(leaky), false, "network=open"},
+		{"a class missing is untested", report(missing), false, "dns=untested"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "probe-inside", Stdout: c.stdout}}}
+			tk := harnesstest.Task(t, "t", nil)
+			env := harnesstest.NewEnv(t, tk, "docker-probe", d)
+			p, out, err := harnesstest.Run(context.Background(), arm(t, "docker-probe"), env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Networks.Start != "internal" || p.Workdir != "/app" {
+				t.Errorf("placement %+v", p)
+			}
+			var probeExec *sandboxfake.Exec
+			for _, e := range d.Execs() {
+				if strings.Contains(strings.Join(e.Spec.Cmd, " "), "probe-inside") {
+					probeExec = &e
+				}
+			}
+			if probeExec == nil || probeExec.Spec.User != harness.AgentUser || probeExec.Spec.Workdir != "/app" ||
+				probeExec.Spec.Env["PROCTOR_WORKSPACE"] != "/app" || probeExec.Spec.Env["HOME"] == "" {
+				t.Fatalf("probe exec %+v", probeExec)
+			}
+			if out.Verdict == nil || (*out.Verdict.Reward == 1) != c.passed {
+				t.Fatalf("verdict %+v, want passed %v", out.Verdict, c.passed)
+			}
+			if got := out.Finished.IsolationProbe; len(got) != len(isoprobe.Classes) {
+				t.Fatalf("isolation_probe %v", got)
+			}
+			if c.failing != "" && !strings.Contains(out.Finished.Reason, c.failing) {
+				t.Errorf("reason %q, want %s", out.Finished.Reason, c.failing)
+			}
+			var res harness.ProbeResult
+			b, err := os.ReadFile(env.DirV.Path(harness.ProbeReportFile))
+			if err != nil || json.Unmarshal(b, &res) != nil || res.Passed != c.passed {
+				t.Fatalf("isolation_probe.json: %v %s", err, b)
+			}
+		})
+	}
+}
+
+// TestProbeNoReportIsNoVerdict: a probe program that prints no report (it
+// crashed, or something in the image answered for it) errors the cell; it
+// never passes.
+func TestProbeNoReportIsNoVerdict(t *testing.T) {
+	staticProctor(t)
+	for _, s := range []sandboxfake.Script{
+		{Match: "probe-inside", Stdout: "all good\n"},
+		{Match: "probe-inside", Exit: 2, Stdout: report(allClosed())},
+		{Match: "probe-inside", TimedOut: true},
+	} {
+		d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{s}}
+		env := harnesstest.NewEnv(t, harnesstest.Task(t, "t", nil), "probe", d)
+		_, out, err := harnesstest.Run(context.Background(), arm(t, "probe"), env)
+		if c, _ := events.ClassOf(err); c != events.ClassSandbox || out.Verdict != nil {
+			t.Errorf("%+v: err %v verdict %+v, want a sandbox error and no verdict", s, err, out.Verdict)
+		}
+	}
+}
+
+// TestProbeNeedsStaticBinary: a dynamically linked binary is refused with
+// how to get a static one.
+func TestProbeNeedsStaticBinary(t *testing.T) {
+	t.Setenv(harness.ProbeBinaryEnv, "/bin/sh")
+	d := &sandboxfake.Driver{}
+	env := harnesstest.NewEnv(t, harnesstest.Task(t, "t", nil), "probe", d)
+	_, _, err := harnesstest.Run(context.Background(), arm(t, "probe"), env)
+	if err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestProbeRefs: the three spellings parse, are setup checks, and the
+// skill form needs a SKILL.md.
+func TestProbeRefs(t *testing.T) {
+	for _, n := range []string{"probe", "docker-probe", "docker-probe:skills/pdf"} {
+		if !harness.IsSetupCheck(n) {
+			t.Errorf("%s is not a setup check", n)
+		}
+		if _, err := harness.Lookup(n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	if _, err := harness.Parse("docker-probe:"); err == nil {
+		t.Error("docker-probe: with no skill path parsed")
+	}
+	a, _ := harness.Lookup("docker-probe:skills/pdf")
+	if err := a.Check(t.TempDir()); err == nil || !strings.Contains(err.Error(), "SKILL.md") {
+		t.Errorf("a skill without SKILL.md: %v", err)
+	}
+}
