@@ -1,0 +1,323 @@
+package harness_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
+)
+
+// The probe against a real engine. Every target is a container on an
+// --internal network the test makes: no traffic leaves this machine.
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func dockerDriver(t *testing.T) *docker.Driver {
+	t.Helper()
+	d, err := docker.New(docker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// targetHost starts an HTTP server container on a fresh internal network
+// and returns the network's name, the container's name and its address.
+func targetHost(t *testing.T, cli *client.Client) (netName, name, ip string) {
+	t.Helper()
+	ctx := context.Background()
+	id := randHex(4)
+	lbl := map[string]string{sandbox.LabelManaged: "1", sandbox.LabelRun: "probe-test-" + id}
+	netName, name = "proctor-probe-test-"+id, "proctor-probe-target-"+id
+	nw, err := cli.NetworkCreate(ctx, netName, network.CreateOptions{Driver: "bridge", Internal: true, Labels: lbl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.NetworkRemove(context.Background(), nw.ID) })
+	c, err := cli.ContainerCreate(ctx, &container.Config{
+		Image: "python:3.11-slim", Cmd: []string{"python3", "-m", "http.server", "8000"}, Labels: lbl,
+	}, &container.HostConfig{NetworkMode: container.NetworkMode(netName)}, nil, nil, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := cli.ContainerInspect(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip = ins.NetworkSettings.Networks[netName].IPAddress
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "8000"), time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the target host %s never listened: %v", ip, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return netName, name, ip
+}
+
+// leakyDriver is the Docker driver with one of the mistakes that open a
+// leak class: the sandbox on another network, host paths bind-mounted,
+// host variables passed to every command, files put in the work tree.
+type leakyDriver struct {
+	*docker.Driver
+	network    string
+	binds      []string
+	execEnv    map[string]string
+	afterStart func(context.Context, *sandbox.Handle) error
+}
+
+func (l *leakyDriver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
+	var h *sandbox.Handle
+	if l.network == "" && len(l.binds) == 0 {
+		var err error
+		if h, err = l.Driver.Start(ctx, spec); err != nil {
+			return nil, err
+		}
+	} else {
+		cli := l.Client()
+		var env []string
+		for k, v := range spec.Env {
+			env = append(env, k+"="+v)
+		}
+		mode := l.network
+		if mode == "" {
+			mode = "none"
+		}
+		c, err := cli.ContainerCreate(ctx, &container.Config{
+			Image: spec.Image, Entrypoint: []string{"sleep", "600"}, Cmd: []string{}, Env: env, WorkingDir: spec.Workdir,
+			Labels: map[string]string{sandbox.LabelManaged: "1", sandbox.LabelRun: spec.RunID, sandbox.LabelCell: spec.CellID},
+		}, &container.HostConfig{NetworkMode: container.NetworkMode(mode), Binds: l.binds, SecurityOpt: []string{"no-new-privileges"}}, nil, nil, "")
+		if err != nil {
+			return nil, err
+		}
+		h = &sandbox.Handle{Driver: sandbox.DriverDocker, ID: c.ID, State: map[string]string{"container": c.ID, "image": spec.Image}}
+		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			_ = l.Destroy(ctx, h)
+			return nil, err
+		}
+	}
+	if l.afterStart != nil {
+		if err := l.afterStart(ctx, h); err != nil {
+			_ = l.Destroy(ctx, h)
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+func (l *leakyDriver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
+	if len(l.execEnv) > 0 {
+		env := map[string]string{}
+		for k, v := range spec.Env {
+			env[k] = v
+		}
+		for k, v := range l.execEnv {
+			env[k] = v
+		}
+		spec.Env = env
+	}
+	return l.Driver.Exec(ctx, h, spec)
+}
+
+// runProbe runs harness name on task tk with driver d and targets, and
+// returns the verdict's pass and the statuses.
+func runProbe(t *testing.T, tk harnesstest.Files, name string, d sandbox.Driver, targets string) (bool, harness.ProbeResult) {
+	t.Helper()
+	staticProctor(t)
+	task := harnesstest.Task(t, "probe-"+randHex(3), tk)
+	env := harnesstest.NewEnv(t, task, name, d)
+	env.SpecV.ProbeTargets = targets
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	a, err := harness.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, out, err := harnesstest.Run(ctx, a, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res harness.ProbeResult
+	b, err := os.ReadFile(env.DirV.Path(harness.ProbeReportFile))
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("isolation_probe.json: %v", err)
+	}
+	if out.Verdict == nil || (*out.Verdict.Reward == 1) != res.Passed || !res.Passed != slices.ContainsFunc(isoprobe.Classes, func(c string) bool {
+		return res.Classes[c] != isoprobe.Closed && res.Classes[c] != isoprobe.NA
+	}) {
+		t.Fatalf("verdict %+v and isolation_probe.json %+v disagree", out.Verdict, res)
+	}
+	return res.Passed, res
+}
+
+// TestProbeDockerDefaultSandboxClosed: in the sandbox an agent arm gets,
+// every class is closed or n/a, though the targets are listening on this
+// machine (on a network the sandbox is not on).
+func TestProbeDockerDefaultSandboxClosed(t *testing.T) {
+	d := dockerDriver(t)
+	_, name, ip := targetHost(t, d.Client())
+	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
+	for _, tk := range []harnesstest.Files{
+		nil, // debian
+		{"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nRUN echo 'print(1)' > /app/main.py\n"},
+	} {
+		passed, res := runProbe(t, tk, "docker-probe", d, targets)
+		if !passed {
+			t.Fatalf("the default sandbox leaks: %+v", res.Report.Classes)
+		}
+		if res.User != harness.AgentUser || res.Workdir != "/app" || len(res.Report.EnvLeaked) != 0 {
+			t.Errorf("result %+v", res)
+		}
+	}
+}
+
+// TestProbeDockerLeaks opens each class the way a real setup leaks it and
+// sees it reported open and the probe failed.
+func TestProbeDockerLeaks(t *testing.T) {
+	d := dockerDriver(t)
+	netName, name, ip := targetHost(t, d.Client())
+	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
+	operator := t.TempDir()
+	if err := os.WriteFile(filepath.Join(operator, ".credentials.json"), []byte(`{"claudeAiOauth":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(operator, 0o755)
+
+	repo := gitRepoWithLaterFix(t)
+
+	cases := []struct {
+		name, class string
+		files       harnesstest.Files
+		harness     string
+		driver      *leakyDriver
+	}{
+		{name: "an image that bakes the tests in", class: isoprobe.TaskFiles,
+			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /tests && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh\nWORKDIR /app\n"}},
+		{name: "a skills directory above the task", class: isoprobe.Treatment,
+			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /app/skills/pdf /app/task && printf -- '---\\nname: pdf\\n---\\n' > /app/skills/pdf/SKILL.md\nWORKDIR /app/task\n"}},
+		{name: "a .git above the work tree", class: isoprobe.CheckoutWalk,
+			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /app/.git /app/task && echo 'ref: refs/heads/main' > /app/.git/HEAD\nWORKDIR /app/task\n"}},
+		{name: "the operator's ~/.claude bind-mounted", class: isoprobe.OperatorConfig,
+			driver: &leakyDriver{binds: []string{operator + ":/home/operator/.claude:ro"}}},
+		{name: "a host variable passed to the agent", class: isoprobe.Env,
+			driver: &leakyDriver{execEnv: map[string]string{"OPERATOR_API_TOKEN": "sk-test"}}},
+		{name: "the Docker socket mounted", class: isoprobe.DockerAPI,
+			driver: &leakyDriver{binds: []string{"/var/run/docker.sock:/var/run/docker.sock"}}},
+		{name: "a resolver that answers", class: isoprobe.DNS,
+			driver: &leakyDriver{network: netName}},
+		{name: "an open network", class: isoprobe.Network,
+			driver: &leakyDriver{network: netName}},
+		{name: "a work tree whose history holds the fix", class: isoprobe.GitHistory,
+			driver: &leakyDriver{afterStart: func(ctx context.Context, h *sandbox.Handle) error {
+				return d.CopyIn(ctx, h, repo, "/app")
+			}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var drv sandbox.Driver = d
+			if c.driver != nil {
+				c.driver.Driver = d
+				drv = c.driver
+			}
+			h := c.harness
+			if h == "" {
+				h = "probe"
+			}
+			passed, res := runProbe(t, c.files, h, drv, targets)
+			if passed || res.Classes[c.class] != isoprobe.Open {
+				t.Fatalf("%s = %s (passed %v), want open: %+v", c.class, res.Classes[c.class], passed, res.Report.Classes[c.class])
+			}
+			if c.class == isoprobe.Env && !slices.Contains(res.Report.EnvLeaked, "OPERATOR_API_TOKEN") {
+				t.Errorf("env_leaked %v", res.Report.EnvLeaked)
+			}
+		})
+	}
+}
+
+// TestProbeDockerSkillForm: docker-probe:<skill-path> installs the skill
+// where a skill arm does and passes when it is the only skill visible;
+// another skill in the image opens treatment.
+func TestProbeDockerSkillForm(t *testing.T) {
+	d := dockerDriver(t)
+	_, name, ip := targetHost(t, d.Client())
+	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
+	skill := filepath.Join(t.TempDir(), "pdf")
+	if err := os.MkdirAll(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: pdf\n---\nUse pdftotext.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if passed, res := runProbe(t, nil, "docker-probe:"+skill, d, targets); !passed || res.Skill != harness.SkillMount+"/pdf" {
+		t.Fatalf("the arm's own skill: %+v", res)
+	}
+	other := harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /usr/share/skills/docx && echo docx > /usr/share/skills/docx/SKILL.md\nWORKDIR /app\n"}
+	if passed, res := runProbe(t, other, "docker-probe:"+skill, d, targets); passed || res.Classes[isoprobe.Treatment] != isoprobe.Open {
+		t.Fatalf("another skill visible: %+v", res.Report.Classes[isoprobe.Treatment])
+	}
+}
+
+// gitRepoWithLaterFix makes a repository whose HEAD is the bug and whose
+// reflog and objects still hold the fix (committed, then reset away), as
+// a task author's working copy would.
+func gitRepoWithLaterFix(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	repo, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt, _ := repo.Worktree()
+	sig := &object.Signature{Name: "t", Email: "t@example.invalid", When: time.Unix(1700000000, 0)}
+	write := func(body, msg string) {
+		if err := os.WriteFile(filepath.Join(dir, "sum.py"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wt.Add("sum.py"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := wt.Commit(msg, &git.CommitOptions{Author: sig}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("def total(xs): return 0\n", "the bug")
+	head, _ := repo.Head()
+	write("def total(xs): return sum(xs)\n", "the fix")
+	if err := wt.Reset(&git.ResetOptions{Commit: head.Hash(), Mode: git.HardReset}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
