@@ -24,6 +24,15 @@ var (
 	staticErr  error
 )
 
+// TestMain removes the static proctor staticProctor built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if staticBin != "" {
+		_ = os.RemoveAll(filepath.Dir(staticBin))
+	}
+	os.Exit(code)
+}
+
 // staticProctor builds proctor with CGO_ENABLED=0 once per test binary and
 // points PROCTOR_PROBE_BINARY at it.
 func staticProctor(t *testing.T) {
