@@ -106,7 +106,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&g.natsAuth.NkeySeedFile, "nats-nkey", os.Getenv("PROCTOR_NATS_NKEY"), "user nkey seed file for --nats (env PROCTOR_NATS_NKEY)")
 
 	tasks := &cobra.Command{Use: "tasks", Short: "Discover, inspect and run tasks"}
-	tasks.AddCommand(newTasksRun(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))
+	tasks.AddCommand(newTasksRun(g), newTasksCheck(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))
 	root.AddCommand(tasks, newCatalog(g), newServe(g), newGC(g), newFirewall(g), newVersion(g))
 	root.AddCommand(newRuns(g), newReplay(g), newWatch(g), newEvents(g), newDataset(g))
 	root.AddCommand(newView(g), newProxy(g), newProbeInside(g))

@@ -182,9 +182,23 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		return err
 	}
 	g.warnUnknownKeys(cells)
-	conn, err := g.connect(ctx)
+	rec, err := g.execute(ctx, runID, spec, cells, f)
 	if err != nil {
 		return err
+	}
+	return g.printResult(rec)
+}
+
+// execute runs a checked spec to its end through the event log (the
+// in-process services, or a cluster's with --nats) and returns the run's
+// final index record. A run stopped by a signal or by a failing service
+// of this process is abandoned (its containers removed, the artifact of
+// what finished written) and returns ErrInterrupted or the service's
+// error.
+func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec, cells []planner.Cell, f *runFlags) (bus.RunRecord, error) {
+	conn, err := g.connect(ctx)
+	if err != nil {
+		return bus.RunRecord{}, err
 	}
 	defer conn.Close()
 
@@ -199,7 +213,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		}
 		st, err := start(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits})
 		if err != nil {
-			return err
+			return bus.RunRecord{}, err
 		}
 		docker = st.docker
 		if st.planner != nil {
@@ -211,11 +225,11 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
 		r.Status, r.Spec, r.StartedAt = bus.StatusRequested, spec, time.Now().UTC().Format(time.RFC3339Nano)
 	}); err != nil {
-		return err
+		return bus.RunRecord{}, err
 	}
 	if err := conn.PublishAll(ctx, events.Must(events.RunRequested, runID, "", 0, "cli",
 		events.RunRequestedData{Spec: spec, ProctorVersion: version(), Host: host})); err != nil {
-		return err
+		return bus.RunRecord{}, err
 	}
 	fmt.Fprintf(g.stderr, "run %s: %s → %s\n", runID, spec.TasksRoot, spec.OutputDir)
 
@@ -264,16 +278,16 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	switch {
 	case interrupted:
 		g.abandon(conn.Bus, docker, runID, bus.StatusInterrupted)
-		return ErrInterrupted
+		return rec, ErrInterrupted
 	case serviceFailed:
 		// The services of this process stopped: nothing else will end
 		// the run, so it ends here as failed, with what finished.
 		g.abandon(conn.Bus, docker, runID, bus.StatusFailed)
-		return err
+		return rec, err
 	case err != nil:
-		return err
+		return rec, err
 	}
-	return g.printResult(rec)
+	return rec, nil
 }
 
 // progressGrace bounds how long a finished run waits for its progress

@@ -1,0 +1,1 @@
+echo "the answer is 42" > /app/answer.txt

@@ -1,0 +1,4 @@
+#!/bin/bash
+mkdir -p /logs/verifier
+sleep 5
+if grep -qx 42 /app/answer.txt 2>/dev/null; then echo 1; else echo 0; fi > /logs/verifier/reward.txt

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/taskcheck"
+	"github.com/proctor-eval/proctor/services/launcher"
+)
+
+// errCheckFailed is returned by tasks check when a task's verdict is FAIL
+// (exit code 1).
+var errCheckFailed = errors.New("tasks check: at least one task FAILs")
+
+type checkFlags struct {
+	run     runFlags
+	outJSON string
+	outMD   string
+}
+
+func newTasksCheck(g *globals) *cobra.Command {
+	f := &checkFlags{}
+	cmd := &cobra.Command{
+		Use:   "check --tasks-root DIR (--tasks a,b | --all) [--image-map F] [--repeats N] [--out-json F] [--out-md F]",
+		Short: "Check that tasks are sound: static checks, the oracle passes, doing nothing fails, no cheat passes",
+		Long: `Check every selected task before anyone pays for a sweep. Static checks read
+the task's files; the oracle (every repeat, and its verifier's time against
+the budget), an agent that does nothing and the adversarial agents of the
+cheat registry run as cells of one ordinary run (runs, replay, view and
+datasets see it). Each task gets the worst verdict of its findings
+(FAIL > WARN > PASS; SKIP is a check not run). Writes the QC report as JSON
+(--out-json) and Markdown (--out-md), by default check.json and check.md in
+the run's directory. Exit code 1 when any task FAILs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return g.tasksCheck(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.run.tasksRoot, "tasks-root", "", "directory holding task directories (required)")
+	fl.StringSliceVar(&f.run.tasks, "tasks", nil, "task names to check (comma-separated)")
+	fl.BoolVar(&f.run.all, "all", false, "check every task under --tasks-root")
+	fl.IntVar(&f.run.repeats, "repeats", 1, "attempts per check cell (2 or more to see a flaky oracle)")
+	fl.IntVar(&f.run.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once")
+	fl.StringVar(&f.run.outputDir, "output-dir", "proctor-out", "directory for cell outputs; the run gets <output-dir>/<run-id>/")
+	fl.StringVar(&f.outJSON, "out-json", "", "write the QC report as JSON here (default <output-dir>/<run-id>/check.json)")
+	fl.StringVar(&f.outMD, "out-md", "", "write the QC report as Markdown here (default <output-dir>/<run-id>/check.md)")
+	fl.StringVar(&f.run.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
+	fl.StringVar(&f.run.node, "node", "", "this machine's node name (default: host name)")
+	fl.Float64Var(&f.run.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
+	f.run.limits.add(fl)
+	f.run.models = []string{"default"}
+	return cmd
+}
+
+func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
+	runID := events.NewID()
+	f.run.harnesses = harnessList{vals: []string{"oracle"}}
+	spec, err := f.run.spec(runID)
+	if err != nil {
+		return err
+	}
+	// The tasks first (the matrix with the oracle alone): the cheats'
+	// hints and the static checks read their files.
+	cells, err := matrix(spec)
+	if err != nil {
+		return err
+	}
+	var tasks []*task.Task
+	static := map[string][]taskcheck.Finding{}
+	for _, c := range cells {
+		if _, ok := static[c.Task.Name]; !ok {
+			tasks = append(tasks, c.Task)
+			static[c.Task.Name] = taskcheck.Static(c.Task)
+		}
+	}
+	plan := taskcheck.NewPlan()
+	agents := filepath.Join(spec.OutputDir, ".check")
+	if _, err := taskcheck.WriteAgents(agents, tasks, plan.Cheats); err != nil {
+		return fmt.Errorf("writing the check agents: %w", err)
+	}
+	spec.BaseDir = agents // agent:noop, agent:cheat-NAME resolve here
+	spec.Harnesses = plan.Harnesses()
+	if cells, err = matrix(spec); err != nil {
+		return err
+	}
+	g.warnUnknownKeys(cells)
+	rec, err := g.execute(ctx, runID, spec, cells, &f.run)
+	if err != nil {
+		return err
+	}
+	if err := g.printResult(rec); err != nil {
+		return err
+	}
+	a, err := artifact.Read(rec.Artifact)
+	if err != nil {
+		return fmt.Errorf("reading the check run's artifact: %w", err)
+	}
+	rep := taskcheck.Evaluate(plan, tasks, static, a.Results)
+	rep.RunID = runID
+	outJSON, outMD := f.outJSON, f.outMD
+	if outJSON == "" {
+		outJSON = filepath.Join(spec.OutputDir, "check.json")
+	}
+	if outMD == "" {
+		outMD = filepath.Join(spec.OutputDir, "check.md")
+	}
+	if err := atomicfile.Write(outJSON, rep.WriteJSON); err != nil {
+		return err
+	}
+	if err := atomicfile.Write(outMD, rep.WriteMarkdown); err != nil {
+		return err
+	}
+	for _, t := range rep.Tasks {
+		line := fmt.Sprintf("%s\t%s", t.Verdict, t.Task)
+		if t.DecidedBy != "" {
+			line += "\t" + t.DecidedBy
+		}
+		fmt.Fprintln(g.stdout, line)
+	}
+	fmt.Fprintf(g.stdout, "check json: %s\ncheck report: %s\n", outJSON, outMD)
+	if rep.Failed() {
+		return errCheckFailed
+	}
+	return nil
+}
+
