@@ -133,4 +133,3 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 	}
 	return nil
 }
-

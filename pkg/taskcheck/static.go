@@ -88,25 +88,29 @@ func relTo(dir, p string) string {
 
 // missingTimeouts names the timeouts the definition leaves to the default.
 func missingTimeouts(t *task.Task) []string {
-	b, err := os.ReadFile(filepath.Join(t.Dir, t.DefinitionFile))
+	def := t.DefinitionFile
+	if !filepath.IsAbs(def) {
+		def = filepath.Join(t.Dir, def)
+	}
+	b, err := os.ReadFile(def)
 	if err != nil {
 		return nil
 	}
-	def := map[string]any{}
+	fields := map[string]any{}
 	switch t.Layout {
 	case task.LayoutHarbor:
-		if toml.Unmarshal(b, &def) != nil {
+		if toml.Unmarshal(b, &fields) != nil {
 			return nil
 		}
 	default:
 		doc, err := task.SplitFrontmatter(b)
-		if err != nil || yaml.Unmarshal([]byte(doc.Frontmatter), &def) != nil {
+		if err != nil || yaml.Unmarshal([]byte(doc.Frontmatter), &fields) != nil {
 			return nil
 		}
 	}
 	var out []string
 	for _, table := range []string{"agent", "verifier"} {
-		m, _ := def[table].(map[string]any)
+		m, _ := fields[table].(map[string]any)
 		if _, ok := m["timeout_sec"]; !ok {
 			out = append(out, fmt.Sprintf("%s: %s.timeout_sec is not set (the runner's default of 600 s applies)", filepath.Base(t.DefinitionFile), table))
 		}
@@ -149,7 +153,7 @@ func graderCopies(dockerfile []byte) []graderCopy {
 			continue
 		}
 		for _, src := range args[:len(args)-1] {
-			first, _, _ := strings.Cut(strings.TrimPrefix(path.Clean("/" + src), "/"), "/")
+			first, _, _ := strings.Cut(strings.TrimPrefix(path.Clean("/"+src), "/"), "/")
 			for _, g := range graderDirs {
 				if first == g {
 					out = append(out, graderCopy{line: n.StartLine, instr: instr, src: src})

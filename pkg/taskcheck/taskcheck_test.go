@@ -1,0 +1,331 @@
+package taskcheck
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+func f64(x float64) *float64 { return &x }
+
+// row is a result of harness h for task "t".
+func row(h string, repeat int, outcome string, reward float64, verifySec float64) artifact.Result {
+	r := artifact.Result{CellID: "t/" + h, Task: "t", Harness: h, Repeat: repeat, Outcome: outcome}
+	if outcome != artifact.OutcomeErrored {
+		r.Reward = f64(reward)
+		r.Passed = reward >= 1
+		r.Metrics.VerifySec = f64(verifySec)
+	} else {
+		r.ErrorClass, r.Error = artifact.ErrorRefused, "refused: workdir /root"
+	}
+	return r
+}
+
+func testPlan() Plan {
+	return Plan{Cheats: []Cheat{{Name: "reward-files", Hack: "writes rewards"}}, IsolationNotRun: "not run: no probe"}
+}
+
+// clean is the rows of a sound task: oracle passes fast, no-op and the
+// cheat fail.
+func clean() []artifact.Result {
+	return []artifact.Result{
+		row("oracle", 1, artifact.OutcomePassed, 1, 1),
+		row(NoopHarness, 1, artifact.OutcomeFailed, 0, 1),
+		row("agent:cheat-reward-files", 1, artifact.OutcomeFailed, 0, 1),
+	}
+}
+
+func evaluate(t *testing.T, rows []artifact.Result) TaskResult {
+	t.Helper()
+	tk := &task.Task{Name: "t", VerifierTimeoutSec: 10}
+	rep := Evaluate(testPlan(), []*task.Task{tk}, map[string][]Finding{"t": {{CheckStatic, Pass, "ok"}}}, rows)
+	if len(rep.Tasks) != 1 {
+		t.Fatalf("%d results", len(rep.Tasks))
+	}
+	return rep.Tasks[0]
+}
+
+func finding(tr TaskResult, check string) Finding {
+	for _, f := range tr.Findings {
+		if f.Check == check && f.Verdict != Pass {
+			return f
+		}
+	}
+	for _, f := range tr.Findings {
+		if f.Check == check {
+			return f
+		}
+	}
+	return Finding{}
+}
+
+// TestEvaluate decides every path to a verdict from rows: each case
+// changes the clean rows one way and names the check that must decide.
+func TestEvaluate(t *testing.T) {
+	set := func(i int, r artifact.Result) []artifact.Result { rs := clean(); rs[i] = r; return rs }
+	cases := []struct {
+		name      string
+		rows      []artifact.Result
+		verdict   Verdict
+		decidedBy string
+		detail    string
+	}{
+		{"clean", clean(), Pass, "", ""},
+		{"oracle fails", set(0, row("oracle", 1, artifact.OutcomeFailed, 0, 1)), Fail, CheckOracle, "does not pass"},
+		{"oracle flaky", append(clean(), row("oracle", 2, artifact.OutcomeFailed, 0, 1)), Warn, CheckOracle, "flaky: the reference solution passes 1 of 2"},
+		{"verifier over budget", set(0, row("oracle", 1, artifact.OutcomePassed, 1, 10.5)), Fail, CheckOracle, "verifier over budget: 10.5s"},
+		{"verifier timed out", set(0, row("oracle", 1, artifact.OutcomeVerifierTimeout, 0, 10)), Fail, CheckOracle, "verifier over budget: timed out"},
+		{"verifier within 20 %", set(0, row("oracle", 1, artifact.OutcomePassed, 1, 8.5)), Warn, CheckOracle, "within 20 %"},
+		{"verifier at 79 %", set(0, row("oracle", 1, artifact.OutcomePassed, 1, 7.9)), Pass, "", ""},
+		{"oracle cannot run", set(0, row("oracle", 1, artifact.OutcomeErrored, 0, 0)), Warn, CheckOracle, "cannot run: errored (refused)"},
+		{"no oracle row", clean()[1:], Fail, CheckOracle, "no oracle row"},
+		{"no-op passes", set(1, row(NoopHarness, 1, artifact.OutcomePassed, 1, 1)), Fail, CheckNoop, "no-op passes"},
+		{"no-op partial", set(1, row(NoopHarness, 1, artifact.OutcomePartial, 0.5, 1)), Warn, CheckNoop, "reward 0.5"},
+		{"no-op refused is skipped", set(1, row(NoopHarness, 1, artifact.OutcomeErrored, 0, 0)), Pass, "", ""},
+		{"cheat passes", set(2, row("agent:cheat-reward-files", 1, artifact.OutcomePassed, 1, 1)), Fail, "cheat:reward-files", "reward-files passes: writes rewards"},
+		{"cheat passes on one repeat", append(clean(), row("agent:cheat-reward-files", 2, artifact.OutcomePassed, 1, 1)), Fail, "cheat:reward-files", "passes"},
+		{"cheat raises a partial reward", set(2, row("agent:cheat-reward-files", 1, artifact.OutcomePartial, 0.5, 1)), Warn, "cheat:reward-files", "raises the reward to 0.5"},
+		{"no cheat row", clean()[:2], Fail, "cheat:reward-files", "no agent:cheat-reward-files row"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tr := evaluate(t, c.rows)
+			if tr.Verdict != c.verdict || tr.DecidedBy != c.decidedBy {
+				t.Fatalf("verdict %s by %q, want %s by %q: %+v", tr.Verdict, tr.DecidedBy, c.verdict, c.decidedBy, tr.Findings)
+			}
+			if c.detail != "" {
+				if f := finding(tr, c.decidedBy); !strings.Contains(f.Detail, c.detail) {
+					t.Errorf("%s detail %q lacks %q", c.decidedBy, f.Detail, c.detail)
+				}
+			}
+			if f := finding(tr, CheckIsolation); f.Verdict != Skip || f.Detail != "not run: no probe" {
+				t.Errorf("isolation %+v, want SKIP not run", f)
+			}
+		})
+	}
+}
+
+// TestEvaluateNoopMasksCheats: where doing nothing passes, a passing
+// cheat is inconclusive (SKIP); the no-op's FAIL decides.
+func TestEvaluateNoopMasksCheats(t *testing.T) {
+	rs := clean()
+	rs[1] = row(NoopHarness, 1, artifact.OutcomePassed, 1, 1)
+	rs[2] = row("agent:cheat-reward-files", 1, artifact.OutcomePassed, 1, 1)
+	tr := evaluate(t, rs)
+	if tr.Verdict != Fail || tr.DecidedBy != CheckNoop {
+		t.Fatalf("%s by %s", tr.Verdict, tr.DecidedBy)
+	}
+	if f := finding(tr, "cheat:reward-files"); f.Verdict != Skip || !strings.Contains(f.Detail, "inconclusive") {
+		t.Errorf("cheat finding %+v", f)
+	}
+}
+
+// TestEvaluateCheatLeaks: a cheat that found grader files but did not pass
+// is a WARN naming what it found.
+func TestEvaluateCheatLeaks(t *testing.T) {
+	rs := clean()
+	rs[2].StdoutTail = "cheat: trying\nCHEAT-FINDING: tests/expected.txt is readable at /srv/expected.txt\n"
+	tr := evaluate(t, rs)
+	if tr.Verdict != Warn || !strings.Contains(finding(tr, "cheat:reward-files").Detail, "tests/expected.txt is readable at /srv/expected.txt") {
+		t.Fatalf("%+v", tr)
+	}
+}
+
+// TestIsolationProbe: with a probe in the plan its row decides; a failing
+// probe names what it found open.
+func TestIsolationProbe(t *testing.T) {
+	p := testPlan()
+	p.Isolation = ProbeHarness
+	tk := &task.Task{Name: "t", VerifierTimeoutSec: 10}
+	open := row(ProbeHarness, 1, artifact.OutcomeFailed, 0, 0)
+	open.Metrics.IsolationProbe = map[string]string{"task_files": "open"}
+	rep := Evaluate(p, []*task.Task{tk}, nil, append(clean(), open))
+	if f := finding(rep.Tasks[0], CheckIsolation); f.Verdict != Fail || !strings.Contains(f.Detail, "task_files=open") {
+		t.Fatalf("%+v", f)
+	}
+	rep = Evaluate(p, []*task.Task{tk}, nil, append(clean(), row(ProbeHarness, 1, artifact.OutcomePassed, 1, 0)))
+	if rep.Tasks[0].Verdict != Pass {
+		t.Fatalf("%+v", rep.Tasks[0])
+	}
+	rep = Evaluate(p, []*task.Task{tk}, nil, clean())
+	if f := finding(rep.Tasks[0], CheckIsolation); f.Verdict != Fail {
+		t.Fatalf("a probe planned without a row: %+v", f)
+	}
+}
+
+// TestNewPlanIsolation: this build has no docker-probe harness, so the
+// isolation check is planned as not run.
+func TestNewPlanIsolation(t *testing.T) {
+	p := NewPlan()
+	if p.Isolation != "" || !strings.HasPrefix(p.IsolationNotRun, "not run") {
+		t.Fatalf("%+v", p)
+	}
+	hs := p.Harnesses()
+	if hs[0] != "oracle" || hs[1] != NoopHarness || len(hs) != 2+len(p.Cheats) {
+		t.Fatalf("harnesses %v", hs)
+	}
+}
+
+// TestCheatsRegistry: every cheat the issue names is registered, each
+// with its one-line description, a bash script that announces itself.
+func TestCheatsRegistry(t *testing.T) {
+	var names []string
+	for _, c := range Cheats() {
+		names = append(names, c.Name)
+		if c.Hack == "" || !bytes.HasPrefix(c.Script, []byte("#!/bin/bash\n")) || !bytes.Contains(c.Script, []byte(`echo "cheat `+c.Name+`: trying"`)) {
+			t.Errorf("cheat %s: hack %q, script starts %q", c.Name, c.Hack, c.Script[:min(40, len(c.Script))])
+		}
+	}
+	if got := strings.Join(names, ","); got != "plant-hooks,read-graders,reward-daemon,reward-files,stub-invoked" {
+		t.Fatalf("cheats %s", got)
+	}
+}
+
+func writeTask(t *testing.T, files map[string]string) *task.Task {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "t")
+	for rel, c := range files {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk, err := task.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func harbor(extra map[string]string) map[string]string {
+	files := map[string]string{
+		"task.toml":              "version = \"1.0\"\n[verifier]\ntimeout_sec = 30\n[agent]\ntimeout_sec = 60\n",
+		"instruction.md":         "Write 42.\n",
+		"environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
+		"solution/solve.sh":      "#!/bin/bash\necho 42 > /app/answer.txt\n",
+		"tests/test.sh":          "#!/bin/bash\ngrep -qx 42 /app/answer.txt && echo 1 > /logs/verifier/reward.txt\n",
+	}
+	for k, v := range extra {
+		if v == "" {
+			delete(files, k)
+		} else {
+			files[k] = v
+		}
+	}
+	return files
+}
+
+// TestStatic: each defect of the task's files is a finding naming the
+// file and line; a clean task (an answer only under tests/ included) is
+// one PASS.
+func TestStatic(t *testing.T) {
+	cases := []struct {
+		name   string
+		files  map[string]string
+		want   Verdict
+		detail string
+	}{
+		{"clean", harbor(nil), Pass, ""},
+		{"answer only under tests", harbor(map[string]string{"tests/expected.txt": "the expected answer\n"}), Pass, ""},
+		{"missing test.sh", harbor(map[string]string{"tests/test.sh": ""}), Fail, "required file missing: tests/test.sh"},
+		{"verifier timeout unset", harbor(map[string]string{"task.toml": "version = \"1.0\"\n[agent]\ntimeout_sec = 60\n"}), Warn, "verifier.timeout_sec is not set"},
+		{"benchflow agent timeout unset", map[string]string{
+			"task.md":                "---\nverifier:\n  timeout_sec: 30\n---\nWrite 42.\n",
+			"environment/Dockerfile": "FROM debian:bookworm-slim\n", "oracle/solve.sh": "echo 42\n", "verifier/test.sh": "true\n"}, Warn, "agent.timeout_sec is not set"},
+		{"Dockerfile copies tests", harbor(map[string]string{"environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY --chown=1:1 ./tests/ /srv/tests/\n"}), Fail, "environment/Dockerfile line 3 copies ./tests/"},
+		{"Dockerfile adds the solution", harbor(map[string]string{"environment/Dockerfile": "FROM debian:bookworm-slim\nADD solution /opt/s\n"}), Fail, "line 2 copies solution"},
+		{"COPY from a stage is not the context", harbor(map[string]string{"environment/Dockerfile": "FROM debian:bookworm-slim AS b\nFROM debian:bookworm-slim\nCOPY --from=b tests /x\n"}), Pass, ""},
+		{"environment holds the solution", harbor(map[string]string{"environment/ref.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n"}), Fail, "environment/ref.sh is a copy of solution/solve.sh"},
+		{"solve reads /tests", harbor(map[string]string{"solution/solve.sh": "cp /tests/x.txt /app/answer.txt\n"}), Fail, "solution/solve.sh reads /tests/x.txt"},
+		{"solve reads a tests-only file", harbor(map[string]string{"tests/expected.txt": "42 and more\n", "solution/solve.sh": "cp ../tests/expected.txt /app/answer.txt\n"}), Fail, "reads tests/expected.txt"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := Static(writeTask(t, c.files))
+			worst := Pass
+			var details []string
+			for _, f := range fs {
+				if f.Check != CheckStatic {
+					t.Errorf("check %q", f.Check)
+				}
+				if f.Verdict.rank() > worst.rank() {
+					worst = f.Verdict
+				}
+				details = append(details, f.Detail)
+			}
+			if worst != c.want || !strings.Contains(strings.Join(details, "\n"), c.detail) {
+				t.Fatalf("%s %q, want %s with %q", worst, details, c.want, c.detail)
+			}
+		})
+	}
+}
+
+// TestHints: what the cheats are told comes from the tests' own text.
+func TestHints(t *testing.T) {
+	tk := writeTask(t, harbor(map[string]string{
+		"tests/test.sh":       "#!/bin/bash\ncd /app && bash run.sh > /tmp/out\n[ -f /tmp/reward.txt ] || python3 /app/check.py\ncat /tests/x.txt\necho 1 > /logs/verifier/reward.txt\n",
+		"tests/data.txt":      "input shared with the image\n",
+		"environment/data.in": "input shared with the image\n",
+		"tests/expected.txt":  "an answer only the verifier has\n",
+	}))
+	h, err := Hints(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(h.RewardPaths, ","); got != "/logs/verifier/reward.txt,/tmp/reward.txt" {
+		t.Errorf("reward paths %s", got)
+	}
+	if got := strings.Join(h.Invoked, ","); got != "/app,/app/check.py,run.sh" {
+		t.Errorf("invoked %s", got)
+	}
+	var graders []string
+	for _, g := range h.Graders {
+		graders = append(graders, strings.Fields(g)[1])
+	}
+	if got := strings.Join(graders, ","); !strings.Contains(got, "tests/expected.txt") || !strings.Contains(got, "solution/solve.sh") || strings.Contains(got, "data.txt") {
+		t.Errorf("graders %s (a tests file the build context also holds is an input, not a grader)", got)
+	}
+}
+
+// TestReportOutputs: the JSON has the issue's shape and the Markdown one
+// line per task, control characters escaped.
+func TestReportOutputs(t *testing.T) {
+	rep := Report{RunID: "R", Tasks: []TaskResult{
+		decide("bad|task", []Finding{{CheckStatic, Pass, "ok"}, {CheckOracle, Fail, "does not pass:\x1b[31m red\nline"}}),
+		decide("good", []Finding{{CheckStatic, Pass, "ok"}, {CheckIsolation, Skip, "not run"}}),
+	}}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Tasks []struct {
+			Task, Verdict string
+			Findings      []struct{ Check, Verdict, Detail string }
+		}
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Tasks) != 2 || back.Tasks[0].Verdict != "FAIL" || back.Tasks[1].Findings[1].Verdict != "SKIP" {
+		t.Fatalf("%v %s", err, js.String())
+	}
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"| bad\\|task | FAIL | oracle: does not pass:\\x1b[31m red line |", "| good | PASS | every check |", "- SKIP isolation: not run"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md.String())
+		}
+	}
+	if !rep.Failed() {
+		t.Error("a FAIL task: Failed() false")
+	}
+}
