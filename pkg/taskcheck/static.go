@@ -30,9 +30,10 @@ var graderDirs = []string{"solution", "oracle", "tests", "verifier"}
 //     or verifier/ (FAIL: the answer or the grader in the agent's image);
 //   - a file of the build context identical to a file of the solution
 //     (FAIL: the reference answer copied into the image);
-//   - a solve.sh that names /tests, /verifier, /logs/verifier or a file
-//     that only the tests directory holds (FAIL: the reference solution
-//     reads what only the verifier should have).
+//   - a solve.sh that names /tests, /verifier, /logs/verifier, or a file
+//     of the tests directory by its path in the task (tests/x, ../tests/x)
+//     (FAIL: the reference solution reads what only the verifier should
+//     have).
 //
 // It returns one PASS finding when nothing is found.
 func Static(t *task.Task) []Finding {
@@ -68,7 +69,7 @@ func Static(t *task.Task) []Finding {
 	}
 	if t.SolutionScript != "" {
 		if b, err := os.ReadFile(t.SolutionScript); err == nil {
-			for _, r := range verifierReads(t, string(b)) {
+			for _, r := range verifierReads(string(b)) {
 				fail("%s reads %s, which only the verifier should have", relTo(t.Dir, t.SolutionScript), r)
 			}
 		}
@@ -164,32 +165,24 @@ func graderCopies(dockerfile []byte) []graderCopy {
 	return out
 }
 
-var verifierPath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.])(/(?:tests|verifier|logs/verifier)(?:/[A-Za-z0-9_.+@%,-]+)*)`)
+var (
+	verifierPath = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.])(/(?:tests|verifier|logs/verifier)(?:/[A-Za-z0-9_.+@%,-]+)*)`)
+	// testsRel is a path relative to the task directory (tests/x,
+	// ../tests/x) into its tests directory.
+	testsRel = regexp.MustCompile(`(?:^|[\s'"=(<>|;&])(?:\.{1,2}/)*((?:tests|verifier)/[A-Za-z0-9_.+@%,/-]+)`)
+)
 
 // verifierReads lists what solve.sh names that only the verifier has: its
-// directories, and files that only the tests directory holds (by base
-// name, neither in the build context nor in the solution directory).
-func verifierReads(t *task.Task, script string) []string {
+// directories in the container, and files of the task's tests directory
+// by a path relative to the task (a base name alone is not enough: the
+// work tree may hold a file of the same name).
+func verifierReads(script string) []string {
 	found := map[string]bool{}
 	for _, m := range verifierPath.FindAllStringSubmatch(script, -1) {
 		found[m[1]] = true
 	}
-	if t.TestsDir != "" {
-		other := map[string]bool{}
-		for _, d := range []string{t.EnvironmentDir, t.SolutionDir} {
-			if d != "" {
-				_ = walkFiles(d, func(rel string, _ []byte) { other[path.Base(rel)] = true })
-			}
-		}
-		_ = walkFiles(t.TestsDir, func(rel string, _ []byte) {
-			base := path.Base(rel)
-			if base == "test.sh" || other[base] || len(base) < 5 {
-				return
-			}
-			if regexp.MustCompile(`(?:^|[^A-Za-z0-9_.-])` + regexp.QuoteMeta(base) + `(?:$|[^A-Za-z0-9_.-])`).MatchString(script) {
-				found[filepath.Base(t.TestsDir)+"/"+rel] = true
-			}
-		})
+	for _, m := range testsRel.FindAllStringSubmatch(script, -1) {
+		found[m[1]] = true
 	}
 	out := make([]string, 0, len(found))
 	for k := range found {

@@ -236,6 +236,7 @@ func TestStatic(t *testing.T) {
 	}{
 		{"clean", harbor(nil), Pass, ""},
 		{"answer only under tests", harbor(map[string]string{"tests/expected.txt": "the expected answer\n"}), Pass, ""},
+		{"a work-tree file named like a tests file", harbor(map[string]string{"tests/input.txt": "1 2 3\n", "solution/solve.sh": "wc -w /app/input.txt > /app/answer.txt\n"}), Pass, ""},
 		{"missing test.sh", harbor(map[string]string{"tests/test.sh": ""}), Fail, "required file missing: tests/test.sh"},
 		{"verifier timeout unset", harbor(map[string]string{"task.toml": "version = \"1.0\"\n[agent]\ntimeout_sec = 60\n"}), Warn, "verifier.timeout_sec is not set"},
 		{"benchflow agent timeout unset", map[string]string{
