@@ -182,6 +182,10 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		return err
 	}
 	g.warnUnknownKeys(cells)
+	// Delegated arms check their tools once per run (--dry-run skips it).
+	if err := harness.Preflight(ctx, spec.Harnesses); err != nil {
+		return err
+	}
 	rec, err := g.execute(ctx, runID, spec, cells, f)
 	if err != nil {
 		return err

@@ -127,6 +127,10 @@ func For(r Ref) (Arm, error) {
 		return commandArm{ref: r}, nil
 	case Probe, DockerProbe:
 		return probeArm{ref: r}, nil
+	case ClaudeCode, Codex, TerminalBench:
+		return harborArm{ref: r}, nil
+	case BenchFlow, BenchFlowSkill, BenchFlowSelfGen:
+		return benchflowArm{ref: r}, nil
 	}
 	return nil, fmt.Errorf("harness %s cannot run in this version", r.Name)
 }

@@ -25,6 +25,12 @@ const (
 	Probe       Kind = "probe" // an alias of DockerProbe
 	DockerProbe Kind = "docker-probe"
 	ClaudeCode  Kind = "claude-code"
+	// Harbor-backed and BenchFlow-backed kinds (delegated.go).
+	Codex            Kind = "codex"
+	TerminalBench    Kind = "terminal-bench"
+	BenchFlow        Kind = "benchflow"
+	BenchFlowSkill   Kind = "benchflow-skill"
+	BenchFlowSelfGen Kind = "benchflow-selfgen"
 )
 
 // Error classes a refusal carries (DESIGN §8); the vocabulary is
@@ -66,7 +72,12 @@ func Registry() []Info {
 		{DockerProbe, "docker-probe", "an isolation probe (no model, no cost) in exactly the sandbox an agent arm gets", "every leak class closed or n/a", true},
 		{DockerProbe, "docker-probe:<skill-path>", "the isolation probe with the skill at <skill-path> installed as a skill arm installs it: only that skill may be visible", "every leak class closed or n/a", true},
 		{Probe, "probe", "an alias of docker-probe", "every leak class closed or n/a", true},
-		{ClaudeCode, "claude-code", "Claude Code CLI in the task container", "the task verifier", false},
+		{ClaudeCode, "claude-code", "Claude Code through an installed Harbor: harbor run -a claude-code", "Harbor's verifier run (trial result.json)", true},
+		{Codex, "codex", "Codex CLI through an installed Harbor: harbor run -a codex", "Harbor's verifier run (trial result.json)", true},
+		{TerminalBench, "terminal-bench:<agent>", "any Harbor agent through an installed Harbor: harbor run -a <agent> (oracle: a setup check)", "Harbor's verifier run (trial result.json)", true},
+		{BenchFlow, "benchflow:<agent>", "an agent through an installed BenchFlow: bench eval run --skill-mode no-skill (oracle: a setup check)", "BenchFlow's verifier run (rollout result.json)", true},
+		{BenchFlowSkill, "benchflow-skill:<agent>[:<path>]", "bench eval run --skill-mode with-skill; <path> an external skill directory, staged as a copy", "BenchFlow's verifier run (rollout result.json)", true},
+		{BenchFlowSelfGen, "benchflow-selfgen:<agent>[:<dir>]", "bench eval run --skill-mode self-gen; <dir> seed skills, staged as a copy", "BenchFlow's verifier run (rollout result.json)", true},
 	}
 }
 
