@@ -232,13 +232,13 @@ func (a benchflowArm) Solve(ctx context.Context, env Env, p Placement, h *sandbo
 // benchResult is the part of BenchFlow's rollout result.json the arm reads
 // (benchflow 0.7, src/benchflow/rollout/_results.py, result_data).
 type benchResult struct {
-	Rewards           map[string]any `json:"rewards"`
-	NToolCalls        *float64       `json:"n_tool_calls"`
-	AgentResult       map[string]any `json:"agent_result"`
-	Error             any            `json:"error"`
-	ErrorCategory     any            `json:"error_category"`
-	VerifierError     any            `json:"verifier_error"`
-	SkillMode         string         `json:"skill_mode"`
+	Rewards       map[string]any `json:"rewards"`
+	NToolCalls    *float64       `json:"n_tool_calls"`
+	AgentResult   map[string]any `json:"agent_result"`
+	Error         any            `json:"error"`
+	ErrorCategory any            `json:"error_category"`
+	VerifierError any            `json:"verifier_error"`
+	SkillMode     string         `json:"skill_mode"`
 }
 
 // score applies the BenchFlow verdict rule: a verdict only when exactly
