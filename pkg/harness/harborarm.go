@@ -19,7 +19,7 @@ import (
 // harborArm runs a cell through an installed Harbor (DESIGN §5): `codex`,
 // `claude-code` and `terminal-bench:<agent>` run
 //
-//	harbor run -p <task dir> -a <agent> -m <model> --jobs-dir <cell>/jobs
+//	harbor run -p <task dir> -a <agent> [-m <model>] --jobs-dir <cell>/jobs
 //
 // on the host in the tasks root's parent directory, with the caller's
 // environment and stdin closed. Harbor builds the task image, runs the
@@ -153,7 +153,11 @@ func (a harborArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: plan.Harness, Model: plan.Model}, time.Time{}); err != nil {
 		return Outcome{}, err
 	}
-	argv := []string{"harbor", "run", "-p", t.Dir, "-a", a.agent(), "-m", plan.Model, "--jobs-dir", st.jobs}
+	argv := []string{"harbor", "run", "-p", t.Dir, "-a", a.agent()}
+	if plan.Model != "" && plan.Model != "default" {
+		argv = append(argv, "-m", plan.Model) // "default" (no --models): the agent's own default
+	}
+	argv = append(argv, "--jobs-dir", st.jobs)
 	r, err := runDelegated(ctx, env, p, h, argv, nil, harborBudget(t))
 	if err != nil {
 		return Outcome{}, err
