@@ -241,7 +241,8 @@ func TestHarborVerdicts(t *testing.T) {
 }
 
 // TestHarborErrored: Harbor exits 0 for an errored trial; the cell is
-// errored from result.json, never a fail. Two trials, a hostile reward, a
+// errored from result.json, never a fail. Two trials, a hostile reward (out
+// of range, a string, a result.json linked to a passing one elsewhere), a
 // job mean that disagrees and an exit 1 without result are errored too.
 func TestHarborErrored(t *testing.T) {
 	tk := harnesstest.Task(t, "t", nil)
@@ -250,6 +251,8 @@ func TestHarborErrored(t *testing.T) {
 		"two":           {"2 trial directories", "t__aaaa, t__bbbb", "exactly one attempt"},
 		"bad-reward":    {"reward 1.5 is not a number in [0,1]"},
 		"mean-mismatch": {"eval mean 0 disagrees with the trial's reward 1"},
+		"string-reward": {`rewards["reward"] is 1, not a number`},
+		"symlink":       {"no trial result.json"},
 		"reject":        {"exit 1", "no trial result.json", "stderr: Error: task t is missing tests/test.sh"},
 	} {
 		t.Run(c, func(t *testing.T) {
