@@ -244,8 +244,9 @@ type benchResult struct {
 // score applies the BenchFlow verdict rule: a verdict only when exactly
 // one rollout ran and the agent attempted the task (a tool call,
 // completion tokens, or a trajectory message that is not one of the CLI's
-// synthetic provider-error replies); everything else is errored with the
-// reason quoted from the result or from stderr.
+// synthetic provider-error replies; the oracle, which runs the task's
+// solve.sh, is exempt); everything else is errored with the reason quoted
+// from the result or from stderr.
 func (a benchflowArm) score(ctx context.Context, env Env, jobs string, r delegatedRun) (*events.VerdictData, map[string]any, string) {
 	dirs, err := rolloutDirs(jobs)
 	if err != nil {
@@ -292,7 +293,7 @@ func (a benchflowArm) score(ctx context.Context, env Env, jobs string, r delegat
 	}
 	out := jsonInt(res.AgentResult["n_output_tokens"])
 	attempted := (res.NToolCalls != nil && *res.NToolCalls > 0) || (out != nil && *out > 0) || traj.realMessages > 0 || len(traj.tools) > 0
-	if !attempted {
+	if !attempted && !a.SetupCheck() { // the oracle runs solve.sh: no model, no tool call
 		why := "the agent made no attempt (no tool call, no completion tokens, no trajectory message but provider-error replies)"
 		if !isErrorless(res.Error) {
 			why += "; error: " + boundMsg(fmt.Sprint(res.Error))

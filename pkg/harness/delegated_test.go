@@ -335,12 +335,18 @@ func TestBenchflowPass(t *testing.T) {
 	}
 }
 
-// TestBenchflowVerdicts: partial; usage BenchFlow did not capture is
-// omitted, never 0.
+// TestBenchflowVerdicts: partial; the oracle's rollout without any model
+// activity (an agent's would be no attempt); usage BenchFlow did not
+// capture is omitted, never 0.
 func TestBenchflowVerdicts(t *testing.T) {
 	tk := benchflowTask(t, nil)
 	_, out, err, _ := delegatedRun(t, tk, "benchflow:codex-acp", "partial")
 	wantVerdict(t, out, err, 0.25)
+	// The oracle runs solve.sh: no tool call and no tokens is not "no attempt".
+	_, out, err, _ = delegatedRun(t, tk, "benchflow:oracle", "oracle")
+	wantVerdict(t, out, err, 1)
+	_, out, err, _ = delegatedRun(t, tk, "benchflow:codex-acp", "oracle")
+	wantErrored(t, out, err, "made no attempt")
 	env, out, err, _ := delegatedRun(t, tk, "benchflow:codex-acp", "nousage")
 	wantVerdict(t, out, err, 1)
 	if u := usageEvents(env); len(u) != 0 {
