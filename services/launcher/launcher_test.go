@@ -189,10 +189,11 @@ func TestLaunchTaskChanged(t *testing.T) {
 	}
 }
 
-// TestLaunchUnavailableHarness: a harness without an arm is refused.
+// TestLaunchUnavailableHarness: a harness without an arm (a job from a
+// newer planner, say) is refused.
 func TestLaunchUnavailableHarness(t *testing.T) {
 	f := newFixture(t, &sandboxfake.Driver{}, nil)
-	evs, err := f.launch(t, nil, "claude-code", 1)
+	evs, err := f.launch(t, nil, "no-such-harness:x", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
