@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,7 +79,100 @@ func (b *Bus) scan(ctx context.Context, first uint64, fn func(subject string, da
 	if err != nil {
 		return fmt.Errorf("bus: ordered consumer from %d: %w", first, err)
 	}
-	return iterate(ctx, cons, fmt.Sprintf("from sequence %d", first), fn)
+	return consume(ctx, cons, fmt.Sprintf("from sequence %d", first), fn)
+}
+
+// consume is iterate with the consumer's Consume callback instead of its
+// message iterator, and the stream sequence read from the reply subject
+// without a full metadata parse: the bare read's own path (the iterator
+// costs a channel hand-off per message). fn runs on the client's delivery
+// goroutine, one message at a time; consume returns only once no fn call
+// runs or will run. Used for bounded reads (ReadRun), whose fn is quick;
+// Follow keeps the iterator, whose slow callers must not stall the
+// client's heartbeat handling.
+func consume(ctx context.Context, cons jetstream.Consumer, what string, fn func(subject string, data []byte, seq uint64) error) error {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		done    = make(chan error, 1)
+	)
+	finish := func(err error) {
+		stopped = true
+		done <- err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		seq, ok := streamSeq(m.Reply())
+		if !ok {
+			md, err := m.Metadata()
+			if err != nil {
+				finish(fmt.Errorf("bus: metadata: %w", err))
+				return
+			}
+			seq = md.Sequence.Stream
+		}
+		if err := fn(m.Subject(), m.Data(), seq); err != nil {
+			if errors.Is(err, ErrStop) {
+				err = nil
+			}
+			finish(err)
+		}
+	}, jetstream.PullMaxMessages(2048))
+	if err != nil {
+		return fmt.Errorf("bus: read %s: %w", what, err)
+	}
+	defer cc.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			stopped = true
+			return ctx.Err()
+		}
+		return <-done
+	}
+}
+
+// streamSeq reads the stream sequence from a JetStream reply subject of
+// the v1 form $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer
+// seq>.<time>.<pending> (9 tokens); ok is false for any other form (the
+// caller then parses the full metadata).
+func streamSeq(reply string) (seq uint64, ok bool) {
+	if !strings.HasPrefix(reply, "$JS.ACK.") {
+		return 0, false
+	}
+	tok, n := 0, 0
+	start := 0
+	var field string
+	for i := 0; i <= len(reply); i++ {
+		if i < len(reply) && reply[i] != '.' {
+			continue
+		}
+		if tok == 5 {
+			field = reply[start:i]
+		}
+		tok++
+		n = tok
+		start = i + 1
+	}
+	if n != 9 || field == "" {
+		return 0, false
+	}
+	for i := 0; i < len(field); i++ {
+		c := field[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		seq = seq*10 + uint64(c-'0')
+	}
+	return seq, true
 }
 
 // Read is ReadRun for any set of filter subjects on the event log.

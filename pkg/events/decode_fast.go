@@ -36,7 +36,8 @@ func decodeFast(b []byte) (Envelope, bool) {
 		return e, false
 	}
 	at, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil || at.Format(time.RFC3339Nano) != s {
+	var buf [64]byte
+	if err != nil || string(at.AppendFormat(buf[:0], time.RFC3339Nano)) != s {
 		return e, false // only the canonical form Encode writes
 	}
 	e.At = at

@@ -17,7 +17,8 @@ import (
 )
 
 // Projector folds one run's events, in log order, into run state and the
-// task_runs.v1 artifact. It dedupes events by id, keeps only the last
+// task_runs.v1 artifact. It dedupes events by id (a cell's ids only while
+// its attempt runs), keeps only the last
 // attempt of each cell (events of an older attempt are ignored, a newer
 // attempt resets the cell), and depends on nothing but the events: the same
 // log always projects to the same bytes. Not safe for concurrent use.
@@ -41,7 +42,14 @@ type Projector struct {
 }
 
 type cellState struct {
-	plan     events.CellPlannedData
+	plan   events.CellPlannedData
+	planID string
+	// seen holds the ids of the current attempt's events until it ends:
+	// a duplicate of an event of an ended or superseded attempt is ignored
+	// by the attempt rules anyway, so the dedupe set, and the projection's
+	// memory, is bounded by the events of cells still running, not by the
+	// log's length.
+	seen     map[string]struct{}
 	attempt  int
 	first    time.Time
 	last     time.Time
@@ -86,11 +94,11 @@ func (p *Projector) Apply(e events.Envelope) {
 	if e.RunID != p.runID {
 		return
 	}
-	if _, dup := p.seen[e.ID]; dup {
-		return
-	}
-	p.seen[e.ID] = struct{}{}
 	if e.CellID == "" {
+		if _, dup := p.seen[e.ID]; dup {
+			return
+		}
+		p.seen[e.ID] = struct{}{}
 		p.applyRun(e)
 		return
 	}
@@ -101,6 +109,10 @@ func (p *Projector) Apply(e events.Envelope) {
 		p.cells[e.CellID] = c
 	}
 	if e.Type == events.CellPlanned {
+		if e.ID == c.planID {
+			return // a duplicate
+		}
+		c.planID = e.ID
 		p.into(e, &c.plan)
 		return
 	}
@@ -113,6 +125,13 @@ func (p *Projector) Apply(e events.Envelope) {
 	if c.terminal {
 		return // the first terminal event of an attempt decides it
 	}
+	if _, dup := c.seen[e.ID]; dup {
+		return
+	}
+	if c.seen == nil {
+		c.seen = map[string]struct{}{}
+	}
+	c.seen[e.ID] = struct{}{}
 	if c.first.IsZero() {
 		c.first = e.At
 	}
@@ -271,7 +290,7 @@ func (p *Projector) reset(c *cellState, attempt int) {
 	if c.terminal {
 		p.terminal--
 	}
-	*c = cellState{plan: c.plan, attempt: attempt}
+	*c = cellState{plan: c.plan, planID: c.planID, attempt: attempt}
 }
 
 // Terminal reports whether an event of type t ends a cell's attempt:
@@ -302,6 +321,7 @@ func (p *Projector) settled(c *cellState) bool { return c.terminal || p.finished
 
 func (p *Projector) end(c *cellState) {
 	c.terminal = true
+	c.seen = nil
 	p.terminal++
 }
 
