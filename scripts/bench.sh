@@ -23,7 +23,7 @@ BEGIN {
   target["BenchmarkEnsureImageCached ratio"] = "<= 1.5"
   target["BenchmarkProcessExec ratio"] = "<= 3"
   target["BenchmarkProcessExec driver-p99-us"] = "<= 10000"
-  target["BenchmarkAgentEventLines ratio"] = ">= 0.6"
+  target["BenchmarkAgentEventLines ratio_vs_floor"] = ">= 0.6"
   target["BenchmarkExportTaskRunsParquet x_raw_rate"] = ">= 0.8"
   target["BenchmarkExportTaskRunsParquet x_raw_size"] = "<= 1.05"
   target["BenchmarkProjection ratio_vs_floor"] = "<= 1.5"

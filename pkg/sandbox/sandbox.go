@@ -99,8 +99,13 @@ const (
 	// DrainTimeout bounds how long Exec keeps reading output after the
 	// command's main process has exited, when something it started still
 	// holds the output open (Docker: a lingering background process;
-	// process driver: a process that left the process group).
+	// process driver: a process that left the process group). The Docker
+	// driver counts it from the last output read (the engine may still
+	// hold much of a fast writer's output when it exits), up to DrainMax.
 	DrainTimeout = 250 * time.Millisecond
+	// DrainMax bounds the Docker driver's drain after the main process
+	// exited while output keeps arriving.
+	DrainMax = 30 * time.Second
 )
 
 // Spec describes one sandbox for one cell.

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -38,11 +39,14 @@ func benchLines() int {
 // event lines (Usage, ToolCall, Command, Message mixed): lines per second
 // from its stdout into JetStream through the launcher's path (docker exec
 // attach, line splitting, event-line parsing, envelope encoding, Publish,
-// Flush), against min(raw attach-and-decode rate, raw PublishAsync rate)
-// measured in the same run (target: ratio ≥ 0.6). The raw publish sends the
-// same stored messages, envelopes with their Nats-Msg-Id, prepared before
-// the clock starts; ratio-vs-bare compares with PublishAsync of a bare
-// payload without the header, which costs the server no dedupe.
+// Flush), against the bare floor measured in the same run: min(attach
+// rate, publish rate), where the attach rate is exec + attach + demux +
+// bufio.Scanner lines with nothing parsed, and the publish rate is
+// PublishAsync of one prepared encoded envelope with no header (what the
+// bare client does; no dedupe). ratio_vs_floor is the launcher's rate over
+// the floor (target ≥ 0.6); ratio_vs_msgid uses instead the publish rate
+// of prepared envelopes with their Nats-Msg-Id (the dedupe the design
+// requires, which costs the server a lookup per message).
 func BenchmarkAgentEventLines(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, "debian:bookworm-slim")
@@ -81,14 +85,9 @@ func BenchmarkAgentEventLines(b *testing.B) {
 
 	var rawAttach, rawPublish, rawBare, through float64
 	for i := 0; i < b.N; i++ {
-		// Raw 1: exec + attach + demux + split + parse, nothing published.
+		// Floor 1: exec + attach + demux + split into lines with a
+		// bufio.Scanner, nothing parsed or published.
 		start := time.Now()
-		parsed := 0
-		lines := sandbox.NewLines(func(l string, _ bool) {
-			if harness.ParseLine(l, start).Kind == harness.LineEvent {
-				parsed++
-			}
-		}, 0)
 		ex, err := cli.ContainerExecCreate(ctx, h.State["container"], container.ExecOptions{Cmd: []string{"cat", "/bench/lines.jsonl"}, AttachStdout: true, AttachStderr: true})
 		if err != nil {
 			b.Fatal(err)
@@ -97,13 +96,20 @@ func BenchmarkAgentEventLines(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := stdcopy.StdCopy(lines, io.Discard, att.Reader); err != nil {
+		pr, pw := io.Pipe()
+		go func() { _, err := stdcopy.StdCopy(pw, io.Discard, att.Reader); pw.CloseWithError(err) }()
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		got := 0
+		for sc.Scan() {
+			got++
+		}
+		if err := sc.Err(); err != nil {
 			b.Fatal(err)
 		}
 		att.Close()
-		lines.Close()
-		if parsed != n {
-			b.Fatalf("raw attach parsed %d of %d lines", parsed, n)
+		if got != n {
+			b.Fatalf("bare attach read %d of %d lines", got, n)
 		}
 		rawAttach = float64(n) / time.Since(start).Seconds()
 
@@ -172,10 +178,10 @@ func BenchmarkAgentEventLines(b *testing.B) {
 			b.Fatalf("%d events stored for %d lines", stored, n)
 		}
 	}
-	b.ReportMetric(rawAttach, "raw-attach-lines/s")
-	b.ReportMetric(rawPublish, "raw-publish-events/s")
+	b.ReportMetric(rawAttach, "floor-attach-lines/s")
+	b.ReportMetric(rawPublish, "publish-msgid-events/s")
 	b.ReportMetric(through, "agent-lines/s")
-	b.ReportMetric(rawBare, "raw-bare-publish/s")
-	b.ReportMetric(through/min(rawAttach, rawPublish), "ratio")
-	b.ReportMetric(through/min(rawAttach, rawBare), "ratio-vs-bare")
+	b.ReportMetric(rawBare, "floor-publish-events/s")
+	b.ReportMetric(through/min(rawAttach, rawBare), "ratio_vs_floor")
+	b.ReportMetric(through/min(rawAttach, rawPublish), "ratio_vs_msgid")
 }

@@ -22,6 +22,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -263,7 +264,8 @@ func (d *Driver) container(h *sandbox.Handle) (string, error) {
 // is delivered: the exec's output stream is read until it closes; while it
 // is still open, the exec is inspected at a growing interval (10 ms
 // doubling to 500 ms), and once the main process has exited, what is still
-// buffered is drained for at most DrainTimeout and the stream is closed.
+// buffered is drained until none arrives for DrainTimeout (at most
+// DrainMax) and the stream is closed.
 // So a background process that inherited stdout (`sleep 100000 &` in
 // solve.sh) does not keep Exec waiting; it is not killed either (a
 // solution may start a server the verifier uses). The engine itself (20.10)
@@ -318,19 +320,35 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 	defer resp.Close()
 
 	copyDone := make(chan struct{})
+	var progress atomic.Int64 // twice the writes begun or ended (safeWriter)
 	go func() {
 		defer close(copyDone)
-		_, _ = stdcopy.StdCopy(safeWriter{spec.Stdout}, safeWriter{spec.Stderr}, resp.Reader)
+		_, _ = stdcopy.StdCopy(safeWriter{spec.Stdout, &progress}, safeWriter{spec.Stderr, &progress}, resp.Reader)
 	}()
-	// drain waits up to DrainTimeout for the stream to end, then closes it.
+	// drain waits for the stream to end while output keeps arriving (the
+	// engine still holds what a fast writer printed before it exited),
+	// closing it once none came for DrainTimeout, or after DrainMax.
 	drain := func() {
 		t := time.NewTimer(sandbox.DrainTimeout)
 		defer t.Stop()
-		select {
-		case <-copyDone:
-		case <-t.C:
+		limit := time.Now().Add(sandbox.DrainMax)
+		last := progress.Load()
+		for {
+			select {
+			case <-copyDone:
+				return
+			case <-t.C:
+			}
+			// A write still in progress (odd count) is a slow reader, not
+			// an idle stream.
+			if n := progress.Load(); (n != last || n%2 == 1) && time.Now().Before(limit) {
+				last = n
+				t.Reset(sandbox.DrainTimeout)
+				continue
+			}
 			resp.Close()
 			<-copyDone
+			return
 		}
 	}
 
@@ -495,9 +513,16 @@ func (d *Driver) execErr(err error) error {
 
 // safeWriter forwards to w (discarding when nil) and never fails, so a
 // failing caller's writer cannot stop the draining of the exec's stream.
-type safeWriter struct{ w io.Writer }
+type safeWriter struct {
+	w        io.Writer
+	progress *atomic.Int64 // counts each write's start and end, for Exec's drain
+}
 
 func (s safeWriter) Write(p []byte) (int, error) {
+	if s.progress != nil {
+		s.progress.Add(1) // odd while a write is in progress
+		defer s.progress.Add(1)
+	}
 	if s.w != nil {
 		_, _ = s.w.Write(p)
 	}

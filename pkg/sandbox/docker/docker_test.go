@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -610,5 +611,45 @@ func TestDockerTimeoutWhenSignalExecIsStopped(t *testing.T) {
 		t.Logf("Exec returned after %v", time.Since(start).Round(time.Millisecond))
 	case <-time.After(2 * time.Minute):
 		t.Fatal("Exec still waits two minutes after its 1 s timeout")
+	}
+}
+
+// slowWriter is a reader slower than the command: each write waits first,
+// as an agent's output waits on the event log's backpressure.
+type slowWriter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(300 * time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += bytes.Count(p, []byte("\n"))
+	return len(p), nil
+}
+
+// TestDockerExecDeliversAllOutputToASlowReader: a command that prints fast
+// and exits while the engine still holds much of its output loses none of
+// it when the reader is slow (the drain waits while output flows or a
+// write is in progress; it cuts only an idle stream held open).
+func TestDockerExecDeliversAllOutputToASlowReader(t *testing.T) {
+	t.Parallel()
+	d, _ := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	var w slowWriter
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"seq", "1", "60000"}, Stdout: &w})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatal(res, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n != 60000 {
+		t.Errorf("%d lines delivered, want 60000", w.n)
 	}
 }

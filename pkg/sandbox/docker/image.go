@@ -510,7 +510,7 @@ func buildLog(b sandbox.BuildSpec) (*sandbox.Tail, *plainWriter) {
 	tail := sandbox.NewTail(0)
 	var out io.Writer = tail
 	if b.Log != nil {
-		out = io.MultiWriter(tail, safeWriter{b.Log})
+		out = io.MultiWriter(tail, safeWriter{w: b.Log})
 	}
 	return tail, newPlainWriter(out)
 }
