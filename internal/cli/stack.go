@@ -64,6 +64,17 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		}
 		st.docker = d
 	}
+	// A launcher and a verifier in one process share the node's slots, so
+	// --concurrency bounds the cells holding a container, solve and verify
+	// together.
+	var slots *launcher.Slots
+	if slices.Contains(cfg.services, "launcher") && slices.Contains(cfg.services, "verifier") {
+		n := cfg.concurrency
+		if n <= 0 {
+			n = launcher.DefaultConcurrency()
+		}
+		slots = launcher.NewSlots(n)
+	}
 	for _, name := range cfg.services {
 		var run func(context.Context) error
 		switch name {
@@ -75,13 +86,17 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			st.planner = s
 			run = s.Run
 		case "launcher":
-			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log}, b, st.docker)
+			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots}, b, st.docker)
 			if err != nil {
 				return nil, err
 			}
 			run = s.Run
 		case "verifier":
-			s, err := verifier.New(verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log}, b, st.docker)
+			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log}
+			if slots != nil {
+				vc.Slots = slots // not a typed nil in the interface
+			}
+			s, err := verifier.New(vc, b, st.docker)
 			if err != nil {
 				return nil, err
 			}

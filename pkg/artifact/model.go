@@ -141,6 +141,9 @@ type Metrics struct {
 	SolveSec       *float64          `json:"solve_sec,omitempty"`
 	VerifySec      *float64          `json:"verify_sec,omitempty"`
 	BuildSec       *float64          `json:"build_sec,omitempty"`
+	// QueueSec is how long the cell waited for a slot before its image
+	// phase (seconds; not part of elapsed_sec).
+	QueueSec *float64 `json:"queue_sec,omitempty"`
 	// VerifierLeftoverProcesses is how many processes were still alive in
 	// the sandbox when the test script ended (frozen before the reward was
 	// read; PID 1 and zombies not counted): a sign of tampering or of a

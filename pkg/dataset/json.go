@@ -247,6 +247,7 @@ var metricsFields = []string{
 	"SolveSec solve_sec,omitempty",
 	"VerifySec verify_sec,omitempty",
 	"BuildSec build_sec,omitempty",
+	"QueueSec queue_sec,omitempty",
 	"VerifierLeftoverProcesses verifier_leftover_processes,omitempty",
 	"Limits limits,omitempty",
 	"OOMKilled oom_killed,omitempty",
@@ -353,6 +354,7 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	float("solve_sec", m.SolveSec)
 	float("verify_sec", m.VerifySec)
 	float("build_sec", m.BuildSec)
+	float("queue_sec", m.QueueSec)
 	if m.VerifierLeftoverProcesses != nil {
 		key("verifier_leftover_processes")
 		dst = strconv.AppendInt(dst, int64(*m.VerifierLeftoverProcesses), 10)

@@ -100,6 +100,9 @@ type ImageBuiltData struct {
 	ImageMapRules []string `json:"image_map_rules,omitempty"`
 	// Error is the failed build's or pull's error.
 	Error string `json:"error,omitempty"`
+	// QueueSec is how long the cell waited for a slot (`--concurrency`)
+	// before its image phase, in seconds; absent when it did not wait.
+	QueueSec float64 `json:"queue_sec,omitempty"`
 }
 
 // SandboxStartedData records the driver's handle so a restarted process can

@@ -48,6 +48,9 @@ func TaskImage(ctx context.Context, env Env) (sandbox.ImageInfo, error) {
 		Image: img.Ref, Cached: img.Cached, BuildSec: round3(time.Since(start).Seconds()), Workdir: img.Workdir,
 		ImageID: img.ID, Key: img.Key,
 	}
+	if q, ok := env.(interface{ QueueSec() float64 }); ok {
+		d.QueueSec = round3(q.QueueSec())
+	}
 	rules := map[string]bool{}
 	for _, r := range img.Rewrites {
 		d.Rewrites = append(d.Rewrites, r.From+" -> "+r.To)

@@ -451,6 +451,9 @@ func (p *Projector) row(id string) artifact.Result {
 	r.Operations = c.ops
 	if c.image != nil {
 		m.BuildSec = ptr(c.image.BuildSec)
+		if c.image.QueueSec > 0 {
+			m.QueueSec = ptr(c.image.QueueSec)
+		}
 	}
 	if f := c.finished; f != nil {
 		r.ReturnCode = ptr(f.ExitCode)

@@ -44,6 +44,11 @@ type Config struct {
 	// Host is the driver of host-process sandboxes (command arms); nil
 	// means a process.Driver with Host set.
 	Host sandbox.Driver
+	// Slots, when set, bound the cells holding a sandbox on this node
+	// with this process's verifier (see Slots): a cell waits for one
+	// before its image phase (recorded as queue_sec) and a handed-over
+	// cell keeps it until its verifier releases it.
+	Slots *Slots
 }
 
 // Validate fills defaults and checks the config.
@@ -131,7 +136,26 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // and the job is then retried.
 func (s *Service) Launch(ctx context.Context, job events.LaunchJob, attempt int) error {
 	c := &cell{s: s, job: job, attempt: attempt}
+	if sl := s.cfg.Slots; sl != nil {
+		start := time.Now()
+		if err := sl.acquire(ctx); err != nil {
+			return err
+		}
+		c.queueSec = time.Since(start).Seconds()
+		defer func() {
+			if c.handedOver {
+				sl.hold(VerifyJobID(job.RunID, job.CellID, attempt))
+			} else {
+				sl.release()
+			}
+		}()
+	}
 	return c.run(ctx)
+}
+
+// VerifyJobID is the id of a cell attempt's verify job (its Nats-Msg-Id).
+func VerifyJobID(runID, cellID string, attempt int) string {
+	return fmt.Sprintf("%s/%s/%d", runID, cellID, attempt)
 }
 
 // cell is one launch in progress; it is the arm's harness.Env.
@@ -141,7 +165,15 @@ type cell struct {
 	attempt int
 	cr      *cellrun.Cell
 	task    *task.Task
+	// queueSec is how long the cell waited for a slot (seconds);
+	// handedOver is set once its sandbox went to a verifier.
+	queueSec   float64
+	handedOver bool
 }
+
+// QueueSec is how long the cell waited for a slot, in seconds
+// (harness.TaskImage records it on ImageBuilt).
+func (c *cell) QueueSec() float64 { return c.queueSec }
 
 func (c *cell) RunID() string                { return c.job.RunID }
 func (c *cell) CellID() string               { return c.job.CellID }
@@ -283,10 +315,10 @@ func (c *cell) run(ctx context.Context) error {
 		return err
 	}
 	vj := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb}
-	if err := c.s.bus.PublishWork(ctx, events.VerifySubject(c.s.cfg.Node), fmt.Sprintf("%s/%s/%d", c.job.RunID, c.job.CellID, c.attempt), vj); err != nil {
+	if err := c.s.bus.PublishWork(ctx, events.VerifySubject(c.s.cfg.Node), VerifyJobID(c.job.RunID, c.job.CellID, c.attempt), vj); err != nil {
 		return err
 	}
-	handedOver = true
+	handedOver, c.handedOver = true, true
 	return nil
 }
 

@@ -38,6 +38,10 @@ type Config struct {
 	// AckWait as for the launcher (default 60 s).
 	AckWait time.Duration
 	Logger  *slog.Logger
+	// Slots, when set, is given back the slot of each verify job once its
+	// sandbox is destroyed (launcher.Slots: the launcher in the same
+	// process passed it on with the job).
+	Slots interface{ Release(jobID string) }
 }
 
 // Validate fills defaults and checks the config.
@@ -121,6 +125,9 @@ func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
 	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
 	end, err := s.verify(ctx, job, h)
 	s.destroy(ctx, h)
+	if s.cfg.Slots != nil {
+		s.cfg.Slots.Release(fmt.Sprintf("%s/%s/%d", job.RunID, job.CellID, job.Attempt))
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

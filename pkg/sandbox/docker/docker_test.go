@@ -6,8 +6,8 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
