@@ -42,7 +42,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./pkg/artifact
 	$(GO) test -run '^$$' -fuzz '^FuzzParseReward$$' -fuzztime $(FUZZTIME) ./pkg/harness
 
-## bench: run each benchmark once and print its ratios against raw baselines
+## bench: run each benchmark 3 times; print median [min..max] of each ratio against its floor and the CPU other processes took
 bench: setup-node setup-browser
 	scripts/bench.sh
 
