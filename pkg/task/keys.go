@@ -68,7 +68,12 @@ var (
 		"verifier": verifierKeys, "agent": agentKeys,
 		"environment": sandboxKeys, "sandbox": sandboxKeys,
 		"solution": solutionKeys, "oracle": solutionKeys,
-		"multi_step_reward_strategy": nil, "steps": nil, "artifacts": nil, "reward": nil,
+		"multi_step_reward_strategy": nil, "artifacts": nil, "reward": nil,
+		"steps": listOf(keySchema{
+			"name": nil, "min_reward": nil, "healthcheck": healthcheckKeys,
+			"agent":    keySchema{"timeout_sec": nil, "user": nil},
+			"verifier": keySchema{"timeout_sec": nil, "user": nil, "env": nil},
+		}),
 	}
 	// markdownKeys is task.md frontmatter: every top-level key BenchFlow 0.7
 	// knows (benchflowKeys) plus Harbor's older version key.

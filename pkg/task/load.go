@@ -259,7 +259,7 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 		if p, ok := tree.file(InstructionFile); ok {
 			t.Prompt = normalizeText(tree.contents[InstructionFile])
 			t.InstructionFile = p
-		} else if t.Unsupported == "" {
+		} else if t.Unsupported == "" && len(t.Steps) == 0 {
 			// Multi-step tasks keep their instructions in steps/<name>/.
 			t.Missing = append(t.Missing, InstructionFile)
 		}
@@ -289,7 +289,7 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 // tree. As BenchFlow does, oracle/ is used when it exists, else solution/;
 // verifier/ when it exists, else tests/ — in both layouts.
 func locateFiles(t *Task, tree *taskTree) {
-	multiStep := strings.HasPrefix(t.Unsupported, "multi-step")
+	multiStep := len(t.Steps) > 0
 	if p, ok := tree.dir("environment"); ok {
 		t.EnvironmentDir = p
 		if df, ok := tree.file("environment/Dockerfile"); ok {
@@ -343,6 +343,7 @@ func locateFiles(t *Task, tree *taskTree) {
 	} else if !multiStep {
 		t.Missing = append(t.Missing, testDir+"/test.sh")
 	}
+	locateSteps(t, tree)
 }
 
 func isFile(p string) bool {

@@ -40,6 +40,9 @@ type Needs struct {
 	// AgentWorkdir: an in-container agent works in the task's working
 	// directory, which must be /app or inside it.
 	AgentWorkdir bool `json:"agent_workdir,omitempty"`
+	// Steps: the harness runs a multi-step task's steps in order in one
+	// sandbox; a harness without it refuses a task with [[steps]].
+	Steps bool `json:"steps,omitempty"`
 }
 
 // What each kind of harness needs (DESIGN §5). Harness names map onto these
@@ -86,6 +89,15 @@ func (t *Task) Refusal(n Needs) string {
 	}
 	if t.Blocked != "" {
 		return t.Blocked
+	}
+	if len(t.Steps) > 0 {
+		if !n.Steps {
+			return fmt.Sprintf("multi-step task (%d steps): this harness cannot run steps", len(t.Steps))
+		}
+		if why := t.stepRefusal(n); why != "" {
+			return why
+		}
+		n.SolutionScript, n.TestScript, n.Prompt = false, false, false
 	}
 	if n.SolutionScript && t.SolutionScript == "" {
 		return fmt.Sprintf("no reference solution: %s is missing", t.missingLike("solve.sh"))

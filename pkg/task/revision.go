@@ -73,6 +73,17 @@ var keptFiles = map[string]bool{
 	"environment/docker-compose.yml":  true,
 }
 
+// isStepInstruction reports whether rel is steps/<name>/instruction.md, a
+// multi-step task's per-step instruction (kept like instruction.md).
+func isStepInstruction(rel string) bool {
+	name, ok := strings.CutPrefix(rel, "steps/")
+	if !ok {
+		return false
+	}
+	name, ok = strings.CutSuffix(name, "/"+InstructionFile)
+	return ok && name != "" && !strings.Contains(name, "/")
+}
+
 // file returns the resolved path of the regular file rel, if present.
 func (tr *taskTree) file(rel string) (string, bool) {
 	p, ok := tr.files[rel]
@@ -186,7 +197,7 @@ func scanTask(dir, root string, top []os.DirEntry) (*taskTree, error) {
 		}
 		fileHash.Reset()
 		var keep *[]byte
-		if keptFiles[e.rel] {
+		if keptFiles[e.rel] || isStepInstruction(e.rel) {
 			keep = new([]byte)
 		}
 		if err := hashFile(e.real, fileHash, *bufp, keep); err != nil {

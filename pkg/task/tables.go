@@ -14,19 +14,20 @@ import (
 
 // taskConfig is a definition read into typed tables, before it fills a Task.
 type taskConfig struct {
-	schemaVersion string // schema_version
-	version       string // Harbor's older version key
-	name          string // task.md's top-level name (BenchFlow)
-	task          taskTable
-	metadata      map[string]any // free-form
-	agent         agentTable
-	verifier      verifierTable
-	sandbox       sandboxTable // [environment] or BenchFlow's sandbox
-	oracle        oracleTable  // [solution] or BenchFlow's oracle
-	source        string
-	artifacts     []any
-	steps         bool // a multi-step task
-	multiRole     bool // task.md with agents, scenes or user
+	schemaVersion  string // schema_version
+	version        string // Harbor's older version key
+	name           string // task.md's top-level name (BenchFlow)
+	task           taskTable
+	metadata       map[string]any // free-form
+	agent          agentTable
+	verifier       verifierTable
+	sandbox        sandboxTable // [environment] or BenchFlow's sandbox
+	oracle         oracleTable  // [solution] or BenchFlow's oracle
+	source         string
+	artifacts      []any
+	steps          []stepTable // [[steps]], in order
+	rewardStrategy string      // multi_step_reward_strategy
+	multiRole      bool        // task.md with agents, scenes or user
 }
 
 func newTaskConfig() *taskConfig {
@@ -197,9 +198,19 @@ var topFields = map[string]field[taskConfig]{
 		c.artifacts = l
 		return nil
 	},
-	"steps": skipField(func(r *configReader, c *taskConfig, e entry) {
-		c.steps = c.steps || e.v != nil
-	}),
+	"steps": func(r *configReader, c *taskConfig, e entry) error {
+		return r.readSteps(c, e)
+	},
+	"multi_step_reward_strategy": func(r *configReader, c *taskConfig, e entry) (err error) {
+		if e.v == nil {
+			return nil
+		}
+		c.rewardStrategy, err = r.str(e.v, e.path)
+		if err == nil && c.rewardStrategy != StepRewardMean && c.rewardStrategy != StepRewardFinal {
+			err = r.errf(e.path, "must be %q or %q, not %q", StepRewardMean, StepRewardFinal, c.rewardStrategy)
+		}
+		return err
+	},
 	"agents": skipField(markMultiRole),
 	"scenes": skipField(markMultiRole),
 	"user":   skipField(markMultiRole),
@@ -393,9 +404,6 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	t.CPUs, t.MemoryMB, t.StorageMB, t.GPUs = s.cpus, s.memoryMB, s.storageMB, s.gpus
 	t.MCPServers, t.SkillsDir = s.mcpServers, s.skillsDir
 	t.Source, t.Artifacts = c.source, c.artifacts
-	if c.steps {
-		t.Unsupported = "multi-step task (steps): not supported yet, listed only"
-	}
 	t.MultiRole = c.multiRole
 
 	var err error
@@ -420,5 +428,6 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	r.warnings = append(r.warnings, ve.warnings...)
 	r.warnings = append(r.warnings, oe.warnings...)
 	r.warnings = append(r.warnings, se.warnings...)
+	r.fillSteps(t, c)
 	return nil
 }

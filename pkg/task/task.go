@@ -130,6 +130,15 @@ type Task struct {
 	SkillsDir string `json:"skills_dir,omitempty"`
 	// MCPServers is the sandbox table's mcp_servers, each as written.
 	MCPServers []map[string]any `json:"mcp_servers,omitempty"`
+	// Steps are the [[steps]] of a multi-step task (Harbor schema 1.1), in
+	// declared order; nil for a single-step task. A multi-step task has no
+	// root instruction, solution or test script of its own: each step has
+	// them under steps/<name>/.
+	Steps []Step `json:"steps,omitempty"`
+	// MultiStepRewardStrategy is how the cell's reward is made of the
+	// steps' (StepRewardMean, the default, or StepRewardFinal); "" for a
+	// single-step task.
+	MultiStepRewardStrategy string `json:"multi_step_reward_strategy,omitempty"`
 	// Artifacts is the top-level artifacts list, each entry as written.
 	Artifacts []any `json:"artifacts,omitempty"`
 	// DockerfileWorkdir is the WORKDIR the final stage of
