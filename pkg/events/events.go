@@ -40,6 +40,8 @@ const (
 	Operation      Type = "Operation"
 	EgressDecision Type = "EgressDecision"
 	Finished       Type = "Finished"
+	StepStarted    Type = "StepStarted"
+	StepVerdict    Type = "StepVerdict"
 	VerifyStarted  Type = "VerifyStarted"
 	Verdict        Type = "Verdict"
 	CellErrored    Type = "CellErrored"
@@ -263,8 +265,8 @@ func IsRunLevel(t Type) bool {
 func Types() []Type {
 	return []Type{RunRequested, RunPlanned, CellPlanned, CellRefused, ImageBuilt,
 		SandboxStarted, Started, Message, Command, FileChange, ToolCall, Usage,
-		Operation, EgressDecision, Finished, VerifyStarted, Verdict, CellErrored,
-		CellSuperseded, RunFinished}
+		Operation, EgressDecision, StepStarted, StepVerdict, Finished, VerifyStarted,
+		Verdict, CellErrored, CellSuperseded, RunFinished}
 }
 
 // DataType returns a new zero value of the data type registered for t.
@@ -292,6 +294,8 @@ var dataTypes = map[Type]func() any{
 	Operation:      func() any { return new(OperationData) },
 	EgressDecision: func() any { return new(EgressDecisionData) },
 	Finished:       func() any { return new(FinishedData) },
+	StepStarted:    func() any { return new(StepStartedData) },
+	StepVerdict:    func() any { return new(StepVerdictData) },
 	VerifyStarted:  func() any { return new(VerifyStartedData) },
 	Verdict:        func() any { return new(VerdictData) },
 	CellErrored:    func() any { return new(CellErroredData) },

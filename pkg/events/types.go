@@ -271,6 +271,42 @@ type VerdictData struct {
 	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
+// StepStartedData opens one step of a multi-step cell (Harbor's
+// [[steps]]): the steps run in declared order in the cell's one sandbox,
+// each solved and then scored by its own verifier before the next.
+type StepStartedData struct {
+	// Index is the step's 0-based place in declared order; Of the number
+	// of steps.
+	Index int    `json:"index"`
+	Of    int    `json:"of"`
+	Name  string `json:"name"`
+}
+
+// StepVerdictData closes one step of a multi-step cell: its solve, its
+// verifier's verdict, and whether it stopped the trial. A step that never
+// ran because an earlier one stopped the trial is recorded with Skipped
+// (and no Solve or Verdict): skipped, never errored. The cell's own
+// Finished and Verdict follow the last step, the Verdict's reward rolled
+// up by multi_step_reward_strategy.
+type StepVerdictData struct {
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	// Skipped: an earlier step stopped the trial; SkipReason says which.
+	Skipped    bool   `json:"skipped,omitempty"`
+	SkipReason string `json:"skip_reason,omitempty"`
+	// Solve is the step's solve (nil when it never ran).
+	Solve *FinishedData `json:"solve,omitempty"`
+	// Verdict is the step verifier's outcome (nil when the step has no
+	// verdict: skipped, or Error).
+	Verdict *VerdictData `json:"verdict,omitempty"`
+	// Error says why a step that ran has no verdict (its workdir upload,
+	// setup.sh or healthcheck failed, or its verifier could not run).
+	Error string `json:"error,omitempty"`
+	// Stop is why this step stopped the trial (its min_reward missed, or
+	// no verdict); "" when the next step runs.
+	Stop string `json:"stop,omitempty"`
+}
+
 // CellErroredData ends a cell that has no verdict.
 type CellErroredData struct {
 	ErrorClass string `json:"error_class"`

@@ -39,6 +39,13 @@ type Freezer interface {
 	Freeze(ctx context.Context, h *Handle) (alive int, err error)
 }
 
+// Thawer resumes a sandbox a Freezer froze, with every process the
+// verifier's exit hook stopped (see Docker.Thaw): a multi-step task's
+// next step runs in the same sandbox.
+type Thawer interface {
+	Thaw(ctx context.Context, h *Handle) error
+}
+
 // ProcessKiller kills every process of user in a sandbox (see
 // Docker.KillAll).
 type ProcessKiller interface {

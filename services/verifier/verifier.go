@@ -240,40 +240,87 @@ const exitHook = "unset BASH_ENV\ntrap 'kill -STOP -1 2>/dev/null' EXIT\n"
 // the script starts.
 const exitHookPath = "/.proctor-verifier-exit.sh"
 
-// runTests copies the tests to /tests and /verifier, creates
-// /logs/verifier fresh (nothing a solver wrote there counts), runs
-// `bash /tests/test.sh` as root with [verifier].timeout_sec and the literal
-// [verifier.env], freezes the sandbox when the script has ended (every
-// process left is stopped and counted in LeftoverProcesses), copies /logs
-// out and reads the reward from the frozen sandbox. The script's exit code
-// is recorded but does not decide the reward (as in Harbor). A timeout is
-// reward 0 with TimedOut set, not an error.
+// TestSpec is what one verifier run needs of its task: the tests
+// directories copied to /tests and /verifier in order (a later one's files
+// win over an earlier one's, as Harbor uploads a step's tests/ over the
+// task-level tests/), the test script's base name, the literal env and the
+// budget in seconds.
+type TestSpec struct {
+	TestsDirs  []string
+	Script     string
+	Env        map[string]string
+	TimeoutSec float64
+	// Log names the capture file of the script's output in the cell
+	// directory ("verifier.log" when "").
+	Log string
+	// Network is the sandbox's network during the run; on
+	// sandbox.NetworkBridge the script gets the host's proxy variables
+	// without their credentials.
+	Network string
+}
+
+// TaskTests is the TestSpec of a single-step task.
+func TaskTests(t *task.Task) TestSpec {
+	return TestSpec{TestsDirs: []string{t.TestsDir}, Script: filepath.Base(t.TestScript), Env: t.VerifierEnv, TimeoutSec: t.VerifierTimeoutSec}
+}
+
 func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir, network string) (events.VerdictData, error) {
+	spec := TaskTests(t)
+	spec.Network = network
+	return RunTests(ctx, s.driver, spec, h, dir)
+}
+
+// RunTests copies the tests to /tests and /verifier, creates
+// /logs/verifier fresh (nothing a solver wrote there counts), runs
+// `bash /tests/<script>` as root with the spec's timeout and literal env,
+// freezes the sandbox when the script has ended (every process left is
+// stopped and counted in LeftoverProcesses), copies /logs out into dir and
+// reads the reward from the frozen sandbox. The script's exit code is
+// recorded but does not decide the reward (as in Harbor). A timeout is
+// reward 0 with TimedOut set, not an error. driver needs sandbox.Freezer
+// and sandbox.FileCopier; without them the error says so.
+func RunTests(ctx context.Context, driver sandbox.Driver, spec TestSpec, h *sandbox.Handle, dir cellfs.Dir) (events.VerdictData, error) {
 	var v events.VerdictData
-	freezer, ok := s.driver.(sandbox.Freezer)
+	freezer, ok := driver.(sandbox.Freezer)
 	if !ok {
-		return v, fmt.Errorf("the sandbox driver %T cannot freeze a sandbox before its reward is read", s.driver)
+		return v, fmt.Errorf("the sandbox driver %T cannot freeze a sandbox before its reward is read", driver)
 	}
 	stage := harness.StagePath("tests")
-	if err := s.driver.CopyIn(ctx, h, t.TestsDir, stage); err != nil {
-		return v, fmt.Errorf("copy tests in: %w", err)
+	dirs := 0
+	for _, td := range spec.TestsDirs {
+		if td == "" {
+			continue
+		}
+		// Each directory's contents land in the one stage, the later
+		// ones over the earlier ones.
+		if err := driver.CopyIn(ctx, h, td, stage); err != nil {
+			return v, fmt.Errorf("copy tests in: %w", err)
+		}
+		dirs++
 	}
-	out, err := dir.OpenCapture("verifier.log")
+	if dirs == 0 {
+		return v, errors.New("no tests directory to copy in")
+	}
+	logName := spec.Log
+	if logName == "" {
+		logName = "verifier.log"
+	}
+	out, err := dir.OpenCapture(logName)
 	if err != nil {
 		return v, err
 	}
-	dir.Logf("verify: bash /tests/%s (timeout %gs)", filepath.Base(t.TestScript), t.VerifierTimeoutSec)
+	dir.Logf("verify: bash /tests/%s (timeout %gs)", spec.Script, spec.TimeoutSec)
 	// One exec: a fresh /logs/verifier (nothing a solver wrote there
 	// counts), fresh /tests and /verifier (nothing planted beside the
 	// tests), then the test script.
-	env := maps.Clone(t.VerifierEnv)
+	env := maps.Clone(spec.Env)
 	if _, ok := env["BASH_ENV"]; !ok {
 		if env == nil {
 			env = map[string]string{}
 		}
 		env["BASH_ENV"] = exitHookPath
 	}
-	if network == sandbox.NetworkBridge {
+	if spec.Network == sandbox.NetworkBridge {
 		// A public verifier gets the host's proxy variables, without
 		// their credentials (the task's own variables win).
 		for k, v := range sandbox.HostProxyEnv(os.Getenv) {
@@ -282,12 +329,12 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 			}
 		}
 	}
-	res, err := s.driver.Exec(ctx, h, sandbox.ExecSpec{
+	res, err := driver.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: harness.PlaceAndRun(stage, []string{"/tests", "/verifier"},
 			[]string{"/logs/verifier", "/tests", "/verifier", exitHookPath}, []string{"/logs/verifier", "/logs/agent", "/logs/artifacts"},
-			[]string{"sh", "-c", `printf '%s' "$1" > "$2" && exec bash "$3"`, "sh", exitHook, exitHookPath, "/tests/" + filepath.Base(t.TestScript)}),
+			[]string{"sh", "-c", `printf '%s' "$1" > "$2" && exec bash "$3"`, "sh", exitHook, exitHookPath, "/tests/" + spec.Script}),
 		Env:     env,
-		Timeout: time.Duration(t.VerifierTimeoutSec * float64(time.Second)), Grace: time.Second,
+		Timeout: time.Duration(spec.TimeoutSec * float64(time.Second)), Grace: time.Second,
 		Stdout: out, Stderr: out,
 	})
 	_ = out.Close(dir, "")
@@ -312,7 +359,7 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	}
 	v.DurationSec = float64(res.Duration.Milliseconds()) / 1000
 	v.StdoutTail = out.RowTail()
-	files, copyErr := s.copyLogs(ctx, h, dir)
+	files, copyErr := copyLogs(ctx, driver, h, dir)
 	if res.TimedOut {
 		zero := 0.0
 		v.Reward, v.TimedOut = &zero, true
@@ -341,13 +388,13 @@ const (
 // files read from the same stream (sandbox.FileCopier: regular
 // files of at most harness.MaxRewardFileBytes, nothing resolved on the
 // host). A missing /logs is no files. The error is the engine's.
-func (s *Service) copyLogs(ctx context.Context, h *sandbox.Handle, dir cellfs.Dir) (map[string]sandbox.FileResult, error) {
+func copyLogs(ctx context.Context, driver sandbox.Driver, h *sandbox.Handle, dir cellfs.Dir) (map[string]sandbox.FileResult, error) {
 	if err := os.RemoveAll(dir.Path("logs")); err != nil {
 		return nil, err
 	}
-	fc, ok := s.driver.(sandbox.FileCopier)
+	fc, ok := driver.(sandbox.FileCopier)
 	if !ok {
-		return nil, fmt.Errorf("the sandbox driver %T cannot read files out without the host", s.driver)
+		return nil, fmt.Errorf("the sandbox driver %T cannot read files out without the host", driver)
 	}
 	files, err := fc.CopyOutFiles(ctx, h, "/logs", dir.Path(),
 		map[string]int64{rewardTxt: harness.MaxRewardFileBytes, rewardJSON: harness.MaxRewardFileBytes})

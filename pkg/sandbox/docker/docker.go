@@ -67,6 +67,7 @@ var (
 	_ sandbox.DerivedImager = (*Driver)(nil)
 	_ sandbox.BridgeJoiner  = (*Driver)(nil)
 	_ sandbox.Freezer       = (*Driver)(nil)
+	_ sandbox.Thawer        = (*Driver)(nil)
 	_ sandbox.ProcessKiller = (*Driver)(nil)
 	_ sandbox.OOMCounter    = (*Driver)(nil)
 	_ sandbox.FileCopier    = (*Driver)(nil)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 
@@ -51,6 +52,38 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 		return 0, fmt.Errorf("sandbox: docker: list the processes of %s: %w", short(cid), err)
 	}
 	return countAlive(top.Titles, top.Processes, ins.State.Pid)
+}
+
+// Thaw undoes Freeze for a multi-step task's next step: it unpauses the
+// container (when paused) and sends SIGCONT to every process in it, so the
+// processes the verifier's exit hook stopped with SIGSTOP (a server the
+// agent started in an earlier step) run again, as they would in Harbor's
+// one shared environment. A container that is not running is an error.
+func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
+	cid, err := d.container(h)
+	if err != nil {
+		return err
+	}
+	ins, err := d.cli.ContainerInspect(ctx, cid)
+	if err != nil {
+		return d.execErr(err)
+	}
+	if ins.State == nil || !ins.State.Running {
+		return fmt.Errorf("%w: container %s is not running", sandbox.ErrDestroyed, short(cid))
+	}
+	if ins.State.Paused {
+		if err := d.cli.ContainerUnpause(ctx, cid); err != nil {
+			return fmt.Errorf("sandbox: docker: unpause %s: %w", short(cid), err)
+		}
+	}
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "kill -CONT -1 2>/dev/null; exit 0"}, Timeout: 30 * time.Second})
+	if err != nil {
+		return fmt.Errorf("sandbox: docker: resume the processes of %s: %w", short(cid), err)
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("sandbox: docker: resume the processes of %s: exit %d", short(cid), res.ExitCode)
+	}
+	return nil
 }
 
 // countAlive counts the rows of a `ps -o pid,stat` listing that are not

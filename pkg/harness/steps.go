@@ -1,0 +1,112 @@
+package harness
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// StepScore is one step of a multi-step cell as the roll-up sees it.
+type StepScore struct {
+	// Ran is false for a step skipped after an earlier one stopped the
+	// trial.
+	Ran bool
+	// Rewards is the step verifier's reward map (reward.json's keys, or
+	// {"reward": r}); nil when the step has no verdict (its verifier
+	// failed, or it never ran).
+	Rewards map[string]float64
+}
+
+// MissesMinReward reports whether rewards miss the gate min (a step's
+// min_reward, key -> threshold) and says which key: a key below its
+// threshold, or a key the verifier did not write, misses it. A nil gate
+// is never missed; a step without a verdict (nil rewards) misses any gate.
+func MissesMinReward(min, rewards map[string]float64) (string, bool) {
+	for _, k := range slices.Sorted(maps.Keys(min)) {
+		got, ok := rewards[k]
+		switch {
+		case !ok:
+			return fmt.Sprintf("min_reward %s = %g: the step's verifier wrote no %q", k, min[k], k), true
+		case got < min[k]:
+			return fmt.Sprintf("min_reward %s = %g: the step's %s is %g", k, min[k], k, got), true
+		}
+	}
+	return "", false
+}
+
+// RollUpSteps makes a multi-step cell's reward map of its steps' as
+// Harbor's multi_step_reward_strategy does:
+//
+//   - mean (the default): per key, the mean over the steps that have a
+//     verdict, a key a step did not write counting 0 for that step; steps
+//     without a verdict — skipped after an early stop, or whose verifier
+//     failed — are left out of the mean, not counted as 0;
+//   - final: the last step that ran, its reward map as it is.
+//
+// The primary reward is the map's "reward" key, else its only key (as
+// ParseReward picks it), and must be a finite number in [0,1]. It returns
+// nil and the reason when there is no primary reward (no step has a
+// verdict; final's last step has none; no primary key).
+func RollUpSteps(strategy string, steps []StepScore) (*float64, map[string]float64, string) {
+	var rewards map[string]float64
+	switch strategy {
+	case task.StepRewardFinal:
+		last := -1
+		for i, s := range steps {
+			if s.Ran {
+				last = i
+			}
+		}
+		if last < 0 {
+			return nil, nil, "no step ran"
+		}
+		if steps[last].Rewards == nil {
+			return nil, nil, fmt.Sprintf("the final step that ran (step %d) has no verdict", last+1)
+		}
+		rewards = maps.Clone(steps[last].Rewards)
+	case task.StepRewardMean, "":
+		n := 0
+		sum := map[string]float64{}
+		for _, s := range steps {
+			if s.Rewards == nil {
+				continue
+			}
+			n++
+			for k, v := range s.Rewards {
+				sum[k] += v
+			}
+		}
+		if n == 0 {
+			return nil, nil, "no step has a verdict"
+		}
+		rewards = map[string]float64{}
+		for k, v := range sum {
+			rewards[k] = round9(v / float64(n))
+		}
+	default:
+		return nil, nil, fmt.Sprintf("unknown multi_step_reward_strategy %q", strategy)
+	}
+	var primary float64
+	if v, ok := rewards["reward"]; ok {
+		primary = v
+	} else if len(rewards) == 1 {
+		for _, v := range rewards {
+			primary = v
+		}
+	} else {
+		keys := slices.Sorted(maps.Keys(rewards))
+		return nil, rewards, fmt.Sprintf("no \"reward\" key among the rolled-up keys (%s)", strings.Join(keys, ", "))
+	}
+	if math.IsNaN(primary) || primary < 0 || primary > 1 {
+		return nil, rewards, fmt.Sprintf("rolled-up reward %g is not in [0,1]", primary)
+	}
+	return &primary, rewards, ""
+}
+
+// round9 rounds a mean to 9 decimals so 1/3+1/3+1/3 reads 1, not
+// 0.9999999999999999, and the same steps give the same bytes.
+func round9(x float64) float64 { return math.Round(x*1e9) / 1e9 }
