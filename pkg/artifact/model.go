@@ -112,6 +112,41 @@ type Result struct {
 	Metrics  Metrics        `json:"metrics"`
 	// Operations are the cell's Operation events' data, in log order.
 	Operations []map[string]any `json:"operations,omitempty"`
+	// Steps are a multi-step cell's steps in declared order (absent for a
+	// single-step task); the row's reward is theirs rolled up by the
+	// task's multi_step_reward_strategy.
+	Steps []StepResult `json:"steps,omitempty"`
+}
+
+// OutcomeSkipped is a step that never ran because an earlier step stopped
+// the trial (its min_reward missed, or it had no verdict): not an error.
+const OutcomeSkipped = "skipped"
+
+// StepResult is results[].steps[]: one step of a multi-step cell.
+type StepResult struct {
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	// Outcome is passed, partial, failed, solver_timeout,
+	// verifier_timeout, verifier_error (the step ran but has no verdict)
+	// or skipped.
+	Outcome string `json:"outcome"`
+	// Reward is the step verifier's primary reward; null when the step has
+	// no verdict or was skipped.
+	Reward  *float64           `json:"reward"`
+	Rewards map[string]float64 `json:"rewards,omitempty"`
+	// ReturnCode is the step's solve exit code; VerifierReturnCode its
+	// test.sh's.
+	ReturnCode         *int `json:"returncode,omitempty"`
+	VerifierReturnCode *int `json:"verifier_returncode,omitempty"`
+	// SolveSec and VerifySec are the phases' durations; ElapsedSec the
+	// step's wall time from StepStarted to StepVerdict (seconds).
+	SolveSec   *float64 `json:"solve_sec,omitempty"`
+	VerifySec  *float64 `json:"verify_sec,omitempty"`
+	ElapsedSec *float64 `json:"elapsed_sec,omitempty"`
+	// Error says why a step that ran has no verdict, or why it was skipped.
+	Error string `json:"error,omitempty"`
+	// Stop says why this step stopped the trial.
+	Stop string `json:"stop,omitempty"`
 }
 
 // Metrics is the telemetry of a cell. Absent numbers are omitted, never 0.

@@ -48,6 +48,11 @@ func fixtureResults() []artifact.Result {
 			Attempt: 2, Outcome: artifact.OutcomePartial, Passed: false,
 			Reward: f64(0.5), Rewards: map[string]float64{"reward": 0.5, "style": 0.25}, ReturnCode: intp(0),
 			ElapsedSec: 12.5, TaskRevision: "sha256:aaa",
+			Steps: []artifact.StepResult{
+				{Index: 0, Name: "one", Outcome: artifact.OutcomePartial, Reward: f64(0.5), Rewards: map[string]float64{"reward": 0.5, "style": 0.25},
+					ReturnCode: intp(0), VerifierReturnCode: intp(0), SolveSec: f64(1.5), VerifySec: f64(0.25), ElapsedSec: f64(2), Stop: "step one: min_reward reward = 1: the step's reward is 0.5"},
+				{Index: 1, Name: "two", Outcome: artifact.OutcomeSkipped, Error: "step one: min_reward reward = 1: the step's reward is 0.5"},
+			},
 			TaskMeta: map[string]any{"difficulty": "easy", "category": "basics", "tags": []any{"shell", "files"}},
 			Metrics: artifact.Metrics{
 				CostUSD: f64(0.0123), PromptTokens: i64(1200), CompletionTokens: i64(340), TotalTokens: i64(1540),

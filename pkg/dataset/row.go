@@ -1,6 +1,8 @@
 package dataset
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"unsafe"
@@ -81,6 +83,16 @@ type TaskRunRow struct {
 	MetricsJSON    string  `json:"metrics_json" parquet:"metrics_json"`
 	OperationsJSON string  `json:"operations_json" parquet:"operations_json"`
 	RewardsJSON    *string `json:"rewards_json" parquet:"rewards_json,optional"`
+
+	// Multi-step cells (artifact steps[]); all nil for a single-step task.
+	// StepCount is the number of declared steps, StepsRun those that ran
+	// and StepsSkipped those skipped after an early stop; StepsJSON is the
+	// steps[] list as compact JSON (each step's name, outcome, reward,
+	// rewards and timings).
+	StepCount    *int64  `json:"step_count" parquet:"step_count,optional"`
+	StepsRun     *int64  `json:"steps_run" parquet:"steps_run,optional"`
+	StepsSkipped *int64  `json:"steps_skipped" parquet:"steps_skipped,optional"`
+	StepsJSON    *string `json:"steps_json" parquet:"steps_json,optional"`
 }
 
 // Rows flattens every result of a into a TaskRunRow, in the artifact's
@@ -292,7 +304,32 @@ func (c *converter) convert(row *TaskRunRow, r *artifact.Result) error {
 		row.RewardsJSON = c.strp("")
 		jsonCol(row.RewardsJSON, "rewards", func(b []byte) ([]byte, error) { return c.enc.appendAny(b, r.Rewards) })
 	}
+	if len(r.Steps) > 0 {
+		skipped := 0
+		for _, s := range r.Steps {
+			if s.Outcome == artifact.OutcomeSkipped {
+				skipped++
+			}
+		}
+		row.StepCount = c.int64p(int64(len(r.Steps)))
+		row.StepsRun = c.int64p(int64(len(r.Steps) - skipped))
+		row.StepsSkipped = c.int64p(int64(skipped))
+		row.StepsJSON = c.strp("")
+		jsonCol(row.StepsJSON, "steps", func(b []byte) ([]byte, error) { return appendStepsJSON(b, r.Steps) })
+	}
 	return firstErr
+}
+
+// appendStepsJSON appends steps as compact JSON in the artifact's field
+// order (encoding/json: struct order, sorted map keys, no HTML escaping).
+func appendStepsJSON(b []byte, steps []artifact.StepResult) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(steps); err != nil {
+		return b, err
+	}
+	return append(b, bytes.TrimRight(buf.Bytes(), "\n")...), nil
 }
 
 // metaString renders a task metadata scalar: a string as itself, nil as

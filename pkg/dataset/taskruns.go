@@ -116,7 +116,7 @@ func ParquetWriterOptions(blobs ...string) []parquet.WriterOption {
 }
 
 // taskRunBlobs are the free-text columns of TaskRunRow.
-var taskRunBlobs = []string{"output_dir", "error", "stdout_tail", "task_metadata_json", "metrics_json", "operations_json", "rewards_json"}
+var taskRunBlobs = []string{"output_dir", "error", "stdout_tail", "task_metadata_json", "metrics_json", "operations_json", "rewards_json", "steps_json"}
 
 // WriteTaskRunsParquet writes the rows of a to w as one Parquet file with
 // ParquetWriterOptions (no page bounds for the free-text and JSON columns);

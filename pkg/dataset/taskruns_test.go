@@ -64,6 +64,10 @@ var wantColumns = []struct{ name, duck, arrow string }{
 	{"metrics_json", "VARCHAR", "Utf8"},
 	{"operations_json", "VARCHAR", "Utf8"},
 	{"rewards_json", "VARCHAR", "Utf8"},
+	{"step_count", "BIGINT", "Int64"},
+	{"steps_run", "BIGINT", "Int64"},
+	{"steps_skipped", "BIGINT", "Int64"},
+	{"steps_json", "VARCHAR", "Utf8"},
 }
 
 // readerOutput is what testdata/read_parquet.mjs and read_arrow.mjs print.
@@ -435,6 +439,9 @@ func checkAgainstArtifact(t *testing.T, format string, a *artifact.Artifact, row
 		} else {
 			checkJSONCol(t, format, r.CellID, row, "rewards_json", r.Rewards)
 		}
+		if len(r.Steps) > 0 {
+			checkJSONCol(t, format, r.CellID, row, "steps_json", r.Steps)
+		}
 		if r.TaskMeta != nil {
 			checkJSONCol(t, format, r.CellID, row, "task_metadata_json", r.TaskMeta)
 		}
@@ -465,6 +472,11 @@ func checkAgainstArtifact(t *testing.T, format string, a *artifact.Artifact, row
 		{"math/agent:demo/m1/0", "metric_cost_usd", 0.0},
 		{"math/agent:demo/m1/0", "metric_n_calls", 0.0},
 		{"math/agent:demo/m1/0", "difficulty", "3"},
+		{"hello/agent:demo/m1/0", "step_count", 2.0},
+		{"hello/agent:demo/m1/0", "steps_run", 1.0},
+		{"hello/agent:demo/m1/0", "steps_skipped", 1.0},
+		{"math/oracle/default/0", "step_count", nil},
+		{"math/oracle/default/0", "steps_json", nil},
 	} {
 		if g := normalize(byCell[c.cell][c.col]); !reflect.DeepEqual(g, c.want) {
 			t.Errorf("%s %s: %s = %#v, want %#v", format, c.cell, c.col, g, c.want)

@@ -77,6 +77,11 @@ type cellState struct {
 	egress    *artifact.EgressCounts
 	egressSet map[string]map[string]bool // decision → "host:port" set
 	denied    map[[2]string]int          // (target, reason) → count
+	// steps are a multi-step cell's StepVerdicts in log order; stepAt
+	// the times of their StepStarted by index.
+	steps  []events.StepVerdictData
+	stepAt map[int]time.Time
+	stepIn []time.Time
 
 	// decodeErr is the error of this attempt's first outcome event
 	// (Verdict, CellErrored, CellRefused, Finished) whose data did not
@@ -168,6 +173,19 @@ func (p *Projector) Apply(e events.Envelope) {
 				p.mapRules = map[string]bool{}
 			}
 			p.mapRules[r] = true
+		}
+	case events.StepStarted:
+		var st events.StepStartedData
+		p.into(e, &st)
+		if c.stepAt == nil {
+			c.stepAt = map[int]time.Time{}
+		}
+		c.stepAt[st.Index] = e.At
+	case events.StepVerdict:
+		var sv events.StepVerdictData
+		if err := p.into(e, &sv); err == nil {
+			c.steps = append(c.steps, sv)
+			c.stepIn = append(c.stepIn, e.At)
 		}
 	case events.SandboxStarted:
 		var sb events.SandboxStartedData
@@ -522,6 +540,9 @@ func (p *Projector) row(id string) artifact.Result {
 	default:
 		errored(artifact.ErrorInfra, "no verdict: the run ended before this cell finished")
 	}
+	for i, sv := range c.steps {
+		r.Steps = append(r.Steps, stepRow(sv, c.stepAt, c.stepIn[i]))
+	}
 	if c.limits != nil {
 		l := artifact.Limits(*c.limits)
 		m.Limits = &l
@@ -544,6 +565,49 @@ func (p *Projector) row(id string) artifact.Result {
 		r.Error = msg
 	}
 	return r
+}
+
+// stepRow is one steps[] entry: the step's outcome by the same rules as
+// a cell's (a solve timeout is a miss, no reward is verifier_error), or
+// skipped.
+func stepRow(sv events.StepVerdictData, startedAt map[int]time.Time, at time.Time) artifact.StepResult {
+	s := artifact.StepResult{Index: sv.Index, Name: sv.Name, Error: sv.Error, Stop: sv.Stop}
+	if sv.Skipped {
+		s.Outcome, s.Error = artifact.OutcomeSkipped, sv.SkipReason
+		return s
+	}
+	if t, ok := startedAt[sv.Index]; ok && !at.Before(t) {
+		s.ElapsedSec = ptr(round3(at.Sub(t).Seconds()))
+	}
+	if f := sv.Solve; f != nil {
+		s.ReturnCode, s.SolveSec = ptr(f.ExitCode), ptr(f.DurationSec)
+	}
+	v := sv.Verdict
+	if v != nil {
+		s.VerifierReturnCode, s.VerifySec = v.ReturnCode, ptr(v.DurationSec)
+	}
+	switch {
+	case v == nil || v.Reward == nil:
+		s.Outcome = artifact.OutcomeVerifierError
+		if v != nil && s.Error == "" {
+			s.Error = v.Error
+		}
+	case v.TimedOut:
+		s.Outcome, s.Reward, s.Rewards = artifact.OutcomeVerifierTimeout, ptr(0.0), v.Rewards
+	default:
+		s.Reward, s.Rewards = ptr(*v.Reward), v.Rewards
+		switch rw := *v.Reward; {
+		case sv.Solve != nil && sv.Solve.TimedOut:
+			s.Outcome = artifact.OutcomeSolverTimeout
+		case rw >= 1:
+			s.Outcome = artifact.OutcomePassed
+		case rw > 0:
+			s.Outcome = artifact.OutcomePartial
+		default:
+			s.Outcome = artifact.OutcomeFailed
+		}
+	}
+	return s
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -50,10 +50,10 @@ type Needs struct {
 var (
 	// NeedsOracle: the reference solution in the task container, scored by
 	// the task verifier.
-	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true}
+	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true, Steps: true}
 	// NeedsContainerAgent: an agent inside the task container (agent:<dir>,
 	// claude-code), scored by the task verifier.
-	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true}
+	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true}
 	// NeedsProbe: the isolation probe runs in exactly the sandbox an agent
 	// arm gets; it is not scored by the verifier.
 	NeedsProbe = Needs{Image: true, AgentWorkdir: true}

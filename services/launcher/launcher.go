@@ -277,6 +277,9 @@ func (c *cell) run(ctx context.Context) error {
 	if err := c.emit(ctx, events.SandboxStarted, sb); err != nil {
 		return err
 	}
+	if len(c.task.Steps) > 0 {
+		return c.runSteps(ctx, arm, p, h, teardown)
+	}
 
 	out, err := arm.Solve(ctx, c, p, h)
 	// The egress proxy's decisions are recorded before Finished, also

@@ -1,0 +1,2 @@
+#!/bin/bash
+cp /app/template.txt /app/notes.txt

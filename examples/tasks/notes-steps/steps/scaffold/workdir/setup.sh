@@ -1,0 +1,3 @@
+#!/bin/bash
+# Reserved: run in the working directory before the step's agent, then removed.
+echo "set up by $(id -un)" > /app/.scaffold-ready

@@ -1,0 +1,342 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/cellfs"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/services/verifier"
+)
+
+// A multi-step task (Harbor's [[steps]], DESIGN §3) runs here, in the
+// launcher, from the first step to the last in the one sandbox the arm
+// placed: for each step, StepStarted; its workdir/ uploaded to the working
+// directory and its setup.sh run as the solving user, then removed; its
+// healthcheck; the arm's Solve with the step's instruction, solution and
+// budget (the arm sees the task through the step); the step's tests (the
+// task-level tests/ with the step's tests/ over it) scored by the
+// verifier's own RunTests, the sandbox frozen before the reward is read
+// and thawed for the next step; the task's artifacts collected; then
+// StepVerdict. A step whose reward misses its min_reward, or that has no
+// verdict, stops the trial: each later step is recorded skipped. The cell
+// then gets one Finished (the steps' solve time summed) and one Verdict
+// whose reward is rolled up by multi_step_reward_strategy
+// (harness.RollUpSteps), or CellErrored when no reward can be rolled up.
+// No verify job is handed over: the steps alternate solve and verify on
+// one sandbox, which one service drives.
+
+// stepEnv is the arm's view of one step: the task as the step sees it, the
+// step's own output directory, and Started recorded only once per cell.
+type stepEnv struct {
+	*cell
+	t     *task.Task
+	dir   cellfs.Dir
+	quiet bool
+}
+
+func (e *stepEnv) Task() *task.Task { return e.t }
+func (e *stepEnv) Dir() cellfs.Dir  { return e.dir }
+func (e *stepEnv) Emit(ctx context.Context, t events.Type, data any, at time.Time) error {
+	if e.quiet && t == events.Started {
+		return nil
+	}
+	return e.cell.Emit(ctx, t, data, at)
+}
+
+// stepTask is t seen through step s: the step's instruction, solution,
+// tests, budgets, users and verifier env in place of the task's.
+func stepTask(t *task.Task, s *task.Step) *task.Task {
+	v := *t
+	v.Prompt, v.InstructionFile = s.Prompt, s.InstructionFile
+	v.SolutionDir, v.SolutionScript = s.SolutionDir, s.SolutionScript
+	v.TestScript = s.TestScript
+	v.AgentTimeoutSec, v.AgentUser = s.AgentTimeoutSec, s.AgentUser
+	v.VerifierTimeoutSec, v.VerifierUser, v.VerifierEnv = s.VerifierTimeoutSec, s.VerifierUser, s.VerifierEnv
+	return &v
+}
+
+// stepSolveUser is who runs a step's setup.sh: the user the arm solves as
+// (in-container agents: harness.AgentUser), else the step's agent user
+// ("" = root).
+func stepSolveUser(arm harness.Arm, s *task.Step) string {
+	if arm.Ref().Kind == harness.Agent {
+		return harness.AgentUser
+	}
+	return s.AgentUser
+}
+
+func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placement, h *sandbox.Handle, teardown func()) error {
+	t := c.task
+	workdir := p.Workdir
+	if workdir == "" {
+		workdir = p.Image.Workdir
+	}
+	if workdir == "" {
+		workdir = "/"
+	}
+	scores := make([]harness.StepScore, len(t.Steps))
+	var fin events.FinishedData
+	stop := ""
+	for i := range t.Steps {
+		s := &t.Steps[i]
+		if stop != "" {
+			if err := c.emit(ctx, events.StepVerdict, events.StepVerdictData{Index: i, Name: s.Name, Skipped: true, SkipReason: stop}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.emit(ctx, events.StepStarted, events.StepStartedData{Index: i, Of: len(t.Steps), Name: s.Name}); err != nil {
+			return err
+		}
+		sv, err := c.runStep(ctx, arm, p, h, i, s, workdir)
+		var sf *stepFailure
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &sf):
+			sv.Error = sf.msg
+			c.Dir().Logf("step %s has no verdict: %s", s.Name, sf.msg)
+		default:
+			// proctor's own failure (the engine, the files, the event
+			// log): the cell has no verdict, never a roll-up of part of
+			// its steps.
+			teardown()
+			return c.end(ctx, events.ClassInfra, fmt.Errorf("step %s: %w", s.Name, err))
+		}
+		scores[i].Ran = true
+		if sv.Solve != nil {
+			fin.DurationSec += sv.Solve.DurationSec
+			fin.Reason, fin.ExitCode, fin.StdoutTail, fin.Isolation = sv.Solve.Reason, sv.Solve.ExitCode, sv.Solve.StdoutTail, sv.Solve.Isolation
+			fin.TimedOut = fin.TimedOut || sv.Solve.TimedOut
+			fin.OOMKilled = fin.OOMKilled || sv.Solve.OOMKilled
+		}
+		if sv.Verdict != nil && sv.Verdict.Reward != nil {
+			scores[i].Rewards = sv.Verdict.Rewards
+		}
+		switch {
+		case scores[i].Rewards == nil:
+			sv.Stop = "step " + s.Name + " has no verdict"
+		case s.MinReward != nil:
+			if why, miss := harness.MissesMinReward(s.MinReward, scores[i].Rewards); miss {
+				sv.Stop = "step " + s.Name + ": " + why
+			}
+		}
+		stop = sv.Stop
+		c.collectArtifacts(ctx, p.Driver, h, cellfs.Dir(c.Dir().Path("steps", s.Name)))
+		if stop == "" && i+1 < len(t.Steps) {
+			if err := thaw(ctx, p.Driver, h); err != nil {
+				sv.Stop = "the sandbox could not be resumed for the next step: " + err.Error()
+				stop = sv.Stop
+			}
+		}
+		if sv.Stop != "" {
+			c.Dir().Logf("step %s stops the trial: %s", s.Name, sv.Stop)
+		}
+		if err := c.emit(ctx, events.StepVerdict, sv); err != nil {
+			return err
+		}
+	}
+	fin.DurationSec = float64(int64(fin.DurationSec*1000+0.5)) / 1000
+	if fin.Reason == "" {
+		fin.Reason = "no step solved"
+	}
+	teardown() // before the terminal events: an ended cell owns no container
+	if err := c.emit(ctx, events.Finished, fin); err != nil {
+		return err
+	}
+	reward, rewards, why := harness.RollUpSteps(t.MultiStepRewardStrategy, scores)
+	if reward == nil {
+		return c.end(ctx, events.ClassInfra, fmt.Errorf("multi-step task (%s): no reward: %s", t.MultiStepRewardStrategy, why))
+	}
+	v := events.VerdictData{Reward: reward, Rewards: rewards}
+	c.Dir().Logf("steps rolled up (%s): reward %g", t.MultiStepRewardStrategy, *reward)
+	_ = c.Dir().WriteReward(*reward)
+	if err := c.emit(ctx, events.Verdict, v); err != nil {
+		return err
+	}
+	return c.s.bus.Flush(ctx)
+}
+
+// stepFailure is a step that ran but has no verdict through the task's
+// own doing (its setup.sh failed, its healthcheck never passed): recorded
+// on its StepVerdict, and the trial stops. Every other error of a step is
+// proctor's and errors the cell.
+type stepFailure struct{ msg string }
+
+func (e *stepFailure) Error() string { return e.msg }
+
+// runStep runs step i in h and returns its StepVerdict data (Stop not
+// decided).
+func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement, h *sandbox.Handle, i int, s *task.Step, workdir string) (events.StepVerdictData, error) {
+	sv := events.StepVerdictData{Index: i, Name: s.Name}
+	dir := cellfs.Dir(c.Dir().Path("steps", s.Name))
+	if err := dir.Ensure(); err != nil {
+		return sv, events.Classed(events.ClassInfra, err)
+	}
+	c.Dir().Logf("step %d/%d %s", i+1, len(c.task.Steps), s.Name)
+	d := p.Driver
+	if s.WorkdirDir != "" {
+		if err := uploadWorkdir(ctx, d, h, s, workdir, stepSolveUser(arm, s), dir); err != nil {
+			return sv, err
+		}
+	}
+	if s.Healthcheck != nil {
+		if err := healthcheck(ctx, d, h, s.Healthcheck, workdir, dir); err != nil {
+			return sv, err
+		}
+	}
+	env := &stepEnv{cell: c, t: stepTask(c.task, s), dir: dir, quiet: i > 0}
+	out, err := arm.Solve(ctx, env, p, h)
+	if err != nil {
+		return sv, fmt.Errorf("solve: %w", err)
+	}
+	if out.Verdict != nil {
+		return sv, fmt.Errorf("harness %s scores itself and cannot run steps", arm.Ref().Name)
+	}
+	fin := out.Finished
+	sv.Solve = &fin
+	v, err := verifier.RunTests(ctx, d, verifier.TestSpec{
+		TestsDirs: []string{c.task.TestsDir, s.TestsDir}, Script: filepath.Base(s.TestScript),
+		Env: s.VerifierEnv, TimeoutSec: s.VerifierTimeoutSec,
+	}, h, dir)
+	if err != nil {
+		return sv, fmt.Errorf("verify: %w", err)
+	}
+	sv.Verdict = &v
+	if v.Reward != nil && !v.TimedOut {
+		_ = dir.WriteReward(*v.Reward)
+	}
+	return sv, nil
+}
+
+// uploadWorkdir copies the step's workdir/ into the working directory
+// (each top-level entry replacing one of the same name, owned by user when
+// set), then runs its setup.sh there as user and removes it, as Harbor
+// does. A failing setup.sh is the step's error.
+func uploadWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, s *task.Step, workdir, user string, dir cellfs.Dir) error {
+	stage := harness.StagePath("workdir")
+	if err := d.CopyIn(ctx, h, s.WorkdirDir, stage); err != nil {
+		return fmt.Errorf("upload steps/%s/workdir: %w", s.Name, err)
+	}
+	chown := ""
+	if user != "" {
+		chown = ` && chown -R "$3" "$2/$n"`
+	}
+	script := `mkdir -p "$2" || exit 1
+for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+  [ -e "$f" ] || [ -L "$f" ] || continue
+  n=$(basename "$f")
+  rm -rf "$2/$n" && cp -a "$f" "$2/$n"` + chown + ` || exit 1
+done
+rm -rf "$(dirname "$1")"`
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", script, "sh", stage, workdir, user}, Timeout: 5 * time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d", res.ExitCode)
+	}
+	if err != nil {
+		return fmt.Errorf("upload steps/%s/workdir to %s: %w", s.Name, workdir, err)
+	}
+	dir.Logf("steps/%s/workdir uploaded to %s", s.Name, workdir)
+	if s.SetupScript == "" {
+		return nil
+	}
+	out, err := dir.OpenCapture("setup.log")
+	if err != nil {
+		return err
+	}
+	setup := path.Join(workdir, task.StepSetupScript)
+	res, err = d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd: []string{"bash", setup}, User: user, Workdir: workdir,
+		Timeout: time.Duration(s.AgentTimeoutSec * float64(time.Second)), Grace: time.Second, Stdout: out, Stderr: out,
+	})
+	_ = out.Close(dir, "")
+	// The reserved script is removed whatever it did, as root.
+	if _, rerr := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-f", setup}, Timeout: time.Minute}); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("steps/%s/workdir/%s: %w", s.Name, task.StepSetupScript, err)
+	}
+	if res.ExitCode != 0 || res.TimedOut {
+		return &stepFailure{fmt.Sprintf("steps/%s/workdir/%s exited %d: %s", s.Name, task.StepSetupScript, res.ExitCode, strings.TrimSpace(cellfs.Suffix(out.Tail.String(), 300)))}
+	}
+	dir.Logf("steps/%s/workdir/%s ran as %q and was removed", s.Name, task.StepSetupScript, user)
+	return nil
+}
+
+// healthcheck runs hc until it exits 0, with Docker HEALTHCHECK semantics
+// (task.Healthcheck): failures within the start period do not count.
+func healthcheck(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, hc *task.Healthcheck, workdir string, dir cellfs.Dir) error {
+	start := time.Now()
+	failures := 0
+	for attempt := 1; ; attempt++ {
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+			Cmd: []string{"sh", "-c", hc.Command}, Workdir: workdir,
+			Timeout: time.Duration(hc.TimeoutSec * float64(time.Second)),
+		})
+		if err != nil {
+			return fmt.Errorf("healthcheck: %w", err)
+		}
+		if res.ExitCode == 0 && !res.TimedOut {
+			dir.Logf("healthcheck passed on attempt %d", attempt)
+			return nil
+		}
+		wait := hc.IntervalSec
+		if time.Since(start).Seconds() < hc.StartPeriodSec {
+			wait = hc.StartIntervalSec
+		} else {
+			failures++
+			if failures >= hc.Retries {
+				return &stepFailure{fmt.Sprintf("healthcheck %q failed %d times (last exit %d)", hc.Command, failures, res.ExitCode)}
+			}
+		}
+		// The wait between attempts is the healthcheck's own interval.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(wait * float64(time.Second))):
+		}
+	}
+}
+
+// thaw resumes the sandbox after a step's verifier froze it.
+func thaw(ctx context.Context, d sandbox.Driver, h *sandbox.Handle) error {
+	th, ok := d.(sandbox.Thawer)
+	if !ok {
+		return fmt.Errorf("the sandbox driver %T cannot resume a frozen sandbox", d)
+	}
+	return th.Thaw(ctx, h)
+}
+
+// collectArtifacts copies the task's artifacts (each a path in the
+// sandbox, or a table with source) into the step's artifacts/ directory
+// after the step, as Harbor collects them after each step. A path that
+// does not exist is logged, never an error.
+func (c *cell) collectArtifacts(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, dir cellfs.Dir) {
+	for _, a := range c.task.Artifacts {
+		src := ""
+		switch x := a.(type) {
+		case string:
+			src = x
+		case map[string]any:
+			src, _ = x["source"].(string)
+		}
+		if !strings.HasPrefix(src, "/") {
+			continue
+		}
+		dst := dir.Path("artifacts", strings.TrimPrefix(path.Clean(src), "/"))
+		if err := d.CopyOut(ctx, h, src, filepath.Dir(dst)); err != nil {
+			dir.Logf("artifact %s not collected: %v", src, err)
+		}
+	}
+}
