@@ -79,6 +79,7 @@ func TestRunExamplesWithOracle(t *testing.T) {
 	want := map[string]string{
 		"fix-sum": "passed", "csv-columns": "passed", "count-words": "passed", "noisy-daemon": "passed",
 		"home-workdir": "passed", "slow-check": "verifier_timeout", "bad-reward": "verifier_error", "needs-token": "errored",
+		"notes-steps": "passed",
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d: %v", len(rows), len(want), rows)
@@ -112,13 +113,16 @@ func TestRunExamplesWithOracle(t *testing.T) {
 		t.Error("needs-token: an image build was attempted for an unresolved-env cell")
 	}
 	h := a.Summary.PerHarness["oracle"]
-	if h.N != 8 || h.Errored != 2 || h.Scored != 6 || h.Passed != 5 {
+	if ns := rows["notes-steps"]; len(ns.Steps) != 2 || ns.Steps[0].Outcome != "passed" || ns.Steps[1].Outcome != "passed" {
+		t.Errorf("notes-steps: every step of the example multi-step task passes with the oracle: %+v", ns.Steps)
+	}
+	if h.N != 9 || h.Errored != 2 || h.Scored != 7 || h.Passed != 6 {
 		t.Errorf("summary %+v", h)
 	}
 	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
 		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
 	}
-	if b, err := os.ReadFile(md); err != nil || !bytes.Contains(b, []byte("5/6 passed")) {
+	if b, err := os.ReadFile(md); err != nil || !bytes.Contains(b, []byte("6/7 passed")) {
 		t.Errorf("report: %v\n%s", err, b)
 	}
 	for _, f := range []string{"run.log", "solve.log", "verifier.log", "stdout.tail.txt", "reward.txt"} {

@@ -100,19 +100,19 @@ func TestReplayExportImport(t *testing.T) {
 
 	// The run index.
 	list := mustProctor(t, "runs", "list")
-	if !strings.Contains(list, id) || !strings.Contains(list, "finished") || !strings.Contains(list, "5 passed, 1 verifier_timeout, 1 verifier_error, 1 errored") || !strings.Contains(list, js) {
+	if !strings.Contains(list, id) || !strings.Contains(list, "finished") || !strings.Contains(list, "6 passed, 1 verifier_timeout, 1 verifier_error, 1 errored") || !strings.Contains(list, js) {
 		t.Errorf("runs list:\n%s", list)
 	}
 	var v runView
 	if err := json.Unmarshal([]byte(mustProctor(t, "runs", "show", id[:12], "--json", "--cells")), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.ID != id || v.Status != bus.StatusFinished || v.Artifact != js || v.Report != md || v.Cells != 8 || v.StartedAt == "" || v.FinishedAt == "" ||
-		v.States["passed"] != 5 || v.CellStates["slow-check/oracle/default/1"] != "verifier_timeout" || v.Stale ||
-		len(v.Progress) != 1 || v.Progress[0].Done != 8 || v.Progress[0].Passed != 5 || v.Progress[0].Errored != 2 {
+	if v.ID != id || v.Status != bus.StatusFinished || v.Artifact != js || v.Report != md || v.Cells != 9 || v.StartedAt == "" || v.FinishedAt == "" ||
+		v.States["passed"] != 6 || v.CellStates["slow-check/oracle/default/1"] != "verifier_timeout" || v.Stale ||
+		len(v.Progress) != 1 || v.Progress[0].Done != 9 || v.Progress[0].Passed != 6 || v.Progress[0].Errored != 2 {
 		t.Errorf("runs show: %+v", v)
 	}
-	if show := mustProctor(t, "runs", "show", id); !strings.Contains(show, "oracle: 8/8 done, 0 running, 0 queued, 2 errored, pass rate 5/6 = 83.3 %") {
+	if show := mustProctor(t, "runs", "show", id); !strings.Contains(show, "oracle: 9/9 done, 0 running, 0 queued, 2 errored, pass rate 6/7 = 85.7 %") {
 		t.Errorf("runs show:\n%s", show)
 	}
 
@@ -140,8 +140,8 @@ func TestReplayExportImport(t *testing.T) {
 	// Datasets from the artifact and from the log.
 	ds := filepath.Join(out, "ds")
 	mustProctor(t, "dataset", "export", "--kind", "task_runs", "--input", js, "--out-dir", ds, "--format", "jsonl")
-	if n := bytes.Count(readFile(t, filepath.Join(ds, "task_runs.jsonl")), []byte("\n")); n != 8 {
-		t.Errorf("task_runs.jsonl has %d rows, want 8", n)
+	if n := bytes.Count(readFile(t, filepath.Join(ds, "task_runs.jsonl")), []byte("\n")); n != 9 {
+		t.Errorf("task_runs.jsonl has %d rows, want 9", n)
 	}
 	fromLog := filepath.Join(out, "ds-log")
 	mustProctor(t, "dataset", "export", "--run", id, "--out-dir", fromLog, "--format", "jsonl")
@@ -168,7 +168,7 @@ func TestReplayExportImport(t *testing.T) {
 	if _, _, code := proctor(t, "replay", id); code != ExitError {
 		t.Fatalf("replay of an unknown run: exit %d", code)
 	}
-	if imp := mustProctor(t, "events", "import", evJSONL); !strings.Contains(imp, "imported run "+id+" (finished): 8 cells") {
+	if imp := mustProctor(t, "events", "import", evJSONL); !strings.Contains(imp, "imported run "+id+" (finished): 9 cells") {
 		t.Errorf("import: %s", imp)
 	}
 	if got := mustProctor(t, "replay", id); got != string(wantJS) {

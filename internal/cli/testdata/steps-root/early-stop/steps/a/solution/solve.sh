@@ -1,0 +1,1 @@
+echo 0.5 > /app/score

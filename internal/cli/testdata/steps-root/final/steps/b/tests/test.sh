@@ -1,0 +1,1 @@
+echo 0.25 > /logs/verifier/reward.txt
