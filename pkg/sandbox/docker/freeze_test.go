@@ -223,3 +223,39 @@ ln -s /etc /r/etc-link`)
 		}
 	}
 }
+
+// TestDockerThaw: after Freeze and a SIGSTOP of every process (the
+// verifier's exit hook), Thaw makes Exec work again and a background
+// writer of before the freeze writes again, as a multi-step task's next
+// step needs.
+func TestDockerThaw(t *testing.T) {
+	t.Parallel()
+	d, _ := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, sandbox.Spec{RunID: "run-" + randomHex(4), Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Destroy(ctx, h)
+	execOK(t, d, h, `sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &`)
+	execOK(t, d, h, `kill -STOP -1 2>/dev/null; true`)
+	if _, err := d.Freeze(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Thaw(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	first := execOK(t, d, h, "cat /tmp/tick")
+	deadline := time.Now().Add(30 * time.Second)
+	for execOK(t, d, h, "cat /tmp/tick") == first {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer stayed stopped after Thaw (tick %q)", first)
+		}
+	}
+	if err := d.Destroy(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Thaw(ctx, h); err == nil {
+		t.Error("Thaw of a destroyed sandbox succeeded")
+	}
+}
