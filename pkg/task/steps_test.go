@@ -150,7 +150,7 @@ func TestStepsRefusals(t *testing.T) {
 		want string
 	}{
 		{withSteps(NeedsOracle), "no verifier for step a: neither steps/a/tests/test.sh nor tests/test.sh exists"},
-		{NeedsOracle, "multi-step task (2 steps): this harness cannot run steps"},
+		{NeedsCommand, "multi-step task (2 steps): this harness cannot run steps"},
 		{Needs{Steps: true, SolutionScript: true}, "no reference solution for step b: steps/b/solution/solve.sh is missing"},
 		{Needs{Steps: true, Prompt: true}, "no prompt for step b: steps/b/instruction.md is missing or empty"},
 	} {
