@@ -181,7 +181,7 @@ func TestReplayExportImport(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustProctor(t, "runs", "show", id, "--json")), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Status != bus.StatusFinished || v.Counts["passed"] != 5 || v.Spec.TasksRoot != a.Run.TasksRoot || v.StartedAt != a.Run.StartedAt || v.FinishedAt != a.Run.FinishedAt {
+	if v.Status != bus.StatusFinished || v.Counts["passed"] != 6 || v.Spec.TasksRoot != a.Run.TasksRoot || v.StartedAt != a.Run.StartedAt || v.FinishedAt != a.Run.FinishedAt {
 		t.Errorf("imported record: %+v", v.RunRecord)
 	}
 	if _, errOut, code := proctor(t, "events", "import", evJSONL); code == 0 || !strings.Contains(errOut, "already in the log") {
