@@ -220,20 +220,24 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 }
 
 // uploadWorkdir copies the step's workdir/ into the working directory
-// (each top-level entry replacing one of the same name, owned by user when
-// set), then runs its setup.sh there as user and removes it, as Harbor
+// (each top-level entry replacing one of the same name; the entries and
+// the directory itself owned by user when set), then runs its setup.sh there as user and removes it, as Harbor
 // does. A failing setup.sh is the step's error.
 func uploadWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, s *task.Step, workdir, user string, dir cellfs.Dir) error {
 	stage := harness.StagePath("workdir")
 	if err := d.CopyIn(ctx, h, s.WorkdirDir, stage); err != nil {
 		return fmt.Errorf("upload steps/%s/workdir: %w", s.Name, err)
 	}
-	chown := ""
+	chown, own := "", ""
 	if user != "" {
-		chown = ` && chown -R "$3" "$2/$n"`
+		// The solving user owns what is uploaded and the working
+		// directory itself (as the agent arm makes it), so setup.sh can
+		// write there.
+		chown, own = ` && chown -R "$3" "$2/$n"`, `chown "$3" "$2" || exit 1
+`
 	}
 	script := `mkdir -p "$2" || exit 1
-for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+` + own + `for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
   [ -e "$f" ] || [ -L "$f" ] || continue
   n=$(basename "$f")
   rm -rf "$2/$n" && cp -a "$f" "$2/$n"` + chown + ` || exit 1

@@ -1,3 +1,3 @@
 #!/bin/bash
 # Reserved: run in the working directory before the step's agent, then removed.
-echo "set up by $(id -un)" > /app/.scaffold-ready
+echo "set up by uid $(id -u)" > /app/.scaffold-ready
