@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 )
@@ -14,6 +15,7 @@ import (
 type connection struct {
 	*bus.Bus
 	embedded *bus.Embedded
+	lock     *storeLock
 }
 
 func (c *connection) Close() {
@@ -22,6 +24,7 @@ func (c *connection) Close() {
 		c.embedded.Shutdown()
 		_ = os.Remove(urlFile())
 	}
+	c.lock.unlock()
 }
 
 // urlFile is where an embedded server announces its URL, so other proctor
@@ -32,8 +35,21 @@ func urlFile() string { return filepath.Join(bus.Home(), "nats.url") }
 // connect dials --nats when given, with the credentials of --nats-user /
 // --nats-password, --nats-creds or --nats-nkey; else the embedded server of a running
 // proctor on this machine; else it starts an embedded server on the store
-// under $PROCTOR_HOME.
+// under $PROCTOR_HOME, holding the store lock.
 func (g *globals) connect(ctx context.Context) (*connection, error) {
+	return g.dial(ctx, false)
+}
+
+// connectOwner is connect for a command that runs work on the store
+// (tasks run, runs resume): without --nats it must own the embedded store,
+// so it fails at once, naming the holder's pid, when another process holds
+// it; in-process services of two processes would share one work queue and
+// the second would die with the first's server.
+func (g *globals) connectOwner(ctx context.Context) (*connection, error) {
+	return g.dial(ctx, true)
+}
+
+func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 	log := g.logger()
 	if g.natsURL != "" {
 		opts, err := g.natsAuth.Options()
@@ -49,24 +65,48 @@ func (g *globals) connect(ctx context.Context) (*connection, error) {
 	if !g.natsAuth.Empty() {
 		return nil, usageError{errors.New("NATS credentials (--nats-user, --nats-password, --nats-creds, --nats-nkey or their PROCTOR_NATS_* env) need --nats URL: the embedded server takes no credentials")}
 	}
-	if data, err := os.ReadFile(urlFile()); err == nil {
-		if b, err := bus.Connect(ctx, string(data), log); err == nil {
-			return &connection{Bus: b}, nil
+	lock, err := lockStore()
+	if errors.Is(err, errStoreBusy) {
+		if owner {
+			return nil, fmt.Errorf("%w: another proctor runs on this store; wait for it to end, set PROCTOR_HOME to another directory, or run against a cluster with --nats", err)
 		}
+		// The holder announces its server's URL just after it locks.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if data, rerr := os.ReadFile(urlFile()); rerr == nil {
+				if b, cerr := bus.Connect(ctx, string(data), log); cerr == nil {
+					return &connection{Bus: b}, nil
+				}
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%w, and its server at %s does not answer", err, urlFile())
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond): // polling the holder's announcement
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(bus.Home(), "jetstream")})
 	if err != nil {
+		lock.unlock()
 		return nil, err
 	}
 	b, err := bus.Connect(ctx, e.ClientURL(), log)
 	if err != nil {
 		e.Shutdown()
+		lock.unlock()
 		return nil, err
 	}
 	if err := os.WriteFile(urlFile(), []byte(e.ClientURL()), 0o644); err != nil {
 		b.Close()
 		e.Shutdown()
+		lock.unlock()
 		return nil, fmt.Errorf("write %s: %w", urlFile(), err)
 	}
-	return &connection{Bus: b, embedded: e}, nil
+	return &connection{Bus: b, embedded: e, lock: lock}, nil
 }

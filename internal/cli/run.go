@@ -46,6 +46,7 @@ type runFlags struct {
 	commandTpl  string
 	agentGrace  float64
 	probeTgts   string
+	resume      string
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -83,6 +84,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME (default url=http://example.com/,tcp=1.1.1.1:443,dns=example.com); env PROCTOR_PROBE_TARGETS")
+	fl.StringVar(&f.resume, "resume", "", "continue this run instead of starting one (as `proctor runs resume RUN`; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply)")
 	f.limits.add(fl)
 	return cmd
 }
@@ -167,6 +169,10 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 }
 
 func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
+	if f.resume != "" {
+		return g.resume(ctx, f.resume, &resumeFlags{outJSON: f.outJSON, outMD: f.outMD, node: f.node,
+			imageMap: f.imageMap, concurrency: f.concurrency, limits: f.limits})
+	}
 	runID := events.NewID()
 	spec, err := f.spec(runID)
 	if err != nil {
@@ -195,17 +201,50 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 
 // execute runs a checked spec to its end through the event log (the
 // in-process services, or a cluster's with --nats) and returns the run's
-// final index record. A run stopped by a signal or by a failing service
-// of this process is abandoned (its containers removed, the artifact of
-// what finished written) and returns ErrInterrupted or the service's
-// error.
+// final index record. It takes the store (connectOwner), ends the dead
+// runs it finds (recoverDead) and records the run's identity for resume.
+// A run stopped by a signal or by a failing service of this process is
+// abandoned (its containers removed, the artifact of what finished
+// written) and returns ErrInterrupted or the service's error.
 func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec, cells []planner.Cell, f *runFlags) (bus.RunRecord, error) {
-	conn, err := g.connect(ctx)
+	conn, err := g.connectOwner(ctx)
 	if err != nil {
 		return bus.RunRecord{}, err
 	}
 	defer conn.Close()
+	dead := g.recoverDead(ctx, conn)
+	host, _ := os.Hostname()
+	identity, inputs, err := identityOf(spec, cells)
+	if err != nil {
+		return bus.RunRecord{}, err
+	}
+	return g.drive(ctx, conn, runID, cells, dead, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits},
+		func(ctx context.Context) error {
+			now := time.Now()
+			if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
+				r.Status, r.Spec, r.StartedAt = bus.StatusRequested, spec, now.UTC().Format(time.RFC3339Nano)
+				r.Identity, r.Inputs, r.Owner = identity, inputs, owner()
+				r.Renew(now, bus.LeaseDuration)
+			}); err != nil {
+				return err
+			}
+			if err := conn.PublishAll(ctx, events.Must(events.RunRequested, runID, "", 0, "cli",
+				events.RunRequestedData{Spec: spec, ProctorVersion: version(), Host: host})); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "run %s: %s → %s\n", runID, spec.TasksRoot, spec.OutputDir)
+			return nil
+		})
+}
 
+// drive runs a run to its end from this process: it starts the in-process
+// services (without --nats; the planner primed with cells when non-nil),
+// removes the containers of the dead runs recovered at start, calls begin
+// (which publishes what starts the run: RunRequested, or RunResumed),
+// renews the run's lease while it waits and follows its progress; it
+// returns the run's final index record. A signal or a failed service ends
+// the run (abandon).
+func (g *globals) drive(ctx context.Context, conn *connection, runID string, cells []planner.Cell, dead []string, sc stackConfig, begin func(context.Context) error) (bus.RunRecord, error) {
 	runCtx, cancelServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelServices()
 	grp, gctx := errgroup.WithContext(runCtx)
@@ -215,27 +254,22 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 		if g.startServices != nil {
 			start = g.startServices
 		}
-		st, err := start(gctx, grp, conn.Bus, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits})
+		st, err := start(gctx, grp, conn.Bus, sc)
 		if err != nil {
 			return bus.RunRecord{}, err
 		}
 		docker = st.docker
-		if st.planner != nil {
+		if st.planner != nil && cells != nil {
 			st.planner.Prime(runID, cells) // the matrix is computed once per run
 		}
 	}
-
-	host, _ := os.Hostname()
-	if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
-		r.Status, r.Spec, r.StartedAt = bus.StatusRequested, spec, time.Now().UTC().Format(time.RFC3339Nano)
-	}); err != nil {
+	g.gcDead(ctx, docker, dead)
+	if err := begin(ctx); err != nil {
 		return bus.RunRecord{}, err
 	}
-	if err := conn.PublishAll(ctx, events.Must(events.RunRequested, runID, "", 0, "cli",
-		events.RunRequestedData{Spec: spec, ProctorVersion: version(), Host: host})); err != nil {
-		return bus.RunRecord{}, err
-	}
-	fmt.Fprintf(g.stderr, "run %s: %s → %s\n", runID, spec.TasksRoot, spec.OutputDir)
+	leaseCtx, stopLease := context.WithCancel(ctx)
+	defer stopLease()
+	go holdLease(leaseCtx, conn.Bus, runID)
 
 	// The progress follower stops at RunFinished, or when it is told to:
 	// a service that failed publishes no RunFinished, and the command
@@ -255,6 +289,7 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 		rec, err = conn.WaitRun(ctx, runID)
 		waitErr <- err
 	}()
+	var err error
 	serviceFailed := false
 	select {
 	case err = <-waitErr:

@@ -28,7 +28,7 @@ var outcomeOrder = []string{"passed", "partial", "failed", "solver_timeout", "ve
 
 func newRuns(g *globals) *cobra.Command {
 	runs := &cobra.Command{Use: "runs", Short: "List and inspect runs of the run index"}
-	runs.AddCommand(newRunsList(g), newRunsShow(g))
+	runs.AddCommand(newRunsList(g), newRunsShow(g), newRunsResume(g))
 	return runs
 }
 

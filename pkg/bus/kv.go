@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -32,6 +33,52 @@ type RunRecord struct {
 	Artifact   string         `json:"artifact,omitempty"`
 	Report     string         `json:"report,omitempty"`
 	Error      string         `json:"error,omitempty"`
+	// Identity is the hash of the run's declared inputs (task revisions,
+	// harness specs, models, repeats); resume refuses a run whose inputs
+	// changed.
+	Identity string `json:"identity,omitempty"`
+	// Inputs are the declared inputs behind Identity, by name ("task x
+	// revision"), so resume names the one that changed.
+	Inputs map[string]string `json:"inputs,omitempty"`
+	// Epoch counts the resumes of the run (0: never resumed). Work jobs
+	// carry the epoch they were published in; a job of an older epoch is
+	// dropped, so a dead run's queue never runs after a resume.
+	Epoch int `json:"epoch,omitempty"`
+	// Owner names the process that drives the run ("host pid N"), and
+	// LeaseUntil (RFC 3339) is when its lease ends unless the owner
+	// renews it (every LeaseDuration/6). Work of a run whose lease
+	// expired is dropped; only resume takes the run over.
+	Owner      string `json:"owner,omitempty"`
+	LeaseUntil string `json:"lease_until,omitempty"`
+}
+
+// LeaseDuration is how long a run's owner holds its lease without a
+// renewal.
+var LeaseDuration = 60 * time.Second
+
+// Terminal reports whether the run has ended (finished, failed,
+// interrupted).
+func (r RunRecord) Terminal() bool {
+	switch r.Status {
+	case StatusFinished, StatusFailed, StatusInterrupted:
+		return true
+	}
+	return false
+}
+
+// LeaseExpired reports whether the run has a lease that ended before now.
+// A run without a lease (written by an older proctor) never expires.
+func (r RunRecord) LeaseExpired(now time.Time) bool {
+	if r.LeaseUntil == "" {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, r.LeaseUntil)
+	return err == nil && now.After(t)
+}
+
+// Renew sets the lease to end d after now.
+func (r *RunRecord) Renew(now time.Time, d time.Duration) {
+	r.LeaseUntil = now.Add(d).UTC().Format(time.RFC3339Nano)
 }
 
 // PutRun writes a run record.

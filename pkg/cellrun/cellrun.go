@@ -7,6 +7,7 @@ package cellrun
 
 import (
 	"context"
+	"time"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/cellfs"
@@ -19,6 +20,11 @@ type Cell struct {
 	RunID, CellID string
 	// Status is the run record's status.
 	Status string
+	// Epoch is the run record's epoch (its resumes).
+	Epoch int
+	// Expired is set when the run's lease ended: its owner is gone and
+	// its work is dropped until a resume takes it over.
+	Expired bool
 	// Spec is the run's spec (from the run record).
 	Spec events.RunSpec
 	// Plan is the cell's CellPlanned data.
@@ -28,14 +34,18 @@ type Cell struct {
 }
 
 // Ended reports whether the run has ended (finished, failed or
-// interrupted): a job of such a run is dropped.
+// interrupted) or its lease expired: a job of such a run is dropped.
 func (c *Cell) Ended() bool {
-	switch c.Status {
-	case bus.StatusFinished, bus.StatusFailed, bus.StatusInterrupted:
+	if c.Expired {
 		return true
 	}
-	return false
+	return bus.RunRecord{Status: c.Status}.Terminal()
 }
+
+// Stale reports whether a job published in epoch belongs to an older
+// epoch of the run (before a resume): it is dropped, the resume
+// published its own.
+func (c *Cell) Stale(epoch int) bool { return epoch != c.Epoch }
 
 // Open reads the run record and, unless the run has ended, the cell's
 // CellPlanned. Its errors are the event log's (retry the job).
@@ -44,7 +54,7 @@ func Open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec}
+	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now())}
 	if c.Ended() {
 		return c, nil
 	}

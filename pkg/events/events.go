@@ -47,6 +47,7 @@ const (
 	CellErrored    Type = "CellErrored"
 	CellSuperseded Type = "CellSuperseded"
 	RunFinished    Type = "RunFinished"
+	RunResumed     Type = "RunResumed"
 )
 
 // ErrUnknownType is returned by Decode for an event type this version does
@@ -255,7 +256,7 @@ func TypeFilter(t Type) string {
 // IsRunLevel reports whether events of type t carry no cell id.
 func IsRunLevel(t Type) bool {
 	switch t {
-	case RunRequested, RunPlanned, RunFinished:
+	case RunRequested, RunPlanned, RunFinished, RunResumed:
 		return true
 	}
 	return false
@@ -266,7 +267,7 @@ func Types() []Type {
 	return []Type{RunRequested, RunPlanned, CellPlanned, CellRefused, ImageBuilt,
 		SandboxStarted, Started, Message, Command, FileChange, ToolCall, Usage,
 		Operation, EgressDecision, StepStarted, StepVerdict, Finished, VerifyStarted,
-		Verdict, CellErrored, CellSuperseded, RunFinished}
+		Verdict, CellErrored, CellSuperseded, RunFinished, RunResumed}
 }
 
 // DataType returns a new zero value of the data type registered for t.
@@ -301,4 +302,5 @@ var dataTypes = map[Type]func() any{
 	CellErrored:    func() any { return new(CellErroredData) },
 	CellSuperseded: func() any { return new(CellSupersededData) },
 	RunFinished:    func() any { return new(RunFinishedData) },
+	RunResumed:     func() any { return new(RunResumedData) },
 }

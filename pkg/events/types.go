@@ -324,4 +324,27 @@ type RunFinishedData struct {
 	Status string         `json:"status"` // finished, failed, interrupted
 	Counts map[string]int `json:"counts,omitempty"`
 	Error  string         `json:"error,omitempty"`
+	// Epoch is the run's epoch (its resumes) when it finished; absent (0)
+	// before any resume and in logs of older versions.
+	Epoch int `json:"epoch,omitempty"`
+}
+
+// RunResumedData reopens a run that ended without every cell's verdict
+// (its process died, or it was interrupted): the RunFinished of an older
+// epoch no longer ends the run, and Cells, whose attempts had no terminal
+// event, run again as new attempts. Cells with a terminal event keep it.
+type RunResumedData struct {
+	// Epoch is the run's new epoch (1 for the first resume).
+	Epoch int `json:"epoch"`
+	// Cells are the ids of the cells that run again, in plan order.
+	Cells []string `json:"cells"`
+	// Owner names the resuming process ("host pid N").
+	Owner string `json:"owner,omitempty"`
+	// Identity is the hash of the run's declared inputs, unchanged since
+	// the run was requested.
+	Identity string `json:"identity,omitempty"`
+	// OutJSON and OutMD, when set, replace the spec's artifact and report
+	// paths (runs resume --out-json / --out-md).
+	OutJSON string `json:"out_json,omitempty"`
+	OutMD   string `json:"out_md,omitempty"`
 }

@@ -30,6 +30,8 @@ type Projector struct {
 	planned    *events.RunPlannedData
 	finished   *events.RunFinishedData
 	finishedAt time.Time
+	// epoch is the newest RunResumed epoch seen (0: never resumed).
+	epoch int
 	cells      map[string]*cellState
 	terminal   int
 	// mapRules are the image-map rules some image of the run used.
@@ -273,9 +275,24 @@ func (p *Projector) applyRun(e events.Envelope) {
 		}
 	case events.RunFinished:
 		if p.finished == nil {
-			p.finished = new(events.RunFinishedData)
-			p.into(e, p.finished)
-			p.finishedAt = e.At
+			f := new(events.RunFinishedData)
+			p.into(e, f)
+			if f.Epoch < p.epoch {
+				return // a late close of the run before its resume
+			}
+			p.finished, p.finishedAt = f, e.At
+		}
+	case events.RunResumed:
+		var r events.RunResumedData
+		if p.into(e, &r) == nil && r.Epoch > p.epoch {
+			p.epoch = r.Epoch
+			if p.requested != nil {
+				p.requested.Spec.OutJSON = cmp.Or(r.OutJSON, p.requested.Spec.OutJSON)
+				p.requested.Spec.OutMD = cmp.Or(r.OutMD, p.requested.Spec.OutMD)
+			}
+			if p.finished != nil && p.finished.Epoch < r.Epoch {
+				p.finished, p.finishedAt = nil, time.Time{}
+			}
 		}
 	}
 }
@@ -321,6 +338,15 @@ func Terminal(t events.Type) bool {
 	return t == events.Verdict || t == events.CellErrored || t == events.CellRefused
 }
 
+// Attempt is the cell's current attempt (0 for a cell the log does not
+// hold).
+func (p *Projector) Attempt(cellID string) int {
+	if c := p.cells[cellID]; c != nil {
+		return c.attempt
+	}
+	return 0
+}
+
 // CellDone reports whether the cell's current attempt has its terminal
 // event (see Terminal), planned or not.
 func (p *Projector) CellDone(cellID string) bool {
@@ -352,7 +378,12 @@ func (p *Projector) Done() bool {
 	return p.planned != nil && (p.planned.Error != "" || p.terminal >= p.planned.Cells)
 }
 
-// Finished reports whether the run's RunFinished event was seen.
+// Epoch is the newest epoch a RunResumed event of the run gave (0: never
+// resumed).
+func (p *Projector) Epoch() int { return p.epoch }
+
+// Finished reports whether the run's RunFinished event was seen (one of
+// the newest epoch: a RunResumed reopens a finished run).
 func (p *Projector) Finished() bool { return p.finished != nil }
 
 // Spec is the run's spec (zero before RunRequested).

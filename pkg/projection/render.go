@@ -134,7 +134,7 @@ func Finish(ctx context.Context, b *bus.Bus, runID, status, version string) (bus
 	}
 	if !p.Finished() {
 		if err := b.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
-			events.RunFinishedData{Status: status, Counts: p.Counts()})); err != nil {
+			events.RunFinishedData{Status: status, Counts: p.Counts(), Epoch: p.Epoch()})); err != nil {
 			return bus.RunRecord{}, err
 		}
 		if p, err = Project(ctx, b, runID); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -50,11 +51,25 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 // Run follows every planned run until ctx ends. A run it was following
 // when it stopped is picked up again (from the start of the run's events)
 // by the next aggregator, because its RunPlanned message stays unacked.
+//
+// A resumed run (RunResumed) is followed again the same way, through a
+// second consumer.
 func (s *Service) Run(ctx context.Context) error {
-	cons, err := s.bus.EventConsumer(ctx, "aggregator", events.TypeFilter(events.RunPlanned), time.Minute)
+	planned, err := s.bus.EventConsumer(ctx, "aggregator", events.TypeFilter(events.RunPlanned), time.Minute)
 	if err != nil {
 		return err
 	}
+	resumed, err := s.bus.EventConsumer(ctx, "aggregator-resumed", events.TypeFilter(events.RunResumed), time.Minute)
+	if err != nil {
+		return err
+	}
+	grp, gctx := errgroup.WithContext(ctx)
+	grp.Go(func() error { return s.serve(gctx, planned) })
+	grp.Go(func() error { return s.serve(gctx, resumed) })
+	return grp.Wait()
+}
+
+func (s *Service) serve(ctx context.Context, cons jetstream.Consumer) error {
 	return bus.Serve(ctx, cons, 256, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
 		e, err := events.Decode(m.Data())
 		if err != nil {
@@ -79,10 +94,16 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	if err == nil && isTerminal(rec.Status) {
 		return nil
 	}
+	// epoch is the run's current epoch: the RunFinished of an earlier
+	// one (before a resume) does not end the follow.
+	epoch := rec.Epoch
 	p := projection.NewProjector(runID)
 	closing := false
 	err = s.bus.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
 		p.Apply(e)
+		if p.Epoch() < epoch {
+			return nil
+		}
 		if p.Finished() {
 			return bus.ErrStop
 		}
@@ -93,7 +114,7 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 				status = bus.StatusFailed
 			}
 			return s.bus.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
-				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: p.PlanError()}))
+				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: p.PlanError(), Epoch: epoch}))
 		}
 		return nil
 	})

@@ -116,7 +116,7 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	err := s.Launch(ctx, job, bus.Attempt(m))
+	err := s.Launch(ctx, job, job.AttemptBase+bus.Attempt(m))
 	switch {
 	case ctx.Err() != nil:
 		// Shutting down: leave the job for another launcher.
@@ -222,8 +222,9 @@ func (c *cell) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if cr.Ended() {
-		c.s.log.Info("dropping a job of an ended run", "run", c.job.RunID, "cell", c.job.CellID, "status", cr.Status)
+	if cr.Ended() || cr.Stale(c.job.Epoch) {
+		c.s.log.Info("dropping a job of an ended, expired or resumed run", "run", c.job.RunID, "cell", c.job.CellID,
+			"status", cr.Status, "expired", cr.Expired, "epoch", c.job.Epoch, "run_epoch", cr.Epoch)
 		return nil
 	}
 	c.cr = cr
@@ -231,7 +232,11 @@ func (c *cell) run(ctx context.Context) error {
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	if c.attempt > 1 {
-		if err := c.emit(ctx, events.CellSuperseded, events.CellSupersededData{PreviousAttempt: c.attempt - 1, Reason: "launch job redelivered"}); err != nil {
+		reason := "launch job redelivered"
+		if c.job.AttemptBase == c.attempt-1 {
+			reason = "run resumed or cell retried"
+		}
+		if err := c.emit(ctx, events.CellSuperseded, events.CellSupersededData{PreviousAttempt: c.attempt - 1, Reason: reason}); err != nil {
 			return err
 		}
 	}
@@ -317,7 +322,7 @@ func (c *cell) run(ctx context.Context) error {
 	if err := c.s.bus.Flush(ctx); err != nil {
 		return err
 	}
-	vj := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb}
+	vj := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb, Epoch: c.job.Epoch}
 	if err := c.s.bus.PublishWork(ctx, events.VerifySubject(c.s.cfg.Node), VerifyJobID(c.job.RunID, c.job.CellID, c.attempt), vj); err != nil {
 		return err
 	}

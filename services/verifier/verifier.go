@@ -162,7 +162,7 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if err != nil {
 		return nil, err
 	}
-	if cr.Ended() {
+	if cr.Ended() || cr.Stale(job.Epoch) {
 		return nil, nil
 	}
 	dir := cr.Dir

@@ -1,0 +1,233 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/artifact"
+)
+
+// proc is a proctor process started by a lifecycle test, in its own
+// process group so a SIGKILL takes its host commands with it.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *testutil.SyncBuffer
+	stdout *testutil.SyncBuffer
+	runID  chan string
+	done   chan error
+}
+
+func startProctor(t *testing.T, bin, home string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), stderr: &testutil.SyncBuffer{}, stdout: &testutil.SyncBuffer{},
+		runID: make(chan string, 1), done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), "PROCTOR_HOME="+home)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.cmd.Stdout = p.stdout
+	pipe, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) })
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.stderr.Write([]byte(line + "\n"))
+			if m := runIDRe.FindStringSubmatch(line); m != nil && !sent && strings.Contains(line, "→") {
+				p.runID <- m[1]
+				sent = true
+			}
+		}
+		p.done <- p.cmd.Wait()
+	}()
+	return p
+}
+
+// wait returns the process's exit code, failing the test after d.
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(d):
+		t.Fatalf("proctor %v did not end within %v; stderr:\n%s", p.cmd.Args[1:], d, p.stderr.String())
+	}
+	return -1
+}
+
+func (p *proc) id(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-p.runID:
+		return id
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("no run id on stderr:\n%s", p.stderr.String())
+	}
+	return ""
+}
+
+// kill9 SIGKILLs the process and its host commands, as an operator's
+// kill -9 of the process group would.
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+// waitBlocked polls until the repeat's cell of the run is blocked at its
+// gate, failing after d.
+func (p *proc) waitBlocked(t *testing.T, out, runID string, repeat int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if _, err := os.Stat(filepath.Join(cellOut(out, runID, repeat), "blocked")); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cell %d of run %s never blocked within %v; stderr:\n%s", repeat, runID, d, p.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling the file system, not synchronising on time
+	}
+}
+
+// cellOut is the output directory ({output_dir}) of repeat of the run's one task and
+// harness.
+func cellOut(out, runID string, repeat int) string {
+	dirs, _ := filepath.Glob(filepath.Join(out, runID, "true-task", "*"))
+	if len(dirs) != 1 {
+		return filepath.Join(out, runID, "true-task", "?", "default", strconv.Itoa(repeat), "output")
+	}
+	return filepath.Join(dirs[0], "default", strconv.Itoa(repeat), "output")
+}
+
+// gated is a command harness: repeats
+// listed in fast pass at once; the others write "blocked" in their output
+// directory and wait for gate to exist, then pass.
+func gated(gate string, fast ...int) string {
+	var pats []string
+	for _, n := range fast {
+		pats = append(pats, "*/"+strconv.Itoa(n)+"/output")
+	}
+	c := "command:case {output_dir} in "
+	if len(pats) > 0 {
+		c += strings.Join(pats, "|") + ") exit 0;; "
+	}
+	return c + "esac; touch {output_dir}/blocked; while [ ! -e " + gate + " ]; do sleep 0.05; done"
+}
+
+// TestKilledRunNeverRunsInALaterRun is fault 1: a run SIGKILLed with
+// queued cells, then an unrelated run in the same PROCTOR_HOME. The later
+// run ends the dead one as interrupted at start and none of the dead
+// run's queued cells ever starts; the dead run's replay keeps them
+// errored.
+func TestKilledRunNeverRunsInALaterRun(t *testing.T) {
+	testutil.Docker(t) // the in-process stack needs an engine
+	bin := buildProctor(t)
+	home, out := t.TempDir(), t.TempDir()
+	root, _ := filepath.Abs("testdata/true-root")
+	gate := filepath.Join(t.TempDir(), "never")
+	a := startProctor(t, bin, home, "tasks", "run", "--tasks-root", root, "--all", "--repeats", "3", "--concurrency", "1",
+		"--harnesses", gated(gate), "--output-dir", out)
+	idA := a.id(t)
+	a.waitBlocked(t, out, idA, 1, time.Minute)
+	a.kill9(t)
+
+	b := startProctor(t, bin, home, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "command:true", "--output-dir", out)
+	idB := b.id(t)
+	if code := b.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run B exit %d:\n%s", code, b.stderr.String())
+	}
+	if !strings.Contains(b.stderr.String(), "run "+idA+": interrupted") {
+		t.Errorf("run B did not say it ended the dead run %s:\n%s", idA, b.stderr.String())
+	}
+	for rep := 1; rep <= 3; rep++ {
+		if _, err := os.Stat(filepath.Join(cellOut(out, idA, rep), "blocked")); rep > 1 && err == nil {
+			t.Errorf("cell %d of the dead run %s started inside run %s", rep, idA, idB)
+		}
+	}
+	var showed bytes.Buffer
+	c := exec.Command(bin, "runs", "show", idA, "--json")
+	c.Env, c.Stdout = append(os.Environ(), "PROCTOR_HOME="+home), &showed
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ Status string }
+	if err := json.Unmarshal(showed.Bytes(), &rec); err != nil || rec.Status != "interrupted" {
+		t.Fatalf("dead run's status %q (%v), want interrupted", rec.Status, err)
+	}
+	js := filepath.Join(t.TempDir(), "replay.json")
+	c = exec.Command(bin, "replay", idA, "--out-json", js)
+	c.Env = append(os.Environ(), "PROCTOR_HOME="+home)
+	if b, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("replay: %v\n%s", err, b)
+	}
+	art, err := artifact.Read(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(art.Results) != 3 {
+		t.Fatalf("replay of the dead run: %d rows, want 3", len(art.Results))
+	}
+	for _, r := range art.Results {
+		if r.Outcome != "errored" {
+			t.Errorf("dead run's cell %s: %s, want errored", r.CellID, r.Outcome)
+		}
+	}
+}
+
+// TestSecondRunOnOneStoreFailsAtOnce is fault 2: while run A holds the
+// embedded store, run B in the same PROCTOR_HOME fails at once naming A's
+// pid, and A finishes correctly.
+func TestSecondRunOnOneStoreFailsAtOnce(t *testing.T) {
+	testutil.Docker(t)
+	bin := buildProctor(t)
+	home, out := t.TempDir(), t.TempDir()
+	root, _ := filepath.Abs("testdata/true-root")
+	gate := filepath.Join(t.TempDir(), "gate")
+	a := startProctor(t, bin, home, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", gated(gate), "--output-dir", out)
+	idA := a.id(t)
+	a.waitBlocked(t, out, idA, 1, time.Minute)
+
+	start := time.Now()
+	b := startProctor(t, bin, home, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "command:true", "--output-dir", out)
+	if code := b.wait(t, time.Minute); code == 0 {
+		t.Fatalf("run B succeeded while run A held the store:\n%s", b.stderr.String())
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("run B took %v to fail", took)
+	}
+	if want := "proctor pid " + strconv.Itoa(a.cmd.Process.Pid) + " holds the store"; !strings.Contains(b.stderr.String(), want) {
+		t.Errorf("run B's error does not say %q:\n%s", want, b.stderr.String())
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := a.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run A exit %d:\n%s", code, a.stderr.String())
+	}
+	if !strings.Contains(a.stdout.String(), "1 passed") {
+		t.Fatalf("run A: %s", a.stdout.String())
+	}
+}

@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+)
+
+// storeLock is an exclusive flock(2) on $PROCTOR_HOME/proctor.lock, held by
+// the one process that runs the embedded server on the store. The kernel
+// drops it when that process dies, however it dies, so a lock is never
+// stale; the file holds the holder's pid for the message of the next one.
+type storeLock struct{ f *os.File }
+
+// errStoreBusy is returned when another process holds the store.
+var errStoreBusy = errors.New("store in use")
+
+func lockPath() string { return filepath.Join(bus.Home(), "proctor.lock") }
+
+// lockStore takes the store lock without waiting. When another process
+// holds it, the error wraps errStoreBusy and names the holder's pid.
+func lockStore() (*storeLock, error) {
+	if err := os.MkdirAll(bus.Home(), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(lockPath(), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		data, _ := os.ReadFile(lockPath())
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: proctor pid %s holds the store under %s", errStoreBusy, holderPid(data), bus.Home())
+		}
+		return nil, fmt.Errorf("lock %s: %w", lockPath(), err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &storeLock{f: f}, nil
+}
+
+func holderPid(data []byte) string {
+	if s := strings.TrimSpace(string(data)); s != "" {
+		return s
+	}
+	return "(unknown)"
+}
+
+// unlock releases the lock (closing the file drops the flock).
+func (l *storeLock) unlock() {
+	if l != nil && l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
