@@ -231,3 +231,100 @@ func TestSecondRunOnOneStoreFailsAtOnce(t *testing.T) {
 		t.Fatalf("run A: %s", a.stdout.String())
 	}
 }
+
+// TestResumeAfterSIGKILL kills a 4-cell run after half its cells, resumes
+// it, and checks that its outcomes equal an uninterrupted run's of the
+// same spec, that only the unfinished cells ran again, and that its
+// replay is byte-identical to the artifact the resume wrote.
+func TestResumeAfterSIGKILL(t *testing.T) {
+	testutil.Docker(t)
+	bin := buildProctor(t)
+	home, out := t.TempDir(), t.TempDir()
+	root, _ := filepath.Abs("testdata/true-root")
+	gate := filepath.Join(t.TempDir(), "gate")
+	harness := gated(gate, 1, 2)
+	args := []string{"tasks", "run", "--tasks-root", root, "--all", "--repeats", "4", "--concurrency", "1", "--harnesses", harness, "--output-dir", out}
+	a := startProctor(t, bin, home, args...)
+	id := a.id(t)
+	a.waitBlocked(t, out, id, 3, time.Minute)
+	a.kill9(t)
+
+	// The inputs are unchanged: resume continues the run.
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js := filepath.Join(t.TempDir(), "resumed.json")
+	r := startProctor(t, bin, home, "runs", "resume", id[:10], "--out-json", js)
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("resume exit %d:\n%s", code, r.stderr.String())
+	}
+	if !strings.Contains(r.stderr.String(), "2 of 4 cells run again") {
+		t.Errorf("resume did not re-run exactly the 2 unfinished cells:\n%s", r.stderr.String())
+	}
+	resumed, err := artifact.Read(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	full := startProctor(t, bin, home, args...)
+	fullID := full.id(t)
+	if code := full.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("uninterrupted run exit %d:\n%s", code, full.stderr.String())
+	}
+	want, err := artifact.Read(filepath.Join(out, fullID, "task_runs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := func(a *artifact.Artifact) string {
+		var s []string
+		for _, r := range a.Results {
+			s = append(s, r.CellID+"="+r.Outcome)
+		}
+		return strings.Join(s, " ")
+	}
+	if got, w := outcomes(resumed), outcomes(want); got != w || len(resumed.Results) != 4 {
+		t.Fatalf("resumed outcomes %s, uninterrupted %s", got, w)
+	}
+
+	replayed := filepath.Join(t.TempDir(), "replay.json")
+	c := exec.Command(bin, "replay", id, "--out-json", replayed)
+	c.Env = append(os.Environ(), "PROCTOR_HOME="+home)
+	if b, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("replay: %v\n%s", err, b)
+	}
+	got, _ := os.ReadFile(replayed)
+	wrote, _ := os.ReadFile(js)
+	if !bytes.Equal(got, wrote) {
+		t.Fatalf("the replay of the resumed run differs from its artifact")
+	}
+
+	// A changed input refuses, naming it; a finished run has nothing to resume.
+	r2 := startProctor(t, bin, home, "runs", "resume", id)
+	if code := r2.wait(t, time.Minute); code != ExitUsage || !strings.Contains(r2.stderr.String(), "nothing to resume") {
+		t.Errorf("resume of a finished run: exit %d:\n%s", code, r2.stderr.String())
+	}
+}
+
+// TestResumeRefusesChangedInputs changes a task's files after its run died:
+// resume refuses and names the task's revision.
+func TestResumeRefusesChangedInputs(t *testing.T) {
+	testutil.Docker(t)
+	bin := buildProctor(t)
+	home, out := t.TempDir(), t.TempDir()
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("testdata/true-root")); err != nil {
+		t.Fatal(err)
+	}
+	gate := filepath.Join(t.TempDir(), "never")
+	a := startProctor(t, bin, home, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", gated(gate), "--output-dir", out)
+	id := a.id(t)
+	a.waitBlocked(t, out, id, 1, time.Minute)
+	a.kill9(t)
+	if err := os.WriteFile(filepath.Join(root, "true-task", "instruction.md"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := startProctor(t, bin, home, "runs", "resume", id)
+	if code := r.wait(t, time.Minute); code != ExitUsage || !strings.Contains(r.stderr.String(), "task true-task revision changed") {
+		t.Fatalf("resume after a task changed: exit %d:\n%s", code, r.stderr.String())
+	}
+}

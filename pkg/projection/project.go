@@ -31,9 +31,9 @@ type Projector struct {
 	finished   *events.RunFinishedData
 	finishedAt time.Time
 	// epoch is the newest RunResumed epoch seen (0: never resumed).
-	epoch int
-	cells      map[string]*cellState
-	terminal   int
+	epoch    int
+	cells    map[string]*cellState
+	terminal int
 	// mapRules are the image-map rules some image of the run used.
 	mapRules map[string]bool
 	// decodeErrs counts the events whose data did not decode, by type;
