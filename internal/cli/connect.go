@@ -65,6 +65,13 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 	if !g.natsAuth.Empty() {
 		return nil, usageError{errors.New("NATS credentials (--nats-user, --nats-password, --nats-creds, --nats-nkey or their PROCTOR_NATS_* env) need --nats URL: the embedded server takes no credentials")}
 	}
+	if !owner {
+		if data, err := os.ReadFile(urlFile()); err == nil {
+			if b, err := bus.Connect(ctx, string(data), log); err == nil {
+				return &connection{Bus: b}, nil
+			}
+		}
+	}
 	lock, err := lockStore()
 	if errors.Is(err, errStoreBusy) {
 		if owner {
