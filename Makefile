@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser test fuzz vet bench demo clean
+.PHONY: all build setup setup-node setup-browser setup-claude test fuzz vet bench demo clean
 
 all: build
 
@@ -22,12 +22,16 @@ setup-node:
 setup-browser:
 	scripts/setup.sh --browser
 
+## setup-claude: setup, plus the pinned Claude Code CLI in .cache/claude (the docker-claude arms)
+setup-claude:
+	scripts/setup.sh --claude
+
 ## vet: static checks
 vet:
 	$(GO) vet ./...
 
 ## test: vet, every package's tests against the real engine, then short fuzz runs
-test: setup-node setup-browser
+test: setup-node setup-browser setup-claude
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 30m ./...
 	$(MAKE) fuzz FUZZTIME=10s
@@ -43,7 +47,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseReward$$' -fuzztime $(FUZZTIME) ./pkg/harness
 
 ## bench: run each benchmark 3 times; print median [min..max] of each ratio against its floor and the CPU other processes took
-bench: setup-node setup-browser
+bench: setup-node setup-browser setup-claude
 	scripts/bench.sh
 
 ## demo: run the example tasks through the oracle and the two example agents; report in out/demo

@@ -4,7 +4,10 @@
 # python:3.11-slim). With --node it also installs the Node.js readers that
 # dataset tests use into .cache/node. With --browser it installs Debian's
 # chromium, which the viewer's tests drive headless (the viewer itself
-# needs nothing but the proctor binary).
+# needs nothing but the proctor binary). With --claude it installs the
+# pinned Claude Code CLI (@anthropic-ai/claude-code@2.1.332, a glibc
+# linux-x64 ELF from its optional package) into .cache/claude, which the
+# docker-claude arms add to task images and their tests run.
 #
 # Idempotent: every step first checks whether the machine already has what it
 # makes, so a second run takes about a second. Works as root on a fresh
@@ -13,7 +16,7 @@
 # when Docker Hub cannot be reached), and on a laptop whose Docker already
 # runs and pulls.
 #
-# Usage: scripts/setup.sh [--node] [--browser]
+# Usage: scripts/setup.sh [--node] [--browser] [--claude]
 #
 # Environment:
 #   DOCKERD_LOG        where a dockerd started here logs (default /var/log/dockerd.log)
@@ -26,12 +29,14 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 want_node=0
 want_browser=0
+want_claude=0
 for arg in "$@"; do
   case "$arg" in
     --node) want_node=1 ;;
     --browser) want_browser=1 ;;
+    --claude) want_claude=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser])" >&2; exit 2 ;;
+    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser] [--claude])" >&2; exit 2 ;;
   esac
 done
 
@@ -249,8 +254,40 @@ ensure_browser() {
   say "browser: $(chromium --version 2>/dev/null | head -n1) installed"
 }
 
+# claude_version is the Claude Code CLI the docker-claude arms are built
+# and tested against; its binary is the ELF of the linux-x64 optional
+# package (the package's own bin is a Node launcher that finds it).
+claude_version=2.1.332
+claude_bin=node_modules/@anthropic-ai/claude-code-linux-x64/claude
+
+# ensure_claude installs the pinned CLI into .cache/claude (gitignored) and
+# checks the binary answers with the pinned version. Skipped when it does.
+ensure_claude() {
+  local dir=$repo/.cache/claude want="$claude_version (Claude Code)" got
+  if [[ -x $dir/$claude_bin ]] && got=$("$dir/$claude_bin" --version 2>/dev/null) && [[ $got == "$want" ]]; then
+    say "claude: $got present in .cache/claude"
+    return
+  fi
+  if ! command -v npm >/dev/null; then
+    say "claude: installing nodejs and npm"
+    apt_install nodejs npm
+  fi
+  [[ $(uname -m) == x86_64 ]] || die "claude: only linux-x64 is supported (this machine is $(uname -m))"
+  say "claude: installing @anthropic-ai/claude-code@$claude_version into .cache/claude"
+  mkdir -p "$dir"
+  printf '{"private":true,"dependencies":{"@anthropic-ai/claude-code":"%s"}}\n' "$claude_version" >"$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --no-package-lock --loglevel=error \
+    --os=linux --cpu=x64 --libc=glibc >/dev/null) || die "npm install in $dir failed"
+  [[ -f $dir/$claude_bin ]] || die "claude: $claude_bin missing after install (the optional linux-x64 package was not installed)"
+  chmod 0755 "$dir/$claude_bin"
+  got=$("$dir/$claude_bin" --version 2>&1) || die "claude: $claude_bin --version failed: $got"
+  [[ $got == "$want" ]] || die "claude: $claude_bin --version printed '$got', want '$want'"
+  say "claude: $got installed in .cache/claude"
+}
+
 ensure_engine
 ensure_image debian:bookworm-slim build_debian
 ensure_image python:3.11-slim build_python
 if [[ $want_node -eq 1 ]]; then ensure_node; fi
 if [[ $want_browser -eq 1 ]]; then ensure_browser; fi
+if [[ $want_claude -eq 1 ]]; then ensure_claude; fi

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -102,5 +104,29 @@ func TestRequireImage(t *testing.T) {
 	r = run(t, func(tb testing.TB) { RequireImage(tb, cli, missing) })
 	if !r.failed {
 		t.Fatalf("missing image with CI: skipped=%v failed=%v, want a failure", r.skipped, r.failed)
+	}
+}
+
+func TestClaudeFindsPinnedCLI(t *testing.T) {
+	bin := Claude(t)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != ClaudeVersion+" (Claude Code)" {
+		t.Fatalf("%s --version = %q, %v", bin, out, err)
+	}
+}
+
+func TestClaudeMissingSkipsOrFails(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	unsetCI(t)
+	if r := run(t, func(tb testing.TB) { Claude(tb) }); !r.skipped || !strings.Contains(r.msg, "make setup-claude") {
+		t.Fatalf("without CI: skipped=%v msg=%q, want a skip naming make setup-claude", r.skipped, r.msg)
+	}
+	t.Setenv("CI", "1")
+	if r := run(t, func(tb testing.TB) { Claude(tb) }); !r.failed {
+		t.Fatalf("with CI set: failed=%v, want a failure", r.failed)
 	}
 }
