@@ -55,6 +55,7 @@ of the same machine must use the same --node.`,
 	cmd.Flags().IntVar(&concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once by the launcher")
 	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
 	limits.add(cmd.Flags())
+	cmd.AddCommand(newServeFakeModel(g))
 	return cmd
 }
 
