@@ -290,4 +290,3 @@ func (h *Server) stream(w http.ResponseWriter, r *http.Request, rep Reply, model
 	})
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
-

@@ -150,7 +150,7 @@ alt: [{text: "without"}]
 `)
 	for body, want := range map[string]string{
 		`{"model":"m","system":"skills: abskill","messages":[{"role":"user","content":"hi"}]}`: "with the skill",
-		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`:                           "without",
+		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`:                            "without",
 	} {
 		resp := post(t, context.Background(), url, body)
 		var m struct{ Content []struct{ Text string } }
@@ -164,7 +164,7 @@ alt: [{text: "without"}]
 
 func TestParseScriptErrorsNameTheKey(t *testing.T) {
 	for script, want := range map[string]string{
-		"replies: [{error: {status: 200}}]":   "replies[0].error.status",
+		"replies: [{error: {status: 200}}]":    "replies[0].error.status",
 		"replies: [{tool_use: [{input: {}}]}]": "replies[0].tool_use[0].name",
 		"after: forever":                       "after",
 		"replies: [{txt: hi}]":                 "txt",
