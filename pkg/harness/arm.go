@@ -131,6 +131,8 @@ func For(r Ref) (Arm, error) {
 		return harborArm{ref: r}, nil
 	case BenchFlow, BenchFlowSkill, BenchFlowSelfGen:
 		return benchflowArm{ref: r}, nil
+	case DockerClaude, DockerClaudeSkill:
+		return claudeArm{ref: r}, nil
 	}
 	return nil, fmt.Errorf("harness %s cannot run in this version", r.Name)
 }

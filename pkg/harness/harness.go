@@ -31,6 +31,10 @@ const (
 	BenchFlow        Kind = "benchflow"
 	BenchFlowSkill   Kind = "benchflow-skill"
 	BenchFlowSelfGen Kind = "benchflow-selfgen"
+	// DockerClaude and DockerClaudeSkill run the Claude Code CLI in the
+	// task container, without and with a skill (DESIGN §5.2).
+	DockerClaude      Kind = "docker-claude"
+	DockerClaudeSkill Kind = "docker-claude-skill"
 )
 
 // Error classes a refusal carries (DESIGN §8); the vocabulary is
@@ -78,6 +82,8 @@ func Registry() []Info {
 		{BenchFlow, "benchflow:<agent>", "an agent through an installed BenchFlow: bench eval run --skill-mode no-skill (oracle: a setup check)", "BenchFlow's verifier run (rollout result.json)", true},
 		{BenchFlowSkill, "benchflow-skill:<agent>[:<path>]", "bench eval run --skill-mode with-skill; <path> an external skill directory, staged as a copy", "BenchFlow's verifier run (rollout result.json)", true},
 		{BenchFlowSelfGen, "benchflow-selfgen:<agent>[:<dir>]", "bench eval run --skill-mode self-gen; <dir> seed skills, staged as a copy", "BenchFlow's verifier run (rollout result.json)", true},
+		{DockerClaude, "docker-claude", "Claude Code CLI in the task container as uid 10001, stream-json parsed live", "the task verifier", true},
+		{DockerClaudeSkill, "docker-claude-skill:<skill-path>", "docker-claude with the skill at <skill-path> as a one-skill plugin", "the task verifier", true},
 	}
 }
 
@@ -108,7 +114,7 @@ func Parse(s string) (Ref, error) {
 		if !in.Available {
 			return r, fmt.Errorf("harness %q: the %s harness is not available in this version", s, in.Kind)
 		}
-		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe) {
+		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerClaudeSkill) {
 			r.Name = string(r.Kind) + ":" + path.Clean(arg)
 		}
 		return r, nil

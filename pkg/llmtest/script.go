@@ -19,7 +19,9 @@
 //	  - hang: true                    # message_start, then nothing until the client goes
 //	  - text: "Done."                 # stop_reason end_turn (tool_use when the reply has tool_use)
 //	after: end                        # past the last reply: "end" (default) a text "done" ending the turn, "repeat" the last reply again
-//	when_skill: "dates"               # optional: see Reply.When
+//	cases:                            # optional: conversations chosen by a string of the request
+//	  - when: "CASE-429"
+//	    replies: [{error: {status: 429}}]
 //
 // The turn of a request is the number of assistant messages in its
 // messages array, so a client's retry of a turn (after a 429 or 529) gets
@@ -49,10 +51,23 @@ type Script struct {
 	// is set and the request does not contain it (same indexing; may be
 	// shorter, then After applies).
 	Alt []Reply `json:"alt,omitempty"`
+	// Cases are whole conversations chosen by the request: the first case
+	// whose When the request body contains answers it from its own
+	// Replies (and After); a request no case matches is answered from
+	// Replies and Alt. One endpoint so serves many tasks, told apart by
+	// a string of their prompts.
+	Cases []Case `json:"cases,omitempty"`
 	// After is what answers a turn past the last reply: "end" (default)
 	// a text reply "done" with stop_reason end_turn, "repeat" the last
 	// reply again.
 	After string `json:"after,omitempty"`
+}
+
+// Case is a conversation of a Script chosen by a string of the request.
+type Case struct {
+	When    string  `json:"when"`
+	Replies []Reply `json:"replies"`
+	After   string  `json:"after,omitempty"`
 }
 
 // Reply is one turn's answer.
@@ -161,19 +176,40 @@ func (s *Script) Validate() error {
 	if err := check("replies", s.Replies); err != nil {
 		return err
 	}
+	for i, c := range s.Cases {
+		if c.When == "" {
+			return fmt.Errorf("fake model script: cases[%d].when is empty", i)
+		}
+		if c.After != "" && c.After != "end" && c.After != "repeat" {
+			return fmt.Errorf("fake model script: cases[%d].after: %q is not end or repeat", i, c.After)
+		}
+		if err := check(fmt.Sprintf("cases[%d].replies", i), c.Replies); err != nil {
+			return err
+		}
+	}
 	return check("alt", s.Alt)
 }
 
 // reply picks the answer of turn n for a request body.
 func (s *Script) reply(n int, body []byte) Reply {
+	after := s.After
 	pick := func(rs []Reply) (Reply, bool) {
 		if n < len(rs) {
 			return rs[n], true
 		}
-		if s.After == "repeat" && len(rs) > 0 {
+		if after == "repeat" && len(rs) > 0 {
 			return rs[len(rs)-1], true
 		}
 		return Reply{}, false
+	}
+	for _, c := range s.Cases {
+		if bytes.Contains(body, []byte(c.When)) {
+			after = c.After
+			if r, ok := pick(c.Replies); ok {
+				return r
+			}
+			return Reply{Text: "done", StopReason: "end_turn"}
+		}
 	}
 	r, ok := pick(s.Replies)
 	if ok && r.When != "" && !bytes.Contains(body, []byte(r.When)) {

@@ -175,3 +175,26 @@ func TestParseScriptErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+func TestCasesChooseByRequest(t *testing.T) {
+	_, url := start(t, `
+cases:
+  - when: "TASK-A"
+    replies: [{text: "a0"}, {text: "a1"}]
+replies: [{text: "default"}]
+`)
+	for body, want := range map[string]string{
+		`{"model":"m","messages":[{"role":"user","content":"TASK-A"}]}`:                                                                                                                                   "a0",
+		`{"model":"m","messages":[{"role":"user","content":"TASK-A"},{"role":"assistant","content":"x"},{"role":"user","content":"y"}]}`:                                                                  "a1",
+		`{"model":"m","messages":[{"role":"user","content":"TASK-A"},{"role":"assistant","content":"x"},{"role":"user","content":"y"},{"role":"assistant","content":"x"},{"role":"user","content":"y"}]}`: "done",
+		`{"model":"m","messages":[{"role":"user","content":"other"}]}`:                                                                                                                                    "default",
+	} {
+		resp := post(t, context.Background(), url, body)
+		var m struct{ Content []struct{ Text string } }
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if len(m.Content) != 1 || m.Content[0].Text != want {
+			t.Errorf("%s: %+v, want %q", body, m, want)
+		}
+	}
+}

@@ -146,6 +146,9 @@ type Spec struct {
 	// that into the proxy variables of an Exec. nil: no proxy (the
 	// internal network has no way out). The process driver refuses it.
 	Egress *Egress
+	// Tmpfs are tmpfs mounts of the container: mount point -> mount
+	// options ("uid=10001,gid=10001,mode=0700,size=256m"). Docker only.
+	Tmpfs map[string]string
 }
 
 // Egress configures the egress proxy of a sandbox (Spec.Egress).

@@ -1,0 +1,335 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
+)
+
+// ClaudeBinRel is where `scripts/setup.sh --claude` installs the pinned
+// Claude Code CLI (the glibc ELF of @anthropic-ai/claude-code-linux-x64),
+// relative to the repository root.
+const ClaudeBinRel = ".cache/claude/node_modules/@anthropic-ai/claude-code-linux-x64/claude"
+
+// ClaudeBinEnv names the environment variable that overrides where the
+// CLI binary is on the host.
+const ClaudeBinEnv = "PROCTOR_CLAUDE_BIN"
+
+// ModelNetworkEnv names a Docker network the agent's sandbox joins for
+// its solve, to reach a model endpoint that listens there.
+//
+// Temporary: until the proxy-logger sidecar is wired to the docker-claude
+// arms, this is how the tests and the demo reach the scripted model (a
+// container on a network the caller made, --internal so it has no way
+// out). With the sidecar the agent reaches the provider through the proxy
+// instead, allowlisted from ANTHROPIC_BASE_URL, and this goes.
+const ModelNetworkEnv = "PROCTOR_MODEL_NETWORK"
+
+// Paths in the task container of the Claude arms.
+const (
+	claudeDir        = "/opt/proctor/claude"
+	claudeBin        = claudeDir + "/claude"
+	claudeStreamPath = agentOutput + "/claude.stream.jsonl"
+	// maxStreamBytes caps the collected stream file.
+	maxStreamBytes = 256 << 20
+)
+
+// ClaudeProviderEnv are the provider variables the Claude arms pass from
+// proctor's environment to the CLI (an allowlist: nothing else of
+// proctor's environment reaches the agent). ClaudeCredentialEnv are those
+// whose values are redacted from everything stored.
+var (
+	ClaudeProviderEnv = []string{
+		"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
+		"ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
+		"ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+		"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+	}
+	ClaudeCredentialEnv = []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"}
+)
+
+// claudeArm runs the Claude Code CLI in the task container: docker-claude,
+// and docker-claude-skill:<skill-path> with the skill as a one-skill
+// plugin (DESIGN §5.2).
+type claudeArm struct{ ref Ref }
+
+// claudeState is what Prepare found for Solve.
+type claudeState struct {
+	skill *Skill
+	env   map[string]string
+}
+
+func (a claudeArm) Ref() Ref                       { return a.ref }
+func (a claudeArm) SetupCheck() bool               { return false }
+func (a claudeArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
+
+func (a claudeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
+	return refusal(t, task.NeedsContainerAgent)
+}
+
+// Check fails the run before it starts when the CLI binary is missing,
+// the provider environment cannot work (ClaudeEnv) or the skill of a
+// skill arm is refused (LoadSkill).
+func (a claudeArm) Check(baseDir string) error {
+	if _, err := ClaudeBinary(baseDir); err != nil {
+		return err
+	}
+	if _, err := ClaudeEnv(os.Getenv); err != nil {
+		return err
+	}
+	if a.ref.Kind == DockerClaudeSkill {
+		if _, err := LoadSkill(baseDir, a.ref.Arg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClaudeBinary is the host path of the CLI binary: $PROCTOR_CLAUDE_BIN,
+// else ClaudeBinRel under baseDir or under the working directory or one
+// of its parents. The error says to run `make setup-claude`.
+func ClaudeBinary(baseDir string) (string, error) {
+	if p := os.Getenv(ClaudeBinEnv); p != "" {
+		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("%s=%s: not a regular file", ClaudeBinEnv, p)
+		}
+		return p, nil
+	}
+	var tried []string
+	dirs := []string{baseDir}
+	if wd, err := os.Getwd(); err == nil {
+		for d := wd; ; d = filepath.Dir(d) {
+			dirs = append(dirs, d)
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, ClaudeBinRel)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	return "", fmt.Errorf("the Claude Code CLI is not installed (run `make setup-claude`, or set %s); looked at %s", ClaudeBinEnv, strings.Join(tried, ", "))
+}
+
+// ClaudeEnv reads the provider allowlist (ClaudeProviderEnv) through
+// getenv and checks that it can work: a credential (ANTHROPIC_API_KEY or
+// ANTHROPIC_AUTH_TOKEN) is set, and ANTHROPIC_BASE_URL, when set, is an
+// http(s) URL whose host is not loopback (the agent runs in a container:
+// its loopback is not the host's).
+func ClaudeEnv(getenv func(string) string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, k := range ClaudeProviderEnv {
+		if v := getenv(k); v != "" {
+			env[k] = v
+		}
+	}
+	if env["ANTHROPIC_API_KEY"] == "" && env["ANTHROPIC_AUTH_TOKEN"] == "" {
+		return nil, errors.New("docker-claude: no provider credential: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)")
+	}
+	if b := env["ANTHROPIC_BASE_URL"]; b != "" {
+		u, err := url.Parse(b)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			return nil, fmt.Errorf("docker-claude: ANTHROPIC_BASE_URL=%s is not an http(s) URL with a host", b)
+		}
+		h := u.Hostname()
+		if ip := net.ParseIP(h); h == "localhost" || strings.HasSuffix(h, ".localhost") || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+			return nil, fmt.Errorf("docker-claude: ANTHROPIC_BASE_URL=%s is a loopback address, which inside the task container is the container itself: use an address the container can reach", b)
+		}
+	}
+	return env, nil
+}
+
+// Prepare builds the task image, checks the working directory rule, the
+// provider environment (refused when it cannot work) and the skill, and
+// adds the CLI binary to the task image as a derived image (ClaudeImage:
+// once per task image and binary, never per cell). An image without glibc
+// (musl, such as Alpine) is refused: the CLI cannot run there.
+func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
+	img, err := TaskImage(ctx, env)
+	if err != nil {
+		return Placement{}, err
+	}
+	t := env.Task()
+	workdir, err := AgentWorkdir(t, img)
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
+	penv, err := ClaudeEnv(os.Getenv)
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
+	st := claudeState{env: penv}
+	if a.ref.Kind == DockerClaudeSkill {
+		if st.skill, err = LoadSkill(env.Spec().BaseDir, a.ref.Arg); err != nil {
+			return Placement{}, events.Classed(events.ClassRefused, err)
+		}
+	}
+	bin, err := ClaudeBinary(env.Spec().BaseDir)
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassSandbox, err)
+	}
+	runImage, err := claudeImage(ctx, env, img, bin)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Placement{}, ctx.Err()
+		}
+		if errors.Is(err, errNoGlibc) {
+			return Placement{}, events.Classed(events.ClassRefused, err)
+		}
+		return Placement{}, events.Classed(events.ClassSandbox, err)
+	}
+	n := a.Networks(t)
+	spec := containerSpec(env, runImage, workdir, n.Start)
+	// HOME on its own tmpfs: nothing the CLI writes there (settings,
+	// caches, the env file) reaches the image or the verifier's files.
+	spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}
+	return Placement{
+		Driver: env.Driver(), Spec: spec, Networks: n, Workdir: workdir, Image: img, State: st,
+	}, nil
+}
+
+// errNoGlibc marks a task image the CLI cannot run in.
+var errNoGlibc = errors.New("the task image has no glibc loader (/lib64/ld-linux-x86-64.so.2; a musl image such as Alpine?): the Claude Code CLI is a glibc binary and cannot run there")
+
+// binHashes caches the sha256 of a CLI binary by path, size and mtime, so
+// a 400 MB file is hashed once per process.
+var binHashes sync.Map
+
+func binaryHash(p string) (string, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d", p, fi.Size(), fi.ModTime().UnixNano())
+	if h, ok := binHashes.Load(key); ok {
+		return h.(string), nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return "", err
+	}
+	h := hex.EncodeToString(sum.Sum(nil))
+	binHashes.Store(key, h)
+	return h, nil
+}
+
+// ClaudeImageRef is the derived image of the CLI on a task image:
+// proctor-claude:<image id hex[:12]>-<binary sha256[:12]>.
+func ClaudeImageRef(taskImageID, binHash string) string {
+	id := strings.TrimPrefix(taskImageID, "sha256:")
+	return "proctor-claude:" + id[:min(12, len(id))] + "-" + binHash[:min(12, len(binHash))]
+}
+
+// claudeImage returns the task image with the CLI at /opt/proctor/claude,
+// committed once per (task image id, binary) with the driver's
+// DerivedImager ability. The setup checks the image has the glibc loader
+// and that the copied binary prints its version.
+func claudeImage(ctx context.Context, env Env, img sandbox.ImageInfo, bin string) (string, error) {
+	d := env.Driver()
+	di, ok := d.(sandbox.DerivedImager)
+	if !ok {
+		return "", fmt.Errorf("the sandbox driver %T cannot make derived images (the Claude Code CLI)", d)
+	}
+	h, err := binaryHash(bin)
+	if err != nil {
+		return "", fmt.Errorf("hash the Claude Code CLI: %w", err)
+	}
+	ref := ClaudeImageRef(img.ID, h)
+	dir := env.Dir()
+	made, err := di.EnsureDerived(ctx, ref, sandbox.Spec{
+		RunID: env.RunID(), CellID: env.CellID(), Image: img.Ref, Network: sandbox.NetworkNone, Lifetime: installTimeout,
+	}, func(ctx context.Context, hd *sandbox.Handle) error {
+		var out bytes.Buffer
+		res, err := d.Exec(ctx, hd, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "test -e /lib64/ld-linux-x86-64.so.2"}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return errNoGlibc
+		}
+		if err := d.CopyIn(ctx, hd, bin, claudeDir); err != nil {
+			return fmt.Errorf("copy the Claude Code CLI in: %w", err)
+		}
+		out.Reset()
+		res, err = d.Exec(ctx, hd, sandbox.ExecSpec{
+			Cmd:    []string{"sh", "-c", "chmod 0755 " + claudeDir + " " + claudeBin + " && HOME=/tmp " + claudeBin + " --version"},
+			Stdout: &out, Stderr: &out, Timeout: 2 * time.Minute,
+		})
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("the Claude Code CLI does not run in %s: exit %d: %s", img.Ref, res.ExitCode, strings.TrimSpace(out.String()))
+		}
+		dir.Logf("claude: %s in %s", strings.TrimSpace(out.String()), ref)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if made {
+		dir.Logf("claude: derived image %s made", ref)
+	}
+	return ref, nil
+}
+
+// claudeArgs is the CLI's argv: print mode, stream-json with every event,
+// the fixed tool set, no settings from any file, no MCP server, no session
+// file, built-in plugins off, permissions skipped (it runs as uid 10001 in
+// a sandbox), and for the skill arm the plugin directory.
+func claudeArgs(model string, skill *Skill) []string {
+	args := []string{claudeBin, "-p", "--output-format", "stream-json", "--verbose",
+		"--tools", "Read,Edit,Write,Bash,Glob,Grep,Skill",
+		"--setting-sources", "", "--strict-mcp-config", "--no-session-persistence",
+		"--settings", claudeSettings, "--dangerously-skip-permissions"}
+	if model != "" && model != "default" {
+		args = append(args, "--model", model)
+	}
+	if skill != nil {
+		args = append(args, "--plugin-dir", SkillPluginDir)
+	}
+	return args
+}
+
+// claudeSettings turns off the plugins built into the CLI (2.1.332 ships
+// three), so the control arm offers no skill but the CLI's own and the
+// skill arm exactly one more.
+const claudeSettings = `{"enabledPlugins":{"cc-plugin-agents-md@builtin":false,"cc-plugin-privacy@builtin":false,"cc-plugin-plugin-authoring@builtin":false}}`
+
+// envFile renders env as lines `export K='v'` for sh to source.
+func envFile(env map[string]string) []byte {
+	var b bytes.Buffer
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		b.WriteString("export " + k + "=" + shq(env[k]) + "\n")
+	}
+	return b.Bytes()
+}
