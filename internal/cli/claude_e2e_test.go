@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/llmtest"
 )
@@ -134,13 +135,14 @@ func fakeModel(t *testing.T, cli *client.Client, script string) func() []llmtest
 }
 
 // claudeTask writes a Harbor task whose verifier passes when /app/out.txt
-// holds "hello", on an image made from dockerfile lines after FROM.
-func claudeTask(t *testing.T, root, name string, timeoutSec float64, dockerfile ...string) {
+// holds "hello"; instruction is its prompt (the fake model tells tasks
+// apart by it), the image is made from dockerfile lines after FROM.
+func claudeTask(t *testing.T, root, name, instruction string, timeoutSec float64, dockerfile ...string) {
 	t.Helper()
 	dir := filepath.Join(root, name)
 	files := map[string]string{
 		"task.toml":              fmt.Sprintf("version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = %g\n", timeoutSec),
-		"instruction.md":         "Write hello into /app/out.txt.\n",
+		"instruction.md":         instruction + "\nWrite hello into /app/out.txt.\n",
 		"environment/Dockerfile": "FROM debian:bookworm-slim\n" + strings.Join(dockerfile, "\n") + "\nWORKDIR /app\n",
 		"tests/test.sh":          "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
 		"solution/solve.sh":      "#!/bin/bash\necho hello > /app/out.txt\n",
@@ -211,72 +213,157 @@ func claudeSetup(t *testing.T) *client.Client {
 	return cli
 }
 
-// TestClaudeArmsSolveWithAndWithoutSkill runs the real CLI in both arms
-// against a script that solves the task by tool use only when the skill
-// was offered: the skill arm calls the Skill tool, then Bash, and passes;
-// the control arm answers without a tool and fails. The model got the
-// credential; no stored file holds it.
-func TestClaudeArmsSolveWithAndWithoutSkill(t *testing.T) {
-	cli := claudeSetup(t)
-	requests := fakeModel(t, cli, `
+// claudeScript answers the tasks of TestClaudeArms by a CASE string of
+// their prompts; the greet tasks are solved by tool use only when the
+// skill was offered.
+const claudeScript = `
+cases:
+  - when: "CASE-429"
+    replies: [{error: {status: 429}}]
+  - when: "CASE-529"
+    replies:
+      - tool_use: [{name: Bash, input: {command: "echo hello > /app/out.txt"}}]
+        usage: {input_tokens: 100, output_tokens: 10}
+      - tool_use: [{name: Bash, input: {command: "cat /app/out.txt"}}]
+        usage: {input_tokens: 110, output_tokens: 10}
+      - tool_use: [{name: Read, input: {file_path: "/app/out.txt"}}]
+        usage: {input_tokens: 120, output_tokens: 10}
+      - error: {status: 529}
+  - when: "CASE-HANG"
+    replies: [{hang: true}]
+  - when: "CASE-LARGE"
+    replies:
+      - tool_use: [{name: Bash, input: {command: "echo hello > /app/out.txt"}}]
+        usage: {input_tokens: 100, output_tokens: 10}
+      - {text: "Done: ", large: 200000, usage: {input_tokens: 100, output_tokens: 50000}}
+  - when: "abskill:greet"
+    replies:
+      - text: "Loading the skill."
+        tool_use: [{name: Skill, input: {skill: "abskill:greet"}}]
+        usage: {input_tokens: 1000, output_tokens: 20}
+      - tool_use: [{name: Bash, input: {command: "echo hello > /app/out.txt"}}]
+        usage: {input_tokens: 1200, output_tokens: 30, cache_read_input_tokens: 500}
+      - text: "Done."
+        usage: {input_tokens: 1300, output_tokens: 5}
 replies:
-  - when: "abskill:greet"
-    text: "Loading the skill."
-    tool_use: [{name: Skill, input: {skill: "abskill:greet"}}]
-    usage: {input_tokens: 1000, output_tokens: 20}
-  - when: "abskill:greet"
-    tool_use: [{name: Bash, input: {command: "echo hello > /app/out.txt"}}]
-    usage: {input_tokens: 1200, output_tokens: 30, cache_read_input_tokens: 500}
-  - when: "abskill:greet"
-    text: "Done."
-    usage: {input_tokens: 1300, output_tokens: 5}
-alt:
   - text: "I do not know how."
     usage: {input_tokens: 900, output_tokens: 7}
-`)
+`
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestClaudeArms runs the real CLI in both arms against the scripted
+// model over tasks that each play one case: a solve by tool use that only
+// the skill arm finds, a 429 before any turn (errored), a 529 at turn 3
+// (scored), a reply that never ends (solver_timeout, nothing left
+// running), a 200 KB result line, and an image whose /opt is closed to
+// uid 10001 so the skill plugin cannot load (the skill arm errored,
+// "treatment not offered"). The model got the credential; no stored file
+// holds it.
+func TestClaudeArms(t *testing.T) {
+	cli := claudeSetup(t)
+	requests := fakeModel(t, cli, claudeScript)
 	root, skills := t.TempDir(), t.TempDir()
-	claudeTask(t, root, "greet", 120)
+	claudeTask(t, root, "greet", "CASE-GREET", 120)
+	claudeTask(t, root, "rate-limited", "CASE-429", 120)
+	claudeTask(t, root, "overloaded", "CASE-529", 120)
+	claudeTask(t, root, "hangs", "CASE-HANG", 15)
+	claudeTask(t, root, "large", "CASE-LARGE", 120)
+	claudeTask(t, root, "closed-opt", "CASE-GREET", 120, "RUN chmod 0700 /opt")
 	skill := writeSkill(t, skills, "greet")
 	skillArm := "docker-claude-skill:" + skill
 	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude,"+skillArm, "--baseline-harness", "docker-claude")
 	rows := byCell(a)
-	s, c := rows["greet "+skillArm], rows["greet docker-claude"]
-	if s.Outcome != "passed" {
-		t.Fatalf("skill arm: %+v", s)
+	show := func(r artifact.Result) string {
+		m := r.Metrics
+		return fmt.Sprintf("outcome=%s class=%s error=%q cost=%v prompt=%v completion=%v calls=%v tools=%v timeout=%v leftover=%v reported=%v",
+			r.Outcome, r.ErrorClass, r.Error, deref(m.CostUSD), deref(m.PromptTokens), deref(m.CompletionTokens), deref(m.NCalls), m.ToolCalls,
+			m.SolverTimeout, deref(m.VerifierLeftoverProcesses), m.AgentReported)
 	}
+
+	s, c := rows["greet "+skillArm], rows["greet docker-claude"]
 	m := s.Metrics
-	if m.CostUSD == nil || *m.CostUSD <= 0 || m.PromptTokens == nil || *m.PromptTokens != 3500 || m.CompletionTokens == nil || *m.CompletionTokens != 55 ||
-		m.NCalls == nil || *m.NCalls != 3 || m.ToolCalls["Bash"] != 1 || m.ToolCalls["Skill"] != 1 {
-		t.Errorf("skill arm metrics: %+v", m)
+	if s.Outcome != "passed" || m.CostUSD == nil || *m.CostUSD <= 0 || deref(m.PromptTokens) != int64(3500) || deref(m.CompletionTokens) != int64(55) ||
+		deref(m.CacheReadTokens) != int64(500) || m.ToolCalls["Bash"] != 1 || m.ToolCalls["Skill"] != 1 {
+		t.Errorf("greet, skill arm: %s", show(s))
 	}
 	ar := m.AgentReported
 	if ar["n_skill_invocations"] != 1.0 || ar["treatment"] != "greet" || ar["terminal_reason"] != "completed" ||
-		fmt.Sprint(ar["offered_plugins"]) != "[abskill]" || fmt.Sprint(ar["unexpected_skills"]) != "[]" {
-		t.Errorf("skill arm agent_reported: %v", ar)
+		fmt.Sprint(ar["offered_plugins"]) != "[abskill]" || fmt.Sprint(ar["unexpected_skills"]) != "[]" || ar["ttft_sec"] == nil || ar["latency_sec"] == nil {
+		t.Errorf("greet, skill arm agent_reported: %v", ar)
 	}
-	if c.Outcome != "failed" || c.Metrics.AgentReported["terminal_reason"] != "completed" || c.Metrics.NCalls == nil || *c.Metrics.NCalls != 1 {
-		t.Errorf("control arm: %+v", c)
+	if c.Outcome != "failed" || c.Metrics.AgentReported["terminal_reason"] != "completed" || deref(c.Metrics.NCalls) != int64(1) ||
+		fmt.Sprint(c.Metrics.AgentReported["offered_plugins"]) != "[]" {
+		t.Errorf("greet, control arm (built-in plugins off): %s", show(c))
 	}
-	if fmt.Sprint(c.Metrics.AgentReported["offered_plugins"]) != "[]" {
-		t.Errorf("control arm offered plugins %v (the built-in ones are off)", c.Metrics.AgentReported["offered_plugins"])
+	for _, h := range []string{"docker-claude", skillArm} {
+		if r := rows["rate-limited "+h]; r.Outcome != "errored" || r.ErrorClass != "solver_error" || !r.Metrics.SolverError {
+			t.Errorf("429 before any turn under %s: %s", h, show(r))
+		}
+		if r := rows["overloaded "+h]; r.Outcome != "passed" || r.Metrics.AgentReported["is_error"] != true || r.Metrics.AgentReported["api_error_status"] != 529.0 {
+			t.Errorf("529 at turn 3 under %s (scored): %s", h, show(r))
+		}
+		if r := rows["hangs "+h]; r.Outcome != "solver_timeout" || !r.Metrics.SolverTimeout || deref(r.Metrics.VerifierLeftoverProcesses) != 0 ||
+			r.Metrics.CostUSD != nil || r.Metrics.PromptTokens != nil {
+			t.Errorf("a reply that never ends under %s: %s", h, show(r))
+		}
+		if r := rows["large "+h]; r.Outcome != "passed" || r.Metrics.CostUSD == nil || deref(r.Metrics.CompletionTokens) != int64(50010) {
+			t.Errorf("a 200 KB result line under %s: %s", h, show(r))
+		}
+	}
+	if r := rows["closed-opt "+skillArm]; r.Outcome != "errored" || r.ErrorClass != "solver_error" || !strings.Contains(r.Error, "treatment not offered") {
+		t.Errorf("plugin that cannot load: %s", show(r))
+	}
+	if r := rows["closed-opt docker-claude"]; r.Outcome != "failed" {
+		t.Errorf("closed /opt under the control arm: %s", show(r))
 	}
 	if h := a.Summary.PerHarness[skillArm]; h == nil {
 		t.Errorf("no per_harness entry for %s", skillArm)
 	}
+	if cmp := a.Summary.Comparisons[skillArm]; cmp == nil {
+		t.Errorf("no comparison of %s against docker-claude", skillArm)
+	}
 	reqs := requests()
-	if len(reqs) < 4 {
+	if len(reqs) < 10 {
 		t.Fatalf("the model got %d requests", len(reqs))
 	}
 	for _, r := range reqs {
 		if r.APIKey != claudeTestKey {
 			t.Errorf("request %s carried key %q", r.Path, r.APIKey)
 		}
-	}
-	noCredentialStored(t, out)
-	// The evals of the skill never reached the agent.
-	for _, r := range reqs {
 		if strings.Contains(string(r.Body), "the answer key") {
 			t.Error("the skill's evals/ reached the model")
+		}
+	}
+	noCredentialStored(t, out)
+	// The 200 KB line is stored whole.
+	b, err := os.ReadFile(filepath.Join(rows["large docker-claude"].OutputDir, "claude.stream.jsonl"))
+	if err != nil || !strings.Contains(string(b), strings.Repeat("x", 200000)) {
+		t.Errorf("claude.stream.jsonl of the large case lacks the 200 KB text (%v)", err)
+	}
+}
+
+// TestClaudeSkillFrontmatterRefused: a skill whose frontmatter names a
+// model fails the run before anything starts, naming the file and key.
+func TestClaudeSkillFrontmatterRefused(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Setenv("ANTHROPIC_API_KEY", claudeTestKey)
+	t.Setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1:8080")
+	t.Setenv(harness.ClaudeBinEnv, "/bin/sh") // only its presence is checked before the run
+	root, skills := t.TempDir(), t.TempDir()
+	claudeTask(t, root, "greet", "CASE-GREET", 120)
+	for _, fm := range []string{"model: claude-opus-4", "context: fork", "hooks: {}", "disable-model-invocation: true"} {
+		skill := writeSkill(t, skills, "s"+fmt.Sprint(len(fm)), fm)
+		var stdout, stderr strings.Builder
+		code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude-skill:" + skill, "--output-dir", t.TempDir()}, &stdout, &stderr)
+		key := strings.SplitN(fm, ":", 2)[0]
+		if code == 0 || !strings.Contains(stderr.String(), "SKILL.md") || !strings.Contains(stderr.String(), "frontmatter key "+key) {
+			t.Errorf("%s: exit %d, stderr %s", fm, code, stderr.String())
 		}
 	}
 }

@@ -44,7 +44,7 @@ const ModelNetworkEnv = "PROCTOR_MODEL_NETWORK"
 
 // Paths in the task container of the Claude arms.
 const (
-	claudeDir        = "/opt/proctor/claude"
+	claudeDir        = "/usr/local/lib/proctor-claude"
 	claudeBin        = claudeDir + "/claude"
 	claudeStreamPath = agentOutput + "/claude.stream.jsonl"
 	// maxStreamBytes caps the collected stream file.
@@ -249,7 +249,7 @@ func ClaudeImageRef(taskImageID, binHash string) string {
 	return "proctor-claude:" + id[:min(12, len(id))] + "-" + binHash[:min(12, len(binHash))]
 }
 
-// claudeImage returns the task image with the CLI at /opt/proctor/claude,
+// claudeImage returns the task image with the CLI at /usr/local/lib/proctor-claude (not under /opt, which an image may close to other users),
 // committed once per (task image id, binary) with the driver's
 // DerivedImager ability. The setup checks the image has the glibc loader
 // and that the copied binary prints its version.

@@ -1,0 +1,148 @@
+package harness
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+func TestClaudeEnvRefusesSetupsThatCannotWork(t *testing.T) {
+	for name, c := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no credential": {map[string]string{"ANTHROPIC_BASE_URL": "http://10.0.0.2:8080"}, "no provider credential"},
+		"loopback ip":   {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://127.0.0.1:8080"}, "loopback"},
+		"localhost":     {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://localhost:8080"}, "loopback"},
+		"ipv6 loopback": {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://[::1]:8080"}, "loopback"},
+		"not a url":     {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "model:8080"}, "not an http(s) URL"},
+	} {
+		_, err := ClaudeEnv(func(k string) string { return c.env[k] })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, c.want)
+		}
+	}
+	env, err := ClaudeEnv(func(k string) string {
+		return map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "https://api.example.test", "PATH": "/x", "AWS_SECRET_ACCESS_KEY": "no"}[k]
+	})
+	if err != nil || len(env) != 2 || env["ANTHROPIC_API_KEY"] != "k123" {
+		t.Fatalf("allowlist: %v %v", env, err)
+	}
+}
+
+func TestRedactorRawAndJSONEscaped(t *testing.T) {
+	key := `sk-"a\b`
+	r := NewRedactor(map[string]string{"ANTHROPIC_API_KEY": key, "SHORT": "ab"})
+	in := `raw ` + key + ` json "sk-\"a\\b" ab`
+	got := r.String(in)
+	if strings.Contains(got, "sk-") || strings.Count(got, "[REDACTED:ANTHROPIC_API_KEY]") != 2 || !strings.HasSuffix(got, " ab") {
+		t.Fatalf("redacted %q", got)
+	}
+	// A value split across writes is still found.
+	var b bytes.Buffer
+	w := r.Writer(&b)
+	_, _ = w.Write([]byte("x sk-\"a"))
+	_, _ = w.Write([]byte("\\b y\npartial"))
+	_ = w.Close()
+	if b.String() != "x [REDACTED:ANTHROPIC_API_KEY] y\npartial" {
+		t.Fatalf("writer: %q", b.String())
+	}
+}
+
+func TestClaudeStreamOutcomeRules(t *testing.T) {
+	s := newClaudeStream("")
+	s.line(`{"type":"system","subtype":"init","model":"m1","plugins":[],"skills":["doctor"]}`)
+	s.line(`{"type":"assistant","message":{"id":"a","model":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}`)
+	s.line(`{"type":"assistant","message":{"id":"b","model":"m1","content":[{"type":"text","text":"hm"}]}}`)
+	evs := s.line(`{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":2,"total_cost_usd":0.5,"usage":{"input_tokens":10,"output_tokens":4},"terminal_reason":"max_turns","modelUsage":{"m1":{"costUSD":0.1},"m2":{"costUSD":0.4}}}`)
+	if !s.failed() || !s.attempted() {
+		t.Fatalf("error_max_turns after two turns: failed=%v attempted=%v (want a failure that is scored)", s.failed(), s.attempted())
+	}
+	if len(evs) != 1 || evs[0].Type != events.Usage {
+		t.Fatalf("result events %+v", evs)
+	}
+	u := evs[0].Data.(events.UsageData)
+	if *u.CostUSD != 0.5 || *u.Calls != 2 || *u.CompletionTokens != 4 || u.Model != "m2" {
+		t.Errorf("result usage %+v (model: the entry that cost most)", u)
+	}
+	m := s.metrics(false)
+	if m["model"] != "m2" || m["terminal_reason"] != "max_turns" || m["tool_calls"].(map[string]int)["Bash"] != 1 {
+		t.Errorf("metrics %v", m)
+	}
+
+	// An error before any attempt: one turn, no output tokens.
+	e := newClaudeStream("")
+	e.line(`{"type":"result","subtype":"success","is_error":true,"num_turns":1,"usage":{"output_tokens":0},"api_error_status":401}`)
+	if !e.failed() || e.attempted() {
+		t.Errorf("rejected credentials: failed=%v attempted=%v", e.failed(), e.attempted())
+	}
+	// A truncated stream: no result, no cost or tokens.
+	tr := newClaudeStream("")
+	tr.line(`{"type":"assistant","message":{"id":"a","model":"m1","content":[]}}`)
+	if tr.result != nil || tr.metrics(true)["stream_truncated"] != true || tr.metrics(true)["cost_usd"] != nil {
+		t.Errorf("truncated: %v", tr.metrics(true))
+	}
+}
+
+func TestClaudeStreamSkillInvocations(t *testing.T) {
+	s := newClaudeStream("greet")
+	s.line(`{"type":"system","subtype":"init","plugins":[{"name":"abskill"}],"skills":["abskill:greet","doctor"]}`)
+	s.line(`{"type":"assistant","message":{"id":"a","model":"m","content":[{"type":"tool_use","id":"t1","name":"Skill","input":{"skill":"abskill:greet"}},{"type":"tool_use","id":"t2","name":"Skill","input":{"skill":"abskill:greet"}},{"type":"tool_use","id":"t3","name":"Skill","input":{"skill":"doctor"}}]}}`)
+	s.line(`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t2","is_error":true,"content":"rejected"}]}}`)
+	m := s.metrics(false)
+	if m["n_skill_invocations"] != 1 || strings.Join(m["unexpected_skills"].([]string), ",") != "doctor" || !s.pluginOffered() {
+		t.Fatalf("metrics %v (one accepted call of the treatment; doctor unexpected)", m)
+	}
+}
+
+func TestSkillPluginCopyRules(t *testing.T) {
+	base := t.TempDir()
+	skill := filepath.Join(base, "greet")
+	outside := filepath.Join(base, "secret.txt")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(skill, "evals"), 0o755))
+	must(os.MkdirAll(filepath.Join(skill, "ref"), 0o755))
+	must(os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: greet\ndescription: d\n---\nbody\n"), 0o644))
+	must(os.WriteFile(filepath.Join(skill, "ref", "a.md"), []byte("A"), 0o644))
+	must(os.WriteFile(filepath.Join(skill, "evals", "key.txt"), []byte("K"), 0o644))
+	must(os.WriteFile(outside, []byte("S"), 0o644))
+	must(os.Symlink("ref/a.md", filepath.Join(skill, "inside-link.md")))
+	must(os.Symlink(outside, filepath.Join(skill, "outside-link.md")))
+	must(os.Symlink("evals/key.txt", filepath.Join(skill, "evals-link.md")))
+	s, err := LoadSkill(base, "greet/SKILL.md")
+	if err != nil || s.Name != "greet" {
+		t.Fatalf("load: %+v %v", s, err)
+	}
+	dst := filepath.Join(t.TempDir(), "abskill")
+	skipped, err := s.WritePlugin(dst)
+	must(err)
+	got := filepath.Join(dst, "skills", "greet")
+	if b, err := os.ReadFile(filepath.Join(got, "inside-link.md")); err != nil || string(b) != "A" {
+		t.Errorf("a link inside the skill is copied as its file: %q %v", b, err)
+	}
+	for _, p := range []string{"outside-link.md", "evals-link.md", "evals"} {
+		if _, err := os.Lstat(filepath.Join(got, p)); err == nil {
+			t.Errorf("%s was copied", p)
+		}
+	}
+	if len(skipped) != 3 {
+		t.Errorf("skipped %v", skipped)
+	}
+	if _, err := os.Stat(filepath.Join(dst, ".claude-plugin", "plugin.json")); err != nil {
+		t.Error(err)
+	}
+	// Names that would leave the plugin directory are refused.
+	must(os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: ../../x\n---\n"), 0o644))
+	if _, err := LoadSkill(base, "greet"); err == nil || !strings.Contains(err.Error(), "skill name") {
+		t.Errorf("a name with ../: %v", err)
+	}
+}
