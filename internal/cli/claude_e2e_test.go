@@ -140,12 +140,20 @@ func fakeModel(t *testing.T, cli *client.Client, script string) func() []llmtest
 func claudeTask(t *testing.T, root, name, instruction string, timeoutSec float64, dockerfile ...string) {
 	t.Helper()
 	dir := filepath.Join(root, name)
+	// Without Dockerfile lines the task runs debian:bookworm-slim itself,
+	// so its cells share one derived image with the CLI (made once).
+	toml := fmt.Sprintf("version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = %g\n", timeoutSec)
+	if len(dockerfile) == 0 {
+		toml += "[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/app\"\n"
+	}
 	files := map[string]string{
-		"task.toml":              fmt.Sprintf("version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = %g\n", timeoutSec),
-		"instruction.md":         instruction + "\nWrite hello into /app/out.txt.\n",
-		"environment/Dockerfile": "FROM debian:bookworm-slim\n" + strings.Join(dockerfile, "\n") + "\nWORKDIR /app\n",
-		"tests/test.sh":          "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
-		"solution/solve.sh":      "#!/bin/bash\necho hello > /app/out.txt\n",
+		"task.toml":         toml,
+		"instruction.md":    instruction + "\nWrite hello into /app/out.txt.\n",
+		"tests/test.sh":     "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+		"solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
+	}
+	if len(dockerfile) > 0 {
+		files["environment/Dockerfile"] = "FROM debian:bookworm-slim\n" + strings.Join(dockerfile, "\n") + "\nWORKDIR /app\n"
 	}
 	for p, c := range files {
 		full := filepath.Join(dir, p)
