@@ -67,7 +67,7 @@ var (
 
 // claudeArm runs the Claude Code CLI in the task container: docker-claude,
 // and docker-claude-skill:<skill-path> with the skill as a one-skill
-// plugin (DESIGN §5.2).
+// plugin (DESIGN §5.3).
 type claudeArm struct{ ref Ref }
 
 // claudeState is what Prepare found for Solve.

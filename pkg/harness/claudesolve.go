@@ -95,7 +95,7 @@ func (l *claudeLive) wait() {
 	<-l.done
 }
 
-// Solve runs the CLI (DESIGN §5.2) as uid 10001 in the working directory:
+// Solve runs the CLI (DESIGN §5.3) as uid 10001 in the working directory:
 // the prompt (after the skill notice, for the skill arm) on stdin, the
 // provider variables from an env file on the tmpfs HOME that the wrapper
 // sources and deletes before the CLI starts (never on argv), stdout

@@ -32,7 +32,7 @@ const (
 	BenchFlowSkill   Kind = "benchflow-skill"
 	BenchFlowSelfGen Kind = "benchflow-selfgen"
 	// DockerClaude and DockerClaudeSkill run the Claude Code CLI in the
-	// task container, without and with a skill (DESIGN §5.2).
+	// task container, without and with a skill (DESIGN §5.3).
 	DockerClaude      Kind = "docker-claude"
 	DockerClaudeSkill Kind = "docker-claude-skill"
 )
