@@ -59,7 +59,7 @@ func fixtureResults() []artifact.Result {
 				CacheReadTokens: i64(0), CacheWriteTokens: i64(64), NCalls: i64(3),
 				ToolCalls:      map[string]int{"bash": 2, "edit": 1},
 				OperationCount: 2, OperationsByType: map[string]int{"search": 2},
-				Egress:        &artifact.EgressCounts{Allowed: 4, Denied: 1, Errors: 0},
+				Egress:        &artifact.EgressCounts{Allowed: 4, Denied: 1, Errors: 0, AllowedHosts: []string{"pypi.org:443"}, DeniedHosts: []string{"example.com:443"}, ErrorHosts: []string{}, DeniedEntries: []artifact.DeniedEntry{{Target: "example.com:443", Reason: "not in allowlist", Count: 1}}},
 				AgentReported: map[string]any{"inputTokens": float64(1200), "provider": "p"},
 			},
 			Operations: []map[string]any{

@@ -255,7 +255,8 @@ var metricsFields = []string{
 }
 
 var metricsLayoutKnown = slices.Equal(structLayout(reflect.TypeFor[artifact.Metrics]()), metricsFields) &&
-	slices.Equal(structLayout(reflect.TypeFor[artifact.EgressCounts]()), []string{"Allowed allowed", "Denied denied", "Errors errors"})
+	slices.Equal(structLayout(reflect.TypeFor[artifact.EgressCounts]()), []string{"Allowed allowed", "Denied denied", "Errors errors",
+		"AllowedHosts allowed_hosts", "DeniedHosts denied_hosts", "ErrorHosts error_hosts", "DeniedEntries denied_entries"})
 
 func structLayout(t reflect.Type) []string {
 	out := make([]string, t.NumField())
@@ -332,15 +333,14 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 		key("unknown_keys")
 		dst = appendStrings(dst, m.UnknownKeys)
 	}
-	if g := m.Egress; g != nil {
-		key("egress")
-		dst = append(dst, `{"allowed":`...)
-		dst = strconv.AppendInt(dst, int64(g.Allowed), 10)
-		dst = append(dst, `,"denied":`...)
-		dst = strconv.AppendInt(dst, int64(g.Denied), 10)
-		dst = append(dst, `,"errors":`...)
-		dst = strconv.AppendInt(dst, int64(g.Errors), 10)
-		dst = append(dst, '}')
+	if m.Egress != nil && err == nil {
+		// Counts, host sets and denied entries: encoding/json's bytes, as
+		// the fallback would write them.
+		var b []byte
+		if b, err = json.Marshal(m.Egress); err == nil {
+			key("egress")
+			dst = append(dst, b...)
+		}
 	}
 	if len(m.Isolation) > 0 {
 		anyv("isolation", m.Isolation)

@@ -14,7 +14,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
-	"github.com/proctor-eval/proctor/services/verifier"
+	"github.com/proctor-eval/proctor/pkg/verify"
 )
 
 // A multi-step task (Harbor's [[steps]], DESIGN §3) runs here, in the
@@ -24,7 +24,7 @@ import (
 // healthcheck; the arm's Solve with the step's instruction, solution and
 // budget (the arm sees the task through the step); the step's tests (the
 // task-level tests/ with the step's tests/ over it) scored by the
-// verifier's own RunTests, the sandbox frozen before the reward is read
+// verify.RunTests (the verifier service's own), the sandbox frozen before the reward is read
 // and thawed for the next step; the task's artifacts collected; then
 // StepVerdict. A step whose reward misses its min_reward, or that has no
 // verdict, stops the trial: each later step is recorded skipped. The cell
@@ -205,7 +205,7 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	}
 	fin := out.Finished
 	sv.Solve = &fin
-	v, err := verifier.RunTests(ctx, d, verifier.TestSpec{
+	v, err := verify.RunTests(ctx, d, verify.TestSpec{
 		TestsDirs: []string{c.task.TestsDir, s.TestsDir}, Script: filepath.Base(s.TestScript),
 		Env: s.VerifierEnv, TimeoutSec: s.VerifierTimeoutSec,
 	}, h, dir)

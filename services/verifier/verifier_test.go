@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"context"
+	"github.com/proctor-eval/proctor/pkg/verify"
 	"os"
 	"path/filepath"
 	"slices"
@@ -319,3 +320,9 @@ func TestNewNeedsNode(t *testing.T) {
 		t.Error("no node accepted")
 	}
 }
+
+// The reward files the verifier reads (pkg/verify).
+const (
+	rewardTxt  = verify.RewardTxt
+	rewardJSON = verify.RewardJSON
+)
