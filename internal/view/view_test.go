@@ -53,15 +53,49 @@ func script(t testing.TB, dir, name, body string) string {
 	return p
 }
 
-// useServer points proctor commands of this process at e: its URL in
-// $PROCTOR_HOME/nats.url, as a running proctor announces its server, so
-// `tasks run` runs its services in-process against e.
-func useServer(t *testing.T, e *bus.Embedded) {
+// useHome gives proctor commands of this process a fresh $PROCTOR_HOME:
+// `tasks run` there owns its embedded store (the store lock), as it does
+// for a user.
+func useHome(t *testing.T) string {
 	t.Helper()
 	home := t.TempDir()
 	t.Setenv("PROCTOR_HOME", home)
-	if err := os.WriteFile(filepath.Join(home, "nats.url"), []byte(e.ClientURL()), 0o644); err != nil {
+	return home
+}
+
+// openStore serves home's store after the run that owned it has ended, as
+// `proctor view` does: an embedded server on $PROCTOR_HOME/jetstream.
+func openStore(t *testing.T, home string) *bus.Bus {
+	t.Helper()
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "jetstream")})
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	b, err := bus.Connect(context.Background(), e.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// runningStore connects to the server of the run that owns home's store
+// while it runs: the URL it announces in $PROCTOR_HOME/nats.url.
+func runningStore(t *testing.T, home string) *bus.Bus {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if data, err := os.ReadFile(filepath.Join(home, "nats.url")); err == nil {
+			if b, err := bus.Connect(context.Background(), string(data), nil); err == nil {
+				t.Cleanup(b.Close)
+				return b
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never announced its server in nats.url")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the announcement with a deadline
 	}
 }
 
@@ -100,8 +134,7 @@ func onlyRun(t *testing.T, b *bus.Bus, n int) bus.RunRecord {
 // the same path + ".json". Screenshots go to out/view/.
 func TestViewPages(t *testing.T) {
 	br := newBrowser(t)
-	e, b := startNATS(t)
-	useServer(t, e)
+	home := useHome(t)
 	dir := t.TempDir()
 	root := makeTasks(t, "alpha", "beta")
 	pass := script(t, dir, "pass-alpha.sh", `echo "working on $1"; echo 'PROCTOR_OP {"op_type":"step"}'; [ "$1" = alpha ]`+"\n")
@@ -112,6 +145,7 @@ func TestViewPages(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("tasks run: exit %d\n%s", code, out)
 	}
+	b := openStore(t, home)
 	rec := onlyRun(t, b, 1)
 	srv := startView(t, b, view.Config{Version: "test"})
 
@@ -247,8 +281,7 @@ func readAll(t testing.TB, resp *http.Response) string {
 // status change on screen with no reload.
 func TestViewLive(t *testing.T) {
 	br := newBrowser(t)
-	e, b := startNATS(t)
-	useServer(t, e)
+	home := useHome(t)
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	root := makeTasks(t, "quick", "slow")
@@ -265,6 +298,7 @@ func TestViewLive(t *testing.T) {
 		_ = os.WriteFile(gate, nil, 0o644) // never leave the run waiting
 		<-done
 	})
+	b := runningStore(t, home)
 	rec := onlyRun(t, b, 1)
 	srv := startView(t, b, view.Config{Version: "test"})
 
