@@ -258,6 +258,15 @@ type HarnessSummary struct {
 	Operations int                  `json:"operations"`
 	Cost       CostSummary          `json:"cost"`
 	PerTask    map[string]*TaskStat `json:"per_task"`
+	// SkillInvocationRate is, for a skill arm (its rows carry
+	// metrics.agent_reported.treatment, or BenchFlow's skill_mode
+	// "with-skill"), the fraction of its scored rows whose
+	// agent_reported.n_skill_invocations is at least 1: how often the
+	// agent used the skill it was offered. SkillInvocationN is that
+	// number of scored rows. Both are absent for other arms; the rate is
+	// absent when no row is scored (n 0).
+	SkillInvocationRate *float64 `json:"skill_invocation_rate,omitempty"`
+	SkillInvocationN    *int     `json:"skill_invocation_n,omitempty"`
 }
 
 // CostSummary is summary.per_harness.<h>.cost, in USD.

@@ -187,6 +187,26 @@ func (r *reporter) harnessTable() {
 			secs(s.ElapsedSec), s.Operations, usdPtr(s.Cost.TotalCostUSD), usdPtr(s.Cost.CostPerPassUSD))
 	}
 	r.printf("\n")
+	first := true
+	for _, h := range hs {
+		s := r.a.Summary.PerHarness[h]
+		if s.SkillInvocationN == nil {
+			continue
+		}
+		if first {
+			r.printf("Skill use (scored cells of a skill arm whose agent invoked the skill):\n\n")
+			r.printf("| harness | skill invocation rate | n |\n|---|--:|--:|\n")
+			first = false
+		}
+		rate := dash
+		if s.SkillInvocationRate != nil {
+			rate = pct(*s.SkillInvocationRate) + " %"
+		}
+		r.printf("| %s | %s | %d |\n", tableCode(h), rate, *s.SkillInvocationN)
+	}
+	if !first {
+		r.printf("\n")
+	}
 }
 
 // tasks lists the tasks of the rows in row order.

@@ -54,6 +54,38 @@ func Summarize(results []Result) map[string]*HarnessSummary {
 	return out
 }
 
+// skillInvocations is the skill invocation rate of a skill arm's rows
+// (HarnessSummary.SkillInvocationRate) and its n; nil, nil when no row
+// is a skill arm's.
+func skillInvocations(rows []Result) (*float64, *int) {
+	skill, n, used := false, 0, 0
+	for _, r := range rows {
+		ar := r.Metrics.AgentReported
+		if t, _ := ar["treatment"].(string); t == "" && ar["skill_mode"] != "with-skill" {
+			continue
+		}
+		skill = true
+		if r.Errored() {
+			continue
+		}
+		n++
+		if k, ok := ar["n_skill_invocations"].(float64); ok && k >= 1 {
+			used++
+		} else if k, ok := ar["n_skill_invocations"].(int); ok && k >= 1 {
+			used++
+		}
+	}
+	if !skill {
+		return nil, nil
+	}
+	var rt *float64
+	if n > 0 {
+		v := round(float64(used) / float64(n))
+		rt = &v
+	}
+	return rt, &n
+}
+
 func summarizeHarness(rows []Result) *HarnessSummary {
 	s := &HarnessSummary{PerTask: map[string]*TaskStat{}}
 	rewardSum := map[string]float64{}
@@ -84,6 +116,7 @@ func summarizeHarness(rows []Result) *HarnessSummary {
 	}
 	s.ElapsedSec = round(s.ElapsedSec)
 	s.PassRate = rate(s.Passed, s.Scored)
+	s.SkillInvocationRate, s.SkillInvocationN = skillInvocations(rows)
 	if lo, hi, ok := stats.Wilson(s.Passed, s.Scored, stats.Z95); ok {
 		s.PassRateCI = &[2]float64{round(lo), round(hi)}
 	}

@@ -167,3 +167,40 @@ func TestBuildDoesNotModifyInput(t *testing.T) {
 		t.Errorf("row order = %v", order)
 	}
 }
+
+// TestSkillInvocationRate: a skill arm's rate counts the scored rows whose
+// agent invoked the skill (an errored row is left out of it and of n); a
+// control arm gets neither field, so its JSON has neither key.
+func TestSkillInvocationRate(t *testing.T) {
+	skillRow := func(task string, n float64, passed bool) Result {
+		r := scoredRow(task, 0, map[bool]float64{true: 1}[passed])
+		r.Harness = "docker-claude-skill:s"
+		r.Metrics.AgentReported = map[string]any{"treatment": "s", "n_skill_invocations": n}
+		return r
+	}
+	errored := erroredRow("d", 0, "solver_error")
+	errored.Harness = "docker-claude-skill:s"
+	errored.Metrics.AgentReported = map[string]any{"treatment": "s", "n_skill_invocations": 1.0}
+	control := scoredRow("a", 0, 1)
+	control.Harness = "docker-claude"
+	control.Metrics.AgentReported = map[string]any{"terminal_reason": "completed"}
+	sum := Summarize([]Result{skillRow("a", 2, true), skillRow("b", 0, false), skillRow("c", 1, false), errored, control})
+	s := sum["docker-claude-skill:s"]
+	if s.SkillInvocationN == nil || *s.SkillInvocationN != 3 || s.SkillInvocationRate == nil || *s.SkillInvocationRate != 0.666667 {
+		t.Fatalf("skill arm: rate %v n %v; want 0.666667 of 3", deref(s.SkillInvocationRate), deref(s.SkillInvocationN))
+	}
+	if c := sum["docker-claude"]; c.SkillInvocationN != nil || c.SkillInvocationRate != nil {
+		t.Errorf("control arm has a skill invocation rate")
+	}
+	only := Summarize([]Result{errored})["docker-claude-skill:s"]
+	if only.SkillInvocationN == nil || *only.SkillInvocationN != 0 || only.SkillInvocationRate != nil {
+		t.Errorf("nothing scored: rate %v n %v; want null of 0", deref(only.SkillInvocationRate), deref(only.SkillInvocationN))
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -32,15 +32,18 @@ const ClaudeBinRel = ".cache/claude/node_modules/@anthropic-ai/claude-code-linux
 // CLI binary is on the host.
 const ClaudeBinEnv = "PROCTOR_CLAUDE_BIN"
 
-// ModelNetworkEnv names a Docker network the agent's sandbox joins for
-// its solve, to reach a model endpoint that listens there.
-//
-// Temporary: until the proxy-logger sidecar is wired to the docker-claude
-// arms, this is how the tests and the demo reach the scripted model (a
-// container on a network the caller made, --internal so it has no way
-// out). With the sidecar the agent reaches the provider through the proxy
-// instead, allowlisted from ANTHROPIC_BASE_URL, and this goes.
-const ModelNetworkEnv = "PROCTOR_MODEL_NETWORK"
+// ProviderPrivateEnv names the opt-in that lets the egress proxy reach
+// the provider host of ANTHROPIC_BASE_URL when that host is a name that
+// resolves to a private address (a model gateway on a private network,
+// such as a LiteLLM proxy): set to 1, the arm's allowlist entry is
+// "private:host:port". Without it such a name is denied, as every
+// allowlist name is (DNS rebinding; DESIGN §6). An IP literal host needs
+// no opt-in: the proxy allows it as listed.
+const ProviderPrivateEnv = "PROCTOR_PROVIDER_PRIVATE"
+
+// DefaultProviderURL is the provider the CLI talks to when
+// ANTHROPIC_BASE_URL is unset.
+const DefaultProviderURL = "https://api.anthropic.com"
 
 // Paths in the task container of the Claude arms.
 const (
@@ -53,14 +56,15 @@ const (
 
 // ClaudeProviderEnv are the provider variables the Claude arms pass from
 // proctor's environment to the CLI (an allowlist: nothing else of
-// proctor's environment reaches the agent). ClaudeCredentialEnv are those
+// proctor's environment reaches the agent; the proxy variables the CLI
+// gets are the sandbox's egress proxy, never the host's).
+// ClaudeCredentialEnv are those
 // whose values are redacted from everything stored.
 var (
 	ClaudeProviderEnv = []string{
 		"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
 		"ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
 		"ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
-		"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
 	}
 	ClaudeCredentialEnv = []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"}
 )
@@ -163,6 +167,33 @@ func ClaudeEnv(getenv func(string) string) (map[string]string, error) {
 	return env, nil
 }
 
+// ProviderEgress is the egress proxy's allowlist entry of the provider
+// at baseURL ("" means DefaultProviderURL): "host:port", the port from
+// the URL or its scheme's (http 80, https 443). private (the
+// ProviderPrivateEnv opt-in) prefixes a host name with "private:" so it
+// may resolve to a private address; an IP literal is allowed as listed
+// and never prefixed. A URL without an http(s) scheme and a host is an
+// error naming ANTHROPIC_BASE_URL.
+func ProviderEgress(baseURL string, private bool) (string, error) {
+	if baseURL == "" {
+		baseURL = DefaultProviderURL
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return "", fmt.Errorf("docker-claude: ANTHROPIC_BASE_URL=%s is not an http(s) URL with a host", baseURL)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	h := u.Hostname()
+	entry := net.JoinHostPort(h, port)
+	if private && net.ParseIP(h) == nil {
+		entry = "private:" + entry
+	}
+	return entry, nil
+}
+
 // Prepare builds the task image, checks the working directory rule, the
 // provider environment (refused when it cannot work) and the skill, and
 // adds the CLI binary to the task image as a derived image (ClaudeImage:
@@ -204,6 +235,13 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	}
 	n := a.Networks(t)
 	spec := containerSpec(env, runImage, workdir, n.Start)
+	// The agent reaches the provider only through the egress proxy,
+	// allowlisted from ANTHROPIC_BASE_URL as any provider host is.
+	entry, err := ProviderEgress(penv["ANTHROPIC_BASE_URL"], os.Getenv(ProviderPrivateEnv) == "1")
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
+	spec.Egress = EgressFor(t, entry)
 	// HOME on its own tmpfs: nothing the CLI writes there (settings,
 	// caches, the env file) reaches the image or the verifier's files.
 	spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}

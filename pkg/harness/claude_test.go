@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/services/proxylogger"
 )
 
 func TestClaudeEnvRefusesSetupsThatCannotWork(t *testing.T) {
@@ -31,6 +32,38 @@ func TestClaudeEnvRefusesSetupsThatCannotWork(t *testing.T) {
 	})
 	if err != nil || len(env) != 2 || env["ANTHROPIC_API_KEY"] != "k123" {
 		t.Fatalf("allowlist: %v %v", env, err)
+	}
+}
+
+// TestProviderEgressEntry: the allowlist entry of the provider comes from
+// ANTHROPIC_BASE_URL (default port by scheme), the proxy's own parser
+// accepts it, and "private:" is added to a host name only on the opt-in,
+// never to an IP literal.
+func TestProviderEgressEntry(t *testing.T) {
+	for _, c := range []struct {
+		url     string
+		private bool
+		want    string
+	}{
+		{"", false, "api.anthropic.com:443"},
+		{"https://api.example.test", false, "api.example.test:443"},
+		{"http://gateway.test", false, "gateway.test:80"},
+		{"http://gateway.test:4000/v1", true, "private:gateway.test:4000"},
+		{"http://172.18.0.2:8080", false, "172.18.0.2:8080"},
+		{"http://172.18.0.2:8080", true, "172.18.0.2:8080"},
+		{"http://[fd00::2]:8080", true, "[fd00::2]:8080"},
+	} {
+		got, err := ProviderEgress(c.url, c.private)
+		if err != nil || got != c.want {
+			t.Errorf("ProviderEgress(%q, %v) = %q, %v; want %q", c.url, c.private, got, err, c.want)
+			continue
+		}
+		if _, err := proxylogger.ParsePolicy([]string{got}); err != nil {
+			t.Errorf("the proxy refuses %q: %v", got, err)
+		}
+	}
+	if _, err := ProviderEgress("ftp://x.test", false); err == nil || !strings.Contains(err.Error(), "ANTHROPIC_BASE_URL=ftp://x.test") {
+		t.Errorf("ftp URL: %v", err)
 	}
 }
 

@@ -178,18 +178,6 @@ cp %[5]s/prompt.md %[2]s/prompt.md && chown %[4]s %[2]s/prompt.md
 		return Outcome{}, fmt.Errorf("prepare the agent's directories: exit %d: %v: %s", res.ExitCode, err, red.String(prepOut.String()))
 	}
 
-	// Temporary (ModelNetworkEnv): the model endpoint's network.
-	if nw := os.Getenv(ModelNetworkEnv); nw != "" {
-		j, ok := d.(sandbox.NetworkJoiner)
-		if !ok {
-			return Outcome{}, fmt.Errorf("the sandbox driver %T cannot join %s=%s", d, ModelNetworkEnv, nw)
-		}
-		if err := j.ConnectNetwork(ctx, h, nw); err != nil {
-			return Outcome{}, err
-		}
-		defer func() { _ = j.DisconnectNetwork(context.WithoutCancel(ctx), h, nw) }()
-	}
-
 	var argv []string
 	for _, a := range claudeArgs(plan.Model, st.skill) {
 		argv = append(argv, shq(a))
@@ -213,14 +201,22 @@ exit $rc
 	lines := sandbox.NewLines(live.feed, 0)
 	stdout := red.Writer(lines)
 	budget := t.AgentTimeoutSec
-	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s)", plan.Harness, AgentUser, workdir, budget, grace)
+	// The provider is reached through the sandbox's egress proxy (the
+	// only way out of its internal network): its variables, never the
+	// host's.
+	proxy := sandbox.ProxyEnv(h)
+	egress := "none"
+	if proxy != nil {
+		egress = "proxy"
+	}
+	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, AgentUser, workdir, budget, grace, egress)
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"sh", "-c", script}, User: AgentUser, Workdir: workdir,
-		Env: map[string]string{
+		Env: withEnv(map[string]string{
 			"HOME": agentHome, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 			"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": env.CellID(),
-		},
+		}, proxy),
 		Timeout: seconds(budget), Grace: grace, Stdout: stdout, Stderr: stderr,
 	})
 	_ = stdout.Close()
@@ -284,7 +280,7 @@ exit $rc
 	fin := events.FinishedData{
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationSec: round3(res.Duration.Seconds()),
 		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true,
-		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": "none", "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
+		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
 	}
 	fin.AgentReported = s.metrics(truncated && s.result == nil)
 	switch {

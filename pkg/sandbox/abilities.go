@@ -33,13 +33,6 @@ type EgressLogger interface {
 	EgressLog(ctx context.Context, h *Handle) ([]byte, error)
 }
 
-// NetworkJoiner connects a sandbox to, and disconnects it from, a network
-// made outside proctor's own (see Docker.ConnectNetwork).
-type NetworkJoiner interface {
-	ConnectNetwork(ctx context.Context, h *Handle, name string) error
-	DisconnectNetwork(ctx context.Context, h *Handle, name string) error
-}
-
 // Freezer stops every process of a sandbox but its keep-alive and returns
 // how many were alive (see Docker.Freeze).
 type Freezer interface {

@@ -66,7 +66,6 @@ var (
 	_ sandbox.ImageBuilder  = (*Driver)(nil)
 	_ sandbox.DerivedImager = (*Driver)(nil)
 	_ sandbox.BridgeJoiner  = (*Driver)(nil)
-	_ sandbox.NetworkJoiner = (*Driver)(nil)
 	_ sandbox.Freezer       = (*Driver)(nil)
 	_ sandbox.Thawer        = (*Driver)(nil)
 	_ sandbox.ProcessKiller = (*Driver)(nil)
@@ -641,42 +640,6 @@ func (d *Driver) ConnectBridge(ctx context.Context, h *sandbox.Handle) error {
 		if err := d.cli.NetworkDisconnect(ctx, nid, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("sandbox: docker: disconnect %s from its internal network: %w", short(cid), err)
 		}
-	}
-	return nil
-}
-
-// ConnectNetwork connects the sandbox's container to the existing network
-// name (a network the caller made, such as the one a model endpoint
-// listens on); connecting twice is not an error.
-func (d *Driver) ConnectNetwork(ctx context.Context, h *sandbox.Handle, name string) error {
-	cid, err := d.container(h)
-	if err != nil {
-		return err
-	}
-	ins, err := d.cli.ContainerInspect(ctx, cid)
-	if err != nil {
-		return d.execErr(err)
-	}
-	if ins.NetworkSettings != nil {
-		if _, ok := ins.NetworkSettings.Networks[name]; ok {
-			return nil
-		}
-	}
-	if err := d.cli.NetworkConnect(ctx, name, cid, nil); err != nil {
-		return fmt.Errorf("sandbox: docker: connect %s to %s: %w", short(cid), name, err)
-	}
-	return nil
-}
-
-// DisconnectNetwork disconnects the sandbox's container from network name;
-// a container or network already gone is not an error.
-func (d *Driver) DisconnectNetwork(ctx context.Context, h *sandbox.Handle, name string) error {
-	cid, err := d.container(h)
-	if err != nil {
-		return err
-	}
-	if err := d.cli.NetworkDisconnect(ctx, name, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("sandbox: docker: disconnect %s from %s: %w", short(cid), name, err)
 	}
 	return nil
 }
