@@ -50,8 +50,8 @@ fuzz:
 bench: setup-node setup-browser setup-claude
 	scripts/bench.sh
 
-## demo: run the example tasks through the oracle and the two example agents; report in out/demo
-demo: setup build
+## demo: run the example tasks through the oracle and the two example agents (report in out/demo), then the Claude arms against the scripted model (out/demo-claude)
+demo: setup setup-claude build
 	./bin/proctor tasks run --tasks-root examples/tasks --all \
 		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics \
 		--baseline-harness agent:examples/agents/scripted \
@@ -59,6 +59,7 @@ demo: setup build
 	@echo
 	@echo "report and its figures: out/demo/report.md (pass-rate.svg, paired-diff.svg, cost-pass-rate.svg, outcome-grid.svg beside it)"
 	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
+	scripts/demo-claude.sh out/demo-claude
 
 ## clean: remove build and demo outputs
 clean:

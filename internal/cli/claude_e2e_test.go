@@ -242,7 +242,7 @@ func TestClaudeArms(t *testing.T) {
 	claudeTask(t, root, "greet", "CASE-GREET", 60)
 	claudeTask(t, root, "rate-limited", "CASE-429", 60)
 	claudeTask(t, root, "overloaded", "CASE-529", 60)
-	claudeTask(t, root, "hangs", "CASE-HANG", 10)
+	claudeTask(t, root, "hangs", "CASE-HANG", 20)
 	claudeTask(t, root, "closed-opt", "CASE-GREET", 60, "RUN chmod 0700 /opt")
 	skill := writeSkill(t, skills, "greet")
 	skillArm := "docker-claude-skill:" + skill

@@ -123,3 +123,29 @@ func TestReportNamesTheInterval(t *testing.T) {
 		t.Errorf("old artifact's interval misnamed:\n%s", s)
 	}
 }
+
+// TestReportSkillInvocations: a skill arm's invocation rate is listed under
+// the harness table; a run without a skill arm has no such table.
+func TestReportSkillInvocations(t *testing.T) {
+	rows := []Result{scoredRow("t", 0, 1), scoredRow("u", 0, 0), scoredRow("t", 0, 0)}
+	rows[0].Harness, rows[1].Harness, rows[2].Harness = "skill", "skill", "control"
+	rows[0].Metrics.AgentReported = map[string]any{"treatment": "s", "n_skill_invocations": 1.0}
+	rows[1].Metrics.AgentReported = map[string]any{"treatment": "s", "n_skill_invocations": 0.0}
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"control", "skill"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
+		rows, testBuild)
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); !strings.Contains(s, "| `skill` | 50.0 % | 2 |") || strings.Contains(s, "| `control` | 0.0 % |") {
+		t.Errorf("skill invocation table:\n%s", s)
+	}
+	a = Build(RunInfo{ID: "r", Harnesses: []string{"control"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"}, rows[2:], testBuild)
+	md.Reset()
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(md.String(), "skill invocation") {
+		t.Errorf("a run without a skill arm lists skill invocations:\n%s", md.String())
+	}
+}
