@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -224,33 +225,38 @@ func deref[T any](p *T) any {
 	return *p
 }
 
-// TestClaudeArms runs the real CLI in both arms (concurrency 2) against
+// TestClaudeArms runs the real CLI (concurrency 2, seven cells) against
 // the scripted model, reached only through each cell's egress proxy, over
-// tasks that each play one case: a solve by tool use that only the skill
-// arm finds, ending in a 200 KB result line; a 429 before any turn
-// (errored); a 529 at turn 3 (scored); a reply that never ends
-// (solver_timeout, nothing left running); an image whose /opt is closed
-// to uid 10001 so the skill plugin cannot load (the skill arm errored,
-// "treatment not offered"). Each cell's egress.jsonl shows the model host
+// tasks that each play one case. Both arms: a solve by tool use that only
+// the skill arm finds, ending in a 200 KB result line; an image whose /opt
+// is closed to uid 10001 so the skill plugin cannot load (the skill arm
+// errored, "treatment not offered"). The control arm: a 429 before any
+// turn (errored); a 529 at turn 3 (scored); a reply that never ends
+// (solver_timeout, nothing left running). Each cell's egress.jsonl shows the model host
 // allowed and nothing else allowed; the model got the credential; no
 // stored file holds it; nothing of the run is left.
 func TestClaudeArms(t *testing.T) {
 	cli := claudeSetup(t)
 	base, requests := fakeModel(t, cli, claudeScript)
 	modelHost := strings.TrimPrefix(base, "http://")
-	root, skills := t.TempDir(), t.TempDir()
+	root, failing, skills := t.TempDir(), t.TempDir(), t.TempDir()
 	claudeTask(t, root, "greet", "CASE-GREET", 60)
-	claudeTask(t, root, "rate-limited", "CASE-429", 60)
-	claudeTask(t, root, "overloaded", "CASE-529", 60)
-	claudeTask(t, root, "hangs", "CASE-HANG", 20)
 	claudeTask(t, root, "closed-opt", "CASE-GREET", 60, "RUN chmod 0700 /opt")
+	claudeTask(t, failing, "rate-limited", "CASE-429", 60)
+	claudeTask(t, failing, "overloaded", "CASE-529", 60)
+	claudeTask(t, failing, "hangs", "CASE-HANG", 20)
 	skill := writeSkill(t, skills, "greet")
 	skillArm := "docker-claude-skill:" + skill
+	// Both arms where the arms differ; the failure cases under the
+	// control arm only (the outcome rules are the arms' shared code).
 	start := time.Now()
 	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude,"+skillArm,
 		"--baseline-harness", "docker-claude", "--concurrency", "2", "--agent-grace", "2")
-	t.Logf("10 cells in %s", time.Since(start).Round(time.Millisecond))
+	f, fout := runMain(t, "tasks", "run", "--tasks-root", failing, "--all", "--harnesses", "docker-claude",
+		"--concurrency", "2", "--agent-grace", "2")
+	t.Logf("7 cells in %s", time.Since(start).Round(time.Millisecond))
 	rows := byCell(a)
+	maps.Copy(rows, byCell(f))
 	show := func(r artifact.Result) string {
 		m := r.Metrics
 		return fmt.Sprintf("outcome=%s class=%s error=%q cost=%v prompt=%v completion=%v calls=%v tools=%v timeout=%v leftover=%v reported=%v",
@@ -273,17 +279,15 @@ func TestClaudeArms(t *testing.T) {
 		fmt.Sprint(c.Metrics.AgentReported["offered_plugins"]) != "[]" {
 		t.Errorf("greet, control arm (built-in plugins off): %s", show(c))
 	}
-	for _, h := range []string{"docker-claude", skillArm} {
-		if r := rows["rate-limited "+h]; r.Outcome != "errored" || r.ErrorClass != "solver_error" || !r.Metrics.SolverError {
-			t.Errorf("429 before any turn under %s: %s", h, show(r))
-		}
-		if r := rows["overloaded "+h]; r.Outcome != "passed" || r.Metrics.AgentReported["is_error"] != true || r.Metrics.AgentReported["api_error_status"] != 529.0 {
-			t.Errorf("529 at turn 3 under %s (scored): %s", h, show(r))
-		}
-		if r := rows["hangs "+h]; r.Outcome != "solver_timeout" || !r.Metrics.SolverTimeout || deref(r.Metrics.VerifierLeftoverProcesses) != 0 ||
-			r.Metrics.CostUSD != nil || r.Metrics.PromptTokens != nil {
-			t.Errorf("a reply that never ends under %s: %s", h, show(r))
-		}
+	if r := rows["rate-limited docker-claude"]; r.Outcome != "errored" || r.ErrorClass != "solver_error" || !r.Metrics.SolverError {
+		t.Errorf("429 before any turn: %s", show(r))
+	}
+	if r := rows["overloaded docker-claude"]; r.Outcome != "passed" || r.Metrics.AgentReported["is_error"] != true || r.Metrics.AgentReported["api_error_status"] != 529.0 {
+		t.Errorf("529 at turn 3 (scored): %s", show(r))
+	}
+	if r := rows["hangs docker-claude"]; r.Outcome != "solver_timeout" || !r.Metrics.SolverTimeout || deref(r.Metrics.VerifierLeftoverProcesses) != 0 ||
+		r.Metrics.CostUSD != nil || r.Metrics.PromptTokens != nil {
+		t.Errorf("a reply that never ends: %s", show(r))
 	}
 	if r := rows["closed-opt "+skillArm]; r.Outcome != "errored" || r.ErrorClass != "solver_error" || !strings.Contains(r.Error, "treatment not offered") {
 		t.Errorf("plugin that cannot load: %s", show(r))
@@ -298,6 +302,13 @@ func TestClaudeArms(t *testing.T) {
 		t.Errorf("no comparison of %s against docker-claude", skillArm)
 	}
 	reqs := requests()
+	hung := false
+	for _, r := range reqs {
+		hung = hung || strings.Contains(string(r.Body), "CASE-HANG")
+	}
+	if !hung {
+		t.Error("the hanging reply was never asked for (the CLI timed out before its first request)")
+	}
 	if len(reqs) < 10 {
 		t.Fatalf("the model got %d requests", len(reqs))
 	}
@@ -310,10 +321,11 @@ func TestClaudeArms(t *testing.T) {
 		}
 	}
 	// Every cell went through its proxy: the model host allowed, nothing
-	// else allowed (whatever else the CLI tried is denied).
+	// else allowed (whatever else the CLI tried is denied). An errored cell
+	// has no isolation record, but its proxy's decisions are kept.
 	for k, r := range rows {
 		e := r.Metrics.Egress
-		if r.Metrics.Isolation["egress"] != "proxy" || e == nil || e.Allowed == 0 || !slices.Equal(e.AllowedHosts, []string{modelHost}) {
+		if (r.Outcome != "errored" && r.Metrics.Isolation["egress"] != "proxy") || e == nil || e.Allowed == 0 || !slices.Equal(e.AllowedHosts, []string{modelHost}) {
 			t.Errorf("%s: isolation %v, metrics.egress %+v; want the model host %s allowed only", k, r.Metrics.Isolation, e, modelHost)
 			continue
 		}
@@ -326,13 +338,16 @@ func TestClaudeArms(t *testing.T) {
 		}
 	}
 	noCredentialStored(t, out)
+	noCredentialStored(t, fout)
 	// The 200 KB line is stored whole.
 	b, err := os.ReadFile(filepath.Join(s.OutputDir, "claude.stream.jsonl"))
 	if err != nil || !strings.Contains(string(b), strings.Repeat("x", 200000)) {
 		t.Errorf("claude.stream.jsonl of the greet skill cell lacks the 200 KB text (%v)", err)
 	}
-	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
-		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
+	for _, run := range []string{a.Run.ID, f.Run.ID} {
+		if c, n := leftovers(t, cli, run); c+n != 0 {
+			t.Errorf("%d containers and %d networks of run %s remain", c, n, run)
+		}
 	}
 }
 

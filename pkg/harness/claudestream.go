@@ -113,7 +113,14 @@ func (s *claudeStream) line(text string) []claudeEvent {
 		if c, ok := m["total_cost_usd"].(float64); ok {
 			u.CostUSD = &c
 		}
-		u.Calls = count(m["num_turns"])
+		// Each assistant message's Usage counted one call already (the
+		// projection counts a Usage without calls as one): the result adds
+		// the rest of num_turns, so n_calls is num_turns, and a stream cut
+		// before its result still counts the replies it got.
+		if n := count(m["num_turns"]); n != nil {
+			rest := max(*n-int64(len(s.msgs)), 0)
+			u.Calls = &rest
+		}
 		out = append(out, claudeEvent{events.Usage, u})
 		if r := responseTail(sval(m["result"])); r != "" {
 			out = append(out, claudeEvent{events.Message, events.MessageData{Role: "response", Text: r}})
