@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/pkg/taskcheck"
 	"github.com/proctor-eval/proctor/services/launcher"
@@ -25,18 +27,21 @@ type checkFlags struct {
 	run     runFlags
 	outJSON string
 	outMD   string
+	checks  []string
 }
 
 func newTasksCheck(g *globals) *cobra.Command {
 	f := &checkFlags{}
 	cmd := &cobra.Command{
-		Use:   "check --tasks-root DIR (--tasks a,b | --all) [--image-map F] [--repeats N] [--out-json F] [--out-md F]",
+		Use:   "check --tasks-root DIR (--tasks a,b | --all) [--checks c,d] [--image-map F] [--repeats N] [--out-json F] [--out-md F]",
 		Short: "Check that tasks are sound: static checks, the oracle passes, doing nothing fails, no cheat passes",
 		Long: `Check every selected task before anyone pays for a sweep. Static checks read
 the task's files; the oracle (every repeat, and its verifier's time against
 the budget), an agent that does nothing and the adversarial agents of the
 cheat registry run as cells of one ordinary run (runs, replay, view and
-datasets see it). Each task gets the worst verdict of its findings
+datasets see it), and so does the isolation probe (docker-probe) in the
+sandbox an agent arm gets. --checks runs only the checks named (the others
+are SKIP "not selected"; static always runs). Each task gets the worst verdict of its findings
 (FAIL > WARN > PASS; SKIP is a check not run). Writes the QC report as JSON
 (--out-json) and Markdown (--out-md), by default check.json and check.md in
 the run's directory. Exit code 1 when any task FAILs.`,
@@ -52,6 +57,8 @@ the run's directory. Exit code 1 when any task FAILs.`,
 	fl.IntVar(&f.run.repeats, "repeats", 1, "attempts per check cell (2 or more to see a flaky oracle)")
 	fl.IntVar(&f.run.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once")
 	fl.StringVar(&f.run.outputDir, "output-dir", "proctor-out", "directory for cell outputs; the run gets <output-dir>/<run-id>/")
+	fl.StringSliceVar(&f.checks, "checks", nil, "run only these checks (comma-separated): "+strings.Join(taskcheck.CheckNames(), ", ")+" (default all; static always runs)")
+	fl.StringVar(&f.run.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME (default url=http://example.com/,tcp=1.1.1.1:443,dns=example.com); env PROCTOR_PROBE_TARGETS")
 	fl.StringVar(&f.outJSON, "out-json", "", "write the QC report as JSON here (default <output-dir>/<run-id>/check.json)")
 	fl.StringVar(&f.outMD, "out-md", "", "write the QC report as Markdown here (default <output-dir>/<run-id>/check.md)")
 	fl.StringVar(&f.run.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
@@ -63,6 +70,10 @@ the run's directory. Exit code 1 when any task FAILs.`,
 }
 
 func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
+	plan, err := taskcheck.NewPlan().Select(f.checks)
+	if err != nil {
+		return usageError{err}
+	}
 	runID := events.NewID()
 	f.run.harnesses = harnessList{vals: []string{"oracle"}}
 	spec, err := f.run.spec(runID)
@@ -83,30 +94,37 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 			static[c.Task.Name] = taskcheck.Static(c.Task)
 		}
 	}
-	plan := taskcheck.NewPlan()
 	agents := filepath.Join(spec.OutputDir, ".check")
 	if _, err := taskcheck.WriteAgents(agents, tasks, plan.Cheats); err != nil {
 		return fmt.Errorf("writing the check agents: %w", err)
 	}
 	spec.BaseDir = agents // agent:noop, agent:cheat-NAME resolve here
-	spec.Harnesses = plan.Harnesses()
-	if cells, err = matrix(spec); err != nil {
-		return err
+	var rep taskcheck.Report
+	if spec.Harnesses = plan.Harnesses(); len(spec.Harnesses) == 0 {
+		// --checks static: nothing to run, no run recorded.
+		rep = taskcheck.Evaluate(plan, tasks, static, nil)
+		if err := os.MkdirAll(spec.OutputDir, 0o755); err != nil {
+			return err
+		}
+	} else {
+		if cells, err = matrix(spec); err != nil {
+			return err
+		}
+		g.warnUnknownKeys(cells)
+		rec, err := g.execute(ctx, runID, spec, cells, &f.run)
+		if err != nil {
+			return err
+		}
+		if err := g.printResult(rec); err != nil {
+			return err
+		}
+		a, err := artifact.Read(rec.Artifact)
+		if err != nil {
+			return fmt.Errorf("reading the check run's artifact: %w", err)
+		}
+		rep = taskcheck.Evaluate(plan, tasks, static, a.Results)
+		rep.RunID = runID
 	}
-	g.warnUnknownKeys(cells)
-	rec, err := g.execute(ctx, runID, spec, cells, &f.run)
-	if err != nil {
-		return err
-	}
-	if err := g.printResult(rec); err != nil {
-		return err
-	}
-	a, err := artifact.Read(rec.Artifact)
-	if err != nil {
-		return fmt.Errorf("reading the check run's artifact: %w", err)
-	}
-	rep := taskcheck.Evaluate(plan, tasks, static, a.Results)
-	rep.RunID = runID
 	outJSON, outMD := f.outJSON, f.outMD
 	if outJSON == "" {
 		outJSON = filepath.Join(spec.OutputDir, "check.json")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -97,19 +98,27 @@ func (r Report) Failed() bool {
 	return false
 }
 
-// Plan is what a check run runs besides the oracle.
+// Plan is the dynamic checks a check run runs (the static check always
+// runs: it reads files and costs nothing).
 type Plan struct {
+	// Oracle and Noop: whether the oracle and the no-op agent run.
+	Oracle, Noop bool
+	// Cheats are the cheats that run.
 	Cheats []Cheat
-	// Isolation is the probe harness to run ("" when this build has none);
+	// Isolation is the probe harness to run ("" when it does not run);
 	// IsolationNotRun then says why, as the SKIP finding's detail.
 	Isolation       string
 	IsolationNotRun string
+	// Unselected are the checks --checks left out; each is a SKIP finding
+	// "not run: not selected by --checks".
+	Unselected []string
 }
 
-// NewPlan is the plan of this build: every cheat of the registry, and
-// the isolation probe when harness.Lookup finds ProbeHarness.
+// NewPlan is the plan of this build: the oracle, the no-op agent, every
+// cheat of the registry, and the isolation probe when harness.Lookup
+// finds ProbeHarness.
 func NewPlan() Plan {
-	p := Plan{Cheats: Cheats()}
+	p := Plan{Oracle: true, Noop: true, Cheats: Cheats()}
 	if _, err := harness.Lookup(ProbeHarness); err == nil {
 		p.Isolation = ProbeHarness
 	} else {
@@ -118,10 +127,69 @@ func NewPlan() Plan {
 	return p
 }
 
-// Harnesses is the run's harness list: oracle, the no-op agent, every
-// cheat, and the probe when the plan has one.
+// CheckNames are the names --checks accepts: static (always run), oracle,
+// no-op, isolation, cheats (every cheat) and cheat:NAME for each cheat of
+// the registry.
+func CheckNames() []string {
+	out := []string{CheckStatic, CheckOracle, CheckNoop, "cheats"}
+	for _, c := range Cheats() {
+		out = append(out, c.Check())
+	}
+	return append(out, CheckIsolation)
+}
+
+// Select keeps of p only the named checks (CheckNames); nil or empty
+// keeps every check. The static check always runs. An unknown name is an
+// error naming it and the known ones.
+func (p Plan) Select(checks []string) (Plan, error) {
+	if len(checks) == 0 {
+		return p, nil
+	}
+	known := map[string]bool{}
+	for _, n := range CheckNames() {
+		known[n] = true
+	}
+	want := map[string]bool{}
+	for _, c := range checks {
+		c = strings.TrimSpace(c)
+		if !known[c] {
+			return p, fmt.Errorf("--checks: unknown check %q (known: %s)", c, strings.Join(CheckNames(), ", "))
+		}
+		want[c] = true
+	}
+	out := Plan{Oracle: p.Oracle && want[CheckOracle], Noop: p.Noop && want[CheckNoop], Isolation: p.Isolation, IsolationNotRun: p.IsolationNotRun}
+	if p.Oracle && !out.Oracle {
+		out.Unselected = append(out.Unselected, CheckOracle)
+	}
+	if p.Noop && !out.Noop {
+		out.Unselected = append(out.Unselected, CheckNoop)
+	}
+	for _, c := range p.Cheats {
+		if want["cheats"] || want[c.Check()] {
+			out.Cheats = append(out.Cheats, c)
+		} else {
+			out.Unselected = append(out.Unselected, c.Check())
+		}
+	}
+	if !want[CheckIsolation] {
+		out.Isolation, out.IsolationNotRun = "", notSelected
+	}
+	return out, nil
+}
+
+const notSelected = "not run: not selected by --checks"
+
+// Harnesses is the run's harness list: the oracle and the no-op agent
+// when planned, every planned cheat, and the probe when the plan has one.
+// Empty when only the static check runs.
 func (p Plan) Harnesses() []string {
-	hs := []string{string(harness.Oracle), NoopHarness}
+	var hs []string
+	if p.Oracle {
+		hs = append(hs, string(harness.Oracle))
+	}
+	if p.Noop {
+		hs = append(hs, NoopHarness)
+	}
 	for _, c := range p.Cheats {
 		hs = append(hs, c.Harness())
 	}
@@ -129,6 +197,15 @@ func (p Plan) Harnesses() []string {
 		hs = append(hs, p.Isolation)
 	}
 	return hs
+}
+
+func (p Plan) unselected(check string) bool {
+	for _, c := range p.Unselected {
+		if c == check {
+			return true
+		}
+	}
+	return false
 }
 
 // Evaluate decides every task of tasks from its static findings and the
@@ -149,11 +226,25 @@ func Evaluate(p Plan, tasks []*task.Task, static map[string][]Finding, rows []ar
 			sort.Slice(rs, func(i, j int) bool { return rs[i].Repeat < rs[j].Repeat })
 		}
 		fs := append([]Finding(nil), static[t.Name]...)
-		fs = append(fs, oracleFindings(t, cells[string(harness.Oracle)])...)
+		skip := func(check string) { fs = append(fs, Finding{Check: check, Verdict: Skip, Detail: notSelected}) }
+		if p.Oracle {
+			fs = append(fs, oracleFindings(t, cells[string(harness.Oracle)])...)
+		} else if p.unselected(CheckOracle) {
+			skip(CheckOracle)
+		}
 		noop := cells[NoopHarness]
-		fs = append(fs, noopFinding(noop))
+		if p.Noop {
+			fs = append(fs, noopFinding(noop))
+		} else if p.unselected(CheckNoop) {
+			skip(CheckNoop)
+		}
 		for _, c := range p.Cheats {
 			fs = append(fs, cheatFinding(c, cells[c.Harness()], noop))
+		}
+		for _, c := range p.Unselected {
+			if strings.HasPrefix(c, "cheat:") {
+				skip(c)
+			}
 		}
 		fs = append(fs, isolationFinding(p, cells[p.Isolation]))
 		rep.Tasks = append(rep.Tasks, decide(t.Name, fs))
@@ -355,15 +446,14 @@ func isolationFinding(p Plan, rs []artifact.Result) Finding {
 	}
 	for _, r := range sc {
 		if !r.Passed {
-			var open []string
-			for k, v := range r.Metrics.IsolationProbe {
-				open = append(open, k+"="+v)
+			open := isoprobe.OpenClasses(r.Metrics.IsolationProbe)
+			if len(open) == 0 {
+				return f(Fail, "the probe did not pass and named no open class: %s (%s)", describe(r), r.CellID)
 			}
-			sort.Strings(open)
-			return f(Fail, "the probe found the sandbox open: %s %s", describe(r), strings.Join(open, " "))
+			return f(Fail, "the probe found the agent's sandbox open: %s (%s)", strings.Join(open, ", "), r.CellID)
 		}
 	}
-	return f(Pass, "every probe class closed")
+	return f(Pass, "every probe class closed or n/a (%s)", sc[0].CellID)
 }
 
 // WriteJSON writes the report as indented JSON.

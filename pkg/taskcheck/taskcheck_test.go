@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -28,7 +29,7 @@ func row(h string, repeat int, outcome string, reward float64, verifySec float64
 }
 
 func testPlan() Plan {
-	return Plan{Cheats: []Cheat{{Name: "reward-files", Hack: "writes rewards"}}, IsolationNotRun: "not run: no probe"}
+	return Plan{Oracle: true, Noop: true, Cheats: []Cheat{{Name: "reward-files", Hack: "writes rewards"}}, IsolationNotRun: "not run: no probe"}
 }
 
 // clean is the rows of a sound task: oracle passes fast, no-op and the
@@ -138,15 +139,22 @@ func TestEvaluateCheatLeaks(t *testing.T) {
 }
 
 // TestIsolationProbe: with a probe in the plan its row decides; a failing
-// probe names what it found open.
+// probe names the classes it found open or left untested, and only those.
 func TestIsolationProbe(t *testing.T) {
 	p := testPlan()
 	p.Isolation = ProbeHarness
 	tk := &task.Task{Name: "t", VerifierTimeoutSec: 10}
 	open := row(ProbeHarness, 1, artifact.OutcomeFailed, 0, 0)
-	open.Metrics.IsolationProbe = map[string]string{"task_files": "open"}
+	open.Metrics.IsolationProbe = map[string]string{}
+	for _, c := range isoprobe.Classes {
+		open.Metrics.IsolationProbe[c] = isoprobe.Closed
+	}
+	open.Metrics.IsolationProbe[isoprobe.DockerAPI] = isoprobe.NA
+	open.Metrics.IsolationProbe[isoprobe.TaskFiles] = isoprobe.Open
+	open.Metrics.IsolationProbe[isoprobe.Network] = isoprobe.Untested
 	rep := Evaluate(p, []*task.Task{tk}, nil, append(clean(), open))
-	if f := finding(rep.Tasks[0], CheckIsolation); f.Verdict != Fail || !strings.Contains(f.Detail, "task_files=open") {
+	if f := finding(rep.Tasks[0], CheckIsolation); f.Verdict != Fail || rep.Tasks[0].DecidedBy != CheckIsolation ||
+		!strings.Contains(f.Detail, "open: task_files=open, network=untested (t/docker-probe)") || strings.Contains(f.Detail, "docker_api") {
 		t.Fatalf("%+v", f)
 	}
 	rep = Evaluate(p, []*task.Task{tk}, nil, append(clean(), row(ProbeHarness, 1, artifact.OutcomePassed, 1, 0)))
@@ -159,16 +167,50 @@ func TestIsolationProbe(t *testing.T) {
 	}
 }
 
-// TestNewPlanIsolation: this build has no docker-probe harness, so the
-// isolation check is planned as not run.
+// TestNewPlanIsolation: this build has the docker-probe harness, so the
+// isolation check runs it after the oracle, the no-op agent and every
+// cheat.
 func TestNewPlanIsolation(t *testing.T) {
 	p := NewPlan()
-	if p.Isolation != "" || !strings.HasPrefix(p.IsolationNotRun, "not run") {
+	if p.Isolation != ProbeHarness || p.IsolationNotRun != "" {
 		t.Fatalf("%+v", p)
 	}
 	hs := p.Harnesses()
-	if hs[0] != "oracle" || hs[1] != NoopHarness || len(hs) != 2+len(p.Cheats) {
+	if hs[0] != "oracle" || hs[1] != NoopHarness || len(hs) != 3+len(p.Cheats) || hs[len(hs)-1] != ProbeHarness {
 		t.Fatalf("harnesses %v", hs)
+	}
+}
+
+// TestPlanSelect: --checks keeps the named checks; the others are SKIP
+// "not selected" findings that never decide; an unknown name is an error.
+func TestPlanSelect(t *testing.T) {
+	p, err := NewPlan().Select([]string{"oracle", "cheat:reward-files"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := strings.Join(p.Harnesses(), ","); hs != "oracle,agent:cheat-reward-files" {
+		t.Fatalf("harnesses %s", hs)
+	}
+	tk := &task.Task{Name: "t", VerifierTimeoutSec: 10}
+	rep := Evaluate(p, []*task.Task{tk}, nil, []artifact.Result{row("oracle", 1, artifact.OutcomePassed, 1, 1),
+		row("agent:cheat-reward-files", 1, artifact.OutcomePassed, 1, 1)})
+	tr := rep.Tasks[0]
+	if tr.Verdict != Fail || tr.DecidedBy != "cheat:reward-files" {
+		t.Fatalf("%+v", tr)
+	}
+	for _, c := range []string{CheckNoop, "cheat:plant-hooks", CheckIsolation} {
+		if f := finding(tr, c); f.Verdict != Skip || f.Detail != notSelected {
+			t.Errorf("%s: %+v", c, f)
+		}
+	}
+	if p, _ := NewPlan().Select([]string{"cheats"}); len(p.Cheats) != len(Cheats()) || p.Oracle || p.Isolation != "" {
+		t.Errorf("cheats: %+v", p)
+	}
+	if p, _ := NewPlan().Select(nil); !p.Oracle || !p.Noop || p.Isolation != ProbeHarness {
+		t.Errorf("no --checks: %+v", p)
+	}
+	if _, err := NewPlan().Select([]string{"oracle", "bogus"}); err == nil || !strings.Contains(err.Error(), `unknown check "bogus"`) {
+		t.Errorf("unknown check: %v", err)
 	}
 }
 
