@@ -132,6 +132,9 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		Root: "/", Workdir: workdir, Home: agentHome, Targets: targets, Skill: skill,
 		Skip: []string{}, TimeoutSec: 3,
 	}
+	if p.Spec.Egress != nil {
+		cfg.Allowlist = p.Spec.Egress.Allow
+	}
 	if cfg.TaskFiles, err = taskFileSigs(t); err != nil {
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}

@@ -139,6 +139,10 @@ type Config struct {
 	// (the image's ENV, the task's declared env, the arm's own); nil
 	// leaves env untested.
 	EnvAllowed []string `json:"env_allowed,omitempty"`
+	// Allowlist is the sandbox's egress allowlist (proxylogger.ParsePolicy
+	// syntax; empty without a proxy): a target on it that the proxy lets
+	// through is the policy as declared, not a leak (see network).
+	Allowlist []string `json:"allowlist,omitempty"`
 	// Skip are directories the walk does not enter (the probe's own
 	// stage directory).
 	Skip []string `json:"skip,omitempty"`

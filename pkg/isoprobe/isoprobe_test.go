@@ -229,7 +229,7 @@ func TestNetworkOpenDirectAndViaProxy(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	f := network(context.Background(), Targets{URL: srv.URL + "/", TCP: addr}, nil, time.Second)
+	f := network(context.Background(), Targets{URL: srv.URL + "/", TCP: addr}, nil, nil, time.Second)
 	if f.Status != Open {
 		t.Fatalf("direct: %+v", f)
 	}
@@ -238,18 +238,44 @@ func TestNetworkOpenDirectAndViaProxy(t *testing.T) {
 	closed := closedCfg(t, t.TempDir()).Targets
 	allowAll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
 	defer allowAll.Close()
-	f = network(context.Background(), closed, map[string]string{"HTTPS_PROXY": allowAll.URL}, time.Second)
+	f = network(context.Background(), closed, map[string]string{"HTTPS_PROXY": allowAll.URL}, nil, time.Second)
 	if f.Status != Open {
 		t.Fatalf("via an allow-all proxy: %+v", f)
 	}
 	denyAll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(403) }))
 	defer denyAll.Close()
-	f = network(context.Background(), closed, map[string]string{"HTTP_PROXY": "http://u:pw@" + strings.TrimPrefix(denyAll.URL, "http://")}, time.Second)
+	f = network(context.Background(), closed, map[string]string{"HTTP_PROXY": "http://u:pw@" + strings.TrimPrefix(denyAll.URL, "http://")}, nil, time.Second)
 	if f.Status != Closed {
 		t.Fatalf("via a denying proxy: %+v", f)
 	}
 	if s := strings.Join(f.Evidence, "\n"); strings.Contains(s, "pw@") || !strings.Contains(s, "403") {
 		t.Fatalf("evidence must show the refusal without credentials: %s", s)
+	}
+}
+
+// TestNetworkAllowlist: a target on the sandbox's egress allowlist that
+// the proxy lets through is the policy as declared (closed, said in the
+// evidence); the same proxy letting a target through that is not on the
+// list is open; a direct answer is open even for a listed target (it went
+// around the proxy).
+func TestNetworkAllowlist(t *testing.T) {
+	closed := closedCfg(t, t.TempDir()).Targets
+	allowAll := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	defer allowAll.Close()
+	env := map[string]string{"HTTP_PROXY": allowAll.URL}
+	f := network(context.Background(), closed, env, []string{"private:" + closed.TCP}, time.Second)
+	if f.Status != Closed || !strings.Contains(strings.Join(f.Evidence, "\n"), "answered 200: on the egress allowlist (the policy as declared)") {
+		t.Fatalf("listed target through the proxy: %+v", f)
+	}
+	f = network(context.Background(), closed, env, []string{"private:other.test:80"}, time.Second)
+	if f.Status != Open {
+		t.Fatalf("unlisted target through the proxy: %+v", f)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	if f := network(context.Background(), Targets{URL: srv.URL + "/", TCP: addr}, nil, []string{addr}, time.Second); f.Status != Open {
+		t.Fatalf("listed target reached directly: %+v", f)
 	}
 }
 

@@ -13,8 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/proctor-eval/proctor/services/proxylogger"
 )
 
 // proxyVars are the proxy variables an HTTP client honours, both cases.
@@ -25,9 +28,41 @@ var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
 // http:// proxy of the environment (CONNECT to Targets.TCP, a GET of
 // Targets.URL). Open when a direct connect or GET gets an answer, or a
 // proxy answers 2xx to the CONNECT or 2xx/3xx to the GET (a proxy's
-// refusal is a 4xx or 5xx). Untested without targets.
-func network(ctx context.Context, t Targets, env map[string]string, timeout time.Duration) Finding {
+// refusal is a 4xx or 5xx) for a target that is not on allow, the task's
+// egress allowlist: a proxy that lets an allowlisted target through
+// enforces the policy as declared, and the class stays closed with that
+// in the evidence (a direct answer is open whatever the list says: it
+// went around the proxy). Untested without targets; an allowlist that
+// does not parse leaves every proxied answer open.
+func network(ctx context.Context, t Targets, env map[string]string, allow []string, timeout time.Duration) Finding {
 	f := Finding{Status: Closed}
+	policy, perr := proxylogger.ParsePolicy(allow)
+	if perr != nil {
+		f.add("egress allowlist: %v", perr)
+		policy = nil
+	}
+	listed := func(hostport string) bool {
+		h, p, err := net.SplitHostPort(hostport)
+		if err != nil {
+			return false
+		}
+		port, err := strconv.Atoi(p)
+		return err == nil && policy.Allowed(h, port)
+	}
+	urlHostPort := func(u string) string {
+		pu, err := url.Parse(u)
+		if err != nil {
+			return ""
+		}
+		if pu.Port() != "" {
+			return pu.Host
+		}
+		port := "80"
+		if pu.Scheme == "https" {
+			port = "443"
+		}
+		return net.JoinHostPort(pu.Hostname(), port)
+	}
 	if t.URL == "" && t.TCP == "" {
 		return Finding{Status: Untested, Evidence: []string{"no network target"}}
 	}
@@ -64,6 +99,8 @@ func network(ctx context.Context, t Targets, env map[string]string, timeout time
 		if t.TCP != "" {
 			if code, err := connectVia(ctx, pu, t.TCP, timeout); err != nil {
 				f.add("CONNECT %s via %s: %v", t.TCP, redact(p), shortErr(err))
+			} else if code/100 == 2 && listed(t.TCP) {
+				f.add("CONNECT %s via %s answered %d: on the egress allowlist (the policy as declared)", t.TCP, redact(p), code)
 			} else if code/100 == 2 {
 				f.Status = Open
 				f.add("CONNECT %s via %s answered %d", t.TCP, redact(p), code)
@@ -74,6 +111,8 @@ func network(ctx context.Context, t Targets, env map[string]string, timeout time
 		if t.URL != "" {
 			if code, err := get(ctx, t.URL, pu, timeout); err != nil {
 				f.add("GET %s via %s: %v", t.URL, redact(p), shortErr(err))
+			} else if code < 400 && listed(urlHostPort(t.URL)) {
+				f.add("GET %s via %s answered %d: on the egress allowlist (the policy as declared)", t.URL, redact(p), code)
 			} else if code < 400 {
 				f.Status = Open
 				f.add("GET %s via %s answered %d", t.URL, redact(p), code)

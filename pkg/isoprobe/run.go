@@ -35,7 +35,7 @@ func Run(ctx context.Context, cfg Config, environ []string) Report {
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { set(Network, network(ctx, cfg.Targets, env, timeout)) })
+	wg.Go(func() { set(Network, network(ctx, cfg.Targets, env, cfg.Allowlist, timeout)) })
 	wg.Go(func() { set(DNS, dns(ctx, cfg.Targets.DNS, timeout)) })
 	wg.Go(func() { set(DockerAPI, dockerAPI(ctx, cfg, env, timeout)) })
 
