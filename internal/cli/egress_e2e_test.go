@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
 )
 
 // writeFetchTask writes an allowlist task whose solve must fetch the test
@@ -88,6 +91,82 @@ func TestAllowlistTaskThroughProxy(t *testing.T) {
 		if err != nil || !bytes.Contains(b, []byte(`"host":"allowed.test"`)) || !bytes.Contains(b, []byte(c.decision)) {
 			t.Errorf("%s egress.jsonl (%v):\n%s", c.row.Task, err, b)
 		}
+	}
+	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
+		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
+	}
+}
+
+// TestProbeAllowlistTask runs the isolation probe (docker-probe) on two
+// allowlist tasks behind the egress proxy, its targets set to a host of
+// the test's own: where the allowlist names the target the proxy lets the
+// probe through and the network class is closed, the policy as declared,
+// said in the evidence; where it does not, the proxy denies the probe's
+// CONNECT and plain-HTTP GET, egress.jsonl shows both denials, and the
+// class is closed. Every class is closed or n/a in both, so both pass.
+func TestProbeAllowlistTask(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	upNet := testutil.TestNetwork(t, cli)
+	testutil.HTTPHost(t, cli, upNet, "allowed.test", "the fetched page")
+	bin := testutil.ProctorBinary(t)
+	t.Setenv(EnvProxyBinary, bin)
+	t.Setenv(harness.ProbeBinaryEnv, bin)
+	t.Setenv(EnvEgressNetwork, upNet)
+	home, out, tasks := t.TempDir(), t.TempDir(), t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
+	writeFetchTask(t, tasks, "probe-listed", "private:allowed.test:80")
+	writeFetchTask(t, tasks, "probe-unlisted", "private:other.test:80")
+	js := filepath.Join(out, "a.json")
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "docker-probe",
+		"--probe-targets", "url=http://allowed.test/,tcp=allowed.test:80,dns=allowed.test",
+		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
+	a, err := artifact.Read(js)
+	if err != nil {
+		t.Fatalf("exit %d: %v\nstdout: %s\nstderr: %s", code, err, stdout.String(), stderr.String())
+	}
+	for _, r := range a.Results {
+		if !r.Passed || r.Metrics.IsolationProbe[isoprobe.Network] != isoprobe.Closed {
+			t.Errorf("%s: %s (%s), classes %v", r.Task, r.Outcome, r.Error, r.Metrics.IsolationProbe)
+			continue
+		}
+		var res harness.ProbeResult
+		b, err := os.ReadFile(filepath.Join(r.OutputDir, harness.ProbeReportFile))
+		if err != nil || json.Unmarshal(b, &res) != nil {
+			t.Fatalf("%s: %v", r.Task, err)
+		}
+		evidence := strings.Join(res.Report.Classes[isoprobe.Network].Evidence, "\n")
+		egress, err := os.ReadFile(filepath.Join(r.OutputDir, "egress.jsonl"))
+		if err != nil {
+			t.Fatalf("%s: %v", r.Task, err)
+		}
+		var lines []map[string]any
+		for _, l := range bytes.Split(bytes.TrimSpace(egress), []byte("\n")) {
+			var m map[string]any
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("%s egress.jsonl: %v: %s", r.Task, err, l)
+			}
+			lines = append(lines, m)
+		}
+		decided := func(method, decision string) bool {
+			return slices.ContainsFunc(lines, func(m map[string]any) bool {
+				return m["method"] == method && m["host"] == "allowed.test" && m["decision"] == decision
+			})
+		}
+		switch r.Task {
+		case "probe-listed":
+			if !strings.Contains(evidence, "on the egress allowlist (the policy as declared)") || !decided("CONNECT", "allowed") || !decided("GET", "allowed") {
+				t.Errorf("probe-listed: evidence %q\negress.jsonl:\n%s", evidence, egress)
+			}
+		case "probe-unlisted":
+			if !strings.Contains(evidence, "refused: 403") || !decided("CONNECT", "denied") || !decided("GET", "denied") {
+				t.Errorf("probe-unlisted: evidence %q\negress.jsonl:\n%s", evidence, egress)
+			}
+		}
+	}
+	if len(a.Results) != 2 {
+		t.Fatalf("%d rows", len(a.Results))
 	}
 	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
 		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
