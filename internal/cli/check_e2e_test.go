@@ -110,6 +110,7 @@ func TestTasksCheck(t *testing.T) {
 	var runs []checkRun
 	check := func(tasks []string, checks string, want map[string]string) checkRun {
 		t.Helper()
+		failedBefore := t.Failed()
 		r := runCheck(t, tasks, checks)
 		runs = append(runs, r)
 		got := map[string]taskcheck.TaskResult{}
@@ -130,7 +131,7 @@ func TestTasksCheck(t *testing.T) {
 				t.Errorf("%s: verdict %s decided by %q, flagged by [%s]; want %s by %q\nfindings: %+v", name, tr.Verdict, tr.DecidedBy, fl, wantV, by, tr.Findings)
 			}
 		}
-		if t.Failed() {
+		if t.Failed() && !failedBefore {
 			t.Logf("stderr: %s", r.stderr)
 		}
 		return r
