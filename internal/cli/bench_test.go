@@ -3,15 +3,19 @@ package cli
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/artifact"
 )
 
 func benchCells() int {
@@ -94,4 +98,170 @@ func BenchmarkOracleCell(b *testing.B) {
 	b.ReportMetric(cell, "proctor-ms/cell")
 	b.ReportMetric(fixed, "run-fixed-ms")
 	b.ReportMetric(cell/rawCell, "ratio")
+}
+
+// BenchmarkCellThroughput measures cells per second at concurrency 4
+// through proctor's whole pipeline (embedded NATS, planner, launcher,
+// verifier, aggregator, artifact; the docker driver) for a task whose
+// solve and verify are `true`, against the floor: bare Docker API
+// lifecycles at concurrency 4 with the same client, each the least a cell
+// needs (create + start of a `--network none` container, two execs,
+// forced remove), and nothing else (no event log, no files, no image
+// check, no copies in or out). Each side's rate is the slope between a
+// run of 4 cells (one wave: what a run pays once, starting the server,
+// planning, writing the artifact, the ramp-up and drain) and one of 4+n
+// (n = 32, PROCTOR_BENCH_THROUGHPUT_CELLS), so only the steady state is
+// compared. The latency is the median over the larger run: a cell's
+// elapsed_sec from the artifact (its own time, the wait for a slot apart)
+// against a bare lifecycle's duration. Targets: ratio_vs_floor (cells/s)
+// >= 0.8, latency_ratio <= 1.2.
+func BenchmarkCellThroughput(b *testing.B) {
+	cli := testutil.Docker(b)
+	testutil.RequireImage(b, cli, "debian:bookworm-slim")
+	const conc = 4
+	n := 32
+	if v, err := strconv.Atoi(os.Getenv("PROCTOR_BENCH_THROUGHPUT_CELLS")); err == nil && v > 0 {
+		n = v
+	}
+	root, _ := filepath.Abs("testdata/true-root")
+	ctx := context.Background()
+	b.Setenv("PROCTOR_HOME", b.TempDir())
+	if code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--output-dir", b.TempDir()}, &bytes.Buffer{}, &bytes.Buffer{}); code != 0 {
+		b.Fatalf("warm-up run exit %d", code)
+	}
+	exec := func(id string) error {
+		ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: []string{"true"}, AttachStdout: true, AttachStderr: true})
+		if err != nil {
+			return err
+		}
+		att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+		if err != nil {
+			return err
+		}
+		var sink bytes.Buffer
+		_, _ = sink.ReadFrom(att.Reader)
+		att.Close()
+		return nil
+	}
+	lifecycle := func() (time.Duration, error) {
+		t0 := time.Now()
+		c, err := cli.ContainerCreate(ctx, &container.Config{Image: "debian:bookworm-slim", Entrypoint: []string{"sleep", "600"},
+			Labels: map[string]string{"proctor.bench": "throughput"}},
+			&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) }()
+		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			return 0, err
+		}
+		if err := exec(c.ID); err != nil {
+			return 0, err
+		}
+		if err := exec(c.ID); err != nil {
+			return 0, err
+		}
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
+			return 0, err
+		}
+		return time.Since(t0), nil
+	}
+	// floor runs cells bare lifecycles, conc at a time, and returns the
+	// wall time and each lifecycle's duration.
+	floor := func(cells int) (time.Duration, []float64) {
+		jobs := make(chan struct{}, cells)
+		for range cells {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+		var mu sync.Mutex
+		var lat []float64
+		var wg sync.WaitGroup
+		errs := make(chan error, conc)
+		t0 := time.Now()
+		for range conc {
+			wg.Go(func() {
+				for range jobs {
+					d, err := lifecycle()
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					lat = append(lat, d.Seconds())
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		wall := time.Since(t0)
+		close(errs)
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+		return wall, lat
+	}
+	run := func(cells int) (time.Duration, []float64) {
+		var stderr bytes.Buffer
+		out := b.TempDir()
+		t0 := time.Now()
+		code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--repeats", strconv.Itoa(cells), "--concurrency", strconv.Itoa(conc),
+			"--output-dir", out}, &bytes.Buffer{}, &stderr)
+		wall := time.Since(t0)
+		if code != 0 {
+			b.Fatalf("run exit %d: %s", code, stderr.String())
+		}
+		arts, _ := filepath.Glob(filepath.Join(out, "*", "task_runs.json"))
+		if len(arts) != 1 {
+			b.Fatalf("artifacts %v, want 1", arts)
+		}
+		a, err := artifact.Read(arts[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		var lat []float64
+		for _, r := range a.Results {
+			if !r.Passed {
+				b.Fatalf("cell %s: outcome %s, want passed", r.CellID, r.Outcome)
+			}
+			lat = append(lat, r.ElapsedSec)
+		}
+		if len(lat) != cells {
+			b.Fatalf("%d rows, want %d", len(lat), cells)
+		}
+		return wall, lat
+	}
+	var floorWall, procWall time.Duration
+	var floorLat, procLat []float64
+	for b.Loop() {
+		w0, _ := floor(conc)
+		w1, lat := floor(conc + n)
+		floorWall += w1 - w0
+		floorLat = append(floorLat, lat...)
+		w0, _ = run(conc)
+		w1, lat = run(conc + n)
+		procWall += w1 - w0
+		procLat = append(procLat, lat...)
+	}
+	floorRate := float64(b.N*n) / floorWall.Seconds()
+	procRate := float64(b.N*n) / procWall.Seconds()
+	fm, pm := median(floorLat), median(procLat)
+	b.ReportMetric(floorRate, "floor-cells/s")
+	b.ReportMetric(procRate, "proctor-cells/s")
+	b.ReportMetric(procRate/floorRate, "ratio_vs_floor")
+	b.ReportMetric(fm*1000, "floor-median-ms")
+	b.ReportMetric(pm*1000, "proctor-median-ms")
+	b.ReportMetric(pm/fm, "latency_ratio")
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

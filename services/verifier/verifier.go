@@ -208,10 +208,17 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		return fail(err)
 	}
 	if oomErr == nil {
-		if n, err := oc.OOMKills(ctx, h); err == nil && n > oomBefore {
+		// Read after the freeze: the docker driver reads it from the
+		// host's cgroup filesystem when the engine runs on this machine;
+		// an engine elsewhere refuses the exec into a frozen sandbox.
+		if n, err := oc.OOMKills(ctx, h); err != nil {
+			dir.Logf("verify: OOM kills unknown: %v", err)
+		} else if n > oomBefore {
 			v.OOMKilled = true
 			dir.Logf("verify: %d process(es) OOM-killed at the memory limit", n-oomBefore)
 		}
+	} else if hasOOM {
+		dir.Logf("verify: OOM kills unknown: %v", oomErr)
 	}
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)

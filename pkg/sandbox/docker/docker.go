@@ -57,6 +57,9 @@ type Driver struct {
 	proxyBin  string
 	egressNet string
 	proxyImg  proxyImageCache
+	// cgroupRoot is where this machine's cgroup filesystem is mounted
+	// (see hostOOMFile); "" reads the OOM counter by exec only.
+	cgroupRoot string
 }
 
 // The contract and every optional ability the services look for
@@ -115,7 +118,8 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork}, nil
+	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork,
+		cgroupRoot: "/sys/fs/cgroup"}, nil
 }
 
 // Client returns the engine client the driver uses.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,12 +84,26 @@ func hostConfig(netMode string, l sandbox.Limits) *container.HostConfig {
 // OOMKills returns how many processes of the sandbox's container the
 // kernel's OOM killer has killed at its memory limit since the container
 // started: the oom_kill counter of the container's memory cgroup
-// (memory.events under cgroup v2, memory.oom_control under v1), read by a
-// root exec. The engine's own State.OOMKilled is not used: Docker 20.10
-// sets it only when PID 1 is killed, never for a process of an exec.
-// Callers compare the count before and after a phase. It returns an error
-// when the counter cannot be read (no cgroup mount, the exec cannot start).
+// (memory.events under cgroup v2, memory.oom_control under v1). When the
+// engine runs on this machine the counter is read from the host's cgroup
+// filesystem (see hostOOMFile: no exec, and it works on a paused
+// container); otherwise by a root exec in the container (which a paused
+// container refuses). The container cannot write either file (cgroup
+// files are the kernel's; the container's /sys/fs/cgroup is read-only).
+// The engine's own State.OOMKilled is not used: Docker 20.10 sets it only
+// when PID 1 is killed, never for a process of an exec. Callers compare
+// the count before and after a phase. It returns an error when the
+// counter cannot be read (no cgroup mount, the exec cannot start).
 func (d *Driver) OOMKills(ctx context.Context, h *sandbox.Handle) (int64, error) {
+	cid, err := d.container(h)
+	if err != nil {
+		return 0, err
+	}
+	if f := hostOOMFile(d.cgroupRoot, cid); f != "" {
+		if b, err := os.ReadFile(f); err == nil {
+			return parseOOMKill(string(b))
+		}
+	}
 	var out limitedBuffer
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd:    []string{"sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control"},
@@ -99,12 +115,44 @@ func (d *Driver) OOMKills(ctx context.Context, h *sandbox.Handle) (int64, error)
 	if res.ExitCode != 0 {
 		return 0, fmt.Errorf("sandbox: docker: read the OOM kill counter: exit %d", res.ExitCode)
 	}
-	for line := range strings.Lines(out.String()) {
+	return parseOOMKill(out.String())
+}
+
+// parseOOMKill returns the value of the "oom_kill N" line of a
+// memory.events or memory.oom_control file.
+func parseOOMKill(text string) (int64, error) {
+	for line := range strings.Lines(text) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "oom_kill "); ok {
 			return strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return 0, fmt.Errorf("sandbox: docker: no oom_kill counter in the memory cgroup")
+}
+
+// hostOOMFile returns the path of the OOM counter file of container cid
+// on the cgroup filesystem under root, or "" when there is none: the
+// engine runs elsewhere (a remote DOCKER_HOST, a VM), proctor runs in a
+// container with its own cgroup namespace, or cid is not a full 64-hex
+// container id (so no id read from the event log can name another path).
+// It looks where the engine puts a container's cgroup: under cgroup v2,
+// system.slice/docker-<id>.scope (systemd driver) or docker/<id>
+// (cgroupfs driver); under v1, the same two below memory/.
+func hostOOMFile(root, cid string) string {
+	if root == "" || len(cid) != 64 || strings.Trim(cid, "0123456789abcdef") != "" {
+		return ""
+	}
+	for _, p := range []string{
+		"system.slice/docker-" + cid + ".scope/memory.events",
+		"docker/" + cid + "/memory.events",
+		"memory/system.slice/docker-" + cid + ".scope/memory.oom_control",
+		"memory/docker/" + cid + "/memory.oom_control",
+	} {
+		f := filepath.Join(root, p)
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
+			return f
+		}
+	}
+	return ""
 }
 
 // limitedBuffer keeps the first 4 KiB written to it.

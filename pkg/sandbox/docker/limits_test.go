@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,6 +144,71 @@ func TestDockerOOMKilled(t *testing.T) {
 	}
 	if n, err := d.OOMKills(ctx, h); err != nil || n != 1 {
 		t.Fatalf("OOMKills after: %v %v, want 1", n, err)
+	}
+	// The exec inside the container reads the same counter as the host's
+	// cgroup filesystem.
+	byExec, err := New(Options{Client: d.cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byExec.cgroupRoot = ""
+	if n, err := byExec.OOMKills(ctx, h); err != nil || n != 1 {
+		t.Fatalf("OOMKills by exec: %v %v, want 1", n, err)
+	}
+	// A frozen container's counter is still read when the engine runs on
+	// this machine (the verifier reads it after the freeze); by exec it
+	// is an error, never a 0.
+	if _, err := d.Freeze(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	cid, _ := d.container(h)
+	if hostOOMFile(d.cgroupRoot, cid) != "" {
+		if n, err := d.OOMKills(ctx, h); err != nil || n != 1 {
+			t.Errorf("OOMKills of the frozen container: %v %v, want 1", n, err)
+		}
+	}
+	if n, err := byExec.OOMKills(ctx, h); err == nil {
+		t.Errorf("OOMKills by exec of a frozen container: %d, want an error", n)
+	}
+}
+
+// TestHostOOMFile: the OOM counter file is found where the engine puts a
+// container's cgroup under v1 and v2 (systemd and cgroupfs drivers), and
+// an id that is not a full container id names no path.
+func TestHostOOMFile(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	for _, rel := range []string{
+		"system.slice/docker-" + id + ".scope/memory.events",
+		"docker/" + id + "/memory.events",
+		"memory/system.slice/docker-" + id + ".scope/memory.oom_control",
+		"memory/docker/" + id + "/memory.oom_control",
+	} {
+		root := t.TempDir()
+		f := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("oom 3\noom_kill 2\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := hostOOMFile(root, id); got != f {
+			t.Errorf("%s: hostOOMFile = %q", rel, got)
+		}
+		b, _ := os.ReadFile(f)
+		if n, err := parseOOMKill(string(b)); err != nil || n != 2 {
+			t.Errorf("parseOOMKill = %d %v, want 2", n, err)
+		}
+		for _, bad := range []string{id[:12], "../docker/" + id[10:], strings.ToUpper(id), ""} {
+			if got := hostOOMFile(root, bad); got != "" {
+				t.Errorf("hostOOMFile(%q) = %q, want none", bad, got)
+			}
+		}
+		if got := hostOOMFile("", id); got != "" {
+			t.Errorf("no root: %q", got)
+		}
+	}
+	if _, err := parseOOMKill("oom 1\n"); err == nil {
+		t.Error("a file without oom_kill parsed")
 	}
 }
 
