@@ -3,19 +3,25 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
 )
 
 func benchCells() int {
@@ -264,4 +270,104 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkColdStart measures `proctor runs list` on a store holding
+// PROCTOR_BENCH_EVENTS events (100,000 by default; 1000000 for the
+// issue's size) of one finished run, with no proctor serving it (so the
+// command starts the embedded server on the store itself), against the
+// floor: the bare embedded server restarted on the same store, a client
+// connected, and the event stream's info read, nothing else. Each is
+// timed 3 times, alternating, and the median kept. Target: proctor_s <=
+// 1.5 × floor_s + 0.5 s, reported as budget_ratio = proctor_s / (1.5 ×
+// floor_s + 0.5) <= 1; ratio_vs_floor is proctor_s / floor_s.
+func BenchmarkColdStart(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("PROCTOR_BENCH_EVENTS")); err == nil && v > 0 {
+		n = v
+	}
+	home := b.TempDir()
+	b.Setenv("PROCTOR_HOME", home)
+	store := filepath.Join(home, "jetstream")
+	ctx := context.Background()
+	runID := events.NewID()
+	{
+		e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bs, err := bus.Connect(ctx, e.ClientURL(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cost := 0.0042
+		for i := range n {
+			cell := events.CellID(fmt.Sprintf("task-%03d", i%1000/10), "oracle", "m", i%10+1)
+			if err := bs.Publish(ctx, events.Must(events.Usage, runID, cell, 1, "bench",
+				events.UsageData{Model: "m", PromptTokens: events.Count(1834), CompletionTokens: events.Count(212), CostUSD: &cost, Calls: events.Count(1)})); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := bs.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := bs.PutRun(ctx, bus.RunRecord{ID: runID, Status: bus.StatusFinished, Cells: 1000, Counts: map[string]int{"passed": 1000},
+			StartedAt: "2025-01-15T10:00:00Z", FinishedAt: "2025-01-15T11:00:00Z", Spec: events.RunSpec{Harnesses: []string{"oracle"}}}); err != nil {
+			b.Fatal(err)
+		}
+		bs.Close()
+		e.Shutdown()
+	}
+	floor := func() time.Duration {
+		t0 := time.Now()
+		e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Shutdown()
+		nc, err := nats.Connect(e.ClientURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := js.Stream(ctx, bus.EventsStream)
+		if err != nil {
+			b.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(t0)
+		if info.State.Msgs != uint64(n) {
+			b.Fatalf("stream holds %d events, want %d", info.State.Msgs, n)
+		}
+		return d
+	}
+	list := func() time.Duration {
+		var stdout, stderr bytes.Buffer
+		t0 := time.Now()
+		code := Main([]string{"runs", "list"}, &stdout, &stderr)
+		d := time.Since(t0)
+		if code != 0 || !strings.Contains(stdout.String(), runID) {
+			b.Fatalf("runs list exit %d: %s%s", code, stdout.String(), stderr.String())
+		}
+		return d
+	}
+	var fs, ps []float64
+	for b.Loop() {
+		for range 3 {
+			fs = append(fs, floor().Seconds())
+			ps = append(ps, list().Seconds())
+		}
+	}
+	f, p := median(fs), median(ps)
+	b.ReportMetric(f, "floor_s")
+	b.ReportMetric(p, "proctor_s")
+	b.ReportMetric(p/f, "ratio_vs_floor")
+	b.ReportMetric(p/(1.5*f+0.5), "budget_ratio")
 }
