@@ -3,6 +3,8 @@ package docker
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -21,8 +23,12 @@ import (
 // write reaches the container's files. After Freeze, CopyOut and ReadFile
 // still work, Exec does not, and Destroy removes the container. A
 // container that is no longer running has nothing alive (0, nil); one
-// already paused is counted as it is. The count comes from the engine's
-// top (ps on the engine's host, filtered to the container's processes).
+// already paused is counted as it is. When the engine runs on this
+// machine the count comes from the container's cgroup on the host (its
+// cgroup.procs, each process's state from /proc; see hostAlive), else
+// from the engine's top (ps on the engine's host, filtered to the
+// container's processes). Both are read outside the container, after the
+// pause, so nothing in it can change them.
 //
 // The verifier freezes the container when the test script has ended and
 // before it reads the reward, so the reward is what the script left, not
@@ -46,6 +52,9 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 			}
 			return 0, fmt.Errorf("sandbox: docker: pause %s: %w", short(cid), err)
 		}
+	}
+	if n, ok := hostAlive(d.cgroupRoot, cid, ins.State.Pid); ok {
+		return n, nil
 	}
 	top, err := d.cli.ContainerTop(ctx, cid, []string{"-o", "pid,stat"})
 	if err != nil {
@@ -115,4 +124,49 @@ func countAlive(titles []string, rows [][]string, pid1 int) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// hostAlive counts the processes of container cid, other than pid1 (the
+// host pid of its PID 1) and zombies, from the cgroup.procs of its cgroup
+// under root (see hostCgroupDirs) and /proc/<pid>/stat. ok is false, and
+// the caller asks the engine instead, when there is no such cgroup here
+// (the engine runs elsewhere) or pid1 is not among the listed processes
+// (this process sees another pid namespace than the engine's). A process
+// whose /proc entry is gone has exited and is not counted.
+func hostAlive(root, cid string, pid1 int) (n int, ok bool) {
+	var procs []byte
+	for _, dir := range hostCgroupDirs(root, cid) {
+		if b, err := os.ReadFile(filepath.Join(dir.path, "cgroup.procs")); err == nil {
+			procs = b
+			break
+		}
+	}
+	if procs == nil || pid1 <= 0 {
+		return 0, false
+	}
+	for f := range strings.FieldsSeq(string(procs)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return 0, false
+		}
+		if pid == pid1 {
+			ok = true
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + f + "/stat")
+		if err != nil {
+			continue // exited since the listing
+		}
+		// The state is the field after the command, which is in
+		// parentheses and may itself hold spaces or parentheses.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 || i+2 >= len(stat) {
+			return 0, false
+		}
+		if stat[i+2] == 'Z' {
+			continue
+		}
+		n++
+	}
+	return n, ok
 }

@@ -87,6 +87,20 @@ sh -c 'true & exec sleep 1000' >/dev/null 2>&1 &`)
 	if again, err := d.Freeze(ctx, h); err != nil || again != alive {
 		t.Errorf("Freeze of a frozen container: %d %v, want %d", again, err, alive)
 	}
+	// The count from the host's cgroup (when the engine runs here) is
+	// the engine's top's.
+	cid, _ := d.container(h)
+	if n, ok := hostAlive(d.cgroupRoot, cid, ins.State.Pid); ok != (hostOOMFile(d.cgroupRoot, cid) != "") || ok && n != alive {
+		t.Errorf("the host's cgroup of the container: processes read %v (%d), OOM counter found %v", ok, n, !ok)
+	}
+	byTop, err := New(Options{Client: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTop.cgroupRoot = ""
+	if again, err := byTop.Freeze(ctx, h); err != nil || again != alive {
+		t.Errorf("Freeze counted by the engine's top: %d %v, want %d", again, err, alive)
+	}
 	if _, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"true"}}); err == nil {
 		t.Error("Exec ran in a frozen container")
 	}

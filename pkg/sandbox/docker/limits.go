@@ -130,29 +130,40 @@ func parseOOMKill(text string) (int64, error) {
 }
 
 // hostOOMFile returns the path of the OOM counter file of container cid
-// on the cgroup filesystem under root, or "" when there is none: the
-// engine runs elsewhere (a remote DOCKER_HOST, a VM), proctor runs in a
-// container with its own cgroup namespace, or cid is not a full 64-hex
-// container id (so no id read from the event log can name another path).
-// It looks where the engine puts a container's cgroup: under cgroup v2,
-// system.slice/docker-<id>.scope (systemd driver) or docker/<id>
-// (cgroupfs driver); under v1, the same two below memory/.
+// on the cgroup filesystem under root (see hostCgroupDirs), or "" when
+// there is none.
 func hostOOMFile(root, cid string) string {
-	if root == "" || len(cid) != 64 || strings.Trim(cid, "0123456789abcdef") != "" {
-		return ""
-	}
-	for _, p := range []string{
-		"system.slice/docker-" + cid + ".scope/memory.events",
-		"docker/" + cid + "/memory.events",
-		"memory/system.slice/docker-" + cid + ".scope/memory.oom_control",
-		"memory/docker/" + cid + "/memory.oom_control",
-	} {
-		f := filepath.Join(root, p)
+	for _, dir := range hostCgroupDirs(root, cid) {
+		f := filepath.Join(dir.path, dir.oomFile)
 		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() {
 			return f
 		}
 	}
 	return ""
+}
+
+// cgroupDir is a candidate cgroup directory of a container and the name
+// of its memory OOM counter file.
+type cgroupDir struct{ path, oomFile string }
+
+// hostCgroupDirs returns where the engine puts the cgroup of container
+// cid under the cgroup filesystem mounted at root: under cgroup v2,
+// system.slice/docker-<id>.scope (systemd driver) or docker/<id>
+// (cgroupfs driver); under v1, the same two below memory/. None exists
+// when the engine runs elsewhere (a remote DOCKER_HOST, a VM) or proctor
+// runs in a container with its own cgroup namespace. It returns nothing
+// when root is "" or cid is not a full 64-hex container id (so no id read
+// from the event log can name another path).
+func hostCgroupDirs(root, cid string) []cgroupDir {
+	if root == "" || len(cid) != 64 || strings.Trim(cid, "0123456789abcdef") != "" {
+		return nil
+	}
+	return []cgroupDir{
+		{filepath.Join(root, "system.slice", "docker-"+cid+".scope"), "memory.events"},
+		{filepath.Join(root, "docker", cid), "memory.events"},
+		{filepath.Join(root, "memory", "system.slice", "docker-"+cid+".scope"), "memory.oom_control"},
+		{filepath.Join(root, "memory", "docker", cid), "memory.oom_control"},
+	}
 }
 
 // limitedBuffer keeps the first 4 KiB written to it.
