@@ -6,8 +6,9 @@
 # /proc/stat: all busy time less this script's children), flagging a run
 # taken on a busy machine (others took more than 25 % of the CPUs). The
 # full output goes to out/bench.txt. Sizes are the issues' own:
-# PROCTOR_BENCH_EVENTS (projection and replay, 1000000 here; 100000 in a
-# bare go test run), PROCTOR_BENCH_ROWS (dataset export, 1000000),
+# PROCTOR_BENCH_EVENTS (projection, replay and the cold start's store,
+# 1000000 here; 100000 in a bare go test run),
+# PROCTOR_BENCH_THROUGHPUT_CELLS (cell throughput at concurrency 4, 32), PROCTOR_BENCH_ROWS (dataset export, 1000000),
 # PROCTOR_BENCH_LINES (agent lines, 200000), PROCTOR_BENCH_PUBLISH (bus
 # publish, 200000); PROCTOR_BENCH_COUNT the runs (3).
 set -euo pipefail
@@ -51,6 +52,13 @@ BEGIN {
   target["BenchmarkReplayRead ratio_vs_floor"] = ">= 0.8"
   target["BenchmarkReplayRead floor_s"] = "floor"
   target["BenchmarkReplayRead proctor_s"] = "proctor"
+  target["BenchmarkCellThroughput ratio_vs_floor"] = ">= 0.8"
+  target["BenchmarkCellThroughput latency_ratio"] = "<= 1.2"
+  target["BenchmarkCellThroughput floor-cells/s"] = "floor"
+  target["BenchmarkCellThroughput proctor-cells/s"] = "proctor"
+  target["BenchmarkColdStart budget_ratio"] = "<= 1 (proctor_s <= 1.5 floor_s + 0.5)"
+  target["BenchmarkColdStart floor_s"] = "floor"
+  target["BenchmarkColdStart proctor_s"] = "proctor"
   target["BenchmarkDiscover10k s/discover"] = "< 2"
   target["BenchmarkViewRunPage s/open"] = "< 2"
   target["BenchmarkProxyDownload/connect ratio_vs_floor"] = ">= 0.8"
