@@ -3,8 +3,10 @@ package docker
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,12 +133,19 @@ func countAlive(titles []string, rows [][]string, pid1 int) (int, error) {
 // under root (see hostCgroupDirs) and /proc/<pid>/stat. ok is false, and
 // the caller asks the engine instead, when there is no such cgroup here
 // (the engine runs elsewhere) or pid1 is not among the listed processes
-// (this process sees another pid namespace than the engine's). A process
+// (this process sees another pid namespace than the engine's), or the
+// cgroup has child cgroups (whose processes it does not list). A process
 // whose /proc entry is gone has exited and is not counted.
 func hostAlive(root, cid string, pid1 int) (n int, ok bool) {
 	var procs []byte
 	for _, dir := range hostCgroupDirs(root, cid) {
 		if b, err := os.ReadFile(filepath.Join(dir.path, "cgroup.procs")); err == nil {
+			// A child cgroup's processes are not in cgroup.procs: then
+			// the engine counts.
+			ents, err := os.ReadDir(dir.path)
+			if err != nil || slices.ContainsFunc(ents, fs.DirEntry.IsDir) {
+				return 0, false
+			}
 			procs = b
 			break
 		}
