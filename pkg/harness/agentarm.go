@@ -106,8 +106,12 @@ func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
+	spec, err := composeSpec(ctx, env, containerSpec(env, img.Ref, workdir, n.Start))
+	if err != nil {
+		return Placement{}, err
+	}
 	return Placement{
-		Driver: env.Driver(), Spec: containerSpec(env, img.Ref, workdir, n.Start),
+		Driver: env.Driver(), Spec: spec,
 		Networks: n, Workdir: workdir, Image: img,
 	}, nil
 }

@@ -234,7 +234,10 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		return Placement{}, events.Classed(events.ClassSandbox, err)
 	}
 	n := a.Networks(t)
-	spec := containerSpec(env, runImage, workdir, n.Start)
+	spec, err := composeSpec(ctx, env, containerSpec(env, runImage, workdir, n.Start))
+	if err != nil {
+		return Placement{}, err
+	}
 	// The agent reaches the provider only through the egress proxy,
 	// allowlisted from ANTHROPIC_BASE_URL as any provider host is.
 	entry, err := ProviderEgress(penv["ANTHROPIC_BASE_URL"], os.Getenv(ProviderPrivateEnv) == "1")

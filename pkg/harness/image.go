@@ -99,3 +99,54 @@ func refusal(t *task.Task, needs task.Needs) (events.ErrorClass, string) {
 	}
 	return "", ""
 }
+
+// composeSpec adds the task's compose services (task.Compose) to spec:
+// each sidecar's image built from its build context through the image
+// cache and the image map (EnsureImage, output appended to build.log;
+// tagged as the task's name plus "-" and the service name) or its `image:`
+// mapped (and pulled only as a docker_image is), main's depends_on, and
+// main's `environment` under the task's own env. A service image that
+// cannot be made is a ClassError of class build. A task without compose
+// services returns spec as it is.
+func composeSpec(ctx context.Context, env Env, spec sandbox.Spec) (sandbox.Spec, error) {
+	t := env.Task()
+	c := t.Compose
+	if c == nil {
+		return spec, nil
+	}
+	b, ok := env.Driver().(sandbox.ImageBuilder)
+	if !ok {
+		return spec, events.Classf(events.ClassSandbox, "the sandbox driver %T cannot build images", env.Driver())
+	}
+	dir := env.Dir()
+	logf, err := os.OpenFile(dir.Path("build.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return spec, events.Classed(events.ClassBuild, err)
+	}
+	defer logf.Close()
+	spec.Env = withEnv(c.MainEnv, spec.Env)
+	spec.DependsOn = c.MainDependsOn
+	for _, s := range c.Services {
+		fmt.Fprintf(logf, "# compose service %s\n", s.Name)
+		img, err := b.EnsureImage(ctx, sandbox.BuildSpec{
+			Task: t.Name + "-" + s.Name, Revision: t.Revision, EnvironmentDir: s.BuildContext,
+			DockerImage: s.Image, Timeout: seconds(t.BuildTimeoutSec), Log: logf,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return spec, ctx.Err()
+			}
+			return spec, events.Classed(events.ClassBuild, fmt.Errorf("compose service %s: %w", s.Name, err))
+		}
+		dir.Logf("compose service %s: image %s (cached %v)", s.Name, img.Ref, img.Cached)
+		svc := sandbox.Service{
+			Name: s.Name, Image: img.Ref, Entrypoint: s.Entrypoint, Cmd: s.Command, Env: s.Env,
+			Workdir: s.Workdir, User: s.User, DependsOn: s.DependsOn, CPUs: s.CPUs, MemoryMB: s.MemoryMB,
+		}
+		if h := s.Healthcheck; h != nil {
+			svc.Healthcheck = &sandbox.Healthcheck{Test: h.Test, Interval: h.Interval, Timeout: h.Timeout, StartPeriod: h.StartPeriod, Retries: h.Retries}
+		}
+		spec.Services = append(spec.Services, svc)
+	}
+	return spec, nil
+}

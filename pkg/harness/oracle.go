@@ -40,8 +40,12 @@ func (a oracleArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	}
 	t := env.Task()
 	n := a.Networks(t)
+	spec, err := composeSpec(ctx, env, containerSpec(env, img.Ref, t.Workdir, n.Start))
+	if err != nil {
+		return Placement{}, err
+	}
 	return Placement{
-		Driver: env.Driver(), Spec: containerSpec(env, img.Ref, t.Workdir, n.Start),
+		Driver: env.Driver(), Spec: spec,
 		Networks: n, Workdir: t.Workdir, Image: img,
 	}, nil
 }
@@ -62,6 +66,10 @@ func oracleNetworks(t *task.Task) Networks {
 	case t.AgentNetwork.Mode == task.NetworkAllowlist:
 		n = Networks{Start: sandbox.NetworkInternal, Solve: task.NetworkAllowlist}
 	case verifyPublic:
+		n = Networks{Start: sandbox.NetworkInternal, Solve: t.AgentNetwork.Mode}
+	case t.Compose != nil:
+		// Compose services must see each other: an internal network
+		// with no proxy is as closed as none.
 		n = Networks{Start: sandbox.NetworkInternal, Solve: t.AgentNetwork.Mode}
 	default:
 		n = Networks{Start: sandbox.NetworkNone, Solve: t.AgentNetwork.Mode}

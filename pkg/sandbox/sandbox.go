@@ -149,7 +149,67 @@ type Spec struct {
 	// Tmpfs are tmpfs mounts of the container: mount point -> mount
 	// options ("uid=10001,gid=10001,mode=0700,size=256m"). Docker only.
 	Tmpfs map[string]string
+	// Services are the sidecar containers of a compose environment
+	// (task.Compose), started by Start before the sandbox's own container
+	// (the compose service `main`) on the sandbox's per-cell network,
+	// each reachable by its Name, and removed by Destroy. Network must be
+	// NetworkInternal (no way out but Egress, when set) or NetworkBridge
+	// (the driver then makes a per-cell network with a way out, since the
+	// default bridge resolves no names). Docker only; the process driver
+	// refuses it.
+	Services []Service
+	// DependsOn is main's depends_on: a service name -> its condition
+	// (ConditionStarted, ConditionHealthy, ConditionCompleted); Start
+	// waits for each before it creates the sandbox's container.
+	DependsOn map[string]string
 }
+
+// Service is one sidecar container of a compose environment (Spec.Services).
+type Service struct {
+	// Name is the compose service name: the container's DNS alias on the
+	// cell's network.
+	Name string
+	// Image is the image reference, already built or mapped; it must
+	// exist locally.
+	Image string
+	// Entrypoint and Cmd replace the image's when non-nil.
+	Entrypoint, Cmd []string
+	// Env is the service's environment (with an egress proxy the proxy
+	// variables of ProxyEnv are added).
+	Env map[string]string
+	// Workdir and User are the container's working directory and user
+	// ("" the image's).
+	Workdir, User string
+	// Healthcheck is the engine healthcheck of the container (nil: the
+	// image's, if any).
+	Healthcheck *Healthcheck
+	// DependsOn maps a service to the condition Start waits for before
+	// creating this one.
+	DependsOn map[string]string
+	// CPUs and MemoryMB limit the container (0: the driver's defaults).
+	CPUs     float64
+	MemoryMB int64
+}
+
+// Healthcheck is an engine healthcheck: Test as compose writes it
+// (["CMD", argv...] or ["CMD-SHELL", "script"]); 0 durations and retries
+// are the engine's defaults (30 s interval, 30 s timeout, 3 retries).
+type Healthcheck struct {
+	Test                          []string
+	Interval, Timeout, StartPeriod time.Duration
+	Retries                       int
+}
+
+// depends_on conditions of Spec.DependsOn and Service.DependsOn, as the
+// Compose specification names them.
+const (
+	ConditionStarted   = "service_started"
+	ConditionHealthy   = "service_healthy"
+	ConditionCompleted = "service_completed_successfully"
+)
+
+// ServiceWait bounds Start's wait for one depends_on condition.
+const ServiceWait = 5 * time.Minute
 
 // Egress configures the egress proxy of a sandbox (Spec.Egress).
 type Egress struct {

@@ -306,9 +306,18 @@ func locateFiles(t *Task, tree *taskTree) {
 				t.Warnings = append(t.Warnings, fmt.Sprintf("%s does not parse as YAML (%v); treated as a data file", rel, err))
 				continue
 			}
-			if hasMain && t.Unsupported == "" {
-				t.Unsupported = fmt.Sprintf("compose environment (%s defines a main service): not supported yet, listed only", rel)
+			if !hasMain || t.Compose != nil {
+				continue
 			}
+			c, err := LoadCompose(p+"/"+name, p)
+			if err != nil {
+				if t.Unsupported == "" {
+					t.Unsupported = fmt.Sprintf("compose environment refused: environment/%v", err)
+				}
+				continue
+			}
+			t.Compose = c
+			t.Warnings = append(t.Warnings, c.Rewrites...)
 		}
 	}
 	if t.Dockerfile == "" && t.DockerImage == "" {

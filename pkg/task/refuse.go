@@ -43,6 +43,10 @@ type Needs struct {
 	// Steps: the harness runs a multi-step task's steps in order in one
 	// sandbox; a harness without it refuses a task with [[steps]].
 	Steps bool `json:"steps,omitempty"`
+	// Compose: the harness starts a compose environment's services
+	// (task.Compose) beside the task container; a harness without it
+	// refuses a compose task.
+	Compose bool `json:"compose,omitempty"`
 }
 
 // What each kind of harness needs (DESIGN §5). Harness names map onto these
@@ -50,13 +54,13 @@ type Needs struct {
 var (
 	// NeedsOracle: the reference solution in the task container, scored by
 	// the task verifier.
-	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true, Steps: true}
+	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true, Steps: true, Compose: true}
 	// NeedsContainerAgent: an agent inside the task container (agent:<dir>,
 	// claude-code), scored by the task verifier.
-	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true}
+	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true, Compose: true}
 	// NeedsProbe: the isolation probe runs in exactly the sandbox an agent
 	// arm gets; it is not scored by the verifier.
-	NeedsProbe = Needs{Image: true, AgentWorkdir: true}
+	NeedsProbe = Needs{Image: true, AgentWorkdir: true, Compose: true}
 	// NeedsCommand: a host command given the task path; it scores itself.
 	NeedsCommand = Needs{}
 )
@@ -74,9 +78,10 @@ var HarnessNeeds = map[string]Needs{
 
 // Refusal returns why a harness with needs n must refuse t, or "" when it
 // can run it. A refused cell is errored (missing data) with this reason,
-// never a verdict. In order: an unsupported task (multi-step, compose) and a
+// never a verdict. In order: an unsupported task (a compose file proctor refuses) and a
 // blocked one (a symlink leaving the tasks root) are refused by every
-// harness; then the missing solution script, test script, image, prompt;
+// harness; then a compose task for a harness that cannot start its
+// services; then the missing solution script, test script, image, prompt;
 // then, for in-container agents, a working directory outside /app — the
 // workdir key, else the Dockerfile's final WORKDIR when the file alone
 // decides it (the image's own WORKDIR is checked after the build).
@@ -89,6 +94,9 @@ func (t *Task) Refusal(n Needs) string {
 	}
 	if t.Blocked != "" {
 		return t.Blocked
+	}
+	if t.Compose != nil && !n.Compose {
+		return fmt.Sprintf("compose environment (%s): this harness cannot run compose services", path.Base(t.Compose.File))
 	}
 	if len(t.Steps) > 0 {
 		if !n.Steps {

@@ -105,6 +105,11 @@ type Task struct {
 	// paths and contents).
 	Revision string `json:"revision"`
 
+	// Compose is the task's compose environment (environment/
+	// docker-compose.yaml defining a main service, see LoadCompose); nil
+	// for a single-container task.
+	Compose *Compose `json:"compose,omitempty"`
+
 	// Unsupported is a reason the task cannot run yet (multi-step, compose
 	// environment); "" when it can.
 	Unsupported string `json:"unsupported,omitempty"`

@@ -22,6 +22,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -149,7 +150,11 @@ func labels(spec sandbox.Spec) map[string]string {
 // on the internal network (see startProxy). Handle.ID is the container id;
 // Handle.State holds "container", "network" (when one was created), "run",
 // "cell", "image", and with a proxy "proxy" (its "ip:port") and
-// "proxy_container".
+// "proxy_container". With spec.Services (a compose environment) the
+// services are started first on the per-cell network (see startServices;
+// a per-cell network with a way out is made when spec.Network is
+// NetworkBridge), their ids in "services", main waits for spec.DependsOn
+// and joins the network with the alias "main".
 // On error everything created is removed.
 func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
 	if spec.Image == "" {
@@ -191,7 +196,19 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	if spec.Egress != nil && mode != sandbox.NetworkInternal {
 		return nil, fmt.Errorf("%w: an egress proxy needs network %q, not %q", sandbox.ErrInvalidSpec, sandbox.NetworkInternal, mode)
 	}
+	if err := checkServices(spec, mode); err != nil {
+		return nil, err
+	}
 	netMode := mode
+	if mode == sandbox.NetworkBridge && len(spec.Services) > 0 {
+		name := "proctor-" + randomHex(6)
+		id, err := d.createCellNetwork(ctx, name, lbl)
+		if err != nil {
+			return nil, err
+		}
+		h.State["network"] = id
+		netMode = name
+	}
 	if mode == sandbox.NetworkInternal {
 		name := "proctor-" + randomHex(6)
 		id, subnet, err := d.createInternal(ctx, name, lbl)
@@ -207,6 +224,14 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		}
 	}
 
+	var nc *network.NetworkingConfig
+	if len(spec.Services) > 0 {
+		if err := d.startServices(ctx, h, spec, netMode, lbl); err != nil {
+			return fail(err)
+		}
+		nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netMode: {Aliases: []string{"main"}}}}
+	}
+
 	h.Limits = d.Limits(spec)
 	cfg := &container.Config{
 		Image:      spec.Image,
@@ -218,7 +243,7 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	}
 	hc := hostConfig(netMode, h.Limits)
 	hc.Tmpfs = maps.Clone(spec.Tmpfs)
-	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nc, nil, "")
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: docker: create container from %s: %w", spec.Image, err))
 	}
@@ -536,8 +561,8 @@ func (s safeWriter) Write(p []byte) (int, error) {
 }
 
 // Destroy implements Driver: it force-removes the container (SIGKILL to
-// everything in it) with its anonymous volumes, then the egress proxy's
-// container, then the per-cell network.
+// everything in it) with its anonymous volumes, then the compose services'
+// containers, then the egress proxy's container, then the per-cell network.
 // It ignores ctx's cancellation (not its values), so cleanup still happens
 // after Ctrl-C, and is bounded by DestroyTimeout. Missing objects are not
 // errors: Destroy is idempotent and accepts a Handle rebuilt from a
@@ -549,11 +574,19 @@ func (d *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
 	defer cancel()
 	var errs []error
-	for _, key := range []string{"container", "proxy_container"} {
-		if cid := state(h, key); cid != "" {
-			if err := d.removeContainer(ctx, cid); err != nil {
-				errs = append(errs, err)
-			}
+	var cids []string
+	if cid := state(h, "container"); cid != "" {
+		cids = append(cids, cid)
+	}
+	if svcs := state(h, "services"); svcs != "" {
+		cids = append(cids, strings.Split(svcs, ",")...)
+	}
+	if cid := state(h, "proxy_container"); cid != "" {
+		cids = append(cids, cid)
+	}
+	for _, cid := range cids {
+		if err := d.removeContainer(ctx, cid); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if nid := state(h, "network"); nid != "" {
@@ -620,7 +653,9 @@ func short(id string) string {
 // ConnectBridge joins the sandbox's container to the engine's default
 // bridge network and disconnects it from its per-cell internal network
 // (which Destroy still removes), for a verifier whose policy is public
-// after an agent phase (DESIGN §4). A container started with NetworkNone
+// after an agent phase (DESIGN §4). A sandbox with compose services stays
+// on its cell network as well, so the verifier still reaches them; the
+// services keep no way out. A container started with NetworkNone
 // cannot be connected (the engine refuses); one already on the bridge is
 // left as it is.
 func (d *Driver) ConnectBridge(ctx context.Context, h *sandbox.Handle) error {
@@ -640,7 +675,9 @@ func (d *Driver) ConnectBridge(ctx context.Context, h *sandbox.Handle) error {
 	if err := d.cli.NetworkConnect(ctx, sandbox.NetworkBridge, cid, nil); err != nil {
 		return fmt.Errorf("sandbox: docker: connect %s to bridge: %w", short(cid), err)
 	}
-	if nid := state(h, "network"); nid != "" {
+	if nid := state(h, "network"); nid != "" && state(h, "services") == "" {
+		// With compose services main stays on the cell's network too,
+		// since the verifier may need them (they keep no way out).
 		if err := d.cli.NetworkDisconnect(ctx, nid, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("sandbox: docker: disconnect %s from its internal network: %w", short(cid), err)
 		}

@@ -69,6 +69,9 @@ func (p *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if len(spec.Services) > 0 {
+		return nil, fmt.Errorf("%w: a host process cannot run compose services (Spec.Services)", sandbox.ErrInvalidSpec)
+	}
 	if spec.Egress != nil {
 		return nil, fmt.Errorf("%w: a host process cannot be put behind an egress proxy (Spec.Egress)", sandbox.ErrInvalidSpec)
 	}
