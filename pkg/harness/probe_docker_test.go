@@ -193,7 +193,18 @@ func TestProbeDockerDefaultSandboxClosed(t *testing.T) {
 	for _, tk := range []harnesstest.Files{
 		nil, // debian
 		{"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nRUN echo 'print(1)' > /app/main.py\n"},
+		// A compose task: the probe reports the classes of main, which
+		// shares the cell's network with a sidecar.
+		{
+			"environment/Dockerfile":          "FROM debian:bookworm-slim\nWORKDIR /app\n",
+			"environment/docker-compose.yaml": "services:\n  main:\n    build: .\n    depends_on: [side]\n  side:\n    image: debian:bookworm-slim\n    command: [sleep, \"600\"]\n    ports: [\"8080:8080\"]\n",
+		},
 	} {
+		if tk["environment/docker-compose.yaml"] != "" {
+			if c := harnesstest.Task(t, "compose", tk).Compose; c == nil || len(c.Services) != 1 || c.Services[0].Name != "side" {
+				t.Fatalf("the compose task did not load its sidecar: %+v", c)
+			}
+		}
 		passed, res := runProbe(t, tk, "docker-probe", d, targets)
 		if !passed {
 			t.Fatalf("the default sandbox leaks: %+v", res.Report.Classes)

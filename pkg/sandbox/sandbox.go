@@ -195,9 +195,9 @@ type Service struct {
 // (["CMD", argv...] or ["CMD-SHELL", "script"]); 0 durations and retries
 // are the engine's defaults (30 s interval, 30 s timeout, 3 retries).
 type Healthcheck struct {
-	Test                          []string
+	Test                           []string
 	Interval, Timeout, StartPeriod time.Duration
-	Retries                       int
+	Retries                        int
 }
 
 // depends_on conditions of Spec.DependsOn and Service.DependsOn, as the

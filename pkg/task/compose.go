@@ -332,4 +332,3 @@ func dependencyCycle(c *Compose) error {
 	}
 	return nil
 }
-
