@@ -94,8 +94,8 @@ const composeBase = "services:\n  main:\n    build:\n      context: .\n"
 //   - refused (the error names the file, the service and the key): a
 //     network_mode, privileged, cap_add, devices, pid/ipc/uts/userns_mode,
 //     security_opt, sysctls, cgroup_parent, volumes, volumes_from,
-//     external_links, a build with another Dockerfile name, target,
-//     args or dockerfile_inline, a build context outside envDir, scale or
+//     external_links, secrets, configs, env_file, a build with another
+//     Dockerfile name, target, args or dockerfile_inline, a build context outside envDir, scale or
 //     replicas other than 1, and depends_on a service that does not
 //     exist; anything the cell's network policy or isolation could not
 //     hold once the container runs;
@@ -297,6 +297,8 @@ func refuseService(svc types.ServiceConfig) string {
 		return "scale/replicas other than 1 is not supported"
 	case len(svc.Secrets) > 0 || len(svc.Configs) > 0:
 		return "secrets and configs are not supported"
+	case len(svc.EnvFiles) > 0:
+		return "env_file is not supported (write the variables under environment)"
 	}
 	return ""
 }
