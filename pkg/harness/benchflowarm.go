@@ -111,6 +111,9 @@ func (a benchflowArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 	if a.SetupCheck() {
 		n = task.NeedsOracle
 	}
+	// bench would start a compose environment itself, outside proctor's
+	// network policy: refused (DESIGN §9, compose tasks).
+	n.Compose = false
 	return refusal(t, n)
 }
 

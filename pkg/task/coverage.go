@@ -25,8 +25,8 @@ type CoverageReport struct {
 	// Missing maps layout -> missing file (as the layout names it) -> the
 	// tasks lacking it, sorted.
 	Missing map[Layout]map[string][]string `json:"missing,omitempty"`
-	// Unsupported lists the tasks every harness refuses (multi-step,
-	// compose, a symlink leaving the root).
+	// Unsupported lists the tasks every harness refuses (a refused
+	// compose file, a symlink leaving the root).
 	Unsupported []TaskReason `json:"unsupported,omitempty"`
 	// UnresolvedEnv maps task -> env keys that make its cells errored before
 	// any build.

@@ -110,8 +110,8 @@ type Task struct {
 	// for a single-container task.
 	Compose *Compose `json:"compose,omitempty"`
 
-	// Unsupported is a reason the task cannot run yet (multi-step, compose
-	// environment); "" when it can.
+	// Unsupported is a reason the task cannot run (a compose file proctor
+	// refuses, see LoadCompose); "" when it can.
 	Unsupported string `json:"unsupported,omitempty"`
 	// Warnings are non-fatal remarks from loading.
 	Warnings []string `json:"warnings,omitempty"`
