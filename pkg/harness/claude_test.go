@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/proctor-eval/proctor/pkg/egress"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/services/proxylogger"
 )
 
 func TestClaudeEnvRefusesSetupsThatCannotWork(t *testing.T) {
@@ -58,7 +58,7 @@ func TestProviderEgressEntry(t *testing.T) {
 			t.Errorf("ProviderEgress(%q, %v) = %q, %v; want %q", c.url, c.private, got, err, c.want)
 			continue
 		}
-		if _, err := proxylogger.ParsePolicy([]string{got}); err != nil {
+		if _, err := egress.ParsePolicy([]string{got}); err != nil {
 			t.Errorf("the proxy refuses %q: %v", got, err)
 		}
 	}

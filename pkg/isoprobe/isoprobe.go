@@ -139,7 +139,7 @@ type Config struct {
 	// (the image's ENV, the task's declared env, the arm's own); nil
 	// leaves env untested.
 	EnvAllowed []string `json:"env_allowed,omitempty"`
-	// Allowlist is the sandbox's egress allowlist (proxylogger.ParsePolicy
+	// Allowlist is the sandbox's egress allowlist (egress.ParsePolicy
 	// syntax; empty without a proxy): a target on it that the proxy lets
 	// through is the policy as declared, not a leak (see network).
 	Allowlist []string `json:"allowlist,omitempty"`

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/proctor-eval/proctor/services/proxylogger"
+	"github.com/proctor-eval/proctor/pkg/egress"
 )
 
 // proxyVars are the proxy variables an HTTP client honours, both cases.
@@ -36,7 +36,7 @@ var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
 // does not parse leaves every proxied answer open.
 func network(ctx context.Context, t Targets, env map[string]string, allow []string, timeout time.Duration) Finding {
 	f := Finding{Status: Closed}
-	policy, perr := proxylogger.ParsePolicy(allow)
+	policy, perr := egress.ParsePolicy(allow)
 	if perr != nil {
 		f.add("egress allowlist: %v", perr)
 		policy = nil

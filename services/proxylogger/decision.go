@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proctor-eval/proctor/pkg/egress"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
@@ -153,7 +154,7 @@ func EventData(d Decision) events.EgressDecisionData {
 var userinfo = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^/?#@\s]+@`)
 
 // Redacted replaces the userinfo of a URL.
-const Redacted = "REDACTED"
+const Redacted = egress.Redacted
 
 // Redact replaces the userinfo (user name and password) of every URL in s,
 // "http://user:pw@proxy:3128" → "http://REDACTED@proxy:3128", and returns

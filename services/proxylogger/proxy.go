@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/proctor-eval/proctor/pkg/egress"
 )
 
 // Resolver looks up a host's addresses; *net.Resolver is one.
@@ -237,7 +239,7 @@ func (c *conn) target(authority string, defPort int, hosts []string) (Entry, boo
 		c.refuse(Denied, http.StatusBadRequest, "request target "+strconv.Quote(authority)+": "+err.Error())
 		return Entry{}, false
 	}
-	h, ip, err := normalizeHost(host)
+	h, ip, err := egress.NormalizeHost(host)
 	if err != nil {
 		c.host, c.port = host, port
 		c.refuse(Denied, http.StatusBadRequest, "request target host: "+err.Error())
@@ -252,7 +254,7 @@ func (c *conn) target(authority string, defPort int, hosts []string) (Entry, boo
 			c.refuse(Denied, http.StatusBadRequest, "Host header: "+err.Error())
 			return Entry{}, false
 		}
-		hn, _, err := normalizeHost(hh)
+		hn, _, err := egress.NormalizeHost(hh)
 		if err != nil || hn != h {
 			c.refuse(Denied, http.StatusBadRequest, fmt.Sprintf("Host header %q does not match the request target %q", hosts[0], authority))
 			return Entry{}, false
@@ -373,7 +375,7 @@ func forbidden(a netip.Addr, e Entry, allowLoopback bool) string {
 		if e.Private || e.IP.IsValid() && e.IP == a {
 			return ""
 		}
-		return "upstream " + a.String() + " is a private address (the entry does not say " + PrivatePrefix + ")"
+		return "upstream " + a.String() + " is a private address (the entry does not say " + egress.PrivatePrefix + ")"
 	}
 	return ""
 }
