@@ -158,15 +158,11 @@ func TestRunExamplesWithOracle(t *testing.T) {
 	}
 }
 
-// buildProctor compiles the proctor binary once per test binary.
+// buildProctor returns the proctor binary, built once per test binary
+// (testutil.ProctorBinary).
 func buildProctor(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "proctor")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/proctor")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return testutil.ProctorBinary(t)
 }
 
 // TestSIGTERMRemovesEverything interrupts a run while a cell's container

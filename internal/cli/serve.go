@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -16,6 +17,7 @@ import (
 func newServe(g *globals) *cobra.Command {
 	var node, imageMap string
 	var concurrency int
+	var ackWait time.Duration
 	var limits limitFlags
 	cmd := &cobra.Command{
 		Use:   "serve (planner|launcher|verifier|aggregator|all)... --nats URL",
@@ -40,7 +42,7 @@ of the same machine must use the same --node.`,
 			}
 			defer conn.Close()
 			grp, gctx := errgroup.WithContext(ctx)
-			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services, limits: limits}); err != nil {
+			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services, limits: limits, ackWait: ackWait}); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "serving %s on %s\n", strings.Join(services, ", "), g.natsURL)
@@ -54,6 +56,7 @@ of the same machine must use the same --node.`,
 	cmd.Flags().StringVar(&node, "node", "", "this machine's node name (default: host name)")
 	cmd.Flags().IntVar(&concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once by the launcher")
 	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
+	cmd.Flags().DurationVar(&ackWait, "ack-wait", time.Minute, "how long a launch or verify job may go without a heartbeat before it is redelivered (a dead worker's job); the launcher also reaps leftover sandboxes this often")
 	limits.add(cmd.Flags())
 	cmd.AddCommand(newServeFakeModel(g))
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -25,6 +26,8 @@ type stackConfig struct {
 	imageMap    string
 	services    []string
 	limits      limitFlags
+	// ackWait is the launcher's and verifier's AckWait (0: 60 s).
+	ackWait time.Duration
 }
 
 type stack struct {
@@ -86,13 +89,13 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			st.planner = s
 			run = s.Run
 		case "launcher":
-			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots}, b, st.docker)
+			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait}, b, st.docker)
 			if err != nil {
 				return nil, err
 			}
 			run = s.Run
 		case "verifier":
-			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log}
+			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log, AckWait: cfg.ackWait}
 			if slots != nil {
 				vc.Slots = slots // not a typed nil in the interface
 			}

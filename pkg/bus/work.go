@@ -30,21 +30,31 @@ func (b *Bus) PublishWork(ctx context.Context, subject, id string, job any) erro
 	return nil
 }
 
+// MaxDeliver is how many times a work job is delivered at most. A launch
+// job's last delivery does not run the cell: it errors it (a poison cell,
+// whose every attempt killed its launcher; see launcher.Service).
+const MaxDeliver = 5
+
 // WorkConsumer creates (or updates) the durable pull consumer durable on
 // the work queue, filtered to subject, with explicit acks. A job not acked
 // within ackWait is redelivered (a crashed worker's job goes to another);
 // workers extend long jobs with Msg.InProgress. maxAckPending bounds the
 // jobs one consumer holds at once.
 func (b *Bus) WorkConsumer(ctx context.Context, durable, subject string, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
-	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
-	defer cancel()
-	c, err := b.JS.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{
-		Durable:       durable,
-		FilterSubject: subject,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		MaxAckPending: maxAckPending,
-		MaxDeliver:    5,
+	var c jetstream.Consumer
+	err := Retry(ctx, b.log, "consumer "+durable, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var err error
+		c, err = b.JS.CreateOrUpdateConsumer(ctx, WorkStream, jetstream.ConsumerConfig{
+			Durable:       durable,
+			FilterSubject: subject,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       ackWait,
+			MaxAckPending: maxAckPending,
+			MaxDeliver:    MaxDeliver,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", durable, subject, err)
@@ -96,6 +106,7 @@ func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartb
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	backoff := RetryFirst
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -108,11 +119,23 @@ func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartb
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+			if Transient(err) {
+				// A leader moving, a server restarting: wait and pull
+				// again (DESIGN §9); only a configuration error ends
+				// the service.
+				if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(backoff):
+					}
+					backoff = min(2*backoff, RetryMax)
+				}
 				continue
 			}
 			return fmt.Errorf("bus: next job: %w", err)
 		}
+		backoff = RetryFirst
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

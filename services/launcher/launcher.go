@@ -49,6 +49,10 @@ type Config struct {
 	// before its image phase (recorded as queue_sec) and a handed-over
 	// cell keeps it until its verifier releases it.
 	Slots *Slots
+	// ReapEvery is how often the launcher reaps sandboxes of cells no
+	// one owns any more (see Reap; at start too; default AckWait), when
+	// its driver is a Reaper.
+	ReapEvery time.Duration
 }
 
 // Validate fills defaults and checks the config.
@@ -65,6 +69,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = time.Minute
+	}
+	if c.ReapEvery <= 0 {
+		c.ReapEvery = c.AckWait
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -105,6 +112,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r, ok := s.driver.(Reaper); ok {
+		go s.reapLoop(ctx, r)
+	}
 	return bus.Serve(ctx, cons, s.cfg.Concurrency, s.cfg.AckWait/3, s.handle)
 }
 
@@ -116,7 +126,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	err := s.Launch(ctx, job, job.AttemptBase+bus.Attempt(m))
+	var err error
+	if delivery := bus.Attempt(m); delivery >= bus.MaxDeliver {
+		err = s.Poison(ctx, job, job.AttemptBase+delivery)
+	} else {
+		err = s.Launch(ctx, job, job.AttemptBase+delivery)
+	}
 	switch {
 	case ctx.Err() != nil:
 		// Shutting down: leave the job for another launcher.
@@ -151,6 +166,50 @@ func (s *Service) Launch(ctx context.Context, job events.LaunchJob, attempt int)
 		}()
 	}
 	return c.run(ctx)
+}
+
+// Poison ends a cell whose launch job reached its last delivery
+// (bus.MaxDeliver) without a terminal event: each earlier attempt's
+// launcher stopped in the middle of the cell (a poison cell: an agent that
+// crashes its launcher). It is not run again: the cell's containers and
+// networks on this node are removed (when the driver is a Reaper) and the
+// cell is errored, class infra, naming the deliveries and the last event
+// recorded. A job of an ended run, or of a cell that has a terminal
+// event, is only acked. The error is the event log's (retry).
+func (s *Service) Poison(ctx context.Context, job events.LaunchJob, attempt int) error {
+	cr, err := cellrun.Open(ctx, s.bus, job.RunID, job.CellID)
+	if err != nil {
+		return err
+	}
+	if cr.Ended() || cr.Stale(job.Epoch) {
+		return nil
+	}
+	lastDesc := "nothing"
+	var last events.Envelope
+	if err := s.bus.Read(ctx, []string{events.CellSubject(job.RunID, job.CellID, "*")}, func(e events.Envelope) error {
+		last = e
+		return nil
+	}); err != nil {
+		return err
+	}
+	if last.Type != "" {
+		if last.Type == events.Verdict || last.Type == events.CellErrored {
+			return nil
+		}
+		lastDesc = fmt.Sprintf("%s of attempt %d", last.Type, last.Attempt)
+	}
+	if r, ok := s.driver.(Reaper); ok {
+		if err := r.ReapCell(ctx, job.RunID, job.CellID); err != nil {
+			s.log.Warn("remove a poison cell's sandboxes", "cell", job.CellID, "err", err)
+		}
+	}
+	msg := fmt.Sprintf("launch job delivered %d times: the launcher of each attempt stopped before the cell ended (last recorded: %s); not run again", bus.MaxDeliver, lastDesc)
+	cr.Dir.Logf("errored (infra): %s", msg)
+	e := events.Must(events.CellErrored, job.RunID, job.CellID, attempt, Source, events.CellErroredData{ErrorClass: string(events.ClassInfra), Error: msg})
+	if err := s.bus.Publish(ctx, e); err != nil {
+		return err
+	}
+	return s.bus.Flush(ctx)
 }
 
 // VerifyJobID is the id of a cell attempt's verify job (its Nats-Msg-Id).

@@ -115,22 +115,35 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // sandbox, destroys the sandbox, and then records the cell's terminal
 // event (Verdict, or CellErrored when the cell cannot be scored), so a run
 // is never reported finished while one of its containers still exists. A
-// job of an ended run only destroys the sandbox. The error is non-nil only
-// when the event log cannot be read or written or ctx ended (retry).
+// job of an ended run only destroys the sandbox.
+//
+// The sandbox is destroyed only once the cell's terminal event is decided:
+// when ctx ends (SIGTERM) or the event log cannot be read or written, the
+// sandbox is left as it is and the error returned, so the job, given back,
+// finds it again (a verifier restarted on this node). A job whose attempt
+// already has a VerifyStarted (its verifier died during the tests) is not
+// run a second time in the same container: the cell is errored, class
+// infra, and the sandbox destroyed (DESIGN §9). Once the sandbox is gone
+// the terminal event is published with retries until ctx ends.
 func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
 	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
 	end, err := s.verify(ctx, job, h)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		return err // the log failed: keep the sandbox for the retry
+	}
 	s.destroy(ctx, h)
 	if s.cfg.Slots != nil {
 		s.cfg.Slots.Release(fmt.Sprintf("%s/%s/%d", job.RunID, job.CellID, job.Attempt))
 	}
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if end == nil {
+		return nil
 	}
-	if err == nil && end != nil {
-		err = s.bus.PublishAll(ctx, *end)
-	}
-	return err
+	return bus.Retry(ctx, s.log, "publish the terminal event of "+job.CellID, func(ctx context.Context) error {
+		return s.bus.PublishAll(ctx, *end)
+	})
 }
 
 func (s *Service) destroy(ctx context.Context, h *sandbox.Handle) {
@@ -170,6 +183,16 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		dir.Logf("verifier errored: %v", err)
 		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(class), Error: err.Error()})
 		return &e, nil
+	}
+	if started, err := s.bus.LastEvent(ctx, events.CellSubject(job.RunID, job.CellID, events.VerifyStarted)); err == nil && started.Attempt == job.Attempt {
+		// The tests of this attempt ran (in part) already: a verifier
+		// died during them. The container's state after a partial test
+		// run (reward files half written, processes stopped) is not
+		// trusted, and test.sh never runs twice in one container.
+		return fail(events.Classf(events.ClassInfra, "the verifier of attempt %d stopped during the tests (VerifyStarted at %s, no verdict); its sandbox is not scored a second time",
+			job.Attempt, started.At.Format(time.RFC3339)))
+	} else if err != nil && !errors.Is(err, bus.ErrNotFound) {
+		return nil, err
 	}
 	t, err := cr.LoadTask()
 	if err != nil {

@@ -748,3 +748,35 @@ func state(h *sandbox.Handle, key string) string {
 	}
 	return h.State[key]
 }
+
+// Cells lists the (run, cell) pairs of the containers this engine holds
+// for cells (labels proctor.run and proctor.cell set), each once, in the
+// engine's order. Its error is the engine's.
+func (d *Driver) Cells(ctx context.Context) ([][2]string, error) {
+	cs, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", sandbox.LabelManaged))})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: docker: list containers: %w", err)
+	}
+	seen := map[[2]string]bool{}
+	var out [][2]string
+	for _, c := range cs {
+		k := [2]string{c.Labels[sandbox.LabelRun], c.Labels[sandbox.LabelCell]}
+		if k[0] == "" || k[1] == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// ReapCell removes every container and network labelled with the run and
+// the cell (all its attempts, egress proxies included). Its error is the
+// engine's.
+func (d *Driver) ReapCell(ctx context.Context, runID, cellID string) error {
+	if runID == "" || cellID == "" {
+		return fmt.Errorf("%w: empty run or cell id", sandbox.ErrInvalidSpec)
+	}
+	_, _, err := d.gc(ctx, filters.NewArgs(filters.Arg("label", sandbox.LabelRun+"="+runID), filters.Arg("label", sandbox.LabelCell+"="+cellID)), nil)
+	return err
+}

@@ -1,0 +1,68 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Backoff bounds of Retry: the first wait and the longest.
+const (
+	RetryFirst = 250 * time.Millisecond
+	RetryMax   = 10 * time.Second
+)
+
+// Transient reports whether err is a bus error that goes away by itself:
+// no responders (a stream leader moving, a server restarting), a request
+// that timed out (a stream recovering), a connection reconnecting. A
+// configuration error (bad credentials, a permission violation, an
+// invalid stream config) is not transient.
+func Transient(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, nats.ErrNoServers),
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrSlowConsumer):
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 503: JetStream temporarily unavailable (no quorum, leader
+		// election); 10008: "JetStream system temporarily unavailable".
+		return apiErr.Code == 503 || apiErr.ErrorCode == 10008
+	}
+	return false
+}
+
+// Retry runs fn until it succeeds, returns a non-transient error (see
+// Transient) or ctx ends, waiting RetryFirst, then twice as long each time
+// up to RetryMax, between tries. Each transient failure is logged as a
+// warning naming what. The error is fn's last, or ctx's.
+func Retry(ctx context.Context, log *slog.Logger, what string, fn func(context.Context) error) error {
+	wait := RetryFirst
+	for {
+		err := fn(ctx)
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if log != nil {
+			log.Warn("transient bus error, retrying", "what", what, "err", err, "in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, RetryMax)
+	}
+}
