@@ -73,6 +73,9 @@ type globals struct {
 	verbose        bool
 	natsURL        string
 	natsAuth       bus.Auth
+	// replicas of the streams created on --nats (0: R3 on a cluster of 3
+	// or more servers, R1 on one).
+	replicas int
 	// startServices starts a run's in-process services; nil is
 	// startStack. Tests replace it to run a service that fails.
 	startServices func(context.Context, *errgroup.Group, *bus.Bus, stackConfig) (*stack, error)
@@ -100,6 +103,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose-log", "v", false, "log debug messages on stderr")
 	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("PROCTOR_NATS_URL"), "NATS URL of an external cluster (default: an embedded server storing under $PROCTOR_HOME; env PROCTOR_NATS_URL)")
 	pf := root.PersistentFlags()
+	pf.IntVar(&g.replicas, "replicas", 0, "replicas of the streams proctor creates on --nats (default: 3 on a cluster of 3 or more servers, 1 on one); an existing stream is never lowered")
 	pf.StringVar(&g.natsAuth.User, "nats-user", os.Getenv("PROCTOR_NATS_USER"), "user for --nats (env PROCTOR_NATS_USER)")
 	pf.StringVar(&g.natsAuth.Password, "nats-password", os.Getenv("PROCTOR_NATS_PASSWORD"), "password for --nats (env PROCTOR_NATS_PASSWORD; prefer the env, a flag shows in ps)")
 	pf.StringVar(&g.natsAuth.CredsFile, "nats-creds", os.Getenv("PROCTOR_NATS_CREDS"), "credentials file (user JWT + nkey seed) for --nats (env PROCTOR_NATS_CREDS)")

@@ -56,7 +56,7 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 		if err != nil {
 			return nil, usageError{err}
 		}
-		b, err := bus.Connect(ctx, g.natsURL, log, opts...)
+		b, err := bus.ConnectReplicas(ctx, g.natsURL, log, g.replicas, opts...)
 		if err != nil {
 			return nil, err
 		}

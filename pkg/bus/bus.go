@@ -42,14 +42,25 @@ type Bus struct {
 }
 
 // Connect dials url (a nats:// URL, comma-separated for a cluster) and
-// makes sure the streams and bucket exist. A nil logger discards.
+// makes sure the streams and bucket exist, with the default replicas (see
+// ConnectReplicas). A nil logger discards.
 func Connect(ctx context.Context, url string, log *slog.Logger, opts ...nats.Option) (*Bus, error) {
+	return ConnectReplicas(ctx, url, log, 0, opts...)
+}
+
+// ConnectReplicas is Connect with the replicas of the streams and bucket
+// it creates: replicas ≤ 0 means R3 when the server is in a cluster that
+// knows 3 or more servers, R1 otherwise. An existing stream's replicas
+// are never lowered (an operator's R3 stays R3); a higher count than it
+// has raises it. Creating the streams retries transient errors (a
+// cluster still electing leaders) until ctx ends.
+func ConnectReplicas(ctx context.Context, url string, log *slog.Logger, replicas int, opts ...nats.Option) (*Bus, error) {
 	opts = append([]nats.Option{nats.Name("proctor"), nats.MaxReconnects(-1)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("bus: connect %s: %w", url, err)
 	}
-	b, err := newBus(ctx, nc, log)
+	b, err := newBus(ctx, nc, log, replicas)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -67,7 +78,7 @@ type inProc struct{ s *server.Server }
 
 func (p inProc) InProcessConn() (net.Conn, error) { return p.s.InProcessConn() }
 
-func newBus(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*Bus, error) {
+func newBus(ctx context.Context, nc *nats.Conn, log *slog.Logger, replicas int) (*Bus, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -78,14 +89,35 @@ func newBus(ctx context.Context, nc *nats.Conn, log *slog.Logger) (*Bus, error) 
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
 	b.JS = js
-	if err := b.ensure(ctx); err != nil {
+	if replicas <= 0 {
+		replicas = DefaultReplicas(nc)
+	}
+	if err := Retry(ctx, log, "create the streams", func(ctx context.Context) error { return b.ensure(ctx, replicas) }); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *Bus) ensure(ctx context.Context) error {
-	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+// DefaultReplicas is the replicas of streams proctor creates on the
+// connected server: 3 in a cluster of 3 or more known servers, else 1.
+func DefaultReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() != "" && len(nc.Servers()) >= 3 {
+		return 3
+	}
+	return 1
+}
+
+// keep returns want, or the replicas the stream name already has when
+// that is more (an existing stream is never lowered).
+func (b *Bus) keep(ctx context.Context, name string, want int) int {
+	if s, err := b.JS.Stream(ctx, name); err == nil && s.CachedInfo().Config.Replicas > want {
+		return s.CachedInfo().Config.Replicas
+	}
+	return want
+}
+
+func (b *Bus) ensure(ctx context.Context, replicas int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var err error
 	b.Events, err = b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -95,7 +127,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Duplicates:  DuplicateWindow,
-		Replicas:    1,
+		Replicas:    b.keep(ctx, EventsStream, replicas),
 	})
 	if err != nil {
 		return fmt.Errorf("bus: stream %s: %w", EventsStream, err)
@@ -107,7 +139,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Duplicates:  DuplicateWindow,
-		Replicas:    1,
+		Replicas:    b.keep(ctx, WorkStream, replicas),
 	})
 	if err != nil {
 		return fmt.Errorf("bus: stream %s: %w", WorkStream, err)
@@ -117,6 +149,7 @@ func (b *Bus) ensure(ctx context.Context) error {
 		Description: "proctor run index: spec, status, artifact location",
 		History:     1,
 		Storage:     jetstream.FileStorage,
+		Replicas:    b.keep(ctx, "KV_"+RunsBucket, replicas),
 	})
 	if err != nil {
 		return fmt.Errorf("bus: kv %s: %w", RunsBucket, err)

@@ -326,3 +326,76 @@ const (
 	rewardTxt  = verify.RewardTxt
 	rewardJSON = verify.RewardJSON
 )
+// TestVerifySIGTERMKeepsTheSandbox is fault 4: a verifier stopped during
+// the tests gives its job back without destroying the sandbox or
+// recording anything, so the job's next delivery finds it.
+func TestVerifySIGTERMKeepsTheSandbox(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Do: func(sandbox.ExecSpec) error { cancel(); return nil }}}}
+	f := newFixture(t, d, nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, harnesstest.Task(t, "t", nil), "oracle")
+	if err := f.s.Verify(ctx, f.job(job, "bridge")); err == nil {
+		t.Fatal("an interrupted verify returned nil")
+	}
+	if len(d.Destroyed()) != 0 {
+		t.Errorf("the sandbox was destroyed before the job was given back: %v", d.Destroyed())
+	}
+	for _, e := range harnesstest.CellEvents(t, f.b, f.run, job.CellID) {
+		if e.Type == events.Verdict || e.Type == events.CellErrored {
+			t.Errorf("an interrupted verify recorded %s", e.Type)
+		}
+	}
+}
+
+// TestVerifyBusErrorKeepsTheSandbox is fault 4: when the event log cannot
+// be read (the server gone), the sandbox stays for the retry.
+func TestVerifyBusErrorKeepsTheSandbox(t *testing.T) {
+	d := &sandboxfake.Driver{}
+	b, srv := bustest.Bus(t)
+	s, err := New(Config{Node: "n1"}, b, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := harnesstest.PlanCell(t, b, events.NewID(), harnesstest.Task(t, "t", nil), "oracle")
+	srv.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := s.Verify(ctx, events.VerifyJob{RunID: job.RunID, CellID: job.CellID, Attempt: 1, Node: "n1",
+		Sandbox: events.SandboxStartedData{Driver: "fake", ID: "fake-9"}}); err == nil {
+		t.Fatal("a verify without a bus returned nil")
+	}
+	if len(d.Destroyed()) != 0 || len(d.Execs()) != 0 {
+		t.Errorf("destroyed %v, execs %d after a bus error", d.Destroyed(), len(d.Execs()))
+	}
+}
+
+// TestVerifyRedeliveredAfterADeadVerifier is fault 4: the job of a
+// verifier killed during the tests (its VerifyStarted recorded, no
+// verdict) is redelivered; test.sh does not run a second time in the same
+// container: the cell is errored, class infra, and the sandbox destroyed.
+func TestVerifyRedeliveredAfterADeadVerifier(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	f := newFixture(t, d, nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, harnesstest.Task(t, "t", nil), "oracle")
+	vj := f.job(job, "bridge")
+	if err := f.s.emit(context.Background(), vj, events.VerifyStarted, events.VerifyStartedData{Node: "n1", Network: "bridge"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Verify(context.Background(), vj); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range d.Execs() {
+		if strings.Contains(strings.Join(x.Spec.Cmd, " "), "test.sh") {
+			t.Fatal("test.sh ran a second time in the same container")
+		}
+	}
+	evs := harnesstest.CellEvents(t, f.b, f.run, job.CellID)
+	e := last[events.CellErroredData](t, evs, events.CellErrored)
+	if e.ErrorClass != "infra" || !strings.Contains(e.Error, "stopped during the tests") {
+		t.Errorf("errored %+v", e)
+	}
+	if slices.Contains(harnesstest.TypesOf(evs), events.Verdict) || len(d.Destroyed()) != 1 {
+		t.Errorf("events %v destroyed %v", harnesstest.TypesOf(evs), d.Destroyed())
+	}
+}
