@@ -50,6 +50,39 @@ type RunRecord struct {
 	// expired is dropped; only resume takes the run over.
 	Owner      string `json:"owner,omitempty"`
 	LeaseUntil string `json:"lease_until,omitempty"`
+	// FinishClaim is epoch+1 of the last epoch whose RunFinished a
+	// process claimed the right to publish (ClaimFinish), and
+	// FinishClaimUntil (RFC 3339) when that claim lapses unless the
+	// RunFinished was published.
+	FinishClaim      int    `json:"finish_claim,omitempty"`
+	FinishClaimUntil string `json:"finish_claim_until,omitempty"`
+}
+
+// FinishClaimDuration is how long a claim to publish a run's RunFinished
+// holds: a claimant that dies before publishing is replaced after it.
+var FinishClaimDuration = 30 * time.Second
+
+// ClaimFinish claims, with a compare-and-set on the run index, the right
+// to publish the RunFinished of the run's epoch: exactly one of the
+// processes asking wins (two aggregators following one run), unless the
+// winner's claim lapsed (FinishClaimDuration) because it died before
+// publishing. It reports whether this caller won; the error is the
+// index's.
+func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int) (bool, error) {
+	won := false
+	err := b.UpdateRun(ctx, id, func(r *RunRecord) {
+		now := time.Now()
+		lapsed := r.FinishClaimUntil != "" && func() bool {
+			t, err := time.Parse(time.RFC3339Nano, r.FinishClaimUntil)
+			return err == nil && now.After(t)
+		}()
+		won = r.FinishClaim < epoch+1 || (r.FinishClaim == epoch+1 && lapsed)
+		if won {
+			r.FinishClaim = epoch + 1
+			r.FinishClaimUntil = now.Add(FinishClaimDuration).UTC().Format(time.RFC3339Nano)
+		}
+	})
+	return won, err
 }
 
 // LeaseDuration is how long a run's owner holds its lease without a

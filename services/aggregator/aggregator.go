@@ -109,6 +109,13 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		}
 		if p.Done() && !closing {
 			closing = true
+			// Finishing is idempotent: of two aggregators following the
+			// run, the one that wins the claim in the run index publishes
+			// RunFinished; the other follows on until it sees it.
+			won, err := s.bus.ClaimFinish(ctx, runID, epoch)
+			if err != nil || !won {
+				return err
+			}
 			status := bus.StatusFinished
 			if p.PlanError() != "" {
 				status = bus.StatusFailed
