@@ -18,8 +18,8 @@ const (
 
 // Transient reports whether err is a bus error that goes away by itself:
 // no responders (a stream leader moving, a server restarting), a request
-// that timed out (a stream recovering), a connection reconnecting. A
-// configuration error (bad credentials, a permission violation, an
+// that timed out (a stream recovering), a connection reconnecting, a
+// server shutting down (a node restarting). A configuration error (bad credentials, a permission violation, an
 // invalid stream config) is not transient.
 func Transient(err error) bool {
 	switch {
@@ -29,7 +29,8 @@ func Transient(err error) bool {
 		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
 		errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, nats.ErrNoServers),
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrSlowConsumer):
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrSlowConsumer),
+		errors.Is(err, jetstream.ErrServerShutdown):
 		return true
 	}
 	var apiErr *jetstream.APIError

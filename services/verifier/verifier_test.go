@@ -2,13 +2,15 @@ package verifier
 
 import (
 	"context"
-	"github.com/proctor-eval/proctor/pkg/verify"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/proctor-eval/proctor/pkg/verify"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
@@ -326,6 +328,7 @@ const (
 	rewardTxt  = verify.RewardTxt
 	rewardJSON = verify.RewardJSON
 )
+
 // TestVerifySIGTERMKeepsTheSandbox is fault 4: a verifier stopped during
 // the tests gives its job back without destroying the sandbox or
 // recording anything, so the job's next delivery finds it.
@@ -397,5 +400,76 @@ func TestVerifyRedeliveredAfterADeadVerifier(t *testing.T) {
 	}
 	if slices.Contains(harnesstest.TypesOf(evs), events.Verdict) || len(d.Destroyed()) != 1 {
 		t.Errorf("events %v destroyed %v", harnesstest.TypesOf(evs), d.Destroyed())
+	}
+}
+
+// TestVerifierSurvivesAServerRestart is fault 3: the server goes away
+// under a serving verifier (a node restarting, a leader moving) and comes
+// back on the same address and store; the verifier stays up and serves
+// the next job.
+func TestVerifierSurvivesAServerRestart(t *testing.T) {
+	store := t.TempDir()
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := e.Server.Addr().(*net.TCPAddr).Port
+	b, err := bus.Connect(context.Background(), e.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	s, err := New(Config{Node: "n1"}, b, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := events.NewID()
+	job := harnesstest.PlanCell(t, b, run, harnesstest.Task(t, "t", nil), "oracle")
+	ctx, cancel := context.WithCancel(context.Background())
+	var runErr error
+	done := make(chan struct{})
+	go func() { runErr = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	// Wait until the verifier's consumer exists, then take the server away.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := b.JS.Consumer(ctx, bus.WorkStream, "verifier-n1"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the verifier never made its consumer")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.Shutdown()
+	time.Sleep(time.Second) // the server stays down a while: the outage, not a synchronisation
+	select {
+	case <-done:
+		t.Fatalf("the verifier exited while the server was down: %v", runErr)
+	default:
+	}
+	e2, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Shutdown()
+	vj := events.VerifyJob{RunID: run, CellID: job.CellID, Attempt: 1, Node: "n1", Sandbox: events.SandboxStartedData{Driver: "fake", ID: "fake-9", Network: "bridge"}}
+	if err := bus.Retry(ctx, nil, "publish", func(ctx context.Context) error {
+		return b.PublishWork(ctx, events.VerifySubject("n1"), run+"/"+job.CellID+"/1", vj)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for !slices.Contains(harnesstest.TypesOf(harnesstest.CellEvents(t, b, run, job.CellID)), events.Verdict) {
+		select {
+		case <-done:
+			t.Fatalf("the verifier exited after the restart: %v", runErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Verdict after the server came back")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
