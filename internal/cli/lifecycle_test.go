@@ -124,7 +124,9 @@ func cellOut(out, runID string, repeat int) string {
 
 // gated is a command harness: repeats
 // listed in fast pass at once; the others write "blocked" in their output
-// directory and wait for gate to exist, then pass.
+// directory and wait for gate to exist, then pass. A waiting command also
+// ends when the gate's directory is gone: a run killed with SIGKILL leaves
+// its host commands behind, and the test's clean-up removes that directory.
 func gated(gate string, fast ...int) string {
 	var pats []string
 	for _, n := range fast {
@@ -134,7 +136,7 @@ func gated(gate string, fast ...int) string {
 	if len(pats) > 0 {
 		c += strings.Join(pats, "|") + ") exit 0;; "
 	}
-	return c + "esac; touch {output_dir}/blocked; while [ ! -e " + gate + " ]; do sleep 0.05; done"
+	return c + "esac; touch {output_dir}/blocked; while [ ! -e " + gate + " ] && [ -d " + filepath.Dir(gate) + " ]; do sleep 0.05; done"
 }
 
 // TestKilledRunNeverRunsInALaterRun is fault 1: a run SIGKILLed with
