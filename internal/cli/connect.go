@@ -98,6 +98,19 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 	if err != nil {
 		return nil, err
 	}
+	if owner {
+		// This process holds the lock, so no proctor's embedded server
+		// runs on the store; a server that answers at the announced URL
+		// was started by someone else for this home (a test, an operator's
+		// own nats-server) and is used as --nats would be, with this
+		// process's services in-process. A stale URL of a dead proctor
+		// does not answer.
+		if data, rerr := os.ReadFile(urlFile()); rerr == nil {
+			if b, cerr := bus.Connect(ctx, string(data), log); cerr == nil {
+				return &connection{Bus: b, lock: lock}, nil
+			}
+		}
+	}
 	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(bus.Home(), "jetstream")})
 	if err != nil {
 		lock.unlock()

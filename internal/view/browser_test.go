@@ -111,7 +111,11 @@ func (b *browser) open(t testing.TB, u, predicate string) {
 
 func (b *browser) wait(t testing.TB, predicate string) {
 	t.Helper()
-	if _, err := chromedp.Run(b.ctx, chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+	// The poll's own timeout runs in the page; this bounds the call too,
+	// so a page that stops answering fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(b.ctx, 90*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		text, _ := b.eval(t, `document.body.innerText`)
 		t.Fatalf("waiting for %s: %v\npage text:\n%s", predicate, err, text)
 	}

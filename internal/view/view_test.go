@@ -80,22 +80,15 @@ func openStore(t *testing.T, home string) *bus.Bus {
 	return b
 }
 
-// runningStore connects to the server of the run that owns home's store
-// while it runs: the URL it announces in $PROCTOR_HOME/nats.url.
-func runningStore(t *testing.T, home string) *bus.Bus {
+// announce points proctor commands of this process at e, a server the
+// test owns (so it outlives the run the page follows): a fresh
+// $PROCTOR_HOME whose nats.url names it, as an operator's own server would
+// be announced; `tasks run` then runs its services in-process against it.
+func announce(t *testing.T, e *bus.Embedded) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if data, err := os.ReadFile(filepath.Join(home, "nats.url")); err == nil {
-			if b, err := bus.Connect(context.Background(), string(data), nil); err == nil {
-				t.Cleanup(b.Close)
-				return b
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run never announced its server in nats.url")
-		}
-		time.Sleep(20 * time.Millisecond) // polling the announcement with a deadline
+	home := useHome(t)
+	if err := os.WriteFile(filepath.Join(home, "nats.url"), []byte(e.ClientURL()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -281,7 +274,8 @@ func readAll(t testing.TB, resp *http.Response) string {
 // status change on screen with no reload.
 func TestViewLive(t *testing.T) {
 	br := newBrowser(t)
-	home := useHome(t)
+	e, b := startNATS(t)
+	announce(t, e)
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	root := makeTasks(t, "quick", "slow")
@@ -298,7 +292,6 @@ func TestViewLive(t *testing.T) {
 		_ = os.WriteFile(gate, nil, 0o644) // never leave the run waiting
 		<-done
 	})
-	b := runningStore(t, home)
 	rec := onlyRun(t, b, 1)
 	srv := startView(t, b, view.Config{Version: "test"})
 

@@ -493,7 +493,11 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 			_, _ = cli.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true})
 		}
 		for _, id := range standIns {
-			if _, err := cli.ImageRemove(ctx, id, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			// A build cache layer that another test's build shares can
+			// keep a child alive for a while; the image is left (labelled
+			// managed, so `gc` finds it), which is no failure of the cache
+			// key this test is about.
+			if _, err := cli.ImageRemove(ctx, id, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
 				t.Errorf("remove the stand-in %s: %v", id, err)
 			}
 		}
