@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/spf13/cobra"
 
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/services/proxylogger"
 )
 
@@ -79,5 +83,144 @@ are refused. It prints "listening on ADDR" once it accepts connections.`,
 	f.StringSliceVar(&allow, "allow", nil, "allowlist entries, comma-separated or repeated: host, host:port, IP literal, private:host[:port]")
 	f.StringVar(&egressLog, "egress-log", "", "append every decision to this egress.jsonl file")
 	f.StringVar(&cell, "cell", "", "cell id written into every record")
+	return cmd
+}
+
+// proxyLoggerSource is the envelope source of the EgressDecision events
+// `serve proxy-logger` publishes.
+const proxyLoggerSource = "proxylogger"
+
+// allowLoopbackUpstreams is proxylogger.Config.AllowLoopbackUpstreams for
+// `serve proxy-logger`; only tests set it, so they can proxy to loopback
+// servers. No flag sets it.
+var allowLoopbackUpstreams bool
+
+// busSink publishes each decision as an EgressDecision event of run runID,
+// cell cellID (empty: a run-level event), attempt attempt, on b. The
+// publish is asynchronous; the first error is kept for err and logged, and
+// later decisions are still tried.
+type busSink struct {
+	ctx           context.Context
+	b             *bus.Bus
+	runID, cellID string
+	attempt       int
+	mu            sync.Mutex
+	first         error
+	logf          func(error)
+}
+
+func (s *busSink) record(d proxylogger.Decision) {
+	e := events.Must(events.EgressDecision, s.runID, s.cellID, s.attempt, proxyLoggerSource, proxylogger.EventData(d))
+	e.At = d.Time.UTC()
+	if err := s.b.Publish(s.ctx, e); err != nil {
+		s.fail(err)
+	}
+}
+
+func (s *busSink) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first == nil {
+		s.first = err
+	}
+	s.logf(err)
+}
+
+func (s *busSink) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
+}
+
+func newServeProxyLogger(g *globals) *cobra.Command {
+	var listen, egressLog, runID, cell string
+	var allow []string
+	var attempt int
+	cmd := &cobra.Command{
+		Use:   "proxy-logger --nats URL --run ID --listen ADDR --allow host[:port],... [--cell ID] [--egress-log FILE]",
+		Short: "Serve the allowlisting egress proxy of a node, publishing every decision on the bus",
+		Long: `Serve the proxy-logger of DESIGN §6 on ADDR until SIGINT or SIGTERM, with the
+rules of 'proctor proxy' (--allow entries: host or host:port, bare host =
+port 443, "private:" before an entry whose name may resolve to a private
+address; loopback and link-local upstreams refused). Every decision is an
+EgressDecision event of run --run (and of cell --cell, attempt --attempt,
+when given) published on the NATS cluster of --nats, and, with
+--egress-log, also one JSON line of that file. It prints "listening on
+ADDR" once it accepts connections. A failed publish is logged and the proxy
+keeps serving; the command then exits with the first such error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.natsURL == "" {
+				return usageError{errors.New("serve proxy-logger needs --nats URL (or PROCTOR_NATS_URL)")}
+			}
+			if listen == "" || runID == "" {
+				return usageError{errors.New("serve proxy-logger needs --listen ADDR and --run ID")}
+			}
+			if attempt < 1 {
+				return usageError{fmt.Errorf("--attempt %d: must be 1 or more", attempt)}
+			}
+			pol, err := proxylogger.ParsePolicy(allow)
+			if err != nil {
+				return usageError{fmt.Errorf("--allow: %w", err)}
+			}
+			ctx := cmd.Context()
+			conn, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			log := g.logger()
+			// Publishing outlives ctx: the decisions recorded while the
+			// proxy drains its connections are still sent.
+			bs := &busSink{ctx: context.WithoutCancel(ctx), b: conn.Bus, runID: runID, cellID: cell, attempt: attempt,
+				logf: func(err error) { log.Error("publish egress decision", "err", err) }}
+			if cell == "" {
+				bs.attempt = 0
+			}
+			cfg := proxylogger.Config{Policy: pol, Cell: cell, Logger: log, Sink: bs.record, AllowLoopbackUpstreams: allowLoopbackUpstreams}
+			var jl *proxylogger.JSONL
+			if egressLog != "" {
+				f, err := os.OpenFile(egressLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+				if err != nil {
+					return fmt.Errorf("--egress-log: %w", err)
+				}
+				defer f.Close()
+				jl = proxylogger.NewJSONL(f)
+				cfg.Sink = proxylogger.Tee(jl.Record, bs.record)
+			}
+			p, err := proxylogger.New(cfg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen: %w", err)
+			}
+			fmt.Fprintln(g.stdout, "listening on", ln.Addr())
+			serr := p.Serve(ctx, ln)
+			if err := conn.Bus.Flush(context.WithoutCancel(ctx)); err != nil {
+				bs.fail(err)
+			}
+			if serr != nil {
+				return serr
+			}
+			if jl != nil {
+				if err := jl.Err(); err != nil {
+					return fmt.Errorf("--egress-log %s: %w", egressLog, err)
+				}
+			}
+			if err := bs.err(); err != nil {
+				return fmt.Errorf("publish egress decisions: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "", "address to listen on, e.g. 172.30.0.2:3128 (the node's internal-network address)")
+	f.StringSliceVar(&allow, "allow", nil, "allowlist entries, comma-separated or repeated: host, host:port, IP literal, private:host[:port]")
+	f.StringVar(&runID, "run", "", "run id of the published EgressDecision events")
+	f.StringVar(&cell, "cell", "", "cell id written into every record and event (none: run-level events)")
+	f.IntVar(&attempt, "attempt", 1, "attempt of the cell's events")
+	f.StringVar(&egressLog, "egress-log", "", "also append every decision to this egress.jsonl file")
 	return cmd
 }

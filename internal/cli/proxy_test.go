@@ -2,11 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
+	"github.com/proctor-eval/proctor/pkg/events"
 )
 
 // TestProxyCommand runs `proctor proxy` as the sidecar will: a denied host
@@ -82,5 +87,111 @@ func TestProxyCommand(t *testing.T) {
 	if code := Main([]string{"proxy", "--listen", "127.0.0.1:0", "--allow", "*.example.com"}, io.Discard, &stderr); code != ExitUsage ||
 		!strings.Contains(stderr.String(), `"*.example.com"`) {
 		t.Errorf("bad --allow: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestServeProxyLoggerPublishesDecisions runs `proctor serve proxy-logger`
+// against an in-process NATS server: a plain-HTTP GET to an allowed
+// loopback upstream and a CONNECT to a host not on the list become two
+// decision events (allowed, then denied) of the run and cell named on the
+// command line, plus the close record of the allowed connection with its
+// byte counts; --egress-log holds the same three records.
+func TestServeProxyLoggerPublishesDecisions(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	allowLoopbackUpstreams = true
+	t.Cleanup(func() { allowLoopbackUpstreams = false })
+	b, srv := bustest.Bus(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }))
+	defer up.Close()
+	upAddr := strings.TrimPrefix(up.URL, "http://")
+	logFile := filepath.Join(t.TempDir(), "egress.jsonl")
+	const runID, cellID = "r-proxy", "t1/agent:x/m/1"
+	var stdout, stderr testutil.SyncBuffer
+	root := newRoot(&stdout, &stderr)
+	root.SetArgs([]string{"serve", "proxy-logger", "--nats", srv.ClientURL(), "--run", runID, "--cell", cellID,
+		"--listen", "127.0.0.1:0", "--allow", upAddr, "--egress-log", logFile})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	var addr string
+	deadline := time.Now().Add(10 * time.Second)
+	for addr == "" {
+		if s, ok := strings.CutPrefix(strings.TrimSpace(stdout.String()), "listening on "); ok {
+			addr = s
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no listening line; stdout %q stderr %q", stdout.String(), stderr.String())
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	proxyURL, _ := url.Parse("http://" + addr)
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 10 * time.Second}
+	resp, err := client.Get(up.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "hello" {
+		t.Fatalf("allowed GET: %d %q", resp.StatusCode, body)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\n\r\n")
+	dresp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	c.Close()
+	if err != nil || dresp.StatusCode != http.StatusForbidden {
+		t.Fatalf("CONNECT denied.test: %v %v, want 403", dresp, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve proxy-logger: %v (stderr %q)", err, stderr.String())
+	}
+
+	var got []events.Envelope
+	if err := b.ReadRun(context.Background(), runID, func(e events.Envelope) error {
+		got = append(got, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var decisions, closes []events.EgressDecisionData
+	for _, e := range got {
+		if e.Type != events.EgressDecision || e.CellID != cellID || e.Attempt != 1 || e.Source != proxyLoggerSource {
+			t.Fatalf("unexpected event %+v", e)
+		}
+		var d events.EgressDecisionData
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Closed {
+			closes = append(closes, d)
+		} else {
+			decisions = append(decisions, d)
+		}
+	}
+	if len(decisions) != 2 || decisions[0].Decision != "allowed" || decisions[0].Method != http.MethodGet ||
+		decisions[1].Decision != "denied" || decisions[1].Host != "denied.test" || decisions[1].Method != http.MethodConnect {
+		t.Fatalf("decision events = %+v, want allowed GET then denied CONNECT denied.test", decisions)
+	}
+	if len(closes) != 1 || closes[0].Conn != decisions[0].Conn || closes[0].BytesDown == 0 {
+		t.Fatalf("close events = %+v, want one of conn %d with bytes down", closes, decisions[0].Conn)
+	}
+	lines, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(lines), "\n"); n != len(got) {
+		t.Errorf("egress log has %d lines, %d events:\n%s", n, len(got), lines)
+	}
+
+	// Without --run there is no run to publish into: a usage error.
+	var errOut bytes.Buffer
+	if code := Main([]string{"serve", "proxy-logger", "--nats", srv.ClientURL(), "--listen", "127.0.0.1:0"}, io.Discard, &errOut); code != ExitUsage ||
+		!strings.Contains(errOut.String(), "--run ID") {
+		t.Errorf("no --run: exit %d, stderr %q", code, errOut.String())
 	}
 }

@@ -58,7 +58,7 @@ of the same machine must use the same --node.`,
 	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
 	cmd.Flags().DurationVar(&ackWait, "ack-wait", time.Minute, "how long a launch or verify job may go without a heartbeat before it is redelivered (a dead worker's job); the launcher also reaps leftover sandboxes this often")
 	limits.add(cmd.Flags())
-	cmd.AddCommand(newServeFakeModel(g))
+	cmd.AddCommand(newServeFakeModel(g), newServeProxyLogger(g))
 	return cmd
 }
 
