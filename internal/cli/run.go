@@ -34,6 +34,7 @@ type runFlags struct {
 	harnesses   harnessList
 	models      []string
 	repeats     int
+	retries     int
 	baseline    string
 	concurrency int
 	outputDir   string
@@ -73,6 +74,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.Var(&f.harnesses, "harnesses", "harnesses: oracle, agent:<dir>, command:<template> (comma-separated; repeatable; a command: entry runs to the end of its value, commas included)")
 	fl.StringSliceVar(&f.models, "model", []string{"default"}, "model name(s) passed to agent harnesses")
 	fl.IntVar(&f.repeats, "repeats", 1, "attempts per (task, harness, model)")
+	fl.IntVar(&f.retries, "retries", 0, "run a cell errored with class build, sandbox or infra again, up to N times, each a new attempt (never a scored cell, nor solver_error, refused or unresolved_env)")
 	fl.StringVar(&f.baseline, "baseline-harness", "", "harness the others are compared with (McNemar, deltas)")
 	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once (2 × CPUs by default, the measured knee of container throughput)")
 	fl.StringVar(&f.outputDir, "output-dir", "proctor-out", "directory for cell outputs; each run gets <output-dir>/<run-id>/")
@@ -114,6 +116,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.repeats < 1 {
 		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}
 	}
+	if f.retries < 0 {
+		return events.RunSpec{}, usageError{errors.New("--retries must be 0 or more")}
+	}
 	if _, err := isoprobe.ParseTargets(f.probeTgts); err != nil {
 		return events.RunSpec{}, usageError{fmt.Errorf("--probe-targets: %w", err)}
 	}
@@ -145,7 +150,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 		BaseDir:   cwd,
 		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
-		ProbeTargets: f.probeTgts,
+		ProbeTargets: f.probeTgts, Retries: f.retries,
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {

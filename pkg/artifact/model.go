@@ -83,7 +83,11 @@ type Result struct {
 	Model   string `json:"model"`
 	Repeat  int    `json:"repeat"`
 	Attempt int    `json:"attempt"`
-	Outcome string `json:"outcome"`
+	// Attempts counts the attempts of the cell the event log holds (a
+	// retried, redelivered or resumed cell has several; the row is the
+	// last one's); omitted when there was one.
+	Attempts int    `json:"attempts,omitempty"`
+	Outcome  string `json:"outcome"`
 	// ErrorClass says why an errored cell has no verdict; "" otherwise.
 	ErrorClass string `json:"error_class,omitempty"`
 	// Passed is reward >= 1; false for errored cells (which never count).

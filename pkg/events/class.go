@@ -26,6 +26,16 @@ const (
 	ClassInfra ErrorClass = "infra"
 )
 
+// Retryable reports whether a cell errored with class c is run again
+// under `tasks run --retries N`: the classes of proctor's own machinery
+// (build, sandbox, infra: a flaky build or pull, a sandbox that would not
+// start, the event log, a poison cell), never solver_error, refused or
+// unresolved_env, which a second attempt would only repeat. A scored cell
+// (a Verdict) has no class and is never run again.
+func (c ErrorClass) Retryable() bool {
+	return c == ClassBuild || c == ClassSandbox || c == ClassInfra
+}
+
 // ClassError is an error that ends a cell with a CellErrored of Class. A
 // service that gets one records the cell errored and acks its job; any
 // other error from a cell's work is the event log's or the engine's and is

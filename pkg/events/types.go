@@ -35,6 +35,10 @@ type RunSpec struct {
 	// --probe-targets syntax (url=URL,tcp=HOST:PORT,dns=NAME; "" the
 	// defaults, isoprobe.DefaultTargets).
 	ProbeTargets string `json:"probe_targets,omitempty"`
+	// Retries is how many times a cell errored with a retryable class
+	// (ErrorClass.Retryable: build, sandbox, infra) is run again, each
+	// time as a new attempt; 0 (the default) runs no cell again.
+	Retries int `json:"retries,omitempty"`
 }
 
 // RunRequestedData opens a run.

@@ -56,6 +56,13 @@ type cellState struct {
 	first    time.Time
 	last     time.Time
 	terminal bool
+	// attempts counts the attempts whose events the log holds and
+	// retried the attempts that ended errored with a retryable class;
+	// both survive reset. retrying marks a terminal attempt that a retry
+	// follows (RunSpec.Retries not spent): the cell is not done.
+	attempts int
+	retried  int
+	retrying bool
 
 	refused  *events.CellRefusedData
 	errored  *events.CellErroredData
@@ -112,7 +119,7 @@ func (p *Projector) Apply(e events.Envelope) {
 	attempt := max(e.Attempt, 1) // an event without an attempt belongs to the first
 	c := p.cells[e.CellID]
 	if c == nil {
-		c = &cellState{attempt: attempt}
+		c = &cellState{attempt: attempt, attempts: 1}
 		p.cells[e.CellID] = c
 	}
 	if e.Type == events.CellPlanned {
@@ -252,6 +259,10 @@ func (p *Projector) Apply(e events.Envelope) {
 		}
 	}
 	if Terminal(e.Type) {
+		if e.Type == events.CellErrored && c.errored != nil && events.ErrorClass(c.errored.ErrorClass).Retryable() {
+			c.retried++
+			c.retrying = c.retried <= p.Spec().Retries
+		}
 		p.end(c)
 	}
 }
@@ -322,10 +333,10 @@ func (p *Projector) DecodeErrors() *artifact.DecodeErrors {
 }
 
 func (p *Projector) reset(c *cellState, attempt int) {
-	if c.terminal {
+	if c.terminal && !c.retrying {
 		p.terminal--
 	}
-	*c = cellState{plan: c.plan, planID: c.planID, attempt: attempt}
+	*c = cellState{plan: c.plan, planID: c.planID, attempt: attempt, attempts: c.attempts + 1, retried: c.retried}
 }
 
 // Terminal reports whether an event of type t ends a cell's attempt:
@@ -348,10 +359,21 @@ func (p *Projector) Attempt(cellID string) int {
 }
 
 // CellDone reports whether the cell's current attempt has its terminal
-// event (see Terminal), planned or not.
+// event (see Terminal), planned or not, and no retry follows it (see
+// RetryPending).
 func (p *Projector) CellDone(cellID string) bool {
 	c := p.cells[cellID]
-	return c != nil && c.terminal
+	return c != nil && c.terminal && !c.retrying
+}
+
+// RetryPending reports whether the cell's current attempt ended errored
+// with a retryable class (events.ErrorClass.Retryable) while the run's
+// RunSpec.Retries was not spent: the cell is run again as a new attempt
+// (the aggregator publishes its launch job) and is not done. The k-th
+// such error of a cell is retried when k <= Retries.
+func (p *Projector) RetryPending(cellID string) bool {
+	c := p.cells[cellID]
+	return c != nil && c.terminal && c.retrying
 }
 
 // DoneCells is the number of cells whose current attempt has its
@@ -366,7 +388,9 @@ func (p *Projector) settled(c *cellState) bool { return c.terminal || p.finished
 func (p *Projector) end(c *cellState) {
 	c.terminal = true
 	c.seen = nil
-	p.terminal++
+	if !c.retrying {
+		p.terminal++
+	}
 }
 
 // Planned reports whether the run's RunPlanned event was seen.
@@ -475,10 +499,13 @@ func (p *Projector) row(id string) artifact.Result {
 	c := p.cells[id]
 	r := artifact.Result{
 		CellID: id, Task: c.plan.Task, Harness: c.plan.Harness, Model: c.plan.Model, Repeat: c.plan.Repeat,
-		Attempt: c.attempt, TaskRevision: c.plan.TaskRevision, OutputDir: c.plan.OutputDir, TaskMeta: c.plan.TaskMeta,
+		Attempt: c.attempt, Attempts: c.attempts, TaskRevision: c.plan.TaskRevision, OutputDir: c.plan.OutputDir, TaskMeta: c.plan.TaskMeta,
 	}
 	if !c.first.IsZero() {
 		r.ElapsedSec = round3(c.last.Sub(c.first).Seconds())
+	}
+	if r.Attempts < 2 {
+		r.Attempts = 0 // one attempt: the field is omitted
 	}
 	m := &r.Metrics
 	m.UnknownKeys = c.plan.UnknownKeys

@@ -9,6 +9,7 @@ package aggregator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -107,6 +108,11 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		if p.Finished() {
 			return bus.ErrStop
 		}
+		if e.Type == events.CellErrored && e.Attempt == p.Attempt(e.CellID) && p.RetryPending(e.CellID) {
+			if err := s.retry(ctx, e, epoch); err != nil {
+				return err
+			}
+		}
 		if p.Done() && !closing {
 			closing = true
 			// Finishing is idempotent: of two aggregators following the
@@ -132,6 +138,27 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		s.log.Warn("events whose data did not decode", "run", runID, "count", d.Count, "by_type", d.ByType, "first", d.First)
 	}
 	return projection.WriteResults(ctx, s.bus, runID, p, s.cfg.Version)
+}
+
+// retry publishes the launch job that runs again a cell whose attempt
+// e.Attempt ended errored with a retryable class (RunSpec.Retries; see
+// projection.Projector.RetryPending): AttemptBase e.Attempt, so the
+// retry is a new attempt with its own events. A follow that replays the
+// log (a restarted aggregator) meets errors already retried: the job is
+// not published again when the cell's last event is of a later attempt,
+// and the job's id (run, cell, attempt) lets the stream drop the
+// duplicate of a second aggregator.
+func (s *Service) retry(ctx context.Context, e events.Envelope, epoch int) error {
+	last, err := s.bus.LastEvent(ctx, events.CellSubject(e.RunID, e.CellID, "*"))
+	if err != nil {
+		return err
+	}
+	if last.Attempt > e.Attempt {
+		return nil
+	}
+	s.log.Info("retrying an errored cell", "run", e.RunID, "cell", e.CellID, "attempt", e.Attempt)
+	job := events.LaunchJob{RunID: e.RunID, CellID: e.CellID, Epoch: epoch, AttemptBase: e.Attempt}
+	return s.bus.PublishWork(ctx, events.LaunchSubject, fmt.Sprintf("%s/%s/retry%d", e.RunID, e.CellID, e.Attempt), job)
 }
 
 func isTerminal(status string) bool {
