@@ -212,3 +212,13 @@ func TestUnknownKeysAndPlanFirstInARun(t *testing.T) {
 		t.Errorf("rows %v, want %v", got, want)
 	}
 }
+
+// TestRetriesFlagRejectsNegative: --retries below 0 is a usage error
+// naming the flag, before anything runs.
+func TestRetriesFlagRejectsNegative(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", "testdata/true-root", "--all", "--retries", "-1", "--dry-run")
+	if code != ExitUsage || !strings.Contains(errOut, "--retries must be 0 or more") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}

@@ -381,9 +381,12 @@ func (p *Projector) RetryPending(cellID string) bool {
 func (p *Projector) DoneCells() int { return p.terminal }
 
 // settled reports whether c's row is final as far as the log goes: it has
-// its terminal event, or the run finished (then a cell without one is an
-// errored row).
-func (p *Projector) settled(c *cellState) bool { return c.terminal || p.finished != nil }
+// its terminal event and no retry follows, or the run finished (then a
+// cell without one is an errored row). A cell pending a retry shows as
+// running.
+func (p *Projector) settled(c *cellState) bool {
+	return c.terminal && !c.retrying || p.finished != nil
+}
 
 func (p *Projector) end(c *cellState) {
 	c.terminal = true
