@@ -1,6 +1,5 @@
 // Package layering checks the import rules of DESIGN §2: services meet only
-// in the event log, so a service never imports another service (its tests
-// may run one beside it on the bus) or the CLI;
+// in the event log, so a service never imports another service or the CLI;
 // pkg/ packages are the shared vocabulary and libraries, so they import no
 // service and nothing under internal/ (their tests may use internal/testutil).
 package layering
@@ -95,10 +94,7 @@ func broken(file, imp string, test bool) string {
 	itop, ipkg := area(imp + "/x.go")
 	switch top {
 	case "services":
-		// A service's tests may run another service beside it on the
-		// same bus (as the in-process stack of `tasks run` does); its
-		// code never imports one.
-		if itop == "services" && ipkg != pkg && !test {
+		if itop == "services" && ipkg != pkg {
 			return "a service never imports another service (they meet only in the event log)"
 		}
 		if imp == "internal/cli" || strings.HasPrefix(imp, "internal/cli/") {
