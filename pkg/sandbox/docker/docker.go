@@ -293,8 +293,10 @@ func (d *Driver) container(h *sandbox.Handle) (string, error) {
 //
 // Exec returns when the command's main process has exited and its output
 // is delivered: the exec's output stream is read until it closes; while it
-// is still open, the exec is inspected at a growing interval (10 ms
-// doubling to 500 ms), and once the main process has exited, what is still
+// is still open, the exec is inspected at a growing interval (100 ms
+// doubling to 500 ms: the stream's end is what normally reports the exit,
+// so an exec that ends within 100 ms costs the engine one inspect), and
+// once the main process has exited, what is still
 // buffered is drained until none arrives for DrainTimeout (at most
 // DrainMax) and the stream is closed.
 // So a background process that inherited stdout (`sleep 100000 &` in
@@ -389,7 +391,7 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 		defer t.Stop()
 		deadline = t.C
 	}
-	interval := 10 * time.Millisecond
+	interval := execPollStart
 	poll := time.NewTimer(interval)
 	defer poll.Stop()
 	stream := (<-chan struct{})(copyDone)
@@ -436,6 +438,13 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 		}
 	}
 }
+
+// execPollStart is the first interval at which Exec inspects an exec whose
+// output stream is still open. The stream's end reports a normal exit at
+// once; the polls only find an exit whose stream a background process
+// still holds, so they start slow (each is an engine call beside the
+// exec; 10 ms doubling cost a 1 s exec seven of them).
+const execPollStart = 100 * time.Millisecond
 
 // stopExec kills every process in the container but PID 1 (see Exec) and
 // returns the timeout result once the exec has stopped and its output is
