@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude test fuzz vet bench demo clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-compose test fuzz vet bench demo deploy-test clean
 
 all: build
 
@@ -25,6 +25,10 @@ setup-browser:
 ## setup-claude: setup, plus the pinned Claude Code CLI in .cache/claude (the docker-claude arms)
 setup-claude:
 	scripts/setup.sh --claude
+
+## setup-compose: setup, plus Debian's docker-compose (deploy/)
+setup-compose:
+	scripts/setup.sh --compose
 
 ## vet: static checks
 vet:
@@ -60,6 +64,10 @@ demo: setup setup-claude build
 	@echo "report and its figures: out/demo/report.md (pass-rate.svg, paired-diff.svg, cost-pass-rate.svg, outcome-grid.svg beside it)"
 	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
 	scripts/demo-claude.sh out/demo-claude
+
+## deploy-test: bring up deploy/docker-compose.yml, run example tasks, kill -9 a worker and a NATS node mid-run, check the artifact (deploy/cluster-test.sh)
+deploy-test: setup-compose
+	deploy/cluster-test.sh
 
 ## clean: remove build and demo outputs
 clean:

@@ -7,7 +7,9 @@
 # needs nothing but the proctor binary). With --claude it installs the
 # pinned Claude Code CLI (@anthropic-ai/claude-code@2.1.332, a glibc
 # linux-x64 ELF from its optional package) into .cache/claude, which the
-# docker-claude arms add to task images and their tests run.
+# docker-claude arms add to task images and their tests run. With --compose
+# it installs Debian's docker-compose (1.29), which deploy/cluster-test.sh
+# drives.
 #
 # Idempotent: every step first checks whether the machine already has what it
 # makes, so a second run takes about a second. Works as root on a fresh
@@ -16,7 +18,7 @@
 # when Docker Hub cannot be reached), and on a laptop whose Docker already
 # runs and pulls.
 #
-# Usage: scripts/setup.sh [--node] [--browser] [--claude]
+# Usage: scripts/setup.sh [--node] [--browser] [--claude] [--compose]
 #
 # Environment:
 #   DOCKERD_LOG        where a dockerd started here logs (default /var/log/dockerd.log)
@@ -30,13 +32,15 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 want_node=0
 want_browser=0
 want_claude=0
+want_compose=0
 for arg in "$@"; do
   case "$arg" in
     --node) want_node=1 ;;
     --browser) want_browser=1 ;;
     --claude) want_claude=1 ;;
+    --compose) want_compose=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser] [--claude])" >&2; exit 2 ;;
+    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser] [--claude] [--compose])" >&2; exit 2 ;;
   esac
 done
 
@@ -285,9 +289,22 @@ ensure_claude() {
   say "claude: $got installed in .cache/claude"
 }
 
+# ensure_compose installs Debian's docker-compose (1.29) for deploy/.
+# Skipped when a docker-compose command answers.
+ensure_compose() {
+  if command -v docker-compose >/dev/null && docker-compose version >/dev/null 2>&1; then
+    say "compose: $(docker-compose version --short 2>/dev/null || echo present) present"
+    return
+  fi
+  say "compose: installing docker-compose"
+  apt_install docker-compose
+  say "compose: $(docker-compose version --short 2>/dev/null) installed"
+}
+
 ensure_engine
 ensure_image debian:bookworm-slim build_debian
 ensure_image python:3.11-slim build_python
 if [[ $want_node -eq 1 ]]; then ensure_node; fi
 if [[ $want_browser -eq 1 ]]; then ensure_browser; fi
 if [[ $want_claude -eq 1 ]]; then ensure_claude; fi
+if [[ $want_compose -eq 1 ]]; then ensure_compose; fi

@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# Brings up deploy/docker-compose.yml (3-node NATS JetStream cluster with
+# authentication, a control node, two worker nodes on this machine's Docker
+# engine), runs example tasks through the oracle on it, kills one worker and
+# one NATS node with SIGKILL mid-run, and checks that the run still finishes
+# right:
+#   - the driver (`proctor tasks run --nats ...`) exits 0 and writes the artifact;
+#   - every planned cell has exactly one row, every row passed (oracle);
+#   - in the event log no cell has more than one Verdict, and each cell's
+#     last attempt has exactly one terminal event (Verdict or CellErrored);
+#   - no container or network of the run is left on the engine.
+# Then `docker-compose down -v`. Prints PASS or FAIL with the reasons and
+# exits non-zero on failure. Needs root (or the docker group), docker-compose
+# (scripts/setup.sh --compose), go and python3.
+#
+# Usage: deploy/cluster-test.sh
+#
+# Environment:
+#   CLUSTER_TASKS     tasks to run (default fix-sum,csv-columns,count-words,noisy-daemon)
+#   CLUSTER_REPEATS   attempts per task (default 3)
+#   CLUSTER_KEEP      1: leave the cluster up and the data directory on failure
+#   PROCTOR_ACK_WAIT  workers' --ack-wait (default 15s): how soon a dead worker's jobs return
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+tasks=${CLUSTER_TASKS:-fix-sum,csv-columns,count-words,noisy-daemon}
+repeats=${CLUSTER_REPEATS:-3}
+export PROCTOR_ACK_WAIT=${PROCTOR_ACK_WAIT:-15s}
+export PROCTOR_DEPLOY_TAG=${PROCTOR_DEPLOY_TAG:-local}
+project=proctor-deploy-$$
+t0=$SECONDS
+
+say() { printf 'cluster-test [%3ds]: %s\n' $((SECONDS - t0)) "$*"; }
+failures=()
+fail() { failures+=("$*"); say "FAIL: $*"; }
+die() {
+  fail "$*"
+  exit 1
+}
+
+for tool in docker docker-compose go python3; do
+  command -v "$tool" >/dev/null || { echo "cluster-test: $tool not found (scripts/setup.sh --compose installs docker-compose)" >&2; exit 2; }
+done
+
+# The data directory is bind-mounted at its own path into every proctor
+# container: workers start sandboxes on the host's engine, which resolves
+# the cells' bind mounts on the host.
+data=$(mktemp -d "${TMPDIR:-/tmp}/proctor-deploy.XXXXXX")
+data=$(cd "$data" && pwd -P)
+export PROCTOR_DEPLOY_DATA=$data
+export PROCTOR_DEPLOY_INPUTS=$repo/examples
+rnd() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+PROCTOR_SERVICE_PASSWORD=$(rnd)
+PROCTOR_OBSERVER_PASSWORD=$(rnd)
+PROCTOR_ROUTE_PASSWORD=$(rnd)
+export PROCTOR_SERVICE_PASSWORD PROCTOR_OBSERVER_PASSWORD PROCTOR_ROUTE_PASSWORD
+
+dc() { docker-compose -p "$project" -f "$repo/deploy/docker-compose.yml" "$@"; }
+
+driver_pid=""
+finish() {
+  local rc=$?
+  if [[ -n $driver_pid ]] && kill -0 "$driver_pid" 2>/dev/null; then kill "$driver_pid" 2>/dev/null || true; fi
+  if ((${#failures[@]} > 0)) || ((rc != 0)); then
+    if [[ -f $data/driver.log ]]; then
+      echo "--- driver log (last 30 lines)"
+      tail -n 30 "$data/driver.log"
+    fi
+    echo "--- service logs (last 15 lines each)"
+    dc logs --no-color --tail 15 control worker-1 worker-2 2>/dev/null || true
+  fi
+  if [[ ${CLUSTER_KEEP:-0} == 1 ]] && ((${#failures[@]} > 0 || rc != 0)); then
+    say "CLUSTER_KEEP=1: left project $project up and $data in place"
+  else
+    dc down -v --remove-orphans >/dev/null 2>&1 || true
+    # Cells the run left (only if a check below already failed on them).
+    if [[ -n ${run_id:-} ]]; then
+      docker ps -aq --filter "label=proctor.run=$run_id" | xargs -r docker rm -f >/dev/null 2>&1 || true
+      docker network ls -q --filter "label=proctor.run=$run_id" | xargs -r docker network rm >/dev/null 2>&1 || true
+    fi
+    rm -rf "$data"
+  fi
+  if ((${#failures[@]} == 0)) && ((rc == 0)); then
+    say "PASS (wall time $((SECONDS - t0)) s)"
+  else
+    say "FAIL (wall time $((SECONDS - t0)) s):"
+    for f in "${failures[@]}"; do echo "  - $f"; done
+    ((rc != 0)) || rc=1
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+
+# 1. Images, built here from the pinned sources: no registry.
+say "building bin/proctor and nats-server (go.mod's version), images proctor-deploy/*:$PROCTOR_DEPLOY_TAG"
+make -s build
+ctx=$data/images
+mkdir -p "$ctx/nats" "$ctx/proctor"
+CGO_ENABLED=0 go build -o "$ctx/nats/nats-server" github.com/nats-io/nats-server/v2
+cp deploy/images/nats/Dockerfile "$ctx/nats/"
+cp bin/proctor deploy/images/proctor/Dockerfile "$ctx/proctor/"
+docker build -q --label proctor.deploy=image -t "proctor-deploy/nats:$PROCTOR_DEPLOY_TAG" "$ctx/nats" >/dev/null
+docker build -q --label proctor.deploy=image -t "proctor-deploy/proctor:$PROCTOR_DEPLOY_TAG" "$ctx/proctor" >/dev/null
+rm -rf "$ctx"
+
+# 2. The cluster.
+say "starting project $project (data $data)"
+dc up -d >/dev/null 2>&1 || die "docker-compose up failed: $(dc up -d 2>&1 | tail -n 5)"
+
+# run_cli runs proctor in a one-off container of the control service on
+# the project's network (credentials from the service's environment).
+run_cli() { dc run --rm --no-deps -T control "$@"; }
+
+say "waiting for the JetStream cluster (meta leader, R3 run index)"
+deadline=$((SECONDS + 90))
+until run_cli runs list >/dev/null 2>&1; do
+  ((SECONDS < deadline)) || die "the cluster did not answer 'proctor runs list' within 90 s"
+  sleep 2
+done
+
+# 3. The run, driven from a one-off container; it blocks until the run ends.
+ncells=$(($(tr ',' '\n' <<<"$tasks" | grep -c .) * repeats))
+say "run: $tasks × oracle × $repeats repeats = $ncells cells (retries 2)"
+mkdir -p "$data/out"
+run_cli tasks run --tasks-root "$PROCTOR_DEPLOY_INPUTS/tasks" --tasks "$tasks" --harnesses oracle \
+  --repeats "$repeats" --retries 2 --output-dir "$data/out" \
+  --out-json "$data/task_runs.json" --out-md "$data/report.md" >"$data/driver.log" 2>&1 &
+driver_pid=$!
+
+deadline=$((SECONDS + 60))
+run_id=""
+until [[ -n $run_id ]]; do
+  ((SECONDS < deadline)) || die "the driver printed no run id within 60 s"
+  kill -0 "$driver_pid" 2>/dev/null || die "the driver exited before its run started"
+  run_id=$(sed -n 's/^run \([0-9A-Z]\{26\}\): .*/\1/p' "$data/driver.log" | head -n 1)
+  [[ -n $run_id ]] || sleep 1
+done
+say "run $run_id started"
+
+sandboxes() { docker ps -q --filter "label=proctor.run=$run_id" --filter label=proctor.cell | wc -l; }
+# launching_on_worker1 prints a cell whose latest attempt runs on worker-1
+# and has not ended its solve (its launch job is in flight), from the
+# cells' run.log.
+launching_on_worker1() {
+  local f
+  for f in "$data/out/$run_id"/*/*/*/*/run.log; do
+    [[ -f $f ]] || continue
+    if awk '/ attempt [0-9]+ on node /{n=$NF; e=0} /solve ended|errored/{e=1} END{exit !(n=="worker-1" && !e)}' "$f"; then
+      dirname "${f#"$data/out/$run_id/"}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# 4. Mid-run: once worker-1 is launching a cell, kill it and one NATS node.
+deadline=$((SECONDS + 240))
+until victim=$(launching_on_worker1); do
+  ((SECONDS < deadline)) || die "worker-1 launched no cell of the run within 240 s"
+  kill -0 "$driver_pid" 2>/dev/null || die "the run ended before the kills"
+  sleep 0.2
+done
+w1=$(dc ps -q worker-1)
+n2=$(dc ps -q nats-2)
+docker kill -s KILL "$w1" >/dev/null
+docker kill -s KILL "$n2" >/dev/null
+killed_at=$((SECONDS - t0))
+say "killed worker-1 and nats-2 with SIGKILL (worker-1 was launching $victim; $(sandboxes) sandboxes of the run running)"
+
+# 5. The run must finish on worker-2 and two NATS nodes. Launch jobs are
+# shared: worker-1's come back to worker-2 after --ack-wait. Verify jobs
+# are bound to the node whose engine holds the sandbox: a cell worker-1
+# was verifying waits for worker-1 to come back, as its supervisor (the
+# engine's restart policy, systemd's Restart=) would bring it back; it is
+# started again once worker-2 had time for the redelivered launch jobs.
+ack=${PROCTOR_ACK_WAIT%s}
+restart_at=$((SECONDS + 2 * ack + 20))
+restarted=""
+deadline=$((SECONDS + 300))
+while kill -0 "$driver_pid" 2>/dev/null; do
+  ((SECONDS < deadline)) || die "the run did not finish within 300 s of the kills"
+  if [[ -z $restarted ]] && ((SECONDS >= restart_at)); then
+    dc start worker-1 >/dev/null 2>&1 || die "docker-compose start worker-1 failed"
+    restarted=$((SECONDS - t0))
+    say "started worker-1 again (the run had not finished $((2 * ack + 20)) s after the kills)"
+  fi
+  sleep 1
+done
+set +e
+wait "$driver_pid"
+driver_rc=$?
+set -e
+driver_pid=""
+say "driver exited $driver_rc (kills at ${killed_at} s${restarted:+, worker-1 back at $restarted s})"
+((driver_rc == 0)) || fail "proctor tasks run exited $driver_rc"
+say "$victim: $(grep -E ' attempt [0-9]+ on node ' "$data/out/$run_id/$victim/run.log" | sed 's/^[^ ]* //' | paste -sd ';' -)"
+if ! grep -Eq ' attempt [0-9]+ on node worker-2' "$data/out/$run_id/$victim/run.log"; then
+  [[ -n $restarted ]] || fail "$victim, launching on worker-1 at the kill, never ran on worker-2"
+fi
+
+# 6. The artifact and the event log.
+run_cli events export "$run_id" --format jsonl --out "$data/events.jsonl" >/dev/null 2>&1 ||
+  fail "proctor events export $run_id failed"
+if [[ -f $data/task_runs.json ]]; then
+  if ! python3 - "$data/task_runs.json" "$data/events.jsonl" "$ncells" <<'PY'; then
+import collections, json, sys
+art, log, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
+bad = []
+a = json.load(open(art))
+rows = a["results"]
+ids = [r["cell_id"] for r in rows]
+if len(rows) != want:
+    bad.append(f"artifact has {len(rows)} rows, want {want}")
+dup = [c for c, n in collections.Counter(ids).items() if n > 1]
+if dup:
+    bad.append(f"cells with more than one row: {dup}")
+outcomes = collections.Counter(r["outcome"] for r in rows)
+for r in rows:
+    if not r["passed"]:
+        bad.append(f"{r['cell_id']}: {r['outcome']} {r.get('error_class', '')} {r.get('error', '')[:200]}")
+attempts = sum(r.get("attempts", 1) for r in rows)
+seen, verdicts, terminal, last = set(), collections.Counter(), collections.Counter(), {}
+try:
+    for line in open(log):
+        e = json.loads(line)
+        if e["id"] in seen:
+            continue
+        seen.add(e["id"])
+        c = e.get("cell_id")
+        if not c:
+            continue
+        last[c] = max(last.get(c, 0), e.get("attempt", 0))
+        if e["type"] == "Verdict":
+            verdicts[c] += 1
+        if e["type"] in ("Verdict", "CellErrored"):
+            terminal[(c, e.get("attempt", 0))] += 1
+except FileNotFoundError:
+    bad.append("no event log exported")
+for c, n in verdicts.items():
+    if n > 1:
+        bad.append(f"{c}: {n} Verdict events in the log")
+for c in ids:
+    n = terminal[(c, last.get(c, 0))]
+    if n != 1:
+        bad.append(f"{c}: {n} terminal events in its last attempt {last.get(c, 0)}")
+print("outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+      + f"; rows {len(rows)}, attempts {attempts}, events {len(seen)}")
+for b in bad:
+    print("BAD: " + b)
+sys.exit(1 if bad else 0)
+PY
+    fail "the artifact or the event log is wrong (BAD lines above)"
+  fi
+else
+  fail "no artifact at $data/task_runs.json"
+fi
+
+# 7. Nothing of the run's cells left: worker-2 reaps what worker-1 left at
+# its next reap (every --ack-wait); allow two rounds.
+deadline=$((SECONDS + 2 * ${PROCTOR_ACK_WAIT%s} + 15))
+while :; do
+  left_c=$(docker ps -aq --filter "label=proctor.run=$run_id" | wc -l)
+  left_n=$(docker network ls -q --filter "label=proctor.run=$run_id" | wc -l)
+  ((left_c + left_n == 0)) && break
+  if ((SECONDS >= deadline)); then
+    fail "$left_c containers and $left_n networks of run $run_id left after the run"
+    break
+  fi
+  sleep 1
+done
+((left_c + left_n == 0)) && say "no container or network of run $run_id remains"
