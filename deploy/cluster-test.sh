@@ -58,6 +58,9 @@ PROCTOR_ROUTE_PASSWORD=$(rnd)
 export PROCTOR_SERVICE_PASSWORD PROCTOR_OBSERVER_PASSWORD PROCTOR_ROUTE_PASSWORD
 
 dc() { docker-compose -p "$project" -f "$repo/deploy/docker-compose.yml" "$@"; }
+# run_cli runs proctor in a one-off container of the control service on
+# the project's network (credentials from the service's environment).
+run_cli() { dc run --rm --no-deps -T control "$@"; }
 
 driver_pid=""
 finish() {
@@ -67,6 +70,10 @@ finish() {
     if [[ -f $data/driver.log ]]; then
       echo "--- driver log (last 30 lines)"
       tail -n 30 "$data/driver.log"
+    fi
+    if [[ -n ${run_id:-} ]]; then
+      echo "--- proctor runs show $run_id"
+      run_cli runs show "$run_id" 2>&1 | tail -n 12 || true
     fi
     echo "--- service logs (last 15 lines each)"
     dc logs --no-color --tail 15 control worker-1 worker-2 2>/dev/null || true
@@ -109,9 +116,6 @@ rm -rf "$ctx"
 say "starting project $project (data $data)"
 dc up -d >/dev/null 2>&1 || die "docker-compose up failed: $(dc up -d 2>&1 | tail -n 5)"
 
-# run_cli runs proctor in a one-off container of the control service on
-# the project's network (credentials from the service's environment).
-run_cli() { dc run --rm --no-deps -T control "$@"; }
 
 say "waiting for the JetStream cluster (meta leader, R3 run index)"
 deadline=$((SECONDS + 90))
