@@ -35,7 +35,7 @@ const claudeTestKey = `sk-ant-test-"s3cr3t"\-9f8e7d`
 // upstream network (PROCTOR_EGRESS_NETWORK) is that network, so the agent
 // reaches the model only through its sandbox's proxy. It returns the base
 // URL and a function reading the requests the model got.
-func fakeModel(t *testing.T, cli *client.Client, script string) (string, func() []llmtest.Request) {
+func fakeModel(t testing.TB, cli *client.Client, script string) (string, func() []llmtest.Request) {
 	t.Helper()
 	if _, err := llmtest.ParseScript([]byte(script)); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func fakeModel(t *testing.T, cli *client.Client, script string) (string, func() 
 // claudeTask writes a Harbor task whose verifier passes when /app/out.txt
 // holds "hello"; instruction is its prompt (the fake model tells tasks
 // apart by it), the image is made from dockerfile lines after FROM.
-func claudeTask(t *testing.T, root, name, instruction string, timeoutSec float64, dockerfile ...string) {
+func claudeTask(t testing.TB, root, name, instruction string, timeoutSec float64, dockerfile ...string) {
 	t.Helper()
 	dir := filepath.Join(root, name)
 	// Without Dockerfile lines the task runs debian:bookworm-slim itself,
@@ -178,7 +178,7 @@ func noCredentialStored(t *testing.T, dir string) {
 	}
 }
 
-func claudeSetup(t *testing.T) *client.Client {
+func claudeSetup(t testing.TB) *client.Client {
 	t.Helper()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")

@@ -343,11 +343,13 @@ func claudeImage(ctx context.Context, env Env, img sandbox.ImageInfo, bin string
 	return ref, nil
 }
 
-// claudeArgs is the CLI's argv: print mode, stream-json with every event,
-// the fixed tool set, no settings from any file, no MCP server, no session
-// file, built-in plugins off, permissions skipped (it runs as uid 10001 in
-// a sandbox), and for the skill arm the plugin directory.
-func claudeArgs(model string, skill *Skill) []string {
+// ClaudeArgs is the CLI's argv in the task container: print mode,
+// stream-json with every event, the fixed tool set, no settings from any
+// file, no MCP server, no session file, built-in plugins off, permissions
+// skipped (it runs as uid 10001 in a sandbox), --model unless model is ""
+// or "default", and for the skill arm (skill not nil) the plugin
+// directory. The prompt goes on stdin.
+func ClaudeArgs(model string, skill *Skill) []string {
 	args := []string{claudeBin, "-p", "--output-format", "stream-json", "--verbose",
 		"--tools", "Read,Edit,Write,Bash,Glob,Grep,Skill",
 		"--setting-sources", "", "--strict-mcp-config", "--no-session-persistence",

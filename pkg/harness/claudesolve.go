@@ -179,7 +179,7 @@ cp %[5]s/prompt.md %[2]s/prompt.md && chown %[4]s %[2]s/prompt.md
 	}
 
 	var argv []string
-	for _, a := range claudeArgs(plan.Model, st.skill) {
+	for _, a := range ClaudeArgs(plan.Model, st.skill) {
 		argv = append(argv, shq(a))
 	}
 	script := fmt.Sprintf(`set -a; . %[1]s; set +a; rm -f %[1]s
