@@ -6,7 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -146,7 +146,8 @@ func BenchmarkClaudeCell(b *testing.B) {
 				"ANTHROPIC_BASE_URL=" + base, "ANTHROPIC_API_KEY=" + claudeTestKey,
 				"PROMPT=CASE-BENCH\nWrite hello into /app/out.txt.\n",
 			},
-			Cmd: append([]string{"sh", "-c", `printf %s "$PROMPT" | "$@"`, "sh"}, argv...),
+			// The derived image keeps the sandbox's entrypoint (sleep).
+			Entrypoint: append([]string{"sh", "-c", `printf %s "$PROMPT" | "$@"`, "sh"}, argv...),
 		}, &container.HostConfig{
 			NetworkMode: container.NetworkMode(os.Getenv(EnvEgressNetwork)),
 			Tmpfs:       map[string]string{"/tmp/proctor-agent-home": "uid=10001,gid=10001,mode=0700,size=256m"},
@@ -159,11 +160,10 @@ func BenchmarkClaudeCell(b *testing.B) {
 			b.Fatal(err)
 		}
 		wc, ec := cli.ContainerWait(ctx, c.ID, container.WaitConditionNotRunning)
+		var code int64
 		select {
 		case w := <-wc:
-			if w.StatusCode != 0 {
-				b.Fatalf("floor: the CLI exited %d", w.StatusCode)
-			}
+			code = w.StatusCode
 		case err := <-ec:
 			b.Fatal(err)
 		}
@@ -171,11 +171,20 @@ func BenchmarkClaudeCell(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var stdout bytes.Buffer
-		_, _ = stdcopy.StdCopy(&stdout, io.Discard, rc)
+		var stdout, stderr bytes.Buffer
+		_, _ = stdcopy.StdCopy(&stdout, &stderr, rc)
 		rc.Close()
-		if !strings.Contains(stdout.String(), `"type":"result","subtype":"success"`) || !strings.Contains(stdout.String(), `"num_turns":2`) {
-			b.Fatalf("floor: no successful 2-turn result event:\n%s", stdout.String())
+		if code != 0 {
+			b.Fatalf("floor: the CLI exited %d: %s\n%s", code, stderr.String(), stdout.String())
+		}
+		var res struct {
+			Type     string `json:"type"`
+			Subtype  string `json:"subtype"`
+			NumTurns int    `json:"num_turns"`
+		}
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		if json.Unmarshal([]byte(lines[len(lines)-1]), &res) != nil || res.Type != "result" || res.Subtype != "success" || res.NumTurns != 2 {
+			b.Fatalf("floor: the last line is no successful 2-turn result event:\n%s", stdout.String())
 		}
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
 			b.Fatal(err)
