@@ -117,7 +117,10 @@ func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
 }
 
 // AgentWorkdir is where an in-container agent works: the task's workdir,
-// else the image's WORKDIR; it must be /app or inside it.
+// else the image's WORKDIR, else / (refused). It must pass
+// task.AgentWorkdirRefusal (DESIGN §4: /app, /root, /home/user, ... but
+// never a system directory, one of proctor's or /); the error names the
+// directory and where it came from.
 func AgentWorkdir(t *task.Task, img sandbox.ImageInfo) (string, error) {
 	dir, from := t.Workdir, "the task's workdir"
 	if dir == "" {
@@ -126,10 +129,34 @@ func AgentWorkdir(t *task.Task, img sandbox.ImageInfo) (string, error) {
 	if dir == "" {
 		dir, from = "/", "the image's WORKDIR (unset)"
 	}
-	if !task.WorkdirAllowedForAgent(dir) {
-		return "", fmt.Errorf("in-container agents work in /app (or a directory inside it) as uid 10001, and %s is %s: refused before the agent starts", from, dir)
+	if why := task.AgentWorkdirRefusal(dir); why != "" {
+		return "", fmt.Errorf("in-container agents work as uid 10001 in a working tree chowned to them, and %s is %s: %s; refused before the agent starts", from, dir, why)
 	}
 	return path.Clean(dir), nil
+}
+
+// resolveWorkdir creates the agent's working directory in the sandbox
+// (as root) and checks the rule of AgentWorkdir again on it with every
+// symlink resolved (`pwd -P`), so an image whose /work is a link to /etc
+// is refused (class refused) before anything is chowned. It returns the
+// resolved directory, the one to chown (chown -R does not descend through
+// a link given as its argument).
+func resolveWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) (string, error) {
+	var out strings.Builder
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd: []string{"sh", "-c", `mkdir -p "$1" && cd "$1" && pwd -P`, "sh", workdir}, Stdout: &out, Stderr: &out, Timeout: time.Minute,
+	})
+	if err != nil || res.ExitCode != 0 {
+		return "", fmt.Errorf("create the agent's working directory %s: exit %d: %v: %s", workdir, res.ExitCode, err, cellfs.Suffix(out.String(), 300))
+	}
+	real := strings.TrimSpace(out.String())
+	if real == "" || real == workdir {
+		return workdir, nil
+	}
+	if why := task.AgentWorkdirRefusal(real); why != "" {
+		return "", events.Classed(events.ClassRefused, fmt.Errorf("the agent's working directory %s resolves to %s in the image: %s; refused before the agent starts", workdir, real, why))
+	}
+	return real, nil
 }
 
 // agentImage returns the image an agent arm runs in: the task image with
@@ -301,10 +328,16 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	return Outcome{Finished: fin}, nil
 }
 
-// prepareAgentDirs creates the agent's working directory, /agent-output,
-// its HOME and /logs/agent, owned by AgentUser (and nothing else).
+// prepareAgentDirs creates the agent's working directory (checked with
+// its symlinks resolved: resolveWorkdir), /agent-output, its HOME and
+// /logs/agent, owned by AgentUser (and nothing else: the working tree, not
+// its parents; / stays root's).
 func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) error {
-	prep := fmt.Sprintf("mkdir -p %[1]s %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(workdir), agentOutput, agentHome, AgentUser)
+	real, err := resolveWorkdir(ctx, d, h, workdir)
+	if err != nil {
+		return err
+	}
+	prep := fmt.Sprintf("mkdir -p %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(real), agentOutput, agentHome, AgentUser)
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
 		return fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
 	}

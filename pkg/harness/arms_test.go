@@ -262,19 +262,60 @@ func TestAgentInstall(t *testing.T) {
 	}
 }
 
-// TestAgentWorkdirRule: an image WORKDIR outside /app is refused before
-// the agent starts.
+// TestAgentWorkdirRule: an image WORKDIR of /root is the agent's working
+// tree (chowned to uid 10001: that tree, not its parents); a system
+// directory, / (an unset WORKDIR) and a WORKDIR whose symlinks resolve to
+// one are refused before the agent starts, with an error naming it.
 func TestAgentWorkdirRule(t *testing.T) {
 	dir := harnesstest.Agent(t, "run = \"bash /opt/proctor/agent/agent.sh\"\n")
-	d := &sandboxfake.Driver{Image: sandbox.ImageInfo{Workdir: "/root"}}
 	tk := harnesstest.Task(t, "t", harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\n"})
+
+	d := &sandboxfake.Driver{Image: sandbox.ImageInfo{Workdir: "/root"}, Scripts: []sandboxfake.Script{{Match: "agent.sh", Stdout: "hi\n"}}}
 	env := harnesstest.NewEnv(t, tk, "agent:"+dir, d)
-	_, _, err := harnesstest.Run(context.Background(), arm(t, "agent:"+dir), env)
-	if classOf(t, err) != events.ClassRefused || !strings.Contains(err.Error(), "/root") {
-		t.Errorf("workdir /root: %v", err)
+	p, out, err := harnesstest.Run(context.Background(), arm(t, "agent:"+dir), env)
+	if err != nil || p.Workdir != "/root" || out.Finished.Isolation["workdir"] != "/root" {
+		t.Fatalf("workdir /root: placement %q, isolation %v, %v", p.Workdir, out.Finished.Isolation, err)
 	}
-	if len(d.Started()) != 0 {
-		t.Error("a sandbox started for a refused agent")
+	var chown, run string
+	for _, e := range d.Execs() {
+		line := strings.Join(e.Spec.Cmd, " ")
+		switch {
+		case strings.Contains(line, "chown -R"):
+			chown = line
+		case strings.Contains(line, "agent.sh"):
+			run = e.Spec.Workdir + " " + e.Spec.User + " HOME=" + e.Spec.Env["HOME"]
+		}
+	}
+	if !strings.Contains(chown, "chown -R 10001:10001 '/root' ") || strings.Contains(chown, " / ") {
+		t.Errorf("chown: %q", chown)
+	}
+	if run != "/root 10001:10001 HOME=/tmp/proctor-agent-home" {
+		t.Errorf("agent exec: %q", run)
+	}
+
+	for _, c := range []struct{ image, resolved, names string }{
+		{"/etc", "", "/etc"},
+		{"/usr/local/src", "", "/usr/local/src"},
+		{"/work", "/etc/x\n", "/etc/x"},
+	} {
+		d := &sandboxfake.Driver{Image: sandbox.ImageInfo{Workdir: c.image}, Scripts: []sandboxfake.Script{{Match: "pwd -P", Stdout: c.resolved}}}
+		env := harnesstest.NewEnv(t, tk, "agent:"+dir, d)
+		_, _, err := harnesstest.Run(context.Background(), arm(t, "agent:"+dir), env)
+		if err == nil || classOf(t, err) != events.ClassRefused || !strings.Contains(err.Error(), c.names) {
+			t.Errorf("workdir %q (resolved %q): %v", c.image, c.resolved, err)
+		}
+		if c.resolved == "" && len(d.Started()) != 0 {
+			t.Errorf("workdir %q: a sandbox started for a refused agent", c.image)
+		}
+		for _, e := range d.Execs() {
+			if line := strings.Join(e.Spec.Cmd, " "); strings.Contains(line, "chown") || strings.Contains(line, "agent.sh") {
+				t.Errorf("workdir %q: %q ran for a refused agent", c.image, line)
+			}
+		}
+	}
+	// An image without a WORKDIR works in /: refused, naming it.
+	if _, err := harness.AgentWorkdir(tk, sandbox.ImageInfo{}); err == nil || !strings.Contains(err.Error(), "WORKDIR (unset) is /:") {
+		t.Errorf("unset WORKDIR: %v", err)
 	}
 }
 

@@ -131,6 +131,12 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 		grace = seconds(sp.AgentGraceSec)
 	}
 
+	// The working directory with its symlinks resolved passes the rule
+	// before anything (the provider env above all) is copied in.
+	realWorkdir, err := resolveWorkdir(ctx, d, h, workdir)
+	if err != nil {
+		return Outcome{}, err
+	}
 	// Everything the container needs, staged on the host and copied in one
 	// go, then put in place by root.
 	host, err := os.MkdirTemp("", "proctor-claude-")
@@ -168,7 +174,7 @@ chown %[4]s %[3]s && chmod 0700 %[3]s
 cp %[5]s/provider.env %[6]s && chown %[4]s %[6]s && chmod 0600 %[6]s
 cp %[5]s/prompt.md %[2]s/prompt.md && chown %[4]s %[2]s/prompt.md
 : > %[7]s && chown %[4]s %[7]s
-`, shq(workdir), agentOutput, agentHome, AgentUser, stage, envPath, claudeStreamPath)
+`, shq(realWorkdir), agentOutput, agentHome, AgentUser, stage, envPath, claudeStreamPath)
 	if st.skill != nil {
 		prep += fmt.Sprintf("rm -rf %[1]s && cp -R %[2]s/abskill %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n", SkillPluginDir, stage)
 	}

@@ -7,21 +7,72 @@ import (
 	"strings"
 )
 
-// AgentWorkRoot is where in-container agents work (DESIGN §4): /app or a
-// directory inside it.
-const AgentWorkRoot = "/app"
+// Directories an in-container agent may not work in (DESIGN §4, "The
+// agent's working directory"): the agent runs as uid 10001 and its working
+// directory is chowned to it, recursively, before it starts, so a working
+// directory is refused when that would hand it the system or proctor's own
+// files.
+var (
+	// systemTrees are refused as themselves and everything inside them:
+	// the operating system's directories, and /tmp (shared scratch space,
+	// and where the agent's HOME is).
+	systemTrees = []string{
+		"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
+		"/proc", "/run", "/sbin", "/sys", "/tmp", "/usr",
+		"/var/cache", "/var/lib", "/var/lock", "/var/log", "/var/mail", "/var/run", "/var/spool", "/var/tmp",
+	}
+	// proctorTrees are where proctor puts the graders, the reward, the
+	// agent and the skill (the tests, the solution, /logs/verifier,
+	// /agent-output, /opt/proctor, /opt/abskill): refused as themselves and
+	// everything inside them.
+	proctorTrees = []string{"/agent-output", "/logs", "/opt/abskill", "/opt/proctor", "/oracle", "/solution", "/tests", "/verifier"}
+	// sharedRoots are refused as themselves only (a directory inside them,
+	// such as /home/user or /srv/app, is fine): / holds everything, the
+	// others hold other users' or packages' trees, and /opt holds proctor's.
+	sharedRoots = []string{"/", "/home", "/media", "/mnt", "/opt", "/srv", "/var"}
+)
 
-// WorkdirAllowedForAgent reports whether an in-container agent may work in
-// dir: true for /app and anything inside it (after cleaning, so /app/../root
-// is refused), false for every other path, a relative path and "". The
-// launcher applies the same rule to the image's WORKDIR after a build.
-func WorkdirAllowedForAgent(dir string) bool {
+// AgentWorkdirRefusal returns why an in-container agent may not work in
+// dir, or "" when it may. dir is cleaned first, so /root/../etc is /etc. A
+// relative path or "" is refused; so are a system directory or anything
+// inside one (/etc, /usr/lib, /proc, /tmp, ...), proctor's own directories
+// or anything inside them (/tests, /logs, /opt/proctor, ...), and /,
+// /home, /opt, /var, /srv, /mnt and /media themselves. Everything else
+// (/app, /root, /home/user, /workspace, ...) is allowed. The launcher
+// applies the same rule to the image's WORKDIR after a build, and to the
+// directory with its symlinks resolved inside the container.
+func AgentWorkdirRefusal(dir string) string {
 	if !strings.HasPrefix(dir, "/") {
-		return false
+		return fmt.Sprintf("%q is not an absolute path", dir)
 	}
 	c := path.Clean(dir)
-	return c == AgentWorkRoot || strings.HasPrefix(c, AgentWorkRoot+"/")
+	for _, r := range sharedRoots {
+		if c == r {
+			return fmt.Sprintf("%s is a shared root directory: the agent would own every tree in it", c)
+		}
+	}
+	for _, r := range systemTrees {
+		if c == r {
+			return fmt.Sprintf("%s is a system directory, which the agent may not own", c)
+		}
+		if strings.HasPrefix(c, r+"/") {
+			return fmt.Sprintf("%s is inside the system directory %s, which the agent may not own", c, r)
+		}
+	}
+	for _, r := range proctorTrees {
+		if c == r {
+			return fmt.Sprintf("%s is proctor's (graders, reward, agent or skill)", c)
+		}
+		if strings.HasPrefix(c, r+"/") {
+			return fmt.Sprintf("%s is inside %s, which is proctor's (graders, reward, agent or skill)", c, r)
+		}
+	}
+	return ""
 }
+
+// WorkdirAllowedForAgent reports whether an in-container agent may work in
+// dir: AgentWorkdirRefusal(dir) == "".
+func WorkdirAllowedForAgent(dir string) bool { return AgentWorkdirRefusal(dir) == "" }
 
 // Needs is what a harness requires of a task, decided from the task files
 // alone before any build.
@@ -38,7 +89,7 @@ type Needs struct {
 	// Prompt: an agent is given the task's instruction.
 	Prompt bool `json:"prompt,omitempty"`
 	// AgentWorkdir: an in-container agent works in the task's working
-	// directory, which must be /app or inside it.
+	// directory, which must pass AgentWorkdirRefusal.
 	AgentWorkdir bool `json:"agent_workdir,omitempty"`
 	// Steps: the harness runs a multi-step task's steps in order in one
 	// sandbox; a harness without it refuses a task with [[steps]].
@@ -82,7 +133,8 @@ var HarnessNeeds = map[string]Needs{
 // blocked one (a symlink leaving the tasks root) are refused by every
 // harness; then a compose task for a harness that cannot start its
 // services; then the missing solution script, test script, image, prompt;
-// then, for in-container agents, a working directory outside /app — the
+// then, for in-container agents, a working directory AgentWorkdirRefusal
+// refuses (a system directory, one of proctor's, /) — the
 // workdir key, else the Dockerfile's final WORKDIR when the file alone
 // decides it (the image's own WORKDIR is checked after the build).
 //
@@ -127,8 +179,8 @@ func (t *Task) Refusal(n Needs) string {
 		if wd == "" {
 			wd, from = t.DockerfileWorkdir, "environment/Dockerfile WORKDIR"
 		}
-		if wd != "" && !WorkdirAllowedForAgent(wd) {
-			return fmt.Sprintf("working directory %s (%s) is outside /app, where in-container agents work", wd, from)
+		if why := AgentWorkdirRefusal(wd); wd != "" && why != "" {
+			return fmt.Sprintf("working directory %s (%s) is refused for in-container agents: %s", wd, from, why)
 		}
 	}
 	return ""

@@ -64,9 +64,9 @@ func TestAcceptanceDiscovery(t *testing.T) {
 			t.Errorf("the oracle refuses %s: %s", tk.Name, r)
 		}
 	}
-	rw := byName["root-workdir"]
-	if r := rw.Refusal(NeedsContainerAgent); !strings.Contains(r, "/root") {
-		t.Errorf("agent refusal of root-workdir = %q, want it to mention /root", r)
+	// WORKDIR /root: in-container agents run it, as uid 10001 owning /root.
+	if r := byName["root-workdir"].Refusal(NeedsContainerAgent); r != "" {
+		t.Errorf("agent refuses root-workdir: %s", r)
 	}
 	if r := byName["fix-total"].Refusal(NeedsContainerAgent); r != "" {
 		t.Errorf("agent refuses fix-total: %s", r)
@@ -305,10 +305,23 @@ func TestWriteTable(t *testing.T) {
 func TestWorkdirAllowedForAgent(t *testing.T) {
 	for dir, want := range map[string]bool{
 		"/app": true, "/app/": true, "/app/src": true, "/app/./x/..": true,
-		"/root": false, "/application": false, "/app/../etc": false, "app": false, "": false, "/": false,
+		"/root": true, "/root/project": true, "/application": true, "/home/user": true, "/workspace": true,
+		"/srv/app": true, "/var/www/html": true, "/opt/app": true,
+		"/app/../etc": false, "/root/../etc": false, "app": false, "": false, "/": false, "/.": false,
+		"/etc": false, "/etc/x": false, "/usr": false, "/usr/local/src": false, "/bin": false, "/proc": false,
+		"/sys/fs": false, "/dev": false, "/tmp": false, "/tmp/work": false, "/var": false, "/var/lib/x": false,
+		"/home": false, "/opt": false, "/tests": false, "/tests/x": false, "/logs/verifier": false,
+		"/solution": false, "/oracle": false, "/verifier": false, "/agent-output": false, "/opt/proctor/agent": false,
+		"/opt/abskill": false,
 	} {
 		if got := WorkdirAllowedForAgent(dir); got != want {
-			t.Errorf("WorkdirAllowedForAgent(%q) = %v, want %v", dir, got, want)
+			t.Errorf("WorkdirAllowedForAgent(%q) = %v, want %v (%s)", dir, got, want, AgentWorkdirRefusal(dir))
+		}
+	}
+	// The reason names the directory.
+	for _, dir := range []string{"/", "/etc", "/usr/lib", "/tests"} {
+		if why := AgentWorkdirRefusal(dir); !strings.Contains(why, dir) {
+			t.Errorf("AgentWorkdirRefusal(%q) = %q, does not name it", dir, why)
 		}
 	}
 }
