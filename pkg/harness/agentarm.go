@@ -288,6 +288,10 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err := killer.KillAll(ctx, h, AgentUser); err != nil {
 		return Outcome{}, fmt.Errorf("stop the agent's processes: %w", err)
 	}
+	links, err := RemoveGraderLinks(ctx, d, h, workdir)
+	if err != nil {
+		return Outcome{}, err
+	}
 
 	run.mu.Lock()
 	defer run.mu.Unlock()
@@ -296,6 +300,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: true,
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir},
 	}
+	noteGraderLinks(dir, fin.Isolation, links)
 	if res.TimedOut {
 		fin.Reason = "timeout"
 	}
@@ -342,6 +347,67 @@ func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, 
 		return fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
 	}
 	return nil
+}
+
+// GraderPaths are where the verifier's and the oracle's files appear only
+// after an agent's solve (the tests, the solution, the reward directory,
+// proctor's stage directories and exit hook): a symlink an agent left that
+// resolves into one would let it hand the verifier a grader's file as its
+// answer (RemoveGraderLinks).
+var GraderPaths = []string{"/tests", "/verifier", "/solution", "/oracle", "/logs/verifier"}
+
+// graderLinkScript removes every symlink under its arguments that resolves
+// (readlink -m, following links that exist, so through a link to a
+// directory, a chain, a relative link or /proc/self/root; readlink without
+// -m, the link's own text, where -m is missing) into GraderPaths or a
+// /.proctor-* path, and prints each as "LINK -> TARGET".
+var graderLinkScript = func() string {
+	var pats []string
+	for _, g := range GraderPaths {
+		pats = append(pats, g, g+"/*")
+	}
+	pats = append(pats, "/.proctor-*")
+	return `for l; do
+  r=$(readlink -m -- "$l" 2>/dev/null) || r=$(readlink -- "$l") || continue
+  case "$r" in ` + strings.Join(pats, "|") + `) printf '%s -> %s\n' "$l" "$r"; rm -f -- "$l" ;; esac
+done`
+}()
+
+// RemoveGraderLinks runs after an agent's processes are killed and before
+// the verifier copies the graders in (DESIGN §9, "The agent's working
+// directory"): it removes every symlink in the places an agent writes (its
+// working tree, /tmp, /var/tmp, /dev/shm, its HOME, /agent-output, /logs)
+// that resolves into a grader path (GraderPaths), and returns them as
+// "LINK -> TARGET". Such a link points at nothing while the agent runs; it
+// exists only to be read by the verifier as the grader's own file. The
+// verifier then sees what the agent wrote itself, or nothing.
+func RemoveGraderLinks(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) ([]string, error) {
+	var out, errOut strings.Builder
+	cmd := []string{"sh", "-c", `for d; do [ -e "$d" ] && printf '%s\0' "$d"; done | xargs -0 -r sh -c 'find "$@" -type l -exec sh -c "$0" sh {} +' ` + shq(graderLinkScript),
+		"sh", workdir, "/tmp", "/var/tmp", "/dev/shm", agentHome, agentOutput, "/logs"}
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: cmd, Stdout: &out, Stderr: &errOut, Timeout: 5 * time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		return nil, fmt.Errorf("remove symlinks into grader paths: exit %d: %v: %s", res.ExitCode, err, cellfs.Suffix(errOut.String(), 300))
+	}
+	var links []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if l != "" {
+			links = append(links, l)
+		}
+	}
+	return links, nil
+}
+
+// noteGraderLinks records the links RemoveGraderLinks removed in the cell
+// log and as isolation.grader_links_removed (their count).
+func noteGraderLinks(dir cellfs.Dir, iso map[string]any, links []string) {
+	if len(links) == 0 {
+		return
+	}
+	iso["grader_links_removed"] = len(links)
+	for _, l := range links {
+		dir.Logf("removed a symlink into a grader path before the verifier: %s", l)
+	}
 }
 
 // agentEnv is the environment an in-container agent runs with, on top of

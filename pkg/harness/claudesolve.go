@@ -236,6 +236,10 @@ exit $rc
 	if err := killer.KillAll(ctx, h, AgentUser); err != nil {
 		return Outcome{}, fmt.Errorf("stop the agent's processes: %w", err)
 	}
+	links, err := RemoveGraderLinks(ctx, d, h, workdir)
+	if err != nil {
+		return Outcome{}, err
+	}
 	if st.skill != nil {
 		if r, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", SkillPluginDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
 			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", SkillPluginDir, r.ExitCode, err)
@@ -288,6 +292,7 @@ exit $rc
 		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true,
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
 	}
+	noteGraderLinks(dir, fin.Isolation, links)
 	fin.AgentReported = s.metrics(truncated && s.result == nil)
 	switch {
 	case res.TimedOut:
