@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
+)
+
+// rootTask returns the files of a task named name whose image works in
+// /root (the SkillsBench layout), with extra Dockerfile lines and its
+// tests/test.sh.
+func rootTask(name, instruction, dockerfile, testSh string, tests map[string]string) map[string]string {
+	files := map[string]string{
+		name + "/task.toml":              "version = \"1.0\"\n\n[verifier]\ntimeout_sec = 60.0\n\n[agent]\ntimeout_sec = 60.0\n",
+		name + "/instruction.md":         instruction + "\n",
+		name + "/environment/Dockerfile": "FROM debian:bookworm-slim\n" + dockerfile,
+		name + "/solution/solve.sh":      "#!/bin/bash\necho yes > /root/done\n",
+		name + "/tests/test.sh":          "#!/bin/bash\nmkdir -p /logs/verifier\n" + testSh,
+	}
+	for rel, c := range tests {
+		files[name+"/tests/"+rel] = c
+	}
+	return files
+}
+
+// rootAgent is the agent of TestRootWorkdir: it solves root-done when
+// $ANSWER is yes (the wrong agent's is no) and plays one attack per cheat
+// task, each reaching outside its working tree.
+const rootAgent = `#!/bin/bash
+echo '{"_tag":"Started"}'
+echo "uid $(id -u) home $HOME pwd $(pwd)"
+case "$PROCTOR_TASK" in
+root-done)
+  echo "$ANSWER" > /root/done ;;
+root-escape)
+  # Write the system and a grader the image ships outside the work tree,
+  # and shadow a tool the verifier runs from PATH.
+  echo 1 > /etc/x
+  printf '#!/bin/sh\nexit 0\n' > /opt/grader/check.sh
+  mkdir -p /usr/local/bin && printf '#!/bin/sh\nexit 0\n' > /usr/local/bin/grep && chmod +x /usr/local/bin/grep
+  mkdir -p /tests /logs/verifier && echo 1 > /logs/verifier/reward.txt
+  ls -la /etc/x /opt/grader/check.sh /usr/local/bin/grep 2>&1 ;;
+root-link)
+  # Hand the verifier its own answer key: links from the work tree into
+  # /tests, direct, through a linked directory and relative.
+  ln -s /tests/expected /root/done
+  ln -s ../tests /root/t
+  ln -s t/expected /root/done2
+  ln -s /proc/self/root/tests/expected /root/done3
+  ls -la /root ;;
+esac
+echo '{"_tag":"Finished","reason":"completed"}'
+`
+
+// TestRootWorkdir runs tasks whose working directory is /root (most
+// SkillsBench images) with in-container agent arms: the agent runs as uid
+// 10001 owning /root and nothing above it, HOME elsewhere; a right answer
+// passes and a wrong one fails; the probe reports every class closed or
+// n/a; a cheating agent that reaches outside its tree (writes /etc, a
+// grader outside the tree, a tool on the verifier's PATH) or links its
+// answer to a grader file gets the honest outcome; a working directory of
+// / or /etc is refused naming it.
+func TestRootWorkdir(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
+	tnet := testutil.TestNetwork(t, cli)
+	ip := testutil.HTTPHost(t, cli, tnet, "probe-target.test", "target")
+	t.Setenv(harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")
+
+	root := t.TempDir()
+	const reward = `[ "$ok" = 1 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt` + "\n"
+	for _, files := range []map[string]string{
+		// The seed's task, and the ownership the agent had: /root (and what
+		// it made there) is uid 10001's, / and /etc stay root's.
+		rootTask("root-done", "Create `/root/done` containing `yes`.", "WORKDIR /root\nRUN echo 'export PS1=x' >> /root/.bashrc\n",
+			`ok=0; grep -qx yes /root/done && [ "$(stat -c %u /root)" = 10001 ] && [ "$(stat -c %u /root/.bashrc)" = 10001 ] && [ "$(stat -c %u /)" = 0 ] && [ "$(stat -c %u /etc)" = 0 ] && ok=1`+"\n"+reward, nil),
+		rootTask("root-escape", "Escape.", "WORKDIR /root\nRUN mkdir -p /opt/grader && printf '#!/bin/sh\\ngrep -qx yes /root/answer\\n' > /opt/grader/check.sh\n",
+			"ok=0; if [ -f /etc/x ] || sh /opt/grader/check.sh || grep -q . /dev/null; then ok=1; fi\n"+reward, nil),
+		rootTask("root-link", "Link.", "WORKDIR /root\n",
+			"ok=0; for f in /root/done /root/done2 /root/done3; do grep -qx yes \"$f\" && ok=1; done\n"+reward,
+			map[string]string{"expected": "yes\n"}),
+		// Still refused: / (an image without WORKDIR, decided after the
+		// build) and /etc (decided from the Dockerfile).
+		rootTask("slash-workdir", "Create `/root/done` containing `yes`.", "", "ok=0\n"+reward, nil),
+		rootTask("etc-workdir", "Create `/root/done` containing `yes`.", "WORKDIR /etc\n", "ok=0\n"+reward, nil),
+	} {
+		writeTree(t, root, files)
+	}
+	agent := func(answer string) string {
+		dir := t.TempDir()
+		writeTree(t, dir, map[string]string{
+			"agent.toml": "run = \"bash /opt/proctor/agent/agent.sh\"\n\n[env]\nANSWER = \"" + answer + "\"\n",
+			"agent.sh":   rootAgent,
+		})
+		return "agent:" + dir
+	}
+	right, wrong := agent("yes"), agent("no")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-probe,"+right+","+wrong)
+	rows := byCell(a)
+
+	if r := rows["root-done "+right]; r.Outcome != "passed" || r.Metrics.Isolation["workdir"] != "/root" || r.Metrics.Isolation["user"] != harness.AgentUser {
+		t.Errorf("root-done, right answer: %s %q isolation %v", r.Outcome, r.Error, r.Metrics.Isolation)
+	} else if log, _ := os.ReadFile(filepath.Join(r.OutputDir, "solve.log")); !strings.Contains(string(log), "uid 10001 home /tmp/proctor-agent-home pwd /root") {
+		t.Errorf("root-done: the agent's uid, HOME and directory: %s", log)
+	}
+	if r := rows["root-done "+wrong]; r.Outcome != "failed" || r.Reward == nil || *r.Reward != 0 {
+		t.Errorf("root-done, wrong answer: %s %q", r.Outcome, r.Error)
+	}
+	for _, name := range []string{"root-done", "root-escape", "root-link"} {
+		r := rows[name+" docker-probe"]
+		if !r.Passed || r.Metrics.Isolation["workdir"] != "/root" {
+			t.Errorf("%s probe: %s %q isolation %v classes %v", name, r.Outcome, r.Error, r.Metrics.Isolation, r.Metrics.IsolationProbe)
+		}
+		for _, c := range isoprobe.Classes {
+			if s := r.Metrics.IsolationProbe[c]; s != isoprobe.Closed && s != isoprobe.NA {
+				t.Errorf("%s probe: class %s is %q", name, c, s)
+			}
+		}
+	}
+	for _, h := range []string{right, wrong} {
+		if r := rows["root-escape "+h]; r.Outcome != "failed" {
+			t.Errorf("root-escape under %s: %s reward %s %q, want failed", h, r.Outcome, show(r.Reward), r.Error)
+		}
+	}
+	r := rows["root-link "+right]
+	if r.Outcome != "failed" {
+		t.Errorf("root-link: %s reward %s %q, want failed", r.Outcome, show(r.Reward), r.Error)
+	}
+	if n, _ := r.Metrics.Isolation["grader_links_removed"].(float64); n < 3 {
+		t.Errorf("root-link: isolation %v, want the links into /tests counted", r.Metrics.Isolation)
+	}
+	for _, h := range []string{right, wrong, "docker-probe"} {
+		for task, names := range map[string]string{"slash-workdir": "WORKDIR (unset) is /:", "etc-workdir": "/etc"} {
+			if r := rows[task+" "+h]; r.Outcome != "errored" || r.ErrorClass != "refused" || !strings.Contains(r.Error, names) {
+				t.Errorf("%s under %s: %s %s %q, want refused naming %q", task, h, r.Outcome, r.ErrorClass, r.Error, names)
+			}
+		}
+	}
+}
