@@ -43,7 +43,7 @@ func byCell(a *artifact.Artifact) map[string]artifact.Result {
 
 // TestAgentArms runs both example agents beside the oracle with the
 // scripted agent as the baseline, and checks the agents' telemetry, the
-// comparison, the /root refusal and the events by subject.
+// comparison, the /root task scored and the events by subject.
 func TestAgentArms(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
@@ -71,10 +71,12 @@ func TestAgentArms(t *testing.T) {
 	if r := rows["noisy-daemon "+metrics]; r.Outcome != "passed" {
 		t.Errorf("metrics agent on a marker task: %+v", r)
 	}
-	for _, h := range []string{scripted, metrics} {
+	// WORKDIR /root: the agents run there as uid 10001 and are scored (the
+	// scripted agent's marker rule covers /root, the metrics agent's only /app).
+	for h, want := range map[string]string{scripted: "passed", metrics: "failed"} {
 		r := rows["home-workdir "+h]
-		if r.Outcome != "errored" || r.ErrorClass != "refused" || !strings.Contains(r.Error, "/root") {
-			t.Errorf("home-workdir under %s: %+v", h, r)
+		if r.Outcome != want || r.Metrics.Isolation["workdir"] != "/root" {
+			t.Errorf("home-workdir under %s: %s %q isolation %v, want %s", h, r.Outcome, r.Error, r.Metrics.Isolation, want)
 		}
 	}
 	if r := rows["home-workdir oracle"]; r.Outcome != "passed" {
@@ -85,12 +87,12 @@ func TestAgentArms(t *testing.T) {
 		t.Errorf("command harness (reward.txt, PROCTOR_OP lines, operations file): %+v", c)
 	}
 	cmp := a.Summary.Comparisons[metrics]
-	if cmp == nil || cmp.McNemar.NLost != 2 || cmp.McNemar.NGained != 0 || cmp.McNemar.NExcluded != 1 {
+	if cmp == nil || cmp.McNemar.NLost != 3 || cmp.McNemar.NGained != 0 || cmp.McNemar.NExcluded != 0 {
 		t.Fatalf("comparison vs the scripted baseline: %+v", cmp)
 	}
 	// The command harness is compared too; agreeing on every pair, its
 	// exact p is 1 and it stays in Holm's family.
-	if cc := a.Summary.Comparisons[command]; cc == nil || cc.McNemar.NBothPassed != 3 || cc.McNemar.PExact == nil || *cc.McNemar.PExact != 1 ||
+	if cc := a.Summary.Comparisons[command]; cc == nil || cc.McNemar.NBothPassed != 4 || cc.McNemar.PExact == nil || *cc.McNemar.PExact != 1 ||
 		cc.McNemar.Significant == nil || *cc.McNemar.Significant || cc.McNemar.CorrectionFamilySize != 2 {
 		t.Errorf("command harness comparison: %+v", cc)
 	}

@@ -42,8 +42,8 @@ func TestMatrix(t *testing.T) {
 	if c := by["needs-token/oracle/m1/1"]; c.RefusalClass != "unresolved_env" || !strings.Contains(c.Refusal, "API_TOKEN") {
 		t.Errorf("needs-token: %+v", c)
 	}
-	if c := by["home-workdir/agent:examples/agents/scripted/m2/2"]; c.RefusalClass != "refused" || !strings.Contains(c.Refusal, "/root") {
-		t.Errorf("home-workdir under an agent: %+v", c)
+	if c := by["home-workdir/agent:examples/agents/scripted/m2/2"]; c.Refusal != "" {
+		t.Errorf("home-workdir (WORKDIR /root) under an agent is refused: %s", c.Refusal)
 	}
 	if c := by["home-workdir/oracle/m1/1"]; c.Refusal != "" {
 		t.Errorf("home-workdir under the oracle is refused: %s", c.Refusal)

@@ -40,11 +40,11 @@ case "$task" in
     run "bash /app/count.sh" ;;
   *)
     # A rule for the many tasks that ask for a marker file.
-    if [[ "$prompt" =~ \`(/app/[a-z._-]+)\`\ containing\ (the\ word\ )?\`([a-z]+)\` ]]; then
+    if [[ "$prompt" =~ \`(/(app|root)/[a-z._-]+)\`\ containing\ (the\ word\ )?\`([a-z]+)\` ]]; then
       ev ToolCall '"name":"bash"'
-      write "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]}"$'\n'
+      write "${BASH_REMATCH[1]}" "${BASH_REMATCH[4]}"$'\n'
       run "cat ${BASH_REMATCH[1]}"
-    elif [[ "$prompt" =~ \`(/app/[a-z._-]+)\` ]]; then
+    elif [[ "$prompt" =~ \`(/(app|root)/[a-z._-]+)\` ]]; then
       ev ToolCall '"name":"bash"'
       run "touch ${BASH_REMATCH[1]}"
     else
