@@ -144,3 +144,34 @@ func TestRootWorkdir(t *testing.T) {
 		}
 	}
 }
+
+// TestClaudeRootWorkdir: the Claude arm follows the same rule: on a task
+// working in /root the real CLI runs as uid 10001 there, its HOME on its
+// own tmpfs, solves it by tool use and is scored passed.
+func TestClaudeRootWorkdir(t *testing.T) {
+	cli := claudeSetup(t)
+	fakeModel(t, cli, `
+cases:
+  - when: "CASE-ROOT"
+    replies:
+      - tool_use: [{name: Bash, input: {command: "echo yes > /root/done; echo \"uid=$(id -u) home=$HOME pwd=$(pwd)\""}}]
+        usage: {input_tokens: 100, output_tokens: 10}
+      - {text: "Done.", usage: {input_tokens: 110, output_tokens: 5}}
+`)
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"root-done/task.toml":         "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 300.0\n[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/root\"\n",
+		"root-done/instruction.md":    "CASE-ROOT Create `/root/done` containing `yes`.\n",
+		"root-done/tests/test.sh":     "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -qx yes /root/done && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+		"root-done/solution/solve.sh": "#!/bin/bash\necho yes > /root/done\n",
+	})
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude", "--agent-grace", "2")
+	r := byCell(a)["root-done docker-claude"]
+	if r.Outcome != "passed" || r.Metrics.Isolation["workdir"] != "/root" || r.Metrics.Isolation["home"] != "tmpfs" {
+		t.Fatalf("root-done under docker-claude: %s %s %q isolation %v reported %v", r.Outcome, r.ErrorClass, r.Error, r.Metrics.Isolation, r.Metrics.AgentReported)
+	}
+	stream, err := os.ReadFile(filepath.Join(r.OutputDir, "claude.stream.jsonl"))
+	if err != nil || !strings.Contains(string(stream), "uid=10001 home=/tmp/proctor-agent-home pwd=/root") {
+		t.Errorf("the CLI's uid, HOME and directory (%v): %s", err, stream)
+	}
+}
