@@ -7,6 +7,7 @@ package cellrun
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
@@ -80,4 +81,25 @@ func (c *Cell) LoadTask() (*task.Task, error) {
 		return nil, events.Classf(events.ClassInfra, "task %s changed since the run was planned (revision %.12s, planned %.12s)", t.Name, t.Revision, c.Plan.TaskRevision)
 	}
 	return t, nil
+}
+
+// Settled reports whether the cell already has a terminal event (Verdict,
+// CellErrored or CellRefused) of attempt or a later one: a job redelivered
+// after its work was recorded (its ack lost while a stream leader moved,
+// say) is then only acked, so no cell attempt is run or scored twice. The
+// error is the event log's.
+func Settled(ctx context.Context, b *bus.Bus, runID, cellID string, attempt int) (bool, error) {
+	for _, t := range []events.Type{events.Verdict, events.CellErrored, events.CellRefused} {
+		e, err := b.LastEvent(ctx, events.CellSubject(runID, cellID, t))
+		if errors.Is(err, bus.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if e.Attempt >= attempt {
+			return true, nil
+		}
+	}
+	return false, nil
 }

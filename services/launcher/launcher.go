@@ -286,6 +286,12 @@ func (c *cell) run(ctx context.Context) error {
 			"status", cr.Status, "expired", cr.Expired, "epoch", c.job.Epoch, "run_epoch", cr.Epoch)
 		return nil
 	}
+	if done, err := cellrun.Settled(ctx, c.s.bus, c.job.RunID, c.job.CellID, c.job.AttemptBase+1); err != nil || done {
+		if done {
+			c.s.log.Info("dropping a redelivered job of a cell already ended", "run", c.job.RunID, "cell", c.job.CellID, "attempt", c.attempt)
+		}
+		return err
+	}
 	c.cr = cr
 	if err := c.Dir().Ensure(); err != nil {
 		return c.end(ctx, events.ClassInfra, err)

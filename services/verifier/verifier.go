@@ -174,6 +174,12 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if cr.Ended() || cr.Stale(job.Epoch) {
 		return nil, nil
 	}
+	// A job redelivered after its verdict was recorded (the ack lost)
+	// only destroys the sandbox (gone already): one terminal event per
+	// attempt.
+	if done, err := cellrun.Settled(ctx, s.bus, job.RunID, job.CellID, job.Attempt); err != nil || done {
+		return nil, err
+	}
 	dir := cr.Dir
 	fail := func(err error) (*events.Envelope, error) {
 		class, ok := events.ClassOf(err)

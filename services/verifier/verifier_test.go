@@ -403,6 +403,32 @@ func TestVerifyRedeliveredAfterADeadVerifier(t *testing.T) {
 	}
 }
 
+// TestVerifyRedeliveredAfterTheVerdict is fault 9's de-duplication: a
+// verify job given again after its attempt's verdict was recorded (its
+// ack lost while a stream leader moved) runs no test and records nothing:
+// the cell keeps one terminal event.
+func TestVerifyRedeliveredAfterTheVerdict(t *testing.T) {
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
+	f := newFixture(t, d, nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, harnesstest.Task(t, "t", nil), "oracle")
+	vj := f.job(job, "bridge")
+	for range 2 {
+		if err := f.s.Verify(context.Background(), vj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := 0
+	for _, x := range d.Execs() {
+		if strings.Contains(strings.Join(x.Spec.Cmd, " "), "test.sh") {
+			tests++
+		}
+	}
+	evs := harnesstest.CellEvents(t, f.b, f.run, job.CellID)
+	if got := harnesstest.TypesOf(evs); !slices.Equal(got, []events.Type{events.VerifyStarted, events.Verdict}) || tests != 1 {
+		t.Errorf("events %v, test.sh ran %d times; want one VerifyStarted and one Verdict from one run", got, tests)
+	}
+}
+
 // TestVerifierSurvivesAServerRestart is fault 3: the server goes away
 // under a serving verifier (a node restarting, a leader moving) and comes
 // back on the same address and store; the verifier stays up and serves
