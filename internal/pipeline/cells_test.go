@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
@@ -29,6 +31,9 @@ type cellsRun struct {
 	host *sandboxfake.Driver
 	// solves counts the solves that ran (each command's Do).
 	solves atomic.Int32
+	// logs holds the services' logs; log writes to it.
+	logs testutil.SyncBuffer
+	log  *slog.Logger
 }
 
 // planCells records a running run of n cells on b (run record,
@@ -37,6 +42,12 @@ type cellsRun struct {
 func planCells(t *testing.T, ctx context.Context, b *bus.Bus, n int, solve time.Duration) *cellsRun {
 	t.Helper()
 	r := &cellsRun{run: events.NewID()}
+	r.log = slog.New(slog.NewTextHandler(&r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			r.dump(t, b)
+		}
+	})
 	tk := harnesstest.Task(t, "t", nil)
 	spec := harnesstest.NewEnv(t, tk, "oracle", nil).SpecV
 	spec.OutputDir = t.TempDir()
@@ -78,7 +89,7 @@ func (r *cellsRun) services(t *testing.T, ctx context.Context, connect func() *b
 	sctx, cancel := context.WithCancel(ctx)
 	var grp errgroup.Group
 	for _, cfg := range launchers {
-		cfg.Host = r.host
+		cfg.Host, cfg.Logger = r.host, r.log
 		l, err := launcher.New(cfg, connect(), r.host)
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +97,7 @@ func (r *cellsRun) services(t *testing.T, ctx context.Context, connect func() *b
 		grp.Go(func() error { return l.Run(sctx) })
 	}
 	for range aggregators {
-		a, err := aggregator.New(aggregator.Config{Version: "test"}, connect())
+		a, err := aggregator.New(aggregator.Config{Version: "test", Logger: r.log}, connect())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,11 +139,12 @@ func (r *cellsRun) checkOnce(t *testing.T, b *bus.Bus, rec bus.RunRecord) {
 	if rec.Status != bus.StatusFinished {
 		t.Errorf("run status %q, want finished", rec.Status)
 	}
+	byCell := r.events(t, b)
 	for _, job := range r.jobs {
 		count := map[events.Type]int{}
 		attempts := map[int]bool{}
 		pass := false
-		for _, e := range harnesstest.CellEvents(t, b, r.run, job.CellID) {
+		for _, e := range byCell[job.CellID] {
 			count[e.Type]++
 			attempts[e.Attempt] = true
 			if e.Type == events.Verdict {
@@ -151,4 +163,41 @@ func (r *cellsRun) checkOnce(t *testing.T, b *bus.Bus, rec bus.RunRecord) {
 	if n := int(r.solves.Load()); n != len(r.jobs) {
 		t.Errorf("%d solves ran for %d cells", n, len(r.jobs))
 	}
+}
+
+// events reads the run's events by cell, retrying transient bus errors
+// (the test's own connection may have been on a killed server).
+func (r *cellsRun) events(t *testing.T, b *bus.Bus) map[string][]events.Envelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var byCell map[string][]events.Envelope
+	err := bus.Retry(ctx, nil, "read the run", func(ctx context.Context) error {
+		byCell = map[string][]events.Envelope{}
+		return b.ReadRun(ctx, r.run, func(e events.Envelope) error {
+			byCell[e.CellID] = append(byCell[e.CellID], e)
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return byCell
+}
+
+// dump logs each cell's event types and the services' logs (a failed
+// test's diagnosis).
+func (r *cellsRun) dump(t *testing.T, b *bus.Bus) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	byCell := map[string][]string{}
+	err := b.ReadRun(ctx, r.run, func(e events.Envelope) error {
+		byCell[e.CellID] = append(byCell[e.CellID], fmt.Sprintf("%s#%d", e.Type, e.Attempt))
+		return nil
+	})
+	for _, job := range r.jobs {
+		t.Logf("cell %s: %v", job.CellID, byCell[job.CellID])
+	}
+	t.Logf("run events: %v (read error %v)", byCell[""], err)
+	t.Logf("service logs:\n%s", r.logs.String())
 }

@@ -84,7 +84,7 @@ func newBus(ctx context.Context, nc *nats.Conn, log *slog.Logger, replicas int) 
 	}
 	b := &Bus{NC: nc, log: log}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(MaxPending),
-		jetstream.WithPublishAsyncErrHandler(b.onAsyncError))
+		jetstream.WithPublishAsyncErrHandler(b.onAsyncError), jetstream.WithPublishAsyncTimeout(RequestTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
@@ -117,7 +117,9 @@ func (b *Bus) keep(ctx context.Context, name string, want int) int {
 }
 
 func (b *Bus) ensure(ctx context.Context, replicas int) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// One try is bounded by RequestTimeout: a request made while a
+	// cluster elects its meta leader has no answer, and Retry tries again.
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	var err error
 	b.Events, err = b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -169,6 +171,14 @@ func (b *Bus) Close() {
 		b.NC.Close()
 	}
 }
+
+// RequestTimeout bounds one request to the server (a run record read or
+// write, a last-event lookup, an async publish's ack), whatever ctx's
+// deadline: a request sent to a server that died (kill -9 of a node) has
+// no answer, and a job's handler waiting on it would hold the job, kept
+// alive by its heartbeats, for ever. The caller retries a timeout
+// (Transient).
+const RequestTimeout = 10 * time.Second
 
 // withDefaultTimeout applies d only when ctx has no deadline (as nats.go's
 // wrapContextWithoutDeadline does).

@@ -130,6 +130,8 @@ func (b *Bus) PutRun(ctx context.Context, r RunRecord) error {
 // compare-and-set, retrying on a concurrent write. A missing record starts
 // from RunRecord{ID: id}.
 func (b *Bus) UpdateRun(ctx context.Context, id string, fn func(*RunRecord)) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*RequestTimeout)
+	defer cancel()
 	for try := 0; try < 20; try++ {
 		var r RunRecord
 		var rev uint64
@@ -173,6 +175,8 @@ func isWrongSeq(err error) bool {
 // GetRun reads a run record; ErrNotFound when the id is unknown.
 func (b *Bus) GetRun(ctx context.Context, id string) (RunRecord, error) {
 	var r RunRecord
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
 	e, err := b.Runs.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return r, fmt.Errorf("%w: run %s", ErrNotFound, id)

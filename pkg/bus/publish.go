@@ -57,8 +57,9 @@ type failedPub struct {
 
 // Flush waits until every outstanding publish is acknowledged, then
 // republishes synchronously (same Nats-Msg-Id, so the stream drops a
-// duplicate) any that failed, three tries each. It returns the first
-// publish that still failed, or ctx's error.
+// duplicate) any that failed, retrying transient errors with backoff
+// (Retry: a stream leader moving, a node restarting) until ctx ends. It
+// returns the first publish that failed for good, or ctx's error.
 func (b *Bus) Flush(ctx context.Context) error {
 	for {
 		select {
@@ -76,12 +77,12 @@ func (b *Bus) Flush(ctx context.Context) error {
 			return nil
 		}
 		for _, fp := range failed {
-			var err error
-			for try := 0; try < 3; try++ {
-				if _, err = b.JS.PublishMsg(ctx, fp.msg); err == nil {
-					break
-				}
-			}
+			err := Retry(ctx, b.log, "publish "+fp.msg.Subject, func(ctx context.Context) error {
+				pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_, err := b.JS.PublishMsg(pctx, fp.msg)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("bus: publish %s failed (first error: %v): %w", fp.msg.Subject, fp.err, err)
 			}

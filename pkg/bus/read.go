@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -256,7 +255,7 @@ func iterate(ctx context.Context, cons jetstream.Consumer, what string, fn func(
 // one cell's CellPlanned, one run's RunRequested). ErrNotFound when there
 // is none.
 func (b *Bus) LastEvent(ctx context.Context, subject string) (events.Envelope, error) {
-	ctx, cancel := withDefaultTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	m, err := b.Events.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {

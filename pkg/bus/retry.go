@@ -19,8 +19,10 @@ const (
 // Transient reports whether err is a bus error that goes away by itself:
 // no responders (a stream leader moving, a server restarting), a request
 // that timed out (a stream recovering), a connection reconnecting, a
-// server shutting down (a node restarting). A configuration error (bad credentials, a permission violation, an
-// invalid stream config) is not transient.
+// server shutting down (a node restarting), a pull cut by its consumer's
+// leader moving, an async publish whose ack never came. A configuration
+// error (bad credentials, a permission violation, an invalid stream
+// config) is not transient.
 func Transient(err error) bool {
 	switch {
 	case err == nil:
@@ -30,7 +32,8 @@ func Transient(err error) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
 		errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, nats.ErrNoServers),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, nats.ErrSlowConsumer),
-		errors.Is(err, jetstream.ErrServerShutdown):
+		errors.Is(err, jetstream.ErrServerShutdown), errors.Is(err, jetstream.ErrConsumerLeadershipChanged),
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		return true
 	}
 	var apiErr *jetstream.APIError

@@ -14,7 +14,8 @@ import (
 
 // PublishWork puts a job on the work queue and waits for the stream's ack.
 // id is the Nats-Msg-Id: publishing the same job twice inside the
-// duplicate window enqueues it once.
+// duplicate window enqueues it once, which makes retrying a transient
+// error (Retry) safe; the default deadline is 30 s.
 func (b *Bus) PublishWork(ctx context.Context, subject, id string, job any) error {
 	data, err := json.Marshal(job)
 	if err != nil {
@@ -24,7 +25,13 @@ func (b *Bus) PublishWork(ctx context.Context, subject, id string, job any) erro
 	defer cancel()
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(nats.MsgIdHdr, id)
-	if _, err := b.JS.PublishMsg(ctx, msg); err != nil {
+	err = Retry(ctx, b.log, "publish job "+id, func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := b.JS.PublishMsg(pctx, msg)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("bus: publish job %s: %w", subject, err)
 	}
 	return nil

@@ -49,8 +49,21 @@ func (c *Cell) Ended() bool {
 func (c *Cell) Stale(epoch int) bool { return epoch != c.Epoch }
 
 // Open reads the run record and, unless the run has ended, the cell's
-// CellPlanned. Its errors are the event log's (retry the job).
+// CellPlanned, retrying transient bus errors (bus.Retry: a stream leader
+// moving) until ctx ends, so a job is not given back, and run again as a
+// new attempt, for a blip. Its errors are the event log's (retry the
+// job).
 func Open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) {
+	var c *Cell
+	err := bus.Retry(ctx, nil, "read cell "+cellID, func(ctx context.Context) error {
+		var err error
+		c, err = open(ctx, b, runID, cellID)
+		return err
+	})
+	return c, err
+}
+
+func open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) {
 	rec, err := b.GetRun(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -86,11 +99,17 @@ func (c *Cell) LoadTask() (*task.Task, error) {
 // Settled reports whether the cell already has a terminal event (Verdict,
 // CellErrored or CellRefused) of attempt or a later one: a job redelivered
 // after its work was recorded (its ack lost while a stream leader moved,
-// say) is then only acked, so no cell attempt is run or scored twice. The
-// error is the event log's.
+// say) is then only acked, so no cell attempt is run or scored twice.
+// Transient bus errors are retried (bus.Retry); the error is the event
+// log's.
 func Settled(ctx context.Context, b *bus.Bus, runID, cellID string, attempt int) (bool, error) {
 	for _, t := range []events.Type{events.Verdict, events.CellErrored, events.CellRefused} {
-		e, err := b.LastEvent(ctx, events.CellSubject(runID, cellID, t))
+		var e events.Envelope
+		err := bus.Retry(ctx, nil, "read cell "+cellID, func(ctx context.Context) error {
+			var err error
+			e, err = b.LastEvent(ctx, events.CellSubject(runID, cellID, t))
+			return err
+		})
 		if errors.Is(err, bus.ErrNotFound) {
 			continue
 		}

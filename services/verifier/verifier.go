@@ -190,7 +190,12 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(class), Error: err.Error()})
 		return &e, nil
 	}
-	if started, err := s.bus.LastEvent(ctx, events.CellSubject(job.RunID, job.CellID, events.VerifyStarted)); err == nil && started.Attempt == job.Attempt {
+	var started events.Envelope
+	err = bus.Retry(ctx, s.log, "read cell "+job.CellID, func(ctx context.Context) error {
+		started, err = s.bus.LastEvent(ctx, events.CellSubject(job.RunID, job.CellID, events.VerifyStarted))
+		return err
+	})
+	if err == nil && started.Attempt == job.Attempt {
 		// The tests of this attempt ran (in part) already: a verifier
 		// died during them. The container's state after a partial test
 		// run (reward files half written, processes stopped) is not
