@@ -24,6 +24,10 @@ const (
 	// EnvEgressNetwork names the Docker network the sidecar joins for its
 	// way out; unset, the default bridge.
 	EnvEgressNetwork = "PROCTOR_EGRESS_NETWORK"
+	// EnvCgroupRoot names where the engine host's cgroup filesystem is
+	// mounted when proctor runs in a container (docker.Options.CgroupRoot);
+	// unset, /sys/fs/cgroup.
+	EnvCgroupRoot = "PROCTOR_CGROUP_ROOT"
 )
 
 func newProxy(g *globals) *cobra.Command {

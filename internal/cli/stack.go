@@ -58,7 +58,8 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			return nil, err
 		}
 		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults,
-			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork)})
+			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork),
+			CgroupRoot: os.Getenv(EnvCgroupRoot)})
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -102,6 +103,14 @@ type Options struct {
 	// EgressNetwork is the network the egress proxy joins for its way out
 	// when Spec.Egress.Upstream is ""; "" means the bridge.
 	EgressNetwork string
+	// CgroupRoot is where the engine host's cgroup filesystem is mounted
+	// in this process's view, read for OOM counts and the freeze's process
+	// count (see hostOOMFile, hostAlive); "" means /sys/fs/cgroup. A
+	// proctor running in a container (deploy/) mounts the host's
+	// /sys/fs/cgroup read-only elsewhere and names it here, and shares the
+	// host's pid namespace; without both it falls back to execs in the
+	// sandbox, which a paused container refuses.
+	CgroupRoot string
 }
 
 // New returns a Docker driver. It does not contact the engine; the
@@ -120,7 +129,7 @@ func New(opts Options) (*Driver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork,
-		cgroupRoot: "/sys/fs/cgroup"}, nil
+		cgroupRoot: cmp.Or(opts.CgroupRoot, "/sys/fs/cgroup")}, nil
 }
 
 // Client returns the engine client the driver uses.

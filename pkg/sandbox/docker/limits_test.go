@@ -166,6 +166,20 @@ func TestDockerOOMKilled(t *testing.T) {
 		if n, err := d.OOMKills(ctx, h); err != nil || n != 1 {
 			t.Errorf("OOMKills of the frozen container: %v %v, want 1", n, err)
 		}
+		// Options.CgroupRoot names the host's cgroup filesystem mounted
+		// elsewhere (proctor in a container); a link stands in for the
+		// mount here.
+		link := filepath.Join(t.TempDir(), "host-cgroup")
+		if err := os.Symlink(d.cgroupRoot, link); err != nil {
+			t.Fatal(err)
+		}
+		viaRoot, err := New(Options{Client: d.cli, CgroupRoot: link})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := viaRoot.OOMKills(ctx, h); err != nil || n != 1 {
+			t.Errorf("OOMKills through Options.CgroupRoot of the frozen container: %v %v, want 1", n, err)
+		}
 	}
 	if n, err := byExec.OOMKills(ctx, h); err == nil {
 		t.Errorf("OOMKills by exec of a frozen container: %d, want an error", n)
