@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"io"
 	"maps"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 
 	"github.com/spf13/cobra"
 
@@ -37,8 +38,13 @@ func newRuns(g *globals) *cobra.Command {
 type runView struct {
 	bus.RunRecord
 	// Stale is true when the record says requested or running but no
-	// proctor process serves this store: the process that ran it died.
+	// proctor process serves this store, or the run's lease expired (on a
+	// cluster: its owner stopped renewing it): the process that ran it
+	// died, and only `runs resume` continues it.
 	Stale bool `json:"stale,omitempty"`
+	// LeaseExpired is true when the run has not ended and its lease ended
+	// before now (RunRecord.LeaseExpired).
+	LeaseExpired bool `json:"lease_expired,omitempty"`
 	// States counts cells by outcome, running or queued, from the log.
 	States map[string]int `json:"states,omitempty"`
 	// Progress is the per-harness progress from the log (runs show only).
@@ -165,7 +171,8 @@ Events whose data did not decode are counted on a "warning" line.`,
 func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, detail, cells bool) (runView, error) {
 	v := runView{RunRecord: r, States: r.Counts}
 	done := terminalStatus(r.Status)
-	v.Stale = !done && conn.embedded != nil
+	v.LeaseExpired = !done && r.LeaseExpired(time.Now())
+	v.Stale = !done && (conn.embedded != nil || v.LeaseExpired)
 	if done && !detail {
 		return v, nil
 	}
@@ -217,7 +224,10 @@ func writeRunView(w io.Writer, v runView) {
 	if v.DecodeErrors != nil {
 		line("warning", decodeErrorsText(v.DecodeErrors))
 	}
-	if v.Stale {
+	switch {
+	case v.LeaseExpired:
+		fmt.Fprintf(w, "note       the run's lease ended at %s (its owner %s stopped renewing it): `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.LeaseUntil, orDash(v.Owner), v.ID, v.ID)
+	case v.Stale:
 		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor replay %s` projects what finished\n", v.ID)
 	}
 	for _, h := range v.Progress {

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// TestRunsShowExpiredLeaseOnACluster: on a cluster (--nats), a run whose
+// owner stopped renewing its lease is shown stale ("running*") with the
+// way to continue it, and a run whose lease is current is shown running.
+func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	url := s.ClientURL()
+
+	ctx := context.Background()
+	b, err := bus.Connect(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	now := time.Now()
+	dead := bus.RunRecord{ID: "01DEADRUN000000000000000000", Status: bus.StatusRunning, Owner: "host-a/4242",
+		StartedAt: now.Add(-time.Hour).UTC().Format(time.RFC3339), Spec: events.RunSpec{Harnesses: []string{"oracle"}}}
+	dead.Renew(now.Add(-10*time.Minute), time.Minute)
+	live := bus.RunRecord{ID: "01LIVERUN000000000000000000", Status: bus.StatusRunning, Owner: "host-b/7",
+		StartedAt: now.UTC().Format(time.RFC3339), Spec: events.RunSpec{Harnesses: []string{"oracle"}}}
+	live.Renew(now, time.Hour)
+	for _, r := range []bus.RunRecord{dead, live} {
+		if err := b.PutRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	list := mustProctor(t, "runs", "list", "--nats", url)
+	if !strings.Contains(list, dead.ID+"  running*") {
+		t.Errorf("the run with an expired lease is not shown stale:\n%s", list)
+	}
+	if !strings.Contains(list, live.ID+"  running ") {
+		t.Errorf("the run with a current lease is not shown running:\n%s", list)
+	}
+	show := mustProctor(t, "runs", "show", dead.ID, "--nats", url)
+	if !strings.Contains(show, "lease ended at "+dead.LeaseUntil) || !strings.Contains(show, "host-a/4242") ||
+		!strings.Contains(show, "proctor runs resume "+dead.ID) {
+		t.Errorf("runs show of the expired run:\n%s", show)
+	}
+	if show := mustProctor(t, "runs", "show", live.ID, "--nats", url); strings.Contains(show, "note ") {
+		t.Errorf("runs show of the live run has a note:\n%s", show)
+	}
+}
