@@ -175,3 +175,95 @@ cases:
 		t.Errorf("the CLI's uid, HOME and directory (%v): %s", err, stream)
 	}
 }
+
+// homeAgent is the agent of TestRootWorkdirVerifierHome: honest, it
+// writes the answer 42; cheating, it writes 41 and plants, in /root (the
+// verifier's HOME), Python start-up hooks that make every python the
+// verifier starts exit 0 at once (a usercustomize module, a new .pth
+// file, an import line added to the image's own .pth), a module shadowing
+// the image's, and a git config.
+const homeAgent = `#!/bin/bash
+echo '{"_tag":"Started"}'
+if [ "$MODE" = honest ]; then echo 42 > /root/answer; else
+  echo 41 > /root/answer
+  site=/root/.local/lib/python$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')/site-packages
+  mkdir -p "$site"
+  echo 'import os; os._exit(0)' > "$site/usercustomize.py"
+  echo 'import os; os._exit(0)' > "$site/zz-cheat.pth"
+  [ -f "$site/imgpath.pth" ] && echo 'import os; os._exit(0)' >> "$site/imgpath.pth"
+  printf 'ANSWER = "41"\n' > "$site/imgmod2.py"
+  printf '[core]\n\tfsmonitor = /bin/true\n' > /root/.gitconfig
+  ls -la "$site"
+fi
+echo '{"_tag":"Finished","reason":"completed"}'
+`
+
+// TestRootWorkdirVerifierHome: when the agent's working tree is /root it
+// is also the verifier's HOME, and the verifier must not run code the
+// agent planted there. A python check (run by test.sh as root) fails for
+// a wrong answer although the agent planted usercustomize.py, a .pth file
+// and an import line in the image's own .pth that would make python exit
+// 0: the user site-packages the image lacked is removed, and in one the
+// image had the agent's entries are removed and its .pth put back, each
+// named in the cell log and counted in isolation.verifier_home_reset. The
+// image's own user site-packages (a module and a .pth adding a path)
+// stays importable by the verifier: the honest answer passes.
+func TestRootWorkdirVerifierHome(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+
+	const check = "import sys\nsys.exit(0 if open('/root/answer').read().strip() == '42' else 1)\n"
+	const testSh = "if python3 /tests/check.py; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+	root := t.TempDir()
+	plain := rootTask("home-plain", "Write 42 to /root/answer.", "", testSh, map[string]string{"check.py": check})
+	plain["home-plain/environment/Dockerfile"] = "FROM python:3.11-slim\nWORKDIR /root\n"
+	// The image ships a user site-packages (its path computed from the
+	// image's python): a module and a .pth adding a directory with another.
+	site := rootTask("home-site", "Write 42 to /root/answer.", "", testSh, map[string]string{
+		"check.py": "import imgmod, imgother\n" + check,
+	})
+	site["home-site/environment/Dockerfile"] = `FROM python:3.11-slim
+WORKDIR /root
+RUN d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p "$d" /opt/imgpath && \
+    echo 'ANSWER = "42"' > "$d/imgmod.py" && echo /opt/imgpath > "$d/imgpath.pth" && echo 'X = 1' > /opt/imgpath/imgother.py
+`
+	writeTree(t, root, plain)
+	writeTree(t, root, site)
+	agent := func(mode string) string {
+		dir := t.TempDir()
+		writeTree(t, dir, map[string]string{
+			"agent.toml": "run = \"bash /opt/proctor/agent/agent.sh\"\n\n[env]\nMODE = \"" + mode + "\"\n",
+			"agent.sh":   homeAgent,
+		})
+		return "agent:" + dir
+	}
+	honest, cheat := agent("honest"), agent("cheat")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", honest+","+cheat)
+	rows := byCell(a)
+
+	if r := rows["home-site "+honest]; r.Outcome != "passed" {
+		log, _ := os.ReadFile(filepath.Join(r.OutputDir, "verifier.log"))
+		t.Errorf("home-site, honest: %s %q isolation %v, want passed with the image's user site-packages: %s", r.Outcome, r.Error, r.Metrics.Isolation, log)
+	} else if _, ok := r.Metrics.Isolation["verifier_home_reset"]; ok {
+		t.Errorf("home-site, honest: isolation %v, nothing to reset", r.Metrics.Isolation)
+	}
+	for task, want := range map[string][]string{
+		"home-plain": {"removed /root/.local/lib/python3.", "restored /root/.gitconfig"},
+		"home-site":  {"/site-packages/usercustomize.py", "/site-packages/zz-cheat.pth", "/site-packages/imgmod2.py", "restored /root/.local/lib/python3.", "/site-packages/imgpath.pth", "restored /root/.gitconfig"},
+	} {
+		r := rows[task+" "+cheat]
+		if r.Outcome != "failed" || r.Reward == nil || *r.Reward != 0 {
+			t.Errorf("%s, cheat: %s reward %s %q, want failed", task, r.Outcome, show(r.Reward), r.Error)
+		}
+		if n, _ := r.Metrics.Isolation["verifier_home_reset"].(float64); n < 2 {
+			t.Errorf("%s, cheat: isolation %v, want the reset counted", task, r.Metrics.Isolation)
+		}
+		log, _ := os.ReadFile(filepath.Join(r.OutputDir, "run.log"))
+		for _, w := range want {
+			if !strings.Contains(string(log), w) {
+				t.Errorf("%s, cheat: run.log does not name %q:\n%s", task, w, log)
+			}
+		}
+	}
+}

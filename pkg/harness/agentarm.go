@@ -235,7 +235,12 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if sp := env.Spec(); sp.AgentGraceSec > 0 {
 		grace = seconds(sp.AgentGraceSec)
 	}
-	if err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
+	real, err := prepareAgentDirs(ctx, d, h, workdir)
+	if err != nil {
+		return Outcome{}, err
+	}
+	home, err := snapshotHome(ctx, d, h, real, t.VerifierEnv["HOME"])
+	if err != nil {
 		return Outcome{}, err
 	}
 	if err := d.CopyIn(ctx, h, ag.Dir, AgentMount); err != nil {
@@ -292,6 +297,10 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err != nil {
 		return Outcome{}, err
 	}
+	reset, err := home.reset(ctx, d, h)
+	if err != nil {
+		return Outcome{}, err
+	}
 
 	run.mu.Lock()
 	defer run.mu.Unlock()
@@ -301,6 +310,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir},
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
+	noteHomeReset(dir, fin.Isolation, reset)
 	if res.TimedOut {
 		fin.Reason = "timeout"
 	}
@@ -336,17 +346,18 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 // prepareAgentDirs creates the agent's working directory (checked with
 // its symlinks resolved: resolveWorkdir), /agent-output, its HOME and
 // /logs/agent, owned by AgentUser (and nothing else: the working tree, not
-// its parents; / stays root's).
-func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) error {
+// its parents; / stays root's). It returns the working directory with its
+// symlinks resolved.
+func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) (string, error) {
 	real, err := resolveWorkdir(ctx, d, h, workdir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	prep := fmt.Sprintf("mkdir -p %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(real), agentOutput, agentHome, AgentUser)
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
+		return "", fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
 	}
-	return nil
+	return real, nil
 }
 
 // GraderPaths are where the verifier's and the oracle's files appear only

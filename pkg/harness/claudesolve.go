@@ -183,6 +183,10 @@ cp %[5]s/prompt.md %[2]s/prompt.md && chown %[4]s %[2]s/prompt.md
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &prepOut, Stderr: &prepOut, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
 		return Outcome{}, fmt.Errorf("prepare the agent's directories: exit %d: %v: %s", res.ExitCode, err, red.String(prepOut.String()))
 	}
+	home, err := snapshotHome(ctx, d, h, realWorkdir, t.VerifierEnv["HOME"])
+	if err != nil {
+		return Outcome{}, err
+	}
 
 	var argv []string
 	for _, a := range ClaudeArgs(plan.Model, st.skill) {
@@ -240,6 +244,10 @@ exit $rc
 	if err != nil {
 		return Outcome{}, err
 	}
+	reset, err := home.reset(ctx, d, h)
+	if err != nil {
+		return Outcome{}, err
+	}
 	if st.skill != nil {
 		if r, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", SkillPluginDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
 			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", SkillPluginDir, r.ExitCode, err)
@@ -293,6 +301,7 @@ exit $rc
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
+	noteHomeReset(dir, fin.Isolation, reset)
 	fin.AgentReported = s.metrics(truncated && s.result == nil)
 	switch {
 	case res.TimedOut:
