@@ -249,8 +249,8 @@ RUN d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p
 		t.Errorf("home-site, honest: isolation %v, nothing to reset", r.Metrics.Isolation)
 	}
 	for task, want := range map[string][]string{
-		"home-plain": {"removed /root/.local/lib/python3.", "restored /root/.gitconfig"},
-		"home-site":  {"/site-packages/usercustomize.py", "/site-packages/zz-cheat.pth", "/site-packages/imgmod2.py", "restored /root/.local/lib/python3.", "/site-packages/imgpath.pth", "restored /root/.gitconfig"},
+		"home-plain": {"removed /root/.local/lib/python3.", "removed /root/.gitconfig"},
+		"home-site":  {"/site-packages/usercustomize.py", "/site-packages/zz-cheat.pth", "/site-packages/imgmod2.py", "restored /root/.local/lib/python3.", "/site-packages/imgpath.pth", "removed /root/.gitconfig"},
 	} {
 		r := rows[task+" "+cheat]
 		if r.Outcome != "failed" || r.Reward == nil || *r.Reward != 0 {

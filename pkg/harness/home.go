@@ -185,7 +185,8 @@ while [ $# -gt 1 ]; do
   case $op in
   D) printf 'D\0%s\0' "$f"; rm -rf -- "$f" ;;
   R) if same "$f" "$S/keep/$f"; then [ -d "$f" ] && [ ! -L "$f" ] || continue
-     else printf 'R\0%s\0' "$f"; fi
+     elif [ -e "$S/keep/$f" ] || [ -L "$S/keep/$f" ]; then printf 'R\0%s\0' "$f"
+     else printf 'D\0%s\0' "$f"; fi
      rm -rf -- "$f"
      if [ -e "$S/keep/$f" ] || [ -L "$S/keep/$f" ]; then
        mkdir -p -- "$(dirname -- "$f")" && cp -a -- "$S/keep/$f" "$f" || exit 1
