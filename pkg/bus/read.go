@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
@@ -87,7 +89,7 @@ func (b *Bus) scan(ctx context.Context, first uint64, fn func(subject string, da
 // costs a channel hand-off per message). fn runs on the client's delivery
 // goroutine, one message at a time; consume returns only once no fn call
 // runs or will run. Used for bounded reads (ReadRun), whose fn is quick;
-// Follow keeps the iterator, whose slow callers must not stall the
+// Follow uses an iterator, whose slow callers must not stall the
 // client's heartbeat handling.
 func consume(ctx context.Context, cons jetstream.Consumer, what string, fn func(subject string, data []byte, seq uint64) error) error {
 	var (
@@ -201,48 +203,139 @@ func (b *Bus) Read(ctx context.Context, filters []string, fn func(events.Envelop
 // Follow calls fn for every event matching filters from the start of the
 // log and keeps following new ones until ctx ends (returning ctx's error)
 // or fn returns ErrStop (returning nil) or another error.
+//
+// A follow survives the server that holds its consumer dying (kill -9
+// included): a consumer that stops sending idle heartbeats (FollowHeartbeat
+// missed twice), is deleted, or skips a delivery is replaced by a new one
+// that starts at the stream sequence after the last event delivered, so
+// each event reaches fn once and in stream order.
 func (b *Bus) Follow(ctx context.Context, filters []string, fn func(events.Envelope) error) error {
 	return b.follow(ctx, filters, func(e events.Envelope, _ uint64) error { return fn(e) })
 }
 
+// FollowHeartbeat is the idle heartbeat a follow asks of its consumer;
+// two missed in a row mean the consumer is gone (its server died or is cut
+// off) and the follow re-creates it.
+const FollowHeartbeat = 3 * time.Second
+
+// followExpiry is how long one pull request of a follow lasts.
+const followExpiry = 15 * time.Second
+
+// errResume ends one consumer of a follow: the follow goes on with a new
+// consumer from the event after the last one delivered.
+type errResume struct{ err error }
+
+func (e errResume) Error() string { return e.err.Error() }
+func (e errResume) Unwrap() error { return e.err }
+
+// follow is Follow with each event's stream sequence. It reads through
+// ephemeral AckNone pull consumers of its own, not the client's ordered
+// consumer: on a cluster, when the server holding an ordered consumer is
+// killed, nats.go (v1.55) retries creating its replacement under one name
+// for ever inside Next, deaf to ctx, and the replacement can be placed on
+// the dead server again; the follow then stalls for good with no error.
+// Here each replacement has a new name and its creation is bounded by
+// RequestTimeout and retried with backoff (Retry).
 func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envelope, uint64) error) error {
-	cons, err := b.JS.OrderedConsumer(ctx, EventsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("bus: ordered consumer on %v: %w", filters, err)
-	}
-	return iterate(ctx, cons, fmt.Sprint(filters), func(_ string, data []byte, seq uint64) error {
-		e, err := events.Decode(data)
-		if err != nil {
-			return fmt.Errorf("bus: event at stream sequence %d: %w", seq, err)
+	var last uint64 // stream sequence of the last event delivered to fn
+	wait := RetryFirst
+	for {
+		err := b.followOnce(ctx, filters, &last, fn)
+		var resume errResume
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.As(err, &resume):
+		case !Transient(err):
+			return err
 		}
-		return fn(e, seq)
-	})
+		if b.log != nil {
+			b.log.Warn("event follow interrupted, resuming", "filters", filters, "after_seq", last, "err", err, "in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, RetryMax)
+	}
 }
 
-// iterate delivers the consumer's messages to fn until ctx ends (its
-// error), fn returns ErrStop (nil) or another error (returned).
-func iterate(ctx context.Context, cons jetstream.Consumer, what string, fn func(subject string, data []byte, seq uint64) error) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(2048))
+// followOnce reads the events after stream sequence *last through one new
+// consumer until fn stops it (nil), fn fails (its error), the consumer
+// fails (errResume) or ctx ends. *last advances with every event fn took.
+func (b *Bus) followOnce(ctx context.Context, filters []string, last *uint64, fn func(events.Envelope, uint64) error) error {
+	cfg := jetstream.ConsumerConfig{
+		Name:              "follow_" + nuid.Next(),
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
+	}
+	if *last > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = *last + 1
+	}
+	if len(filters) == 1 {
+		cfg.FilterSubject = filters[0]
+	} else {
+		cfg.FilterSubjects = filters
+	}
+	cctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	cons, err := b.JS.CreateConsumer(cctx, EventsStream, cfg)
+	cancel()
 	if err != nil {
-		return fmt.Errorf("bus: read %s: %w", what, err)
+		return fmt.Errorf("bus: follow %v: create consumer: %w", filters, err)
+	}
+	defer func() {
+		// Best effort: a consumer on a dead server goes by InactiveThreshold.
+		go func() {
+			dctx, cancel := context.WithTimeout(context.Background(), RequestTimeout)
+			defer cancel()
+			_ = b.JS.DeleteConsumer(dctx, EventsStream, cfg.Name)
+		}()
+	}()
+	it, err := cons.Messages(jetstream.PullMaxMessages(2048), jetstream.PullExpiry(followExpiry),
+		jetstream.PullHeartbeat(FollowHeartbeat))
+	if err != nil {
+		return errResume{fmt.Errorf("bus: follow %v: %w", filters, err)}
 	}
 	defer it.Stop()
+	var delivered uint64 // the consumer's delivery sequence
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("bus: read %s: %w", what, err)
+			if b.NC.IsClosed() {
+				return fmt.Errorf("bus: follow %v: %w", filters, err)
+			}
+			return errResume{fmt.Errorf("bus: follow %v: %w", filters, err)}
 		}
 		md, err := m.Metadata()
 		if err != nil {
 			return fmt.Errorf("bus: metadata: %w", err)
 		}
-		if err := fn(m.Subject(), m.Data(), md.Sequence.Stream); err != nil {
+		if md.Sequence.Consumer != delivered+1 {
+			// A delivery lost on the way (a reconnect): AckNone never
+			// redelivers it, so start again after the last one taken.
+			return errResume{fmt.Errorf("bus: follow %v: delivery %d after %d", filters, md.Sequence.Consumer, delivered)}
+		}
+		delivered = md.Sequence.Consumer
+		seq := md.Sequence.Stream
+		if seq <= *last {
+			continue
+		}
+		e, err := events.Decode(m.Data())
+		if err != nil {
+			return fmt.Errorf("bus: event at stream sequence %d: %w", seq, err)
+		}
+		*last = seq
+		if err := fn(e, seq); err != nil {
 			if errors.Is(err, ErrStop) {
 				return nil
 			}
