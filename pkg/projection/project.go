@@ -137,7 +137,8 @@ func (p *Projector) Apply(e events.Envelope) {
 		p.reset(c, attempt)
 	}
 	if c.terminal {
-		return // the first terminal event of an attempt decides it
+		p.late(c, e) // the first terminal event of an attempt decides it
+		return
 	}
 	if _, dup := c.seen[e.ID]; dup {
 		return
@@ -146,10 +147,12 @@ func (p *Projector) Apply(e events.Envelope) {
 		c.seen = map[string]struct{}{}
 	}
 	c.seen[e.ID] = struct{}{}
-	if c.first.IsZero() {
+	if c.first.IsZero() || e.At.Before(c.first) {
 		c.first = e.At
 	}
-	c.last = e.At
+	if e.At.After(c.last) {
+		c.last = e.At
+	}
 	// outcome decodes an event that decides the row's outcome; one that
 	// does not decode makes the row errored rather than guessed.
 	outcome := func(v any) {
@@ -264,6 +267,63 @@ func (p *Projector) Apply(e events.Envelope) {
 			c.retrying = c.retried <= p.Spec().Retries
 		}
 		p.end(c)
+	}
+}
+
+// late folds an event of an attempt that already has its terminal event:
+// a publish that failed and was published again after it (Bus.Flush). It
+// never changes the outcome (the first terminal event decides it), but a
+// late Started widens the cell's time span and a late Finished,
+// ImageBuilt or SandboxStarted fills what the row would lack (solve
+// timings, exit code, build time, limits), each once per attempt, so the
+// row depends only on the events of the log, not on their order. Counted
+// telemetry (Usage, ToolCall, Operation, EgressDecision, StepVerdict)
+// arriving late is not folded: the ids that would de-duplicate it are not
+// kept past the terminal event, so the projection's memory stays bounded
+// by the cells still running.
+func (p *Projector) late(c *cellState, e events.Envelope) {
+	if Terminal(e.Type) {
+		return
+	}
+	switch e.Type {
+	case events.Started, events.Finished, events.ImageBuilt, events.SandboxStarted, events.VerifyStarted:
+	default:
+		return
+	}
+	if !e.At.IsZero() && e.At.Before(c.first) {
+		c.first = e.At
+	}
+	switch e.Type {
+	case events.Finished:
+		if c.finished == nil {
+			f := new(events.FinishedData)
+			if p.into(e, f) == nil {
+				c.finished = f
+			}
+		}
+	case events.ImageBuilt:
+		if c.image == nil {
+			im := new(events.ImageBuiltData)
+			if p.into(e, im) == nil {
+				c.image = im
+				if s := e.At.Add(-time.Duration(im.BuildSec * float64(time.Second))); s.Before(c.first) {
+					c.first = s
+				}
+				for _, r := range im.ImageMapRules {
+					if p.mapRules == nil {
+						p.mapRules = map[string]bool{}
+					}
+					p.mapRules[r] = true
+				}
+			}
+		}
+	case events.SandboxStarted:
+		if c.limits == nil {
+			var sb events.SandboxStartedData
+			if p.into(e, &sb) == nil {
+				c.limits = sb.Limits
+			}
+		}
 	}
 }
 
