@@ -80,6 +80,18 @@ type node struct {
 	name string
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
+	args []string // the process's command line, to start it again
+}
+
+// restart starts the node's nats-server again (same ports, same store)
+// after it was stopped or killed.
+func (n *node) restart(t *testing.T) {
+	t.Helper()
+	n.cmd = exec.Command(n.cmd.Path, n.args...)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // natsCluster starts three nats-server processes (n1, n2, n3) with
@@ -98,15 +110,16 @@ func natsCluster(t *testing.T) ([]*node, string) {
 	var nodes []*node
 	for i := range 3 {
 		n := &node{name: fmt.Sprintf("n%d", i+1), log: &bytes.Buffer{}}
-		n.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(ports[i]), "-js", "-sd", t.TempDir(),
+		n.args = []string{"-a", "127.0.0.1", "-p", fmt.Sprint(ports[i]), "-js", "-sd", t.TempDir(),
 			"--server_name", n.name, "--cluster_name", "proctor",
-			"--cluster", routes[i], "--routes", strings.Join(routes, ","))
+			"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
+		n.cmd = exec.Command(bin, n.args...)
 		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 		if err := n.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			if n.cmd.ProcessState == nil {
+			if n.cmd.Process != nil && n.cmd.ProcessState == nil {
 				_ = n.cmd.Process.Signal(syscall.SIGTERM)
 				_ = n.cmd.Wait()
 			}

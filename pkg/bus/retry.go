@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,7 +21,8 @@ const (
 // no responders (a stream leader moving, a server restarting), a request
 // that timed out (a stream recovering), a connection reconnecting, a
 // server shutting down (a node restarting), a pull cut by its consumer's
-// leader moving, an async publish whose ack never came. A configuration
+// leader moving, an async publish whose ack never came, a placement that
+// failed because a node of the cluster is offline. A configuration
 // error (bad credentials, a permission violation, an invalid stream
 // config) is not transient.
 func Transient(err error) bool {
@@ -39,11 +41,28 @@ func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		// 503: JetStream temporarily unavailable (no quorum, leader
-		// election); 10008: "JetStream system temporarily unavailable".
-		return apiErr.Code == 503 || apiErr.ErrorCode == 10008
+		// election); 10008: "JetStream system temporarily unavailable";
+		// 10005 "no suitable peers for placement" for a peer that is down:
+		// "peer offline" (known to be down) or "miscellaneous issue" (not
+		// heard from since the cluster restarted); once it returns the
+		// stream or consumer can be placed. Other placement errors (more
+		// replicas than servers, which gives no reason; tags; storage)
+		// are configuration.
+		return apiErr.Code == 503 || apiErr.ErrorCode == 10008 ||
+			apiErr.ErrorCode == jsClusterNoPeers && peerDown(apiErr.Description)
 	}
 	return false
 }
+
+// peerDown reports whether a placement error's description gives a peer
+// that is down as (one of) its reasons.
+func peerDown(desc string) bool {
+	return strings.Contains(desc, "peer offline") || strings.Contains(desc, "miscellaneous issue")
+}
+
+// jsClusterNoPeers is the JetStream error code of a placement that found
+// no suitable peers (nats-server's JSClusterNoPeersErrF).
+const jsClusterNoPeers = 10005
 
 // Retry runs fn until it succeeds, returns a non-transient error (see
 // Transient) or ctx ends, waiting RetryFirst, then twice as long each time
