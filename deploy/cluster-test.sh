@@ -261,6 +261,13 @@ else
   fail "no artifact at $data/task_runs.json"
 fi
 
+# The workers read OOM kills and the freeze's process count from the
+# host's cgroups (pid: host, PROCTOR_CGROUP_ROOT): no cell may say unknown.
+unknown=$( (grep -rl "OOM kills unknown" "$data" 2>/dev/null || true) | wc -l)
+if ((unknown > 0)); then
+  fail "$unknown cell logs say \"OOM kills unknown\" (the workers do not see the host's cgroups)"
+fi
+
 # 7. Nothing of the run's cells left: worker-2 reaps what worker-1 left at
 # its next reap (every --ack-wait); allow two rounds.
 deadline=$((SECONDS + 2 * ${PROCTOR_ACK_WAIT%s} + 15))
