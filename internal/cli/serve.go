@@ -11,13 +11,14 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
+	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
 func newServe(g *globals) *cobra.Command {
 	var node, imageMap string
 	var concurrency int
-	var ackWait time.Duration
+	var ackWait, nodeLost time.Duration
 	var limits limitFlags
 	cmd := &cobra.Command{
 		Use:   "serve (planner|launcher|verifier|aggregator|all)... --nats URL",
@@ -42,7 +43,7 @@ of the same machine must use the same --node.`,
 			}
 			defer conn.Close()
 			grp, gctx := errgroup.WithContext(ctx)
-			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services, limits: limits, ackWait: ackWait}); err != nil {
+			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services, limits: limits, ackWait: ackWait, nodeLost: nodeLost}); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "serving %s on %s\n", strings.Join(services, ", "), g.natsURL)
@@ -57,6 +58,7 @@ of the same machine must use the same --node.`,
 	cmd.Flags().IntVar(&concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once by the launcher")
 	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
 	cmd.Flags().DurationVar(&ackWait, "ack-wait", time.Minute, "how long a launch or verify job may go without a heartbeat before it is redelivered (a dead worker's job); the launcher also reaps leftover sandboxes this often")
+	cmd.Flags().DurationVar(&nodeLost, "node-lost", aggregator.DefaultNodeLost, "the aggregator errors (class infra, so --retries runs it elsewhere) a cell whose verify job waits on a node whose verifier wrote no heartbeat for this long")
 	limits.add(cmd.Flags())
 	cmd.AddCommand(newServeFakeModel(g), newServeProxyLogger(g))
 	return cmd

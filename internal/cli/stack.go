@@ -28,6 +28,8 @@ type stackConfig struct {
 	limits      limitFlags
 	// ackWait is the launcher's and verifier's AckWait (0: 60 s).
 	ackWait time.Duration
+	// nodeLost is the aggregator's Config.NodeLost (0: its default).
+	nodeLost time.Duration
 }
 
 type stack struct {
@@ -106,7 +108,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			}
 			run = s.Run
 		case "aggregator":
-			s, err := aggregator.New(aggregator.Config{Version: version(), Logger: log}, b)
+			s, err := aggregator.New(aggregator.Config{Version: version(), Logger: log, NodeLost: cfg.nodeLost}, b)
 			if err != nil {
 				return nil, err
 			}

@@ -19,6 +19,7 @@ const (
 	EventsStream = "PROCTOR_EVENTS"
 	WorkStream   = "PROCTOR_WORK"
 	RunsBucket   = "PROCTOR_RUNS"
+	NodesBucket  = "PROCTOR_NODES"
 
 	// DuplicateWindow is how long the streams remember Nats-Msg-Id values.
 	DuplicateWindow = 2 * time.Minute
@@ -34,8 +35,10 @@ type Bus struct {
 	Events jetstream.Stream
 	Work   jetstream.Stream
 	Runs   jetstream.KeyValue
-	log    *slog.Logger
-	owned  bool
+	// Nodes holds each node's verifier heartbeat (NodeBeat, NodeSeen).
+	Nodes jetstream.KeyValue
+	log   *slog.Logger
+	owned bool
 
 	failMu sync.Mutex
 	failed []failedPub
@@ -155,6 +158,16 @@ func (b *Bus) ensure(ctx context.Context, replicas int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("bus: kv %s: %w", RunsBucket, err)
+	}
+	b.Nodes, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      NodesBucket,
+		Description: "proctor node liveness: each node's verifier heartbeat",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.keep(ctx, "KV_"+NodesBucket, replicas),
+	})
+	if err != nil {
+		return fmt.Errorf("bus: kv %s: %w", NodesBucket, err)
 	}
 	return nil
 }

@@ -29,7 +29,18 @@ type Config struct {
 	// Version is written as run.proctor_version when the log lacks one.
 	Version string
 	Logger  *slog.Logger
+	// NodeLost is how long a node's verifier may go without a heartbeat
+	// (KV PROCTOR_NODES, bus.Heartbeat) while a cell's verify job waits
+	// on that node before the aggregator errors the cell, class infra,
+	// naming the node (default DefaultNodeLost). NodeCheck is how often
+	// it looks (default NodeLost/4, at most 10 s).
+	NodeLost  time.Duration
+	NodeCheck time.Duration
 }
+
+// DefaultNodeLost is Config.NodeLost's default: twice the verifier's
+// default AckWait, twelve missed heartbeats of bus.NodeBeatEvery.
+const DefaultNodeLost = 2 * time.Minute
 
 // Service is the aggregator.
 type Service struct {
@@ -45,6 +56,12 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeLost <= 0 {
+		cfg.NodeLost = DefaultNodeLost
+	}
+	if cfg.NodeCheck <= 0 {
+		cfg.NodeCheck = min(cfg.NodeLost/4, 10*time.Second)
 	}
 	return &Service{cfg: cfg, bus: b, log: cfg.Logger.With("service", Source)}, nil
 }
@@ -100,8 +117,19 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	epoch := rec.Epoch
 	p := projection.NewProjector(runID)
 	closing := false
+	waits := newVerifyWaits()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watchNodes(wctx, runID, waits)
+	}()
+	defer func() { stopWatch(); <-watched }()
 	err = s.bus.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
 		p.Apply(e)
+		if e.CellID != "" {
+			waits.observe(e, p.Attempt(e.CellID), p.CellDone(e.CellID) || p.RetryPending(e.CellID))
+		}
 		if p.Epoch() < epoch {
 			return nil
 		}
@@ -131,6 +159,8 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		}
 		return nil
 	})
+	stopWatch()
+	<-watched
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,12 @@ type Config struct {
 	Concurrency int
 	// AckWait as for the launcher (default 60 s).
 	AckWait time.Duration
-	Logger  *slog.Logger
+	// Heartbeat is how often the verifier renews its node's heartbeat in
+	// KV PROCTOR_NODES (default bus.NodeBeatEvery, 10 s): an aggregator
+	// errors the cells waiting on a node silent for longer than its
+	// NodeLost bound (DESIGN §9).
+	Heartbeat time.Duration
+	Logger    *slog.Logger
 	// Slots, when set, is given back the slot of each verify job once its
 	// sandbox is destroyed (launcher.Slots: the launcher in the same
 	// process passed it on with the job).
@@ -50,6 +55,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = time.Minute
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = bus.NodeBeatEvery
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -81,8 +89,16 @@ func New(cfg Config, b *bus.Bus, driver sandbox.Driver) (*Service, error) {
 	return &Service{cfg: cfg, bus: b, driver: driver, log: cfg.Logger.With("service", Source, "node", cfg.Node)}, nil
 }
 
-// Run serves verify.<node> jobs until ctx ends.
+// Run serves verify.<node> jobs until ctx ends, renewing the node's
+// heartbeat (bus.Heartbeat, every Config.Heartbeat) meanwhile.
 func (s *Service) Run(ctx context.Context) error {
+	beat, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.bus.Heartbeat(beat, s.cfg.Node, s.cfg.Heartbeat, s.log)
+	}()
+	defer func() { stop(); <-done }()
 	cons, err := s.bus.WorkConsumer(ctx, "verifier-"+s.cfg.Node, events.VerifySubject(s.cfg.Node), s.cfg.AckWait, 10000)
 	if err != nil {
 		return err

@@ -1,0 +1,183 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/cellrun"
+	"github.com/proctor-eval/proctor/pkg/events"
+)
+
+// verifyWait is a cell whose solve finished (Finished of its current
+// attempt, no terminal event yet): its verify job waits on the node that
+// started its sandbox, since the sandbox lives on that node's engine.
+type verifyWait struct {
+	cell    string
+	attempt int
+	node    string
+	// finished is the Finished event's time (the log's, so every
+	// aggregator derives the same error event id from it); since is when
+	// this aggregator saw it (its own clock).
+	finished time.Time
+	since    time.Time
+}
+
+// verifyWaits tracks the cells of one followed run waiting for their
+// verifier. The follow's callback writes it; watchNodes reads it.
+type verifyWaits struct {
+	mu sync.Mutex
+	// node is the node of each cell's latest SandboxStarted, by attempt.
+	node    map[string]verifyWait
+	pending map[string]verifyWait
+}
+
+func newVerifyWaits() *verifyWaits {
+	return &verifyWaits{node: map[string]verifyWait{}, pending: map[string]verifyWait{}}
+}
+
+// observe folds one event of the run, applied already to the projection
+// whose current attempt of the cell is current and whose terminal tells
+// whether that attempt has its terminal event.
+func (w *verifyWaits) observe(e events.Envelope, current int, terminal bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch e.Type {
+	case events.SandboxStarted:
+		var d events.SandboxStartedData
+		if events.Into(e, &d) == nil && d.Node != "" && e.Attempt == current {
+			w.node[e.CellID] = verifyWait{cell: e.CellID, attempt: e.Attempt, node: d.Node}
+		}
+	case events.Finished:
+		if n, ok := w.node[e.CellID]; ok && n.attempt == e.Attempt && e.Attempt == current && !terminal {
+			n.finished, n.since = e.At, time.Now()
+			w.pending[e.CellID] = n
+		}
+	}
+	if p, ok := w.pending[e.CellID]; ok && (p.attempt != current || terminal) {
+		delete(w.pending, e.CellID)
+	}
+}
+
+func (w *verifyWaits) snapshot() []verifyWait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]verifyWait, 0, len(w.pending))
+	for _, p := range w.pending {
+		out = append(out, p)
+	}
+	return out
+}
+
+func (w *verifyWaits) drop(v verifyWait) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.pending[v.cell]; ok && p.attempt == v.attempt {
+		delete(w.pending, v.cell)
+	}
+}
+
+// watchNodes errors, every Config.NodeCheck until ctx ends, the cells of
+// the run whose verify job waits on a lost node: one whose verifiers
+// wrote no heartbeat (bus.NodeSeen) for longer than Config.NodeLost, or
+// never did while the cell waited that long. The cell's attempt ends
+// CellErrored, class infra (retryable: `--retries` runs it again on a
+// live node), "node N lost: no heartbeat for X s". The event's id is
+// derived from the run, cell and attempt, so two aggregators publishing
+// it put it in the log once (the stream's duplicate window; projections
+// de-duplicate by id, and take the first terminal event of an attempt).
+// A verifier of the node that comes back later finds the attempt settled
+// (cellrun.Settled) and only destroys the sandbox.
+func (s *Service) watchNodes(ctx context.Context, runID string, w *verifyWaits) {
+	t := time.NewTicker(s.cfg.NodeCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		type seen struct {
+			at time.Time
+			ok bool
+		}
+		nodes := map[string]*seen{}
+		for _, v := range w.snapshot() {
+			n := nodes[v.node]
+			if n == nil {
+				at, _, ok, err := s.bus.NodeSeen(ctx, v.node)
+				if err != nil {
+					if ctx.Err() == nil {
+						s.log.Warn("node heartbeat", "node", v.node, "err", err)
+					}
+					continue
+				}
+				n = &seen{at: at, ok: ok}
+				nodes[v.node] = n
+			}
+			if err := s.lost(ctx, runID, w, v, n.at, n.ok); err != nil && ctx.Err() == nil {
+				s.log.Warn("erroring a cell of a lost node", "run", runID, "cell", v.cell, "node", v.node, "err", err)
+			}
+		}
+	}
+}
+
+// lost errors v's attempt when its node was silent longer than NodeLost:
+// since the heartbeat at seen (ok), or since this aggregator saw the
+// cell's Finished when the node never wrote one.
+func (s *Service) lost(ctx context.Context, runID string, w *verifyWaits, v verifyWait, seen time.Time, ok bool) error {
+	now := time.Now()
+	var msg string
+	if ok {
+		silent := now.Sub(seen)
+		if silent <= s.cfg.NodeLost {
+			return nil
+		}
+		msg = fmt.Sprintf("node %s lost: no heartbeat for %.0f s (last at %s); its verify job of attempt %d waits on it",
+			v.node, silent.Seconds(), seen.UTC().Format(time.RFC3339), v.attempt)
+	} else {
+		silent := now.Sub(v.since)
+		if silent <= s.cfg.NodeLost {
+			return nil
+		}
+		msg = fmt.Sprintf("node %s lost: no heartbeat recorded, and its verify job of attempt %d waited %.0f s", v.node, v.attempt, silent.Seconds())
+	}
+	settled, err := cellrun.Settled(ctx, s.bus, runID, v.cell, v.attempt)
+	if err != nil {
+		return err
+	}
+	if !settled {
+		s.log.Warn("cell errored: its node is lost", "run", runID, "cell", v.cell, "attempt", v.attempt, "node", v.node, "error", msg)
+		e := events.Must(events.CellErrored, runID, v.cell, v.attempt, Source,
+			events.CellErroredData{ErrorClass: string(events.ClassInfra), Error: msg})
+		e.ID = nodeLostID(runID, v)
+		if err := bus.Retry(ctx, s.log, "publish the error of "+v.cell, func(ctx context.Context) error {
+			return s.bus.PublishAll(ctx, e)
+		}); err != nil {
+			return err
+		}
+	}
+	w.drop(v)
+	return nil
+}
+
+// nodeLostID is a ULID every aggregator derives alike for the error of
+// v's attempt: the Finished event's time and a hash of run, cell and
+// attempt.
+func nodeLostID(runID string, v verifyWait) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "node lost\x00%s\x00%s\x00%d", runID, v.cell, v.attempt))
+	id, err := ulid.New(ulid.Timestamp(v.finished), bytesReader(sum[:]))
+	if err != nil {
+		return events.NewID()
+	}
+	return id.String()
+}
+
+type bytesReader []byte
+
+func (b bytesReader) Read(p []byte) (int, error) { return copy(p, b), nil }
