@@ -75,7 +75,7 @@ func TestReplicasDefaultAndNeverLowered(t *testing.T) {
 	defer b.Close()
 	replicas := func(b *bus.Bus) []int {
 		var out []int
-		for _, name := range []string{bus.EventsStream, bus.WorkStream, "KV_" + bus.RunsBucket} {
+		for _, name := range []string{bus.EventsStream, bus.WorkStream, "KV_" + bus.RunsBucket, "KV_" + bus.NodesBucket} {
 			s, err := b.JS.Stream(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -84,7 +84,7 @@ func TestReplicasDefaultAndNeverLowered(t *testing.T) {
 		}
 		return out
 	}
-	if got := replicas(b); fmt.Sprint(got) != "[3 3 3]" {
+	if got := replicas(b); fmt.Sprint(got) != "[3 3 3 3]" {
 		t.Fatalf("default replicas on a 3-server cluster: %v, want R3", got)
 	}
 	b1, err := bus.ConnectReplicas(ctx, url, nil, 1)
@@ -92,7 +92,7 @@ func TestReplicasDefaultAndNeverLowered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b1.Close()
-	if got := replicas(b1); fmt.Sprint(got) != "[3 3 3]" {
+	if got := replicas(b1); fmt.Sprint(got) != "[3 3 3 3]" {
 		t.Fatalf("replicas after a proctor asked for R1: %v, want R3 kept", got)
 	}
 }
