@@ -127,6 +127,9 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	defer func() { stopWatch(); <-watched }()
 	err = s.bus.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
 		p.Apply(e)
+		if e.Type == events.RunResumed {
+			waits.reset()
+		}
 		if e.CellID != "" {
 			waits.observe(e, p.Attempt(e.CellID), p.CellDone(e.CellID) || p.RetryPending(e.CellID))
 		}

@@ -64,6 +64,16 @@ func (w *verifyWaits) observe(e events.Envelope, current int, terminal bool) {
 	}
 }
 
+// reset forgets every waiting cell: a RunResumed starts a new attempt of
+// each cell without a terminal event, and the verify jobs of the older
+// epoch are dropped by the verifiers.
+func (w *verifyWaits) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	clear(w.pending)
+	clear(w.node)
+}
+
 func (w *verifyWaits) snapshot() []verifyWait {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -83,7 +93,8 @@ func (w *verifyWaits) drop(v verifyWait) {
 }
 
 // watchNodes errors, every Config.NodeCheck until ctx ends, the cells of
-// the run whose verify job waits on a lost node: one whose verifiers
+// the run (while it is driven: not ended, its lease not expired) whose
+// verify job waits on a lost node: one whose verifiers
 // wrote no heartbeat (bus.NodeSeen) for longer than Config.NodeLost, or
 // never did while the cell waited that long. The cell's attempt ends
 // CellErrored, class infra (retryable: `--retries` runs it again on a
@@ -102,12 +113,16 @@ func (s *Service) watchNodes(ctx context.Context, runID string, w *verifyWaits) 
 			return
 		case <-t.C:
 		}
+		waiting := w.snapshot()
+		if len(waiting) == 0 || !s.driven(ctx, runID) {
+			continue
+		}
 		type seen struct {
 			at time.Time
 			ok bool
 		}
 		nodes := map[string]*seen{}
-		for _, v := range w.snapshot() {
+		for _, v := range waiting {
 			n := nodes[v.node]
 			if n == nil {
 				at, _, ok, err := s.bus.NodeSeen(ctx, v.node)
@@ -125,6 +140,20 @@ func (s *Service) watchNodes(ctx context.Context, runID string, w *verifyWaits) 
 			}
 		}
 	}
+}
+
+// driven reports whether the run is still driven: not ended, and its
+// owner's lease not expired. The cells of a run whose owner died are left
+// as they are for `runs resume`, which runs them again as new attempts.
+func (s *Service) driven(ctx context.Context, runID string) bool {
+	rec, err := s.bus.GetRun(ctx, runID)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("node check: run record", "run", runID, "err", err)
+		}
+		return false
+	}
+	return !rec.Terminal() && !rec.LeaseExpired(time.Now())
 }
 
 // lost errors v's attempt when its node was silent longer than NodeLost:
