@@ -20,6 +20,12 @@
 #   CLUSTER_REPEATS   attempts per task (default 3)
 #   CLUSTER_KEEP      1: leave the cluster up and the data directory on failure
 #   PROCTOR_ACK_WAIT  workers' --ack-wait (default 15s): how soon a dead worker's jobs return
+#   PROCTOR_NODE_LOST the aggregator's --node-lost (default 30s): how soon the
+#                     cells a dead worker was to verify are errored (infra)
+#                     and retried on the other worker
+#   CLUSTER_RESTART_WORKER  1: start worker-1 again 2×ack-wait + 20 s after
+#                     the kill (a supervisor bringing it back) instead of
+#                     leaving it dead
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,6 +34,7 @@ cd "$repo"
 tasks=${CLUSTER_TASKS:-fix-sum,csv-columns,count-words,noisy-daemon}
 repeats=${CLUSTER_REPEATS:-3}
 export PROCTOR_ACK_WAIT=${PROCTOR_ACK_WAIT:-15s}
+export PROCTOR_NODE_LOST=${PROCTOR_NODE_LOST:-30s}
 export PROCTOR_DEPLOY_TAG=${PROCTOR_DEPLOY_TAG:-local}
 project=proctor-deploy-$$
 t0=$SECONDS
@@ -176,11 +183,14 @@ say "killed worker-1 and nats-2 with SIGKILL (worker-1 was launching $victim; $(
 # 5. The run must finish on worker-2 and two NATS nodes. Launch jobs are
 # shared: worker-1's come back to worker-2 after --ack-wait. Verify jobs
 # are bound to the node whose engine holds the sandbox: a cell worker-1
-# was verifying waits for worker-1 to come back, as its supervisor (the
-# engine's restart policy, systemd's Restart=) would bring it back; it is
-# started again once worker-2 had time for the redelivered launch jobs.
+# was to verify is errored (infra, "node worker-1 lost") once worker-1
+# has been silent for --node-lost, and --retries runs it again on
+# worker-2. With CLUSTER_RESTART_WORKER=1 worker-1 is started again
+# instead, as its supervisor (the engine's restart policy, systemd's
+# Restart=) would, once worker-2 had time for the redelivered launch jobs.
 ack=${PROCTOR_ACK_WAIT%s}
 restart_at=$((SECONDS + 2 * ack + 20))
+[[ ${CLUSTER_RESTART_WORKER:-0} == 1 ]] || restart_at=$((SECONDS + 100000))
 restarted=""
 deadline=$((SECONDS + 300))
 while kill -0 "$driver_pid" 2>/dev/null; do
