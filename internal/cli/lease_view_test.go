@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
@@ -17,25 +16,9 @@ import (
 // way to continue it, and a run whose lease is current is shown running.
 func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
 	t.Setenv("PROCTOR_HOME", t.TempDir())
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	url := s.ClientURL()
-
+	b, e := bustest.Bus(t)
+	url := e.ClientURL()
 	ctx := context.Background()
-	b, err := bus.Connect(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	now := time.Now()
 	dead := bus.RunRecord{ID: "01DEADRUN000000000000000000", Status: bus.StatusRunning, Owner: "host-a/4242",
 		StartedAt: now.Add(-time.Hour).UTC().Format(time.RFC3339), Spec: events.RunSpec{Harnesses: []string{"oracle"}}}

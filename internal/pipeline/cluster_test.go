@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/services/launcher"
@@ -56,25 +57,6 @@ func natsServerBinary(t *testing.T) string {
 	return natsBin.path
 }
 
-// freePorts returns n free loopback ports.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return ports
-}
-
 // node is one nats-server process of a test cluster.
 type node struct {
 	name string
@@ -101,7 +83,7 @@ func (n *node) restart(t *testing.T) {
 func natsCluster(t *testing.T) ([]*node, string) {
 	t.Helper()
 	bin := natsServerBinary(t)
-	ports := freePorts(t, 6)
+	ports := testutil.FreePorts(t, 6)
 	var routes, urls []string
 	for i := range 3 {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
