@@ -240,7 +240,11 @@ func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envel
 	var last uint64 // stream sequence of the last event delivered to fn
 	wait := RetryFirst
 	for {
+		before := last
 		err := b.followOnce(ctx, filters, &last, fn)
+		if last > before {
+			wait = RetryFirst // a consumer that delivered was no failure in a row
+		}
 		var resume errResume
 		switch {
 		case err == nil:
