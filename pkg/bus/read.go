@@ -53,9 +53,10 @@ func (b *Bus) ReadRun(ctx context.Context, runID string, fn func(events.Envelope
 		return err
 	}
 	prefix := "proctor.run." + runID + "."
+	dec := events.Decoder{Owned: true} // the client allocates each message's payload
 	return b.scan(ctx, first, func(subject string, data []byte, seq uint64) error {
 		if strings.HasPrefix(subject, prefix) {
-			e, err := events.Decode(data)
+			e, err := dec.Decode(data)
 			if err != nil {
 				return fmt.Errorf("bus: event at stream sequence %d: %w", seq, err)
 			}

@@ -168,7 +168,61 @@ func appendString(b []byte, s string) []byte {
 // Decode parses an envelope and checks its version and type. The data is
 // left raw; use DecodeData to obtain the typed value.
 func Decode(b []byte) (Envelope, error) {
-	e, ok := decodeFast(b)
+	return decode(b, nil)
+}
+
+// A Decoder decodes envelopes as Decode does, for a reader of many events:
+// the strings that repeat from one event to the next (type, run id, cell
+// id, source) are allocated once and shared, up to decoderStrings distinct
+// values. Owned says the caller never reuses the bytes it passes (a NATS
+// message's payload, which the client allocates per message): the
+// envelope's Data then aliases them instead of a copy. The zero value is
+// ready to use; a Decoder is not safe for concurrent use.
+type Decoder struct {
+	Owned bool
+	strs  map[string]string
+	last  [slots]string // per field, the value of the event before
+}
+
+// The envelope fields a Decoder shares, each with its own last value.
+const (
+	slotType = iota
+	slotRun
+	slotCell
+	slotSource
+	slots
+)
+
+// decoderStrings bounds the strings one Decoder keeps (bytes: about 100
+// per entry), so a long read over many runs stays bounded.
+const decoderStrings = 1 << 14
+
+// Decode is the package's Decode with the Decoder's sharing.
+func (d *Decoder) Decode(b []byte) (Envelope, error) { return decode(b, d) }
+
+// intern returns raw as a string, the one kept earlier when there is one:
+// first the slot's last value (a run's id, most sources), then the map.
+func (d *Decoder) intern(raw []byte, slot int) string {
+	if string(raw) == d.last[slot] {
+		return d.last[slot]
+	}
+	if s, ok := d.strs[string(raw)]; ok {
+		d.last[slot] = s
+		return s
+	}
+	s := string(raw)
+	d.last[slot] = s
+	if d.strs == nil {
+		d.strs = make(map[string]string)
+	}
+	if len(d.strs) < decoderStrings {
+		d.strs[s] = s
+	}
+	return s
+}
+
+func decode(b []byte, d *Decoder) (Envelope, error) {
+	e, ok := decodeFast(b, d)
 	if !ok {
 		e = Envelope{}
 		if err := json.Unmarshal(b, &e); err != nil {
