@@ -20,7 +20,8 @@ import (
 )
 
 // CopyIn implements Driver through the engine's copy API (a tar stream
-// extracted at "/"): a directory's contents are copied into sandboxDir, a
+// extracted at "/"), or with the same result through the container's root
+// directory when this machine allows it (hostfs.go): a directory's contents are copied into sandboxDir, a
 // file into sandboxDir under its base name; missing parents of sandboxDir
 // are created (mode 0755, root). Files, directories and symlinks keep
 // their permission bits and are owned by root (uid 0, gid 0); an existing
@@ -36,6 +37,17 @@ func (d *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandbo
 		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, hostPath)
 	} else if err != nil {
 		return fmt.Errorf("sandbox: copy in: %w", err)
+	}
+	if r, ok := d.hostRoot(ctx, cid, true); ok {
+		err := hostCopyIn(ctx, r, hostPath, fi, sandboxDir)
+		r.Close()
+		if !errors.Is(err, errNoHostPath) {
+			if err != nil {
+				return fmt.Errorf("sandbox: copy in %s to %s: %w", hostPath, sandboxDir, err)
+			}
+			d.hostOps.Add(1)
+			return nil
+		}
 	}
 	prefix := strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(sandboxDir)), "/")
 	pr, pw := io.Pipe()
@@ -135,7 +147,8 @@ func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error
 	return tw.Close()
 }
 
-// CopyOut implements Driver through the engine's copy API: sandboxPath
+// CopyOut implements Driver through the engine's copy API, or with the
+// same result through the container's root directory (hostfs.go): sandboxPath
 // (file, symlink or directory tree) is copied into hostDir under its base
 // name; hostDir is created when missing. Permission bits are kept;
 // ownership is the current user's. Entries that would land outside hostDir
@@ -169,6 +182,28 @@ func (d *Driver) CopyOutFiles(ctx context.Context, h *sandbox.Handle, sandboxPat
 			return nil, fmt.Errorf("%w: CopyOutFiles: %s is not under %s or has no positive cap", sandbox.ErrInvalidSpec, p, sandboxPath)
 		}
 		want[rel], names[rel] = limit, p
+	}
+	if r, ok := d.hostRoot(ctx, cid, false); ok {
+		wantAbs := make(map[string]int64, len(files))
+		for p, limit := range files {
+			wantAbs[path.Clean(p)] = limit
+		}
+		got, err := hostCopyOut(ctx, r, sandboxPath, hostDir, wantAbs)
+		r.Close()
+		if !errors.Is(err, errNoHostPath) {
+			if err != nil {
+				return nil, err
+			}
+			// Keyed by the caller's names, as the stream's results are.
+			out := make(map[string]sandbox.FileResult, len(got))
+			for p := range files {
+				if f, ok := got[path.Clean(p)]; ok {
+					out[p] = f
+				}
+			}
+			d.hostOps.Add(1)
+			return out, nil
+		}
 	}
 	rc, _, err := d.cli.CopyFromContainer(ctx, cid, sandboxPath)
 	if err != nil {
@@ -220,8 +255,9 @@ func (d *Driver) CopyOutFiles(ctx context.Context, h *sandbox.Handle, sandboxPat
 }
 
 // ReadFile returns the contents of the regular file at sandboxPath, read
-// straight from the engine's copy API's tar stream: nothing is written to
-// or resolved on the host, so a file the sandbox made a symlink (to
+// straight from the engine's copy API's tar stream, or through the
+// container's root directory with every path resolved inside it
+// (hostfs.go): nothing is written to or resolved on the host, so a file the sandbox made a symlink (to
 // /etc/hostname, to /dev/zero, to a file of the host) is never followed.
 // The tar entry's type must be a regular file, else the error wraps
 // ErrNotRegular and names the type (and a symlink's target); a file over
@@ -236,6 +272,14 @@ func (d *Driver) ReadFile(ctx context.Context, h *sandbox.Handle, sandboxPath st
 	}
 	if maxBytes <= 0 {
 		return nil, fmt.Errorf("%w: ReadFile needs a positive size cap", sandbox.ErrInvalidSpec)
+	}
+	if r, ok := d.hostRoot(ctx, cid, false); ok {
+		b, err := hostReadFile(r, sandboxPath, maxBytes)
+		r.Close()
+		if !errors.Is(err, errNoHostPath) {
+			d.hostOps.Add(1)
+			return b, err
+		}
 	}
 	rc, _, err := d.cli.CopyFromContainer(ctx, cid, sandboxPath)
 	if err != nil {

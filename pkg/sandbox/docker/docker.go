@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,14 @@ type Driver struct {
 	// cgroupRoot is where this machine's cgroup filesystem is mounted
 	// (see hostOOMFile); "" reads the OOM counter by exec only.
 	cgroupRoot string
+	// The host path to containers' files (hostfs.go): off when
+	// copyAPIOnly, or once this process was refused a look into one;
+	// hostConts caches what it needs per container id; hostOps counts
+	// the copies and reads it did.
+	copyAPIOnly bool
+	noHostFS    atomic.Bool
+	hostConts   sync.Map
+	hostOps     atomic.Int64
 }
 
 // The contract and every optional ability the services look for
@@ -111,6 +120,14 @@ type Options struct {
 	// host's pid namespace; without both it falls back to execs in the
 	// sandbox, which a paused container refuses.
 	CgroupRoot string
+	// CopyAPIOnly moves files in and out of containers only through the
+	// engine's copy API, as for an engine on another machine. By default,
+	// when the engine runs on this machine and this process may look into
+	// its containers (root), CopyIn, CopyOutFiles and ReadFile go through
+	// the container's root directory (/proc/<pid>/root of its PID 1,
+	// every path resolved inside it), with the copy API's results and
+	// without its cost (a re-exec of the engine binary per call on 20.10).
+	CopyAPIOnly bool
 }
 
 // New returns a Docker driver. It does not contact the engine; the
@@ -129,7 +146,7 @@ func New(opts Options) (*Driver, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork,
-		cgroupRoot: cmp.Or(opts.CgroupRoot, "/sys/fs/cgroup")}, nil
+		cgroupRoot: cmp.Or(opts.CgroupRoot, "/sys/fs/cgroup"), copyAPIOnly: opts.CopyAPIOnly}, nil
 }
 
 // Client returns the engine client the driver uses.
@@ -603,6 +620,7 @@ func (d *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
 		cids = append(cids, cid)
 	}
 	for _, cid := range cids {
+		d.hostConts.Delete(cid)
 		if err := d.removeContainer(ctx, cid); err != nil {
 			errs = append(errs, err)
 		}

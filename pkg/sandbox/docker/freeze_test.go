@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,14 +126,33 @@ func TestCountAlive(t *testing.T) {
 	}
 }
 
-// TestDockerReadFile: only a regular file under the cap is read, straight
-// from the copy API; a symlink (to a file that exists on the host too, to
-// /dev/zero), a device, a fifo, a directory and an oversized file are
-// refused with the reason, and nothing is resolved on the host. A symlinked
-// parent directory is resolved inside the container.
+// TestDockerReadFile: only a regular file under the cap is read; a
+// symlink (to a file that exists on the host too, to /dev/zero), a
+// device, a fifo, a directory and an oversized file are refused with the
+// reason, and nothing is resolved on the host. A symlinked parent
+// directory is resolved inside the container. Both ways to the files are
+// tried: through the container's root directory where this machine
+// allows it, and through the copy API only.
 func TestDockerReadFile(t *testing.T) {
 	t.Parallel()
-	d, _ := newTestDocker(t, nil)
+	for _, apiOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CopyAPIOnly=%v", apiOnly), func(t *testing.T) {
+			t.Parallel()
+			cli := testutil.Docker(t)
+			testutil.RequireImage(t, cli, testImage)
+			d, err := New(Options{Client: cli, CopyAPIOnly: apiOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			testDockerReadFile(t, d)
+			if !apiOnly {
+				requireHostPath(t, d, 0)
+			}
+		})
+	}
+}
+
+func testDockerReadFile(t *testing.T, d *Driver) {
 	ctx := context.Background()
 	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
 	if err != nil {
