@@ -28,6 +28,10 @@ const (
 	// mounted when proctor runs in a container (docker.Options.CgroupRoot);
 	// unset, /sys/fs/cgroup.
 	EnvCgroupRoot = "PROCTOR_CGROUP_ROOT"
+	// EnvCopyAPIOnly, set to 1, moves files in and out of containers only
+	// through the engine's copy API (docker.Options.CopyAPIOnly), never
+	// through a container's root directory on this machine.
+	EnvCopyAPIOnly = "PROCTOR_COPY_API_ONLY"
 )
 
 func newProxy(g *globals) *cobra.Command {

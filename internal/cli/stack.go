@@ -61,7 +61,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		}
 		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults,
 			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork),
-			CgroupRoot: os.Getenv(EnvCgroupRoot)})
+			CgroupRoot: os.Getenv(EnvCgroupRoot), CopyAPIOnly: os.Getenv(EnvCopyAPIOnly) == "1"})
 		if err != nil {
 			return nil, err
 		}
