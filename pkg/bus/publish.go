@@ -35,7 +35,7 @@ func (b *Bus) PublishAll(ctx context.Context, evs ...events.Envelope) error {
 }
 
 func (b *Bus) publishRaw(ctx context.Context, msg *nats.Msg, id string) error {
-	msg.Header.Set(nats.MsgIdHdr, id)
+	msg.Header[nats.MsgIdHdr] = []string{id} // the canonical key: no Set
 	for {
 		_, err := b.JS.PublishMsgAsync(msg, jetstream.WithStallWait(100*time.Millisecond))
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -268,9 +269,20 @@ func Into(e Envelope, v any) error {
 // CellHash is the subject token for a cell id: the first 16 hex digits of
 // its SHA-256 (cell ids hold '/', ':' and '.', which subjects cannot).
 func CellHash(cellID string) string {
+	if h := lastCellHash.Load(); h != nil && h.cell == cellID {
+		return h.hash
+	}
 	s := sha256.Sum256([]byte(cellID))
-	return hex.EncodeToString(s[:8])
+	h := hex.EncodeToString(s[:8])
+	lastCellHash.Store(&cellHash{cellID, h})
+	return h
 }
+
+// cellHash is CellHash's last answer: a cell's events come one after
+// another (an agent's lines), so the hash is computed once per run of them.
+type cellHash struct{ cell, hash string }
+
+var lastCellHash atomic.Pointer[cellHash]
 
 // CellID formats the cell id "<task>/<harness>/<model>/<repeat>".
 func CellID(task, harness, model string, repeat int) string {
