@@ -235,6 +235,11 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		h.State["network"] = id
 		netMode = name
 	}
+	// With an egress proxy and no compose services, the sidecar starts
+	// while the main container does: nothing but its keep-alive runs in
+	// main until the arm's first exec, which comes after Start returns
+	// with the proxy listening.
+	proxyDone := func() error { return nil }
 	if mode == sandbox.NetworkInternal {
 		name := "proctor-" + randomHex(6)
 		id, subnet, err := d.createInternal(ctx, name, lbl)
@@ -244,10 +249,40 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		h.State["network"] = id
 		netMode = name
 		if spec.Egress != nil {
-			if err := d.startProxy(ctx, h, spec, name, subnet, lbl); err != nil {
-				return fail(err)
+			type started struct {
+				id, listen string
+				err        error
+			}
+			ch := make(chan started, 1)
+			go func() {
+				id, listen, err := d.startProxy(ctx, spec, name, subnet, lbl)
+				ch <- started{id, listen, err}
+			}()
+			var once *started
+			proxyDone = func() error {
+				if once == nil {
+					s := <-ch
+					once = &s
+					if s.id != "" {
+						h.State["proxy_container"] = s.id
+					}
+					if s.err == nil {
+						h.State["proxy"] = s.listen
+					}
+				}
+				return once.err
+			}
+			if len(spec.Services) > 0 {
+				if err := proxyDone(); err != nil {
+					return fail(err)
+				}
 			}
 		}
+	}
+	fail = func(err error) (*sandbox.Handle, error) {
+		_ = proxyDone() // its container is known before anything is removed
+		_ = d.Destroy(ctx, h)
+		return nil, err
 	}
 
 	var nc *network.NetworkingConfig
@@ -277,6 +312,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	h.State["container"] = created.ID
 	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		return fail(fmt.Errorf("sandbox: docker: start container: %w", err))
+	}
+	if err := proxyDone(); err != nil {
+		return fail(err)
 	}
 	d.log.Debug("sandbox started", "container", created.ID[:12], "image", spec.Image, "network", mode)
 	return h, nil
@@ -619,12 +657,21 @@ func (d *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
 	if cid := state(h, "proxy_container"); cid != "" {
 		cids = append(cids, cid)
 	}
+	// The containers go at once (the sandbox, its sidecar, its services),
+	// then their network.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, cid := range cids {
 		d.hostConts.Delete(cid)
-		if err := d.removeContainer(ctx, cid); err != nil {
-			errs = append(errs, err)
-		}
+		wg.Go(func() {
+			if err := d.removeContainer(ctx, cid); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	if nid := state(h, "network"); nid != "" {
 		if err := d.removeNetwork(ctx, nid); err != nil {
 			errs = append(errs, err)
@@ -708,17 +755,25 @@ func (d *Driver) ConnectBridge(ctx context.Context, h *sandbox.Handle) error {
 			return nil
 		}
 	}
-	if err := d.cli.NetworkConnect(ctx, sandbox.NetworkBridge, cid, nil); err != nil {
-		return fmt.Errorf("sandbox: docker: connect %s to bridge: %w", short(cid), err)
-	}
+	// Leaving the internal network and joining the bridge are two engine
+	// calls, made at once.
+	var leave error
+	var wg sync.WaitGroup
 	if nid := state(h, "network"); nid != "" && state(h, "services") == "" {
 		// With compose services main stays on the cell's network too,
 		// since the verifier may need them (they keep no way out).
-		if err := d.cli.NetworkDisconnect(ctx, nid, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("sandbox: docker: disconnect %s from its internal network: %w", short(cid), err)
-		}
+		wg.Go(func() {
+			if err := d.cli.NetworkDisconnect(ctx, nid, cid, true); err != nil && !cerrdefs.IsNotFound(err) {
+				leave = fmt.Errorf("sandbox: docker: disconnect %s from its internal network: %w", short(cid), err)
+			}
+		})
 	}
-	return nil
+	join := d.cli.NetworkConnect(ctx, sandbox.NetworkBridge, cid, nil)
+	wg.Wait()
+	if join != nil {
+		return fmt.Errorf("sandbox: docker: connect %s to bridge: %w", short(cid), join)
+	}
+	return leave
 }
 
 // GC removes every container and network labelled proctor.run=runID (a

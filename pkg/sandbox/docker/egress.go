@@ -175,15 +175,19 @@ func proxyAddr(subnet netip.Prefix) netip.Addr {
 // Options.EgressNetwork, else the bridge) for its way out, with the sandbox's labels plus
 // proctor.role=egress-proxy, every capability dropped, no-new-privileges,
 // 256 MiB and 256 pids. It listens on its internal-network address only;
-// Start waits (up to 30 s) until it does. It records "proxy" and
-// "proxy_container" in h.State.
-func (d *Driver) startProxy(ctx context.Context, h *sandbox.Handle, spec sandbox.Spec, netName string, subnet netip.Prefix, lbl map[string]string) error {
+// Start waits (up to 30 s) until it does, and records "proxy" and
+// "proxy_container" in the handle's State.
+//
+// It returns the sidecar's container id (also with an error, once the
+// container was made, so the caller can remove it) and the proxy's
+// ip:port.
+func (d *Driver) startProxy(ctx context.Context, spec sandbox.Spec, netName string, subnet netip.Prefix, lbl map[string]string) (id, listen string, err error) {
 	img, err := d.ProxyImage(ctx)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	ip := proxyAddr(subnet)
-	listen := netip.AddrPortFrom(ip, sandbox.ProxyPort).String()
+	listen = netip.AddrPortFrom(ip, sandbox.ProxyPort).String()
 	cmd := []string{"proxy", "--listen", listen, "--egress-log", proxyLog, "--cell", spec.CellID}
 	for _, a := range spec.Egress.Allow {
 		cmd = append(cmd, "--allow", a)
@@ -204,22 +208,20 @@ func (d *Driver) startProxy(ctx context.Context, h *sandbox.Handle, spec sandbox
 	}}
 	created, err := d.cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: cmd, Labels: clbl}, hc, nc, nil, "")
 	if err != nil {
-		return fmt.Errorf("sandbox: docker: create the egress proxy: %w", err)
+		return "", "", fmt.Errorf("sandbox: docker: create the egress proxy: %w", err)
 	}
-	h.State["proxy_container"] = created.ID
 	up := cmp.Or(spec.Egress.Upstream, d.egressNet, sandbox.NetworkBridge)
 	if err := d.cli.NetworkConnect(ctx, up, created.ID, nil); err != nil {
-		return fmt.Errorf("sandbox: docker: connect the egress proxy to %s: %w", up, err)
+		return created.ID, "", fmt.Errorf("sandbox: docker: connect the egress proxy to %s: %w", up, err)
 	}
 	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		return fmt.Errorf("sandbox: docker: start the egress proxy: %w", err)
+		return created.ID, "", fmt.Errorf("sandbox: docker: start the egress proxy: %w", err)
 	}
 	if err := d.waitListening(ctx, created.ID); err != nil {
-		return err
+		return created.ID, "", err
 	}
-	h.State["proxy"] = listen
 	d.log.Debug("egress proxy started", "container", short(created.ID), "listen", listen, "upstream", up)
-	return nil
+	return created.ID, listen, nil
 }
 
 // waitListening polls the sidecar's output for its "listening on" line.
