@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROCTOR_BENCH_EVENTS=${PROCTOR_BENCH_EVENTS:-1000000}
-export PROCTOR_BENCH_ROUNDS=${PROCTOR_BENCH_ROUNDS:-1}
+export PROCTOR_BENCH_ROUNDS=${PROCTOR_BENCH_ROUNDS:-2}
 count=${PROCTOR_BENCH_COUNT:-3}
 mkdir -p out
 : > out/bench.txt
