@@ -65,13 +65,21 @@ func (d *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandbo
 	return nil
 }
 
-// writeTar writes hostPath as a tar stream: for a directory, its contents
-// under prefix (prefix itself only when the directory is empty); for a file
-// or symlink, prefix/<base name>. Entries are owned by uid/gid 0.
-// Directory entries carry no trailing slash, so the engine creates their
-// missing parents.
-func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error {
-	tw := tar.NewWriter(w)
+// inEntry is one entry CopyIn puts in the sandbox: its name (its path
+// relative to the container's root), the host file it comes from, and a
+// symlink's target.
+type inEntry struct {
+	name, host string
+	fi         fs.FileInfo
+	link       string
+}
+
+// copyEntries lists what CopyIn puts in the sandbox for hostPath, in
+// lexical order (a directory before what it holds): for a directory, its
+// contents under prefix (prefix itself only when the directory is empty);
+// for a file or symlink, prefix/<base name>. Sockets, devices and fifos
+// are left out.
+func copyEntries(hostPath string, fi fs.FileInfo, prefix string) ([]inEntry, error) {
 	join := func(rel string) string {
 		if prefix == "" {
 			return rel
@@ -81,43 +89,24 @@ func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error
 		}
 		return prefix + "/" + rel
 	}
+	var entries []inEntry
 	add := func(p, name string, fi fs.FileInfo) error {
-		link := ""
+		e := inEntry{name: name, host: p, fi: fi}
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			l, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			link = l
+			e.link = l
 		} else if !fi.Mode().IsRegular() && !fi.IsDir() {
 			return nil // sockets, devices, fifos
 		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = name
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		hdr.Format = tar.FormatPAX
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			f.Close()
-			return err
-		}
+		entries = append(entries, e)
 		return nil
 	}
 	if !fi.IsDir() {
-		if err := add(hostPath, join(filepath.Base(hostPath)), fi); err != nil {
-			return err
-		}
-		return tw.Close()
+		err := add(hostPath, join(filepath.Base(hostPath)), fi)
+		return entries, err
 	}
 	n := 0
 	err := filepath.WalkDir(hostPath, func(p string, de fs.DirEntry, err error) error {
@@ -136,12 +125,47 @@ func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error
 		return add(p, join(filepath.ToSlash(rel)), info)
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if n == 0 && prefix != "" {
 		// An empty directory: create sandboxDir itself.
 		if err := add(hostPath, prefix, fi); err != nil {
+			return nil, err
+		}
+	}
+	return entries, nil
+}
+
+// writeTar writes the entries of copyEntries as a tar stream, owned by
+// uid/gid 0. Directory entries carry no trailing slash, so the engine
+// creates their missing parents.
+func writeTar(w io.Writer, hostPath string, fi fs.FileInfo, prefix string) error {
+	entries, err := copyEntries(hostPath, fi, prefix)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(w)
+	for _, e := range entries {
+		hdr, err := tar.FileInfoHeader(e.fi, e.link)
+		if err != nil {
 			return err
+		}
+		hdr.Name = e.name
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		hdr.Format = tar.FormatPAX
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if e.fi.Mode().IsRegular() {
+			f, err := os.Open(e.host)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, f)
+			f.Close()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return tw.Close()

@@ -181,14 +181,6 @@ func plainParents(r *os.Root, rel string, self bool) (missing bool, err error) {
 	return false, nil
 }
 
-// inEntry is one entry CopyIn writes: its path relative to the
-// container's root and the host file it comes from.
-type inEntry struct {
-	rel, host string
-	fi        fs.FileInfo
-	link      string
-}
-
 // hostCopyIn is CopyIn through the container's root directory r (the
 // same entries writeTar would stream, extracted as the engine extracts
 // them). It returns errNoHostPath, having written nothing, when the copy
@@ -199,65 +191,15 @@ func hostCopyIn(ctx context.Context, r *os.Root, hostPath string, fi fs.FileInfo
 	if err != nil {
 		return err
 	}
-	join := func(rel string) string {
-		switch {
-		case dst == "":
-			return rel
-		case rel == "":
-			return dst
-		}
-		return dst + "/" + rel
-	}
-	var entries []inEntry
-	add := func(p, rel string, fi fs.FileInfo) error {
-		e := inEntry{rel: rel, host: p, fi: fi}
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			e.link = l
-		} else if !fi.Mode().IsRegular() && !fi.IsDir() {
-			return nil // sockets, devices, fifos: skipped, as writeTar does
-		}
-		entries = append(entries, e)
-		return nil
-	}
-	if !fi.IsDir() {
-		if err := add(hostPath, join(filepath.Base(hostPath)), fi); err != nil {
-			return err
-		}
-	} else {
-		n := 0
-		err := filepath.WalkDir(hostPath, func(p string, de fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(hostPath, p)
-			if rel == "." {
-				return nil
-			}
-			info, err := de.Info()
-			if err != nil {
-				return err
-			}
-			n++
-			return add(p, join(filepath.ToSlash(rel)), info)
-		})
-		if err != nil {
-			return err
-		}
-		if n == 0 && dst != "" {
-			if err := add(hostPath, dst, fi); err != nil {
-				return err
-			}
-		}
+	entries, err := copyEntries(hostPath, fi, dst)
+	if err != nil {
+		return err
 	}
 	// The engine refuses to put a directory over anything else, or
 	// anything else over a directory: such a copy is left to it, to fail
 	// with its own error.
 	for _, e := range entries {
-		old, err := r.Lstat(e.rel)
+		old, err := r.Lstat(e.name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -282,7 +224,7 @@ func hostCopyIn(ctx context.Context, r *os.Root, hostPath string, fi fs.FileInfo
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		old, err := r.Lstat(e.rel)
+		old, err := r.Lstat(e.name)
 		exists := err == nil
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -291,7 +233,7 @@ func hostCopyIn(ctx context.Context, r *os.Root, hostPath string, fi fs.FileInfo
 		if exists && !isDir && !old.IsDir() {
 			// A file or symlink in the way is replaced, as the engine
 			// does.
-			if err := r.Remove(e.rel); err != nil {
+			if err := r.Remove(e.name); err != nil {
 				return err
 			}
 			exists = false
@@ -299,35 +241,35 @@ func hostCopyIn(ctx context.Context, r *os.Root, hostPath string, fi fs.FileInfo
 		switch {
 		case isDir:
 			if !exists {
-				if err := r.Mkdir(e.rel, 0o700); err != nil {
+				if err := r.Mkdir(e.name, 0o700); err != nil {
 					return err
 				}
 			}
 		case e.link != "":
-			if err := r.Symlink(e.link, e.rel); err != nil {
+			if err := r.Symlink(e.link, e.name); err != nil {
 				return err
 			}
-			if err := r.Lchown(e.rel, 0, 0); err != nil {
+			if err := r.Lchown(e.name, 0, 0); err != nil {
 				return err
 			}
 			continue
 		default:
-			if err := writeFileIn(r, e.rel, e.host); err != nil {
+			if err := writeFileIn(r, e.name, e.host); err != nil {
 				return err
 			}
 		}
-		if err := r.Lchown(e.rel, 0, 0); err != nil {
+		if err := r.Lchown(e.name, 0, 0); err != nil {
 			return err
 		}
-		if err := r.Chmod(e.rel, e.fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		if err := r.Chmod(e.name, e.fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)); err != nil {
 			return err
 		}
 		at, mt := fileTimes(e.fi)
 		if isDir {
-			dirs = append(dirs, dirTimes{e.rel, at, mt})
+			dirs = append(dirs, dirTimes{e.name, at, mt})
 			continue
 		}
-		if err := r.Chtimes(e.rel, at, mt); err != nil {
+		if err := r.Chtimes(e.name, at, mt); err != nil {
 			return err
 		}
 	}
