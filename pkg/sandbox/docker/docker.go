@@ -159,6 +159,9 @@ func (d *Driver) ImageMap() *sandbox.ImageMap { return d.imageMap }
 // driver's own housekeeping, applied whatever the caller's context says).
 const killWait = 10 * time.Second
 
+// termWait bounds the wait for the exec that sends SIGTERM (see signalAs).
+const termWait = time.Second
+
 // labels returns the labels of everything created for spec. The run and
 // cell labels are always set (possibly empty) so that a container never
 // inherits them from an image committed from another run's container.
@@ -532,7 +535,7 @@ func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Du
 
 // runQuiet runs `sh -c script` as user in the container, discards its
 // output and returns its exit code (126 when the runtime could not start
-// it, e.g. at the pids limit; -1 when it had not ended after killWait or
+// it, e.g. at the pids limit; -1 when it had not ended after bound or
 // when ctx ended).
 //
 // The wait is bounded because the exec can be stopped: a process of the
@@ -541,7 +544,7 @@ func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Du
 // exec sends) stops this exec too when it has not exited yet, and its
 // output stream then never closes. The caller goes on (a SIGKILL ends
 // stopped processes as well).
-func (d *Driver) runQuiet(ctx context.Context, cid, user, script string) (int, error) {
+func (d *Driver) runQuiet(ctx context.Context, cid, user, script string, bound time.Duration) (int, error) {
 	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"sh", "-c", script},
@@ -558,13 +561,13 @@ func (d *Driver) runQuiet(ctx context.Context, cid, user, script string) (int, e
 		defer close(done)
 		_, _ = io.Copy(io.Discard, resp.Reader)
 	}()
-	t := time.NewTimer(killWait)
+	t := time.NewTimer(bound)
 	defer t.Stop()
-	wait := killWait
+	wait := bound
 	select {
 	case <-done:
 	case <-t.C:
-		wait = 0 // the stream is still open after killWait: one last look
+		wait = 0 // the stream is still open after bound: one last look
 	case <-ctx.Done():
 		wait = 0
 	}
@@ -572,7 +575,11 @@ func (d *Driver) runQuiet(ctx context.Context, cid, user, script string) (int, e
 	<-done
 	code, err := d.waitExec(ctx, created.ID, wait)
 	if code == -1 && err == nil {
-		d.log.Warn("sandbox: a signal exec did not end (stopped by a process in the container?)", "container", short(cid), "script", script)
+		log := d.log.Warn
+		if bound < killWait {
+			log = d.log.Debug // expected: the SIGKILL that follows ends it (signalAs)
+		}
+		log("sandbox: a signal exec did not end (stopped by a process in the container?)", "container", short(cid), "script", script)
 	}
 	return code, err
 }

@@ -657,3 +657,30 @@ func TestDockerExecDeliversAllOutputToASlowReader(t *testing.T) {
 		t.Errorf("%d lines delivered, want 60000", w.n)
 	}
 }
+
+// TestSignalTermNotHeldByAStoppedExec: the exec that sends SIGTERM is
+// waited for at most termWait when a process of the container stops it
+// (the verifier's exit hook stops every process when the test script
+// ends on that SIGTERM): the timeout goes on to the grace and SIGKILL,
+// which ends the stopped exec too, instead of waiting killWait for it (a
+// verifier of 2 s timed out after 13 s).
+func TestSignalTermNotHeldByAStoppedExec(t *testing.T) {
+	t.Parallel()
+	d, _ := newTestDocker(t, nil)
+	ctx := context.Background()
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Destroy(ctx, h) })
+	// For 30 s a root process that ignores SIGTERM stops every other
+	// process, the signal's exec among them, as soon as it starts.
+	execOK(t, d, h, `bash -c 'trap "" TERM; while [ $SECONDS -lt 30 ]; do kill -STOP -1 2>/dev/null; done' >/dev/null 2>&1 &`)
+	start := time.Now()
+	if err := d.signalAs(ctx, h.State["container"], "0", "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 4*time.Second {
+		t.Fatalf("SIGTERM's exec was waited for %v, want at most about %v", el.Round(time.Millisecond), termWait)
+	}
+}

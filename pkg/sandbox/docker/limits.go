@@ -227,9 +227,17 @@ func (d *Driver) KillAll(ctx context.Context, h *sandbox.Handle, user string) er
 
 // signalAs sends SIGsig as user to every process it may signal but PID 1
 // (kill -1), from a new exec, lifting a reached pids limit as KillAll says.
+// It waits for that exec up to killWait for SIGKILL, and up to termWait
+// for any other signal: a process that answers SIGTERM by stopping every
+// process (the verifier's exit hook does) may stop the signal's exec too,
+// and the SIGKILL that follows ends it with the rest.
 func (d *Driver) signalAs(ctx context.Context, cid, user, sig string) error {
 	script := "kill -" + sig + " -1 2>/dev/null; true"
-	code, err := d.runQuiet(ctx, cid, user, script)
+	bound := killWait
+	if sig != "KILL" {
+		bound = termWait
+	}
+	code, err := d.runQuiet(ctx, cid, user, script, bound)
 	if err != nil {
 		return err
 	}
@@ -237,7 +245,7 @@ func (d *Driver) signalAs(ctx context.Context, cid, user, sig string) error {
 		if err := d.setPids(ctx, cid, pidsHeadroom); err != nil {
 			return err
 		}
-		if code, err = d.runQuiet(ctx, cid, user, script); err != nil {
+		if code, err = d.runQuiet(ctx, cid, user, script, bound); err != nil {
 			return err
 		}
 		if code == 126 {
