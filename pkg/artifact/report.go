@@ -187,6 +187,12 @@ func (r *reporter) harnessTable() {
 			secs(s.ElapsedSec), s.Operations, usdPtr(s.Cost.TotalCostUSD), usdPtr(s.Cost.CostPerPassUSD))
 	}
 	r.printf("\n")
+	for _, h := range hs {
+		if c := r.a.Summary.PerHarness[h].Cost; c.TotalCostUSD != nil && c.CostPerPassUSD == nil {
+			r.printf("Cost per pass is — where a cell of the harness (an errored one too) has no cost, or none passed: a total over some cells would understate it.\n\n")
+			break
+		}
+	}
 	first := true
 	for _, h := range hs {
 		s := r.a.Summary.PerHarness[h]

@@ -149,3 +149,25 @@ func TestReportSkillInvocations(t *testing.T) {
 		t.Errorf("a run without a skill arm lists skill invocations:\n%s", md.String())
 	}
 }
+
+// A harness with a total cost but no cost per pass (a cell without a
+// cost) says why its cost per pass is a dash; one priced throughout does
+// not.
+func TestReportExplainsMissingCostPerPass(t *testing.T) {
+	priced := []Result{scoredRow("t", 0, 1), scoredRow("u", 0, 1)}
+	priced[0].Metrics.CostUSD, priced[1].Metrics.CostUSD = f64(0.5), f64(0.25)
+	report := func(rows []Result) string {
+		a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"}, rows, testBuild)
+		var md bytes.Buffer
+		if err := WriteReport(&md, a); err != nil {
+			t.Fatal(err)
+		}
+		return md.String()
+	}
+	if s := report(priced); strings.Contains(s, "Cost per pass is —") || !strings.Contains(s, "| 0.7500 | 0.3750 |") {
+		t.Errorf("priced throughout:\n%s", s)
+	}
+	if s := report(append(priced, erroredRow("v", 0, "build"))); !strings.Contains(s, "Cost per pass is — where a cell of the harness") {
+		t.Errorf("an unpriced errored cell, no reason for the dash:\n%s", s)
+	}
+}
