@@ -49,7 +49,7 @@ func (d *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandbo
 			return nil
 		}
 	}
-	prefix := strings.TrimPrefix(path.Clean("/"+filepath.ToSlash(sandboxDir)), "/")
+	prefix := relPath(sandboxDir)
 	pr, pw := io.Pipe()
 	go func() {
 		pw.CloseWithError(writeTar(pw, hostPath, fi, prefix))
@@ -385,16 +385,8 @@ func boundText(s string, n int) string {
 // written from that.
 func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([]byte, bool)) error {
 	tr := tar.NewReader(r)
-	type dirMode struct {
-		path string
-		mode fs.FileMode
-	}
-	var dirs []dirMode
-	defer func() {
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Chmod(dirs[i].path, dirs[i].mode)
-		}
-	}()
+	var dirs dirModes
+	defer func() { dirs.apply() }() // the modes of the dirs made by then
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -419,32 +411,13 @@ func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([
 			if err := os.MkdirAll(target, 0o755); err != nil {
 				return err
 			}
-			dirs = append(dirs, dirMode{target, mode})
+			dirs.add(target, mode)
 		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			_ = os.Remove(target)
-			f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o200)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, src)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-			if err := os.Chmod(target, mode); err != nil {
+			if err := writeHostFile(target, mode, src); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			_ = os.Remove(target)
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
+			if err := writeHostLink(target, hdr.Linkname); err != nil {
 				return err
 			}
 		case tar.TypeLink:
@@ -460,6 +433,54 @@ func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([
 			// Devices, fifos: skipped.
 		}
 	}
+}
+
+// dirModes are the modes of the directories a copy out made, applied once
+// their contents are in (a directory without write permission would stop
+// them), deepest first.
+type dirModes []dirMode
+
+type dirMode struct {
+	path string
+	mode fs.FileMode
+}
+
+func (d *dirModes) add(path string, mode fs.FileMode) { *d = append(*d, dirMode{path, mode}) }
+
+func (d dirModes) apply() {
+	for i := len(d) - 1; i >= 0; i-- {
+		_ = os.Chmod(d[i].path, d[i].mode)
+	}
+}
+
+// writeHostFile writes a copied-out file at target (its parents made,
+// whatever stood there removed, never written through), with mode.
+func writeHostFile(target string, mode fs.FileMode, src io.Reader) error {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(target)
+	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o200)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, src)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Chmod(target, mode)
+}
+
+// writeHostLink stores a copied-out symlink at target as a symlink.
+func writeHostLink(target, link string) error {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	_ = os.Remove(target)
+	return os.Symlink(link, target)
 }
 
 // safeJoin joins the tar entry name to dir, refusing a name that leaves

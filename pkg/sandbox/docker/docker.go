@@ -252,29 +252,23 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		h.State["network"] = id
 		netMode = name
 		if spec.Egress != nil {
-			type started struct {
-				id, listen string
-				err        error
-			}
-			ch := make(chan started, 1)
+			var id, listen string
+			ch := make(chan error, 1)
 			go func() {
-				id, listen, err := d.startProxy(ctx, spec, name, subnet, lbl)
-				ch <- started{id, listen, err}
+				var err error
+				id, listen, err = d.startProxy(ctx, spec, name, subnet, lbl)
+				ch <- err
 			}()
-			var once *started
-			proxyDone = func() error {
-				if once == nil {
-					s := <-ch
-					once = &s
-					if s.id != "" {
-						h.State["proxy_container"] = s.id
-					}
-					if s.err == nil {
-						h.State["proxy"] = s.listen
-					}
+			proxyDone = sync.OnceValue(func() error {
+				err := <-ch
+				if id != "" {
+					h.State["proxy_container"] = id
 				}
-				return once.err
-			}
+				if err == nil {
+					h.State["proxy"] = listen
+				}
+				return err
+			})
 			if len(spec.Services) > 0 {
 				if err := proxyDone(); err != nil {
 					return fail(err)

@@ -89,17 +89,22 @@ func (d *Driver) hostRoot(ctx context.Context, cid string, write bool) (r *os.Ro
 // host path, asking the engine once per container.
 func (d *Driver) hostContainerOf(ctx context.Context, cid string) (hostContainer, error) {
 	if v, ok := d.hostConts.Load(cid); ok {
-		return v.(hostContainer), nil
+		if hc := v.(hostContainer); hc.pid > 0 {
+			return hc, nil
+		}
+		return hostContainer{}, errNoHostPath
 	}
 	ins, err := d.cli.ContainerInspect(ctx, cid)
 	if err != nil {
 		return hostContainer{}, err
 	}
-	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 || ins.GraphDriver.Name != "overlay2" {
+	if ins.State == nil || !ins.State.Running || ins.State.Pid <= 0 {
 		return hostContainer{}, errNoHostPath
 	}
 	merged := ins.GraphDriver.Data["MergedDir"]
-	if !filepath.IsAbs(merged) {
+	if ins.GraphDriver.Name != "overlay2" || !filepath.IsAbs(merged) {
+		// Another graph driver: this container never takes the host path.
+		d.hostConts.Store(cid, hostContainer{})
 		return hostContainer{}, errNoHostPath
 	}
 	var st syscall.Stat_t
@@ -389,25 +394,35 @@ func readCapped(f *os.File, name string, maxBytes int64) ([]byte, error) {
 	return b, nil
 }
 
-// hostReadFile is ReadFile through the container's root directory.
-func hostReadFile(r *os.Root, sandboxPath string, maxBytes int64) ([]byte, error) {
+// hostLookup finds the entry at sandboxPath (not the root) for a read:
+// its path relative to the root and its description, not followed. A
+// missing entry or parent is ErrNotFound; a symlinked parent (which the
+// copy API resolves its own way) or any other failure is errNoHostPath.
+func hostLookup(r *os.Root, sandboxPath string) (string, fs.FileInfo, error) {
 	rel := relPath(sandboxPath)
 	if rel == "" {
-		return nil, errNoHostPath
+		return "", nil, errNoHostPath
 	}
 	missing, err := plainParents(r, rel, false)
 	if err != nil {
-		return nil, err
-	}
-	if missing {
-		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
+		return "", nil, err
 	}
 	fi, err := r.Lstat(rel)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
+	case missing || errors.Is(err, fs.ErrNotExist):
+		return "", nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
 	case err != nil:
-		return nil, errNoHostPath
+		return "", nil, errNoHostPath
+	}
+	return rel, fi, nil
+}
+
+// hostReadFile is ReadFile through the container's root directory.
+func hostReadFile(r *os.Root, sandboxPath string, maxBytes int64) ([]byte, error) {
+	rel, fi, err := hostLookup(r, sandboxPath)
+	switch {
+	case err != nil:
+		return nil, err
 	case fi.Mode()&fs.ModeSymlink != 0:
 		l, err := r.Readlink(rel)
 		if err != nil {
@@ -434,30 +449,19 @@ func hostReadFile(r *os.Root, sandboxPath string, maxBytes int64) ([]byte, error
 // the copy API's stream of it, and the files of want (sandbox path → cap)
 // read on the way.
 func hostCopyOut(ctx context.Context, r *os.Root, sandboxPath, hostDir string, want map[string]int64) (map[string]sandbox.FileResult, error) {
-	src := relPath(sandboxPath)
-	if src == "" {
-		return nil, errNoHostPath
-	}
-	missing, err := plainParents(r, src, false)
+	src, top, err := hostLookup(r, sandboxPath)
 	if err != nil {
 		return nil, err
 	}
-	if missing {
-		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
-	}
-	top, err := r.Lstat(src)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("%w: %s", sandbox.ErrNotFound, sandboxPath)
-	case err != nil, top.Mode()&fs.ModeSymlink != 0:
-		return nil, errNoHostPath
+	if top.Mode()&fs.ModeSymlink != 0 {
+		return nil, errNoHostPath // the copy API archives the link itself
 	}
 	if err := os.MkdirAll(hostDir, 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox: copy out: %w", err)
 	}
 	c := &outCopy{ctx: ctx, r: r, hostDir: hostDir, base: path.Dir("/" + src), want: want,
 		got: map[string]sandbox.FileResult{}, seen: map[fileID]string{}}
-	defer c.applyDirModes()
+	defer func() { c.dirs.apply() }()
 	if err := c.entry(src, top); err != nil {
 		return nil, fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
 	}
@@ -475,18 +479,7 @@ type outCopy struct {
 	want    map[string]int64
 	got     map[string]sandbox.FileResult
 	seen    map[fileID]string // files with more links: the first name copied
-	dirs    []dirMode
-}
-
-type dirMode struct {
-	path string
-	mode fs.FileMode
-}
-
-func (c *outCopy) applyDirModes() {
-	for _, d := range slices.Backward(c.dirs) {
-		_ = os.Chmod(d.path, d.mode)
-	}
+	dirs    dirModes
 }
 
 // entry copies the container's entry rel (described by fi, not followed)
@@ -512,7 +505,7 @@ func (c *outCopy) entry(rel string, fi fs.FileInfo) error {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
 		}
-		c.dirs = append(c.dirs, dirMode{target, mode.Perm()})
+		c.dirs.add(target, mode.Perm())
 		f, err := c.r.Open(rel)
 		if err != nil {
 			return err
@@ -552,11 +545,7 @@ func (c *outCopy) entry(rel string, fi fs.FileInfo) error {
 				c.got[p] = sandbox.FileResult{Err: fmt.Errorf("%w: %s is under %s, a symlink to %q", sandbox.ErrNotRegular, p, abs, boundText(link, 200))}
 			}
 		}
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return err
-		}
-		_ = os.Remove(target)
-		return os.Symlink(link, target)
+		return writeHostLink(target, link)
 	case mode.IsRegular():
 		return c.file(rel, abs, target, fi, limit, wanted)
 	case mode&fs.ModeSocket != 0:
@@ -571,10 +560,6 @@ func (c *outCopy) entry(rel string, fi fs.FileInfo) error {
 
 // file copies one regular file, capturing it when wanted.
 func (c *outCopy) file(rel, abs, target string, fi fs.FileInfo, limit int64, wanted bool) error {
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return err
-	}
-	_ = os.Remove(target)
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
 		// A second name of a file already copied is a hard link, as in
 		// the engine's tar stream.
@@ -583,6 +568,10 @@ func (c *outCopy) file(rel, abs, target string, fi fs.FileInfo, limit int64, wan
 			if wanted {
 				c.got[abs] = sandbox.FileResult{Err: fmt.Errorf("%w: %s is a hard link", sandbox.ErrNotRegular, abs)}
 			}
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			_ = os.Remove(target)
 			return os.Link(first, target)
 		}
 		c.seen[id] = target
@@ -592,11 +581,6 @@ func (c *outCopy) file(rel, abs, target string, fi fs.FileInfo, limit int64, wan
 		return err
 	}
 	defer f.Close()
-	mode := fi.Mode().Perm()
-	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o200)
-	if err != nil {
-		return err
-	}
 	var src io.Reader = f
 	if wanted {
 		if fi.Size() > limit {
@@ -614,12 +598,5 @@ func (c *outCopy) file(rel, abs, target string, fi fs.FileInfo, limit int64, wan
 			src = io.MultiReader(bytes.NewReader(b), f)
 		}
 	}
-	_, err = io.Copy(out, src)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Chmod(target, mode)
+	return writeHostFile(target, fi.Mode().Perm(), src)
 }
