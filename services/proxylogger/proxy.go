@@ -415,17 +415,32 @@ func (c *conn) connect(ctx context.Context, br *bufio.Reader, hosts []string, re
 			w, _ := up.Write(b)
 			upN += int64(w)
 		}
-		n, _ := io.Copy(up, c.c)
+		n, _ := relay(up, c.c)
 		upN += n
 		closeWrite(up)
 	})
-	n, _ := io.Copy(c.c, up)
+	n, _ := relay(c.c, up)
 	downN = n
 	closeWrite(c.c)
 	wg.Wait()
 	c.record(Decision{Decision: Allowed, Status: http.StatusOK, Reason: "tunnel closed", Resolved: resolved,
 		Upstream: up.RemoteAddr().String(), Closed: true, BytesUp: upN, BytesDown: downN})
 }
+
+// relay copies a tunnel's bytes from src to dst through a 64 KiB buffer
+// in user space. io.Copy between two TCP connections would splice(2)
+// through a pipe instead; measured on loopback and bridge-like links
+// (BenchmarkProxyDownload/connect), that moved about 15 % fewer bytes a
+// second than the plain copy.
+func relay(dst io.Writer, src io.Reader) (int64, error) {
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	// The wrappers hide ReadFrom and WriteTo, which would take the splice
+	// path and ignore the buffer.
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+}
+
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // closeWrite half-closes a TCP connection, or closes another kind.
 func closeWrite(c net.Conn) {
