@@ -56,6 +56,7 @@ echo "target metrics, median [min..max] over $count runs (target in brackets):"
 awk '
 BEGIN {
   target["BenchmarkPublish ratio(bus/raw)"] = ">= 0.7"
+  target["BenchmarkPublish ratio(bus/raw-msgid)"] = "beside: against publish with Nats-Msg-Id"
   target["BenchmarkCellOverhead ratio"] = "<= 1.2"
   target["BenchmarkOracleCell ratio"] = "<= 1.2"
   target["BenchmarkClaudeCell ratio"] = "<= 1.2"
@@ -66,6 +67,7 @@ BEGIN {
   target["BenchmarkProcessExec ratio"] = "<= 3"
   target["BenchmarkProcessExec driver-p99-us"] = "<= 10000"
   target["BenchmarkAgentEventLines ratio_vs_floor"] = ">= 0.6"
+  target["BenchmarkAgentEventLines ratio_vs_msgid"] = "beside: against publish with Nats-Msg-Id"
   target["BenchmarkExportTaskRunsParquet x_raw_rate"] = ">= 0.8"
   target["BenchmarkExportTaskRunsParquet x_raw_size"] = "<= 1.05"
   target["BenchmarkProjection ratio_vs_floor"] = "<= 1.5"
