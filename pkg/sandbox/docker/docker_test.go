@@ -37,6 +37,21 @@ func newTestDocker(t *testing.T, m *sandbox.ImageMap) (*Driver, *client.Client) 
 	return d, cli
 }
 
+// execPathDocker is a driver that finds no cgroup of its containers on
+// this machine (Options.CgroupRoot names an empty directory), so it
+// signals, counts and reads OOM kills through execs, as for an engine on
+// another machine.
+func execPathDocker(t *testing.T) *Driver {
+	t.Helper()
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, testImage)
+	d, err := New(Options{Client: cli, CgroupRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // labelled lists the containers and networks labelled proctor.run=run.
 func labelled(t *testing.T, cli *client.Client, run string) (containers, networks int) {
 	t.Helper()
@@ -581,13 +596,15 @@ func TestEnsureImageKeyCoversMapAndBases(t *testing.T) {
 // hook does when the test script exits on the timeout's SIGTERM) also
 // stops the exec that sends the timeout's signals; Exec must still return
 // the timeout result instead of waiting for that exec's output forever.
-// Here the stopper never ends, so the SIGKILL exec cannot start either and
-// Exec returns at its housekeeping bound, DestroyTimeout + Grace (61 s);
-// after the verifier's one-shot stop, the SIGKILL exec ends everything
-// killWait (10 s) after the SIGTERM.
+// This is the exec path (an engine on another machine, see
+// execPathDocker): the stopper never ends, so the SIGKILL exec cannot
+// start either and Exec returns at its housekeeping bound, DestroyTimeout
+// + Grace (61 s); after the verifier's one-shot stop, the SIGKILL exec
+// ends everything killWait (10 s) after the SIGTERM. From this machine
+// the signals need no exec (TestHostSignalsPassAStopper).
 func TestDockerTimeoutWhenSignalExecIsStopped(t *testing.T) {
 	t.Parallel()
-	d, _ := newTestDocker(t, nil)
+	d := execPathDocker(t)
 	ctx := context.Background()
 	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
 	if err != nil {
@@ -666,7 +683,7 @@ func TestDockerExecDeliversAllOutputToASlowReader(t *testing.T) {
 // verifier of 2 s timed out after 13 s).
 func TestSignalTermNotHeldByAStoppedExec(t *testing.T) {
 	t.Parallel()
-	d, _ := newTestDocker(t, nil)
+	d := execPathDocker(t)
 	ctx := context.Background()
 	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
 	if err != nil {

@@ -3,15 +3,13 @@ package docker
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
@@ -69,7 +67,8 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 // container (when paused) and sends SIGCONT to every process in it, so the
 // processes the verifier's exit hook stopped with SIGSTOP (a server the
 // agent started in an earlier step) run again, as they would in Harbor's
-// one shared environment. A container that is not running is an error.
+// one shared environment (from this machine when it can, see hostSignal;
+// else by an exec). A container that is not running is an error.
 func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 	cid, err := d.container(h)
 	if err != nil {
@@ -86,6 +85,12 @@ func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 		if err := d.cli.ContainerUnpause(ctx, cid); err != nil {
 			return fmt.Errorf("sandbox: docker: unpause %s: %w", short(cid), err)
 		}
+	}
+	if ok, err := d.hostSignal(ctx, cid, "0", unix.SIGCONT); ok {
+		if err != nil {
+			return fmt.Errorf("sandbox: docker: resume the processes of %s: %w", short(cid), err)
+		}
+		return nil
 	}
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "kill -CONT -1 2>/dev/null; exit 0"}, Timeout: 30 * time.Second})
 	if err != nil {
@@ -137,32 +142,12 @@ func countAlive(titles []string, rows [][]string, pid1 int) (int, error) {
 // cgroup has child cgroups (whose processes it does not list). A process
 // whose /proc entry is gone has exited and is not counted.
 func hostAlive(root, cid string, pid1 int) (n int, ok bool) {
-	var procs []byte
-	for _, dir := range hostCgroupDirs(root, cid) {
-		if b, err := os.ReadFile(filepath.Join(dir.path, "cgroup.procs")); err == nil {
-			// A child cgroup's processes are not in cgroup.procs: then
-			// the engine counts.
-			ents, err := os.ReadDir(dir.path)
-			if err != nil || slices.ContainsFunc(ents, fs.DirEntry.IsDir) {
-				return 0, false
-			}
-			procs = b
-			break
-		}
-	}
-	if procs == nil || pid1 <= 0 {
+	pids, ok := hostProcs(root, cid, pid1)
+	if !ok {
 		return 0, false
 	}
-	for f := range strings.FieldsSeq(string(procs)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			return 0, false
-		}
-		if pid == pid1 {
-			ok = true
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + f + "/stat")
+	for _, pid := range pids {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			continue // exited since the listing
 		}
@@ -177,5 +162,5 @@ func hostAlive(root, cid string, pid1 int) (n int, ok bool) {
 		}
 		n++
 	}
-	return n, ok
+	return n, true
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"golang.org/x/sys/unix"
 
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
@@ -226,12 +227,22 @@ func (d *Driver) KillAll(ctx context.Context, h *sandbox.Handle, user string) er
 }
 
 // signalAs sends SIGsig as user to every process it may signal but PID 1
-// (kill -1), from a new exec, lifting a reached pids limit as KillAll says.
-// It waits for that exec up to killWait for SIGKILL, and up to termWait
-// for any other signal: a process that answers SIGTERM by stopping every
-// process (the verifier's exit hook does) may stop the signal's exec too,
-// and the SIGKILL that follows ends it with the rest.
+// (kill -1): from this machine when it can (see hostSignal), else from a
+// new exec, lifting a reached pids limit as KillAll says. It waits for
+// that exec up to killWait for SIGKILL, and up to termWait for any other
+// signal: a process that answers SIGTERM by stopping every process (the
+// verifier's exit hook does) may stop the signal's exec too, and the
+// SIGKILL that follows ends it with the rest.
 func (d *Driver) signalAs(ctx context.Context, cid, user, sig string) error {
+	if ok, err := d.hostSignal(ctx, cid, user, unix.SignalNum("SIG"+sig)); ok {
+		if err != nil {
+			return fmt.Errorf("sandbox: docker: SIG%s to the processes of %s: %w", sig, short(cid), err)
+		}
+		if sig != "KILL" {
+			return nil
+		}
+		return d.restorePids(ctx, cid)
+	}
 	script := "kill -" + sig + " -1 2>/dev/null; true"
 	bound := killWait
 	if sig != "KILL" {
@@ -255,6 +266,13 @@ func (d *Driver) signalAs(ctx context.Context, cid, user, sig string) error {
 	if sig != "KILL" {
 		return nil
 	}
+	return d.restorePids(ctx, cid)
+}
+
+// restorePids sets the pids limit of cid, after a SIGKILL to its
+// processes, to the processes still counted (zombies: PID 1 does not reap)
+// plus the container's own limit, when it is not that already.
+func (d *Driver) restorePids(ctx context.Context, cid string) error {
 	ins, err := d.cli.ContainerInspect(ctx, cid)
 	if err != nil {
 		return d.execErr(err)
