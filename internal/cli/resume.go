@@ -56,6 +56,9 @@ the log keeps every attempt.`,
 var errNothingToResume = errors.New("nothing to resume")
 
 func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error {
+	if f.concurrency < 1 {
+		return usageError{fmt.Errorf("--concurrency must be at least 1, not %d", f.concurrency)}
+	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)

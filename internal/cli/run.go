@@ -86,7 +86,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME (default url=http://example.com/,tcp=1.1.1.1:443,dns=example.com); env PROCTOR_PROBE_TARGETS")
-	fl.StringVar(&f.resume, "resume", "", "continue this run instead of starting one (as `proctor runs resume RUN`; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply)")
+	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply)")
 	f.limits.add(fl)
 	return cmd
 }
@@ -115,6 +115,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	}
 	if f.repeats < 1 {
 		return events.RunSpec{}, usageError{errors.New("--repeats must be at least 1")}
+	}
+	if f.concurrency < 1 {
+		return events.RunSpec{}, usageError{fmt.Errorf("--concurrency must be at least 1, not %d", f.concurrency)}
 	}
 	if f.retries < 0 {
 		return events.RunSpec{}, usageError{errors.New("--retries must be 0 or more")}

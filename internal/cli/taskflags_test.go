@@ -222,3 +222,25 @@ func TestRetriesFlagRejectsNegative(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 }
+
+// TestConcurrencyAndBaselineFlags: --concurrency below 1 is a usage error
+// (it was taken silently), for a run and a resume; a baseline that checks
+// the setup (the oracle) is refused, since its rows are never compared,
+// where it used to give a run with no comparison and no word of why.
+func TestConcurrencyAndBaselineFlags(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	for _, c := range []string{"0", "-3"} {
+		_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", "testdata/true-root", "--all", "--concurrency", c, "--dry-run")
+		if code != ExitUsage || !strings.Contains(errOut, "--concurrency must be at least 1, not "+c) {
+			t.Fatalf("--concurrency %s: exit %d: %s", c, code, errOut)
+		}
+	}
+	_, errOut, code := proctor(t, "runs", "resume", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--concurrency", "0")
+	if code != ExitUsage || !strings.Contains(errOut, "--concurrency must be at least 1") {
+		t.Fatalf("resume --concurrency 0: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = proctor(t, "tasks", "run", "--tasks-root", "testdata/true-root", "--all", "--harnesses", "oracle", "--baseline-harness", "oracle", "--dry-run")
+	if code == 0 || !strings.Contains(errOut, `baseline harness "oracle" checks the setup`) {
+		t.Fatalf("--baseline-harness oracle: exit %d: %s", code, errOut)
+	}
+}

@@ -123,6 +123,11 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 	if spec.BaselineHarness != "" && !seen[spec.BaselineHarness] {
 		return nil, fmt.Errorf("baseline harness %q is not among --harnesses %s", spec.BaselineHarness, strings.Join(spec.Harnesses, ","))
 	}
+	if spec.BaselineHarness != "" && harness.IsSetupCheck(spec.BaselineHarness) {
+		// Its rows check the setup, not a treatment: they never enter a
+		// comparison (DESIGN §8), so the run would have none.
+		return nil, fmt.Errorf("baseline harness %q checks the setup (the task's solution or a probe) and is never compared: name an agent harness", spec.BaselineHarness)
+	}
 	loader := task.Loader{Strict: spec.Strict}
 	d, err := loader.Discover(spec.TasksRoot)
 	if err != nil {
