@@ -273,6 +273,23 @@ func scored(rs []artifact.Result) (sc, errored []artifact.Result) {
 	return sc, errored
 }
 
+// verdicts splits rows into those with a verdict and those without one
+// (Result.Errored: an errored cell, or a verifier_error, whose verifier
+// gave no reward). A no-op or a cheat without a verdict proves nothing
+// either way: it is a SKIP, never a PASS. (The oracle's rows are split by
+// scored: a reference solution the verifier cannot score is the task's
+// fault, a FAIL.)
+func verdicts(rs []artifact.Result) (sc, none []artifact.Result) {
+	for _, r := range rs {
+		if r.Errored() {
+			none = append(none, r)
+		} else {
+			sc = append(sc, r)
+		}
+	}
+	return sc, none
+}
+
 func describe(r artifact.Result) string {
 	s := r.Outcome
 	if r.ErrorClass != "" {
@@ -358,9 +375,9 @@ func noopFinding(rs []artifact.Result) Finding {
 	if len(rs) == 0 {
 		return f(Fail, "no no-op row: the check has no data")
 	}
-	sc, errored := scored(rs)
+	sc, none := verdicts(rs)
 	if len(sc) == 0 {
-		return f(Skip, "not run: %s", describe(errored[0]))
+		return f(Skip, "no verdict: %s", describe(none[0]))
 	}
 	for _, r := range sc {
 		if r.Passed {
@@ -393,11 +410,11 @@ func cheatFinding(c Cheat, rs, noop []artifact.Result) Finding {
 	if len(rs) == 0 {
 		return f(Fail, "no %s row: the check has no data", c.Harness())
 	}
-	sc, errored := scored(rs)
+	sc, none := verdicts(rs)
 	if len(sc) == 0 {
-		return f(Skip, "not run: %s", describe(errored[0]))
+		return f(Skip, "no verdict: %s", describe(none[0]))
 	}
-	noopSc, _ := scored(noop)
+	noopSc, _ := verdicts(noop)
 	noopPasses := false
 	for _, r := range noopSc {
 		noopPasses = noopPasses || r.Passed

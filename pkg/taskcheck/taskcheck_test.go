@@ -28,6 +28,16 @@ func row(h string, repeat int, outcome string, reward float64, verifySec float64
 	return r
 }
 
+// noVerdict is a verifier_error row: the verifier ran and gave no reward
+// (DESIGN: metrics.error, no reward).
+func noVerdict(h string) artifact.Result {
+	r := artifact.Result{CellID: "t/" + h, Task: "t", Harness: h, Repeat: 1, Outcome: artifact.OutcomeVerifierError,
+		Error: "reward.txt: nan is not a reward"}
+	r.Metrics.Error = true
+	r.Metrics.VerifySec = f64(1)
+	return r
+}
+
 func testPlan() Plan {
 	return Plan{Oracle: true, Noop: true, Cheats: []Cheat{{Name: "reward-files", Hack: "writes rewards"}}, IsolationNotRun: "not run: no probe"}
 }
@@ -89,6 +99,9 @@ func TestEvaluate(t *testing.T) {
 		{"no-op passes", set(1, row(NoopHarness, 1, artifact.OutcomePassed, 1, 1)), Fail, CheckNoop, "no-op passes"},
 		{"no-op partial", set(1, row(NoopHarness, 1, artifact.OutcomePartial, 0.5, 1)), Warn, CheckNoop, "reward 0.5"},
 		{"no-op refused is skipped", set(1, row(NoopHarness, 1, artifact.OutcomeErrored, 0, 0)), Pass, "", ""},
+		{"no-op without a verdict is skipped", set(1, noVerdict(NoopHarness)), Pass, "", ""},
+		{"cheat without a verdict is skipped", set(2, noVerdict("agent:cheat-reward-files")), Pass, "", ""},
+		{"oracle without a verdict fails", set(0, noVerdict("oracle")), Fail, CheckOracle, "does not pass: verifier_error"},
 		{"cheat passes", set(2, row("agent:cheat-reward-files", 1, artifact.OutcomePassed, 1, 1)), Fail, "cheat:reward-files", "reward-files passes: writes rewards"},
 		{"cheat passes on one repeat", append(clean(), row("agent:cheat-reward-files", 2, artifact.OutcomePassed, 1, 1)), Fail, "cheat:reward-files", "passes"},
 		{"cheat raises a partial reward", set(2, row("agent:cheat-reward-files", 1, artifact.OutcomePartial, 0.5, 1)), Warn, "cheat:reward-files", "raises the reward to 0.5"},
@@ -370,5 +383,19 @@ func TestReportOutputs(t *testing.T) {
 	}
 	if !rep.Failed() {
 		t.Error("a FAIL task: Failed() false")
+	}
+}
+
+// TestNoVerdictIsNoPass: a no-op or a cheat whose verifier gave no reward
+// (verifier_error) is a SKIP "no verdict", not a PASS "fails" / "does not
+// pass": missing data proves nothing either way.
+func TestNoVerdictIsNoPass(t *testing.T) {
+	rs := clean()
+	rs[1], rs[2] = noVerdict(NoopHarness), noVerdict("agent:cheat-reward-files")
+	tr := evaluate(t, rs)
+	for _, check := range []string{CheckNoop, "cheat:reward-files"} {
+		if f := finding(tr, check); f.Verdict != Skip || !strings.HasPrefix(f.Detail, "no verdict: verifier_error") {
+			t.Errorf("%s: %s %q, want SKIP no verdict", check, f.Verdict, f.Detail)
+		}
 	}
 }
