@@ -90,9 +90,17 @@ func newGC(g *globals) *cobra.Command {
 				return err
 			}
 			defer conn.Close()
+			// A run is alive while it has not ended and is not stale
+			// (the rule `runs list` marks with *): on the embedded store
+			// this process holds, no other process drives a run; on a
+			// cluster, its owner stopped renewing the lease of a dead one.
+			now := time.Now()
 			return report(d.GCDead(ctx, func(id string) bool {
 				r, err := conn.GetRun(ctx, id)
-				return err == nil && (r.Status == "requested" || r.Status == "running")
+				if err != nil || r.Terminal() {
+					return false
+				}
+				return conn.embedded == nil && !r.LeaseExpired(now)
 			}))
 		},
 	}
