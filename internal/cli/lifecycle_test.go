@@ -263,6 +263,11 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	if !strings.Contains(r.stderr.String(), "2 of 4 cells run again") {
 		t.Errorf("resume did not re-run exactly the 2 unfinished cells:\n%s", r.stderr.String())
 	}
+	// Its progress goes past the RunFinished that closed epoch 0 to the
+	// cells run again (it stopped there, printing none of them).
+	if !strings.Contains(r.stderr.String(), "[4/4] ") {
+		t.Errorf("the resume's progress has no line for its last cell:\n%s", r.stderr.String())
+	}
 	resumed, err := artifact.Read(js)
 	if err != nil {
 		t.Fatal(err)

@@ -25,9 +25,11 @@ import (
 // when its new attempt ends), and its line says what its row will say. The
 // plan comes first: the planner publishes the refusals of a run
 // (CellRefused) before RunPlanned, so their lines wait for it and are
-// printed as [i/N] after "planned N cells". Event data that did not decode
-// is reported in one warning line at the end.
-func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
+// printed as [i/N] after "planned N cells". It stops at the RunFinished
+// of epoch (a resumed run's log holds the RunFinished of each earlier
+// epoch, which the RunResumed after it reopens). Event data that did not
+// decode is reported in one warning line at the end.
+func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch int) {
 	p := projection.NewProjector(runID)
 	total, done := 0, 0
 	var early []string // cell lines seen before RunPlanned
@@ -57,6 +59,9 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 			}
 			early = nil
 		case e.Type == events.RunFinished:
+			if !p.Finished() || finishedEpoch(e) < epoch {
+				return nil // an earlier epoch's end: the resume goes on
+			}
 			if bar != nil {
 				_ = bar.Finish()
 			}
@@ -77,6 +82,16 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string) {
 		}
 		return nil
 	})
+}
+
+// finishedEpoch is the epoch a RunFinished event closes (0 when its data
+// does not say).
+func finishedEpoch(e events.Envelope) int {
+	var f events.RunFinishedData
+	if err := events.Into(e, &f); err != nil {
+		return 0
+	}
+	return f.Epoch
 }
 
 // describe is a done cell's outcome as its row has it.

@@ -120,7 +120,7 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 	}
 	epoch := rec.Epoch + 1
 	sc := stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits}
-	final, err := g.drive(ctx, conn, runID, nil, dead, sc, func(ctx context.Context) error {
+	final, err := g.drive(ctx, conn, runID, epoch, nil, dead, sc, func(ctx context.Context) error {
 		now := time.Now()
 		// The record moves first: a launcher that reads it drops the
 		// jobs of older epochs, and the aggregator follows to this

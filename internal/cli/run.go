@@ -226,7 +226,7 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 	if err != nil {
 		return bus.RunRecord{}, err
 	}
-	return g.drive(ctx, conn, runID, cells, dead, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits},
+	return g.drive(ctx, conn, runID, 0, cells, dead, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits},
 		func(ctx context.Context) error {
 			now := time.Now()
 			if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
@@ -249,10 +249,11 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 // services (without --nats; the planner primed with cells when non-nil),
 // removes the containers of the dead runs recovered at start, calls begin
 // (which publishes what starts the run: RunRequested, or RunResumed),
-// renews the run's lease while it waits and follows its progress; it
-// returns the run's final index record. A signal or a failed service ends
+// renews the run's lease while it waits and follows the progress of its
+// epoch (0 for a new run; a resume's, whose log holds the earlier epochs'
+// RunFinished); it returns the run's final index record. A signal or a failed service ends
 // the run (abandon).
-func (g *globals) drive(ctx context.Context, conn *connection, runID string, cells []planner.Cell, dead []string, sc stackConfig, begin func(context.Context) error) (bus.RunRecord, error) {
+func (g *globals) drive(ctx context.Context, conn *connection, runID string, epoch int, cells []planner.Cell, dead []string, sc stackConfig, begin func(context.Context) error) (bus.RunRecord, error) {
 	runCtx, cancelServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelServices()
 	grp, gctx := errgroup.WithContext(runCtx)
@@ -287,7 +288,7 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, cel
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		g.progress(progressCtx, conn.Bus, runID)
+		g.progress(progressCtx, conn.Bus, runID, epoch)
 	}()
 
 	waitErr := make(chan error, 1)
