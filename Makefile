@@ -42,13 +42,16 @@ test: setup-node setup-browser setup-claude
 
 ## fuzz: run each fuzz target for FUZZTIME inputs (default 200000x), one at a time; a count, not a duration: go1.26's fuzz coordinator can fail a duration run at its deadline with "context deadline exceeded" and no crasher (golang/go#75804, fixed in go1.27)
 FUZZTIME ?= 200000x
+# FUZZMIN bounds the minimizing of each new input (go's default is 60 s
+# for each, which let one run of FuzzReport stand a minute at 0 execs/s).
+FUZZMIN ?= 500x
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzSplitFrontmatter$$' -fuzztime $(FUZZTIME) ./pkg/task
-	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/task
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./pkg/dataset
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatchesJSON$$' -fuzztime $(FUZZTIME) ./pkg/events
-	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) ./pkg/artifact
-	$(GO) test -run '^$$' -fuzz '^FuzzParseReward$$' -fuzztime $(FUZZTIME) ./pkg/harness
+	$(GO) test -run '^$$' -fuzz '^FuzzSplitFrontmatter$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/task
+	$(GO) test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/task
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/dataset
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatchesJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/events
+	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/artifact
+	$(GO) test -run '^$$' -fuzz '^FuzzParseReward$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/harness
 
 ## bench: run each benchmark 3 times; print median [min..max] of each ratio against its floor and the CPU other processes took
 bench: setup-node setup-browser setup-claude
