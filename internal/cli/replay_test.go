@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -13,9 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // proctor runs Main in-process and returns its stdout, stderr and exit code.
@@ -292,14 +297,25 @@ func TestReplayAfterKill(t *testing.T) {
 		t.Errorf("watch of a dead run: exit %d\n%s\n%s", code, wout, werr)
 	}
 	// gc without --run finds the killed run dead (it is stale: no other
-	// process holds the store) and removes what it left.
+	// process holds the store) and removes what it left, and nothing of
+	// the runs of other stores on the engine (other tests' runs, here).
 	if c, _ := leftovers(t, cli, runID); c == 0 {
 		t.Fatal("the killed run left no container: the check below proves nothing")
 	}
-	if gout := mustProctor(t, "gc"); !strings.Contains(gout, "removed 1 containers") {
+	other := events.NewID() // a run of another store on the same engine
+	oc, err := cli.ContainerCreate(context.Background(), &container.Config{Image: "debian:bookworm-slim", Cmd: []string{"true"},
+		Labels: map[string]string{sandbox.LabelManaged: "1", sandbox.LabelRun: other}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), oc.ID, container.RemoveOptions{Force: true}) })
+	if gout := mustProctor(t, "gc"); !strings.Contains(gout, "removed 1 containers and 0 networks") {
 		t.Errorf("gc: %q, want the killed run's container removed", gout)
 	}
 	if c, n := leftovers(t, cli, runID); c+n != 0 {
 		t.Errorf("%d containers and %d networks of the killed run remain after gc", c, n)
+	}
+	if c, _ := leftovers(t, cli, other); c != 1 {
+		t.Errorf("gc removed the container of a run this store does not know")
 	}
 }

@@ -68,7 +68,7 @@ func newGC(g *globals) *cobra.Command {
 	var runID string
 	cmd := &cobra.Command{
 		Use:   "gc [--run ID]",
-		Short: "Remove containers and networks left by dead runs (by label)",
+		Short: "Remove containers and networks left by this store's dead runs (by label)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -90,17 +90,20 @@ func newGC(g *globals) *cobra.Command {
 				return err
 			}
 			defer conn.Close()
-			// A run is alive while it has not ended and is not stale
+			// A run of this store is dead once it has ended or is stale
 			// (the rule `runs list` marks with *): on the embedded store
 			// this process holds, no other process drives a run; on a
 			// cluster, its owner stopped renewing the lease of a dead one.
+			// A run this store does not know (another PROCTOR_HOME or
+			// cluster on the same engine), or cannot be asked about, is
+			// left alone: `gc --run` removes it by name.
 			now := time.Now()
 			return report(d.GCDead(ctx, func(id string) bool {
 				r, err := conn.GetRun(ctx, id)
-				if err != nil || r.Terminal() {
-					return false
+				if err != nil {
+					return true
 				}
-				return conn.embedded == nil && !r.LeaseExpired(now)
+				return !r.Terminal() && conn.embedded == nil && !r.LeaseExpired(now)
 			}))
 		},
 	}
