@@ -59,7 +59,7 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 			}
 			early = nil
 		case e.Type == events.RunFinished:
-			if !p.Finished() || finishedEpoch(e) < epoch {
+			if !p.Finished() || p.Epoch() < epoch {
 				return nil // an earlier epoch's end: the resume goes on
 			}
 			if bar != nil {
@@ -82,16 +82,6 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 		}
 		return nil
 	})
-}
-
-// finishedEpoch is the epoch a RunFinished event closes (0 when its data
-// does not say).
-func finishedEpoch(e events.Envelope) int {
-	var f events.RunFinishedData
-	if err := events.Into(e, &f); err != nil {
-		return 0
-	}
-	return f.Epoch
 }
 
 // describe is a done cell's outcome as its row has it.

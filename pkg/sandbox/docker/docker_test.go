@@ -52,6 +52,19 @@ func execPathDocker(t *testing.T) *Driver {
 	return d
 }
 
+// startLong starts a sandbox of testImage with a 5-minute lifetime on d,
+// destroyed when the test ends.
+func startLong(t *testing.T, d *Driver) *sandbox.Handle {
+	t.Helper()
+	ctx := context.Background()
+	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Destroy(ctx, h) })
+	return h
+}
+
 // labelled lists the containers and networks labelled proctor.run=run.
 func labelled(t *testing.T, cli *client.Client, run string) (containers, networks int) {
 	t.Helper()
@@ -606,11 +619,7 @@ func TestDockerTimeoutWhenSignalExecIsStopped(t *testing.T) {
 	t.Parallel()
 	d := execPathDocker(t)
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Destroy(ctx, h) })
+	h := startLong(t, d)
 	// The stopper ignores SIGTERM and stops every other process, again
 	// and again, from before the timeout until SIGKILL.
 	script := `sh -c "trap '' TERM; while :; do kill -STOP -1 2>/dev/null; done" & sleep 100000`
@@ -685,11 +694,7 @@ func TestSignalTermNotHeldByAStoppedExec(t *testing.T) {
 	t.Parallel()
 	d := execPathDocker(t)
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Destroy(ctx, h) })
+	h := startLong(t, d)
 	// For 30 s a root process that ignores SIGTERM stops every other
 	// process, the signal's exec among them, as soon as it starts.
 	execOK(t, d, h, `bash -c 'trap "" TERM; while [ $SECONDS -lt 30 ]; do kill -STOP -1 2>/dev/null; done' >/dev/null 2>&1 &`)

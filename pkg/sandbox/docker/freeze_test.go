@@ -154,11 +154,7 @@ func TestDockerReadFile(t *testing.T) {
 
 func testDockerReadFile(t *testing.T, d *Driver) {
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Destroy(ctx, h)
+	h := startLong(t, d)
 	// A host file with a secret, and a link to its path inside the
 	// container (where the path does not exist) as an agent would plant it.
 	hostDir := t.TempDir()

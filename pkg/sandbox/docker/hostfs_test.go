@@ -299,11 +299,7 @@ func TestHostRootIsTheContainersRoot(t *testing.T) {
 	}
 	d, _ := newTestDocker(t, nil)
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Destroy(ctx, h)
+	h := startLong(t, d)
 	cid := h.State["container"]
 	hc, err := d.hostContainerOf(ctx, cid)
 	if err != nil {

@@ -48,11 +48,7 @@ func TestHostSignalsPassAStopper(t *testing.T) {
 	t.Parallel()
 	d, _ := newTestDocker(t, nil)
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Destroy(ctx, h) })
+	h := startLong(t, d)
 	requireHostSignals(t, d, h)
 	script := `sh -c "trap '' TERM; while :; do kill -STOP -1 2>/dev/null; done" & sleep 100000`
 	start := time.Now()
@@ -88,11 +84,7 @@ func TestKillAllAsUserBothWays(t *testing.T) {
 				d = execPathDocker(t)
 			}
 			ctx := context.Background()
-			h, err := d.Start(ctx, sandbox.Spec{Image: testImage, Lifetime: 5 * time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Destroy(ctx, h) })
+			h := startLong(t, d)
 			if way == "host" {
 				requireHostSignals(t, d, h)
 			}
