@@ -376,7 +376,7 @@ func TestDockerfileBases(t *testing.T) {
 	}
 }
 
-// TestImageMapTrailingComments: the README's example map, comments after
+// TestImageMapTrailingComments: docs/sandboxes.md's example map, comments after
 // the rules included, parses as its four rules.
 func TestImageMapTrailingComments(t *testing.T) {
 	m := mustMap(t, `python:3.11-slim = proctor/python:3.11-slim     # exact, as written
