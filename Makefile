@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude setup-compose test fuzz vet bench demo deploy-test clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-compose test fuzz vet bench demo deploy-test docs clean
 
 all: build
 
@@ -71,6 +71,10 @@ demo: setup setup-claude build
 ## deploy-test: bring up deploy/docker-compose.yml, run example tasks, kill -9 a worker and a NATS node mid-run, check the artifact (deploy/cluster-test.sh)
 deploy-test: setup-compose
 	deploy/cluster-test.sh
+
+## docs: rewrite docs/cli.md from the command tree (TestCLIReference fails when it is out of date)
+docs:
+	$(GO) run ./cmd/proctor docs cli > docs/cli.md
 
 ## clean: remove build and demo outputs
 clean:

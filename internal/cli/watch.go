@@ -54,7 +54,7 @@ characters). --type keeps only the listed event types; --cell keeps only
 cells whose id matches GLOB, where * matches any run of characters
 (including /) and ? one character, e.g. 'fix-sum/*' or '*/oracle/*'.
 
-Any NATS client can follow the same subjects (see the README's telemetry
+Any NATS client can follow the same subjects (see docs/cluster.md's telemetry
 subjects). Without a running proctor on this machine watch opens the store
 itself; a run that is not finished then has no process to finish it, and
 watch exits with an error after printing what the log holds.`,
