@@ -9,7 +9,7 @@ import (
 )
 
 // limitFlags are the sandbox limits a launcher applies when a task
-// declares none (DESIGN §9, Sandboxes).
+// declares none (docs/decisions/2026-12-01-container-limits.md).
 type limitFlags struct {
 	memoryMB int64
 	cpus     float64

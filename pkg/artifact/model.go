@@ -193,7 +193,8 @@ type Metrics struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// OOMKilled is true when the kernel killed a process of the sandbox at
 	// its memory limit; OOMPhase says during which phase ("solve" or
-	// "verify"). The outcome is still the verifier's (DESIGN §9).
+	// "verify"). The outcome is still the verifier's
+	// (docs/decisions/2026-12-01-oom-kills-counted.md).
 	OOMKilled bool   `json:"oom_killed,omitempty"`
 	OOMPhase  string `json:"oom_phase,omitempty"`
 }

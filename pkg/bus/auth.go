@@ -9,7 +9,7 @@ import (
 )
 
 // Auth holds the credentials proctor presents to an external NATS cluster
-// (DESIGN §9, Event bus). At most one way is used: a creds file (a user
+// (docs/decisions/2026-12-01-embedded-server-and-credentials.md). At most one way is used: a creds file (a user
 // JWT and its nkey seed, as `nsc` writes it), an nkey seed file, or a user
 // and password. The zero value presents nothing.
 type Auth struct {

@@ -128,7 +128,7 @@ func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartb
 			}
 			if Transient(err) {
 				// A leader moving, a server restarting: wait and pull
-				// again (DESIGN §9); only a configuration error ends
+				// again (docs/decisions/2026-12-01-transient-bus-errors.md); only a configuration error ends
 				// the service.
 				if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 					select {

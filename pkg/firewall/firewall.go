@@ -1,5 +1,5 @@
 // Package firewall installs the host firewall rules that keep sandboxes on
-// proctor's internal networks away from the host (DESIGN §9, Sandboxes):
+// proctor's internal networks away from the host (docs/decisions/2026-12-01-internal-network-pool.md):
 // an --internal Docker network has no route out, but the host itself still
 // answers on the network's gateway, docker0 and its own addresses, so any
 // service listening on all interfaces (a NATS server, a database) is

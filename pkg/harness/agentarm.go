@@ -385,7 +385,7 @@ done`
 }()
 
 // RemoveGraderLinks runs after an agent's processes are killed and before
-// the verifier copies the graders in (DESIGN §9, "The agent's working
+// the verifier copies the graders in (DESIGN §4, "The agent's working
 // directory"): it removes every symlink in the places an agent writes (its
 // working tree, /tmp, /var/tmp, /dev/shm, its HOME, /agent-output, /logs)
 // that resolves into a grader path (GraderPaths), and returns them as
@@ -450,8 +450,8 @@ func agentEnv(env Env, workdir string, deadline time.Time, own map[string]string
 
 // responseTail is the Message{role: response} text: the last
 // cellfs.RowTailBytes (4 KiB) of the response text as valid UTF-8, without
-// the blank space around it (DESIGN §9: the end of a response is where an
-// agent's final answer is).
+// the blank space around it (the end of a response is where an agent's
+// final answer is).
 func responseTail(text string) string {
 	return strings.TrimSpace(cellfs.Suffix(strings.TrimRight(text, " \t\r\n"), cellfs.RowTailBytes))
 }

@@ -112,7 +112,7 @@ func (a benchflowArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 		n = task.NeedsOracle
 	}
 	// bench would start a compose environment itself, outside proctor's
-	// network policy: refused (DESIGN §9, compose tasks).
+	// network policy: refused (docs/decisions/2026-12-01-compose-which-arms.md).
 	n.Compose = false
 	return refusal(t, n)
 }

@@ -120,7 +120,7 @@ func isHook(entry string) bool {
 }
 
 // reset runs as root after the agent's processes are killed
-// and before the verifier (DESIGN §9, "The agent's working directory"):
+// and before the verifier (DESIGN §4, "The agent's working directory"):
 // in the verifier's HOME it removes every symlink the agent left for a
 // directory above a start-up file or the user site-packages, every user
 // site-packages directory the image did not have (so Python starts

@@ -572,7 +572,7 @@ func (p *Projector) row(id string) artifact.Result {
 	}
 	m := &r.Metrics
 	m.UnknownKeys = c.plan.UnknownKeys
-	// Unreported is not 0 (DESIGN §9): a count no event reported stays
+	// Unreported is not 0 (docs/decisions/2026-12-01-unreported-is-not-zero.md): a count no event reported stays
 	// null; total_tokens needs both of its parts.
 	m.PromptTokens, m.CompletionTokens = c.prompt, c.complete
 	if c.prompt != nil && c.complete != nil {
@@ -675,7 +675,7 @@ func (p *Projector) row(id string) artifact.Result {
 		m.OOMKilled, m.OOMPhase = true, "verify"
 	}
 	if m.OOMKilled {
-		// The cause is kept beside the verifier's outcome (DESIGN §9).
+		// The cause is kept beside the verifier's outcome (docs/decisions/2026-12-01-oom-kills-counted.md).
 		msg := "OOM-killed during the " + m.OOMPhase
 		if m.Limits != nil && m.Limits.MemoryMB > 0 {
 			msg += fmt.Sprintf(" at the memory limit of %d MiB (%s)", m.Limits.MemoryMB, m.Limits.MemorySource)

@@ -1,5 +1,5 @@
-// Package taskcheck is the quality gate of `proctor tasks check` (DESIGN
-// §9, "Task checks"): it decides, per task, whether the task is sound
+// Package taskcheck is the quality gate of `proctor tasks check` (docs/tasks.md
+// and the check-* records of docs/decisions): it decides, per task, whether the task is sound
 // before anyone pays for a sweep. The dynamic checks are cells of an
 // ordinary run (the oracle, an agent that does nothing, the cheats of the
 // registry, the isolation probe when this build has one); Evaluate reads

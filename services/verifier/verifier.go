@@ -36,7 +36,7 @@ type Config struct {
 	// Heartbeat is how often the verifier renews its node's heartbeat in
 	// KV PROCTOR_NODES (default bus.NodeBeatEvery, 10 s): an aggregator
 	// errors the cells waiting on a node silent for longer than its
-	// NodeLost bound (DESIGN §9).
+	// NodeLost bound (docs/decisions/2026-12-01-lost-nodes.md).
 	Heartbeat time.Duration
 	Logger    *slog.Logger
 	// Slots, when set, is given back the slot of each verify job once its
@@ -139,7 +139,8 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // finds it again (a verifier restarted on this node). A job whose attempt
 // already has a VerifyStarted (its verifier died during the tests) is not
 // run a second time in the same container: the cell is errored, class
-// infra, and the sandbox destroyed (DESIGN §9). Once the sandbox is gone
+// infra, and the sandbox destroyed
+// (docs/decisions/2026-12-01-verifier-sandbox-on-stop.md). Once the sandbox is gone
 // the terminal event is published with retries until ctx ends.
 func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
 	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
