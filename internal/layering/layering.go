@@ -1,7 +1,22 @@
-// Package layering checks the import rules of DESIGN §2: services meet only
-// in the event log, so a service never imports another service or the CLI;
-// pkg/ packages are the shared vocabulary and libraries, so they import no
-// service and nothing under internal/ (their tests may use internal/testutil).
+// Package layering checks the import rules of DESIGN §2 between the
+// module's packages, as they hold today:
+//
+//   - services meet only in the event log: a service never imports another
+//     service or the CLI;
+//   - pkg/ packages are the shared vocabulary and libraries: they import no
+//     service and nothing under internal/ (their tests may use
+//     internal/testutil);
+//   - every package has a layer (layers) and its non-test files import only
+//     packages of lower layers, so the graph stays a stack with no sideways
+//     or upward edge; a package without a layer is a violation until it is
+//     given one;
+//   - a sandbox driver imports only the sandbox contract, and only the CLI
+//     wires the Docker driver in;
+//   - the test kits (bustest, harnesstest, sandboxfake, sandboxtest,
+//     internal/testutil) are imported by _test.go files only.
+//
+// Tests (_test.go files) may cross layers inside pkg/ and services/: a test
+// of pkg/artifact may build rows with pkg/harness.
 package layering
 
 import (
@@ -10,6 +25,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -33,6 +49,54 @@ func (v Violation) String() string { return fmt.Sprintf("%s imports %s: %s", v.F
 // testOnly lists the internal packages that tests of pkg/ and services/ may
 // import.
 var testOnly = map[string]bool{"internal/testutil": true}
+
+// layers places every package of the module (module-relative directory;
+// "services/" covers every service) in a layer. A package's non-test files
+// import only packages of a lower layer.
+var layers = map[string]int{
+	// 0: the vocabulary and leaf libraries, importing nothing of the module.
+	"schemas": 0, "pkg/events": 0, "pkg/stats": 0, "pkg/atomicfile": 0,
+	"pkg/dockerfile": 0, "pkg/egress": 0, "pkg/firewall": 0, "pkg/llmtest": 0,
+	"internal/testutil": 0, "internal/layering": 0, "internal/doclinks": 0,
+	"internal/pipeline": 0,
+	// 1: contracts and loaders.
+	"pkg/task": 1, "pkg/sandbox": 1, "pkg/bus": 1, "pkg/isoprobe": 1, "pkg/artifact": 1,
+	// 2: implementations of a contract.
+	"pkg/sandbox/docker": 2, "pkg/sandbox/process": 2, "pkg/sandbox/sandboxfake": 2,
+	"pkg/sandbox/sandboxtest": 2, "pkg/cellfs": 2, "pkg/bus/bustest": 2, "pkg/dataset": 2,
+	// 3: the harness arms and the cell preamble.
+	"pkg/harness": 3, "pkg/cellrun": 3,
+	// 4: what runs arms or reads the log.
+	"pkg/verify": 4, "pkg/harness/harnesstest": 4, "pkg/taskcheck": 4, "pkg/projection": 4,
+	// 5: the services and the viewer.
+	"services/": 5, "internal/view": 5,
+	// 6: the command line; 7: main.
+	"internal/cli": 6, "cmd/proctor": 7,
+}
+
+// drivers are the sandbox drivers: they import only the sandbox contract.
+var drivers = map[string]bool{
+	"pkg/sandbox/docker": true, "pkg/sandbox/process": true,
+	"pkg/sandbox/sandboxfake": true, "pkg/sandbox/sandboxtest": true,
+}
+
+// wiredByCLI are packages that only the CLI's wiring imports.
+var wiredByCLI = map[string]bool{"pkg/sandbox/docker": true}
+
+// testKits are imported by _test.go files only.
+var testKits = map[string]bool{
+	"internal/testutil": true, "pkg/bus/bustest": true, "pkg/harness/harnesstest": true,
+	"pkg/sandbox/sandboxfake": true, "pkg/sandbox/sandboxtest": true,
+}
+
+// layer returns the layer of the package in module-relative directory dir.
+func layer(dir string) (int, bool) {
+	if strings.HasPrefix(dir, "services/") {
+		return layers["services/"], true
+	}
+	l, ok := layers[dir]
+	return l, ok
+}
 
 // Check parses the imports of every .go file under root (a module root whose
 // go.mod names module) and returns the imports that break the rules, sorted
@@ -90,6 +154,35 @@ func Check(root, module string) ([]Violation, error) {
 // broken returns the rule that file (module-relative) importing imp breaks,
 // or "".
 func broken(file, imp string, test bool) string {
+	if r := brokenArea(file, imp, test); r != "" {
+		return r
+	}
+	if test {
+		return ""
+	}
+	dir := path.Dir(file)
+	switch {
+	case testKits[imp]:
+		return imp + " is a test kit: only _test.go files import it"
+	case drivers[dir] && imp != "pkg/sandbox":
+		return "a sandbox driver imports only the sandbox contract (pkg/sandbox)"
+	case wiredByCLI[imp] && dir != "internal/cli" && !strings.HasPrefix(dir, "internal/cli/"):
+		return imp + " is wired in by internal/cli only"
+	}
+	l, ok := layer(dir)
+	if !ok {
+		return dir + " has no layer: give it one in internal/layering (layers)"
+	}
+	il, ok := layer(imp)
+	if ok && il >= l && !(strings.HasPrefix(dir, "services/") && strings.HasPrefix(imp, "services/")) {
+		return fmt.Sprintf("%s (layer %d) imports only lower layers, not %s (layer %d)", dir, l, imp, il)
+	}
+	return ""
+}
+
+// brokenArea returns the rule of the top-level areas (services, pkg) that
+// file importing imp breaks, or "".
+func brokenArea(file, imp string, test bool) string {
 	top, pkg := area(file)
 	itop, ipkg := area(imp + "/x.go")
 	switch top {

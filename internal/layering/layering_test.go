@@ -28,7 +28,10 @@ func TestModuleKeepsTheLayering(t *testing.T) {
 }
 
 // TestCheckFindsBadImports runs the checker on a fixture module holding one
-// import of each forbidden kind beside allowed ones.
+// import of each forbidden kind beside allowed ones: across services, from
+// pkg/ to a service or internal/, upward or sideways between layers, from a
+// driver to anything but the contract, the Docker driver outside the CLI, a
+// test kit outside a test, a package without a layer.
 func TestCheckFindsBadImports(t *testing.T) {
 	vs, err := Check("testdata/bad", "example.com/bad")
 	if err != nil {
@@ -42,8 +45,14 @@ func TestCheckFindsBadImports(t *testing.T) {
 		{"pkg/events/events.go", "internal/testutil"},
 		{"pkg/events/events.go", "services/launcher"},
 		{"pkg/events/events_test.go", "internal/atomicfile"},
+		{"pkg/newthing/newthing.go", "pkg/events"},
+		{"pkg/sandbox/docker/docker.go", "pkg/events"},
+		{"pkg/task/task.go", "pkg/harness"},
+		{"pkg/task/task.go", "pkg/sandbox"},
 		{"services/launcher/launcher.go", "internal/cli"},
 		{"services/launcher/launcher.go", "services/verifier"},
+		{"services/planner/planner.go", "pkg/bus/bustest"},
+		{"services/planner/planner.go", "pkg/sandbox/docker"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("violations:\n got %v\nwant %v", got, want)

@@ -1,0 +1,3 @@
+package newthing
+
+import _ "example.com/bad/pkg/events"

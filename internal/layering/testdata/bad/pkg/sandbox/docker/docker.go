@@ -1,0 +1,6 @@
+package docker
+
+import (
+	_ "example.com/bad/pkg/events"
+	_ "example.com/bad/pkg/sandbox"
+)

@@ -1,0 +1,3 @@
+package planner
+
+import _ "example.com/bad/pkg/bus/bustest"
