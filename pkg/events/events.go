@@ -172,13 +172,15 @@ func Decode(b []byte) (Envelope, error) {
 	return decode(b, nil)
 }
 
-// A Decoder decodes envelopes as Decode does, for a reader of many events:
-// the strings that repeat from one event to the next (type, run id, cell
-// id, source) are allocated once and shared, up to decoderStrings distinct
-// values. Owned says the caller never reuses the bytes it passes (a NATS
+// A Decoder decodes envelopes as Decode does, for a reader of many events.
+// The zero value is ready to use; a Decoder is not safe for concurrent
+// use. Owned says the caller never reuses the bytes it passes (a NATS
 // message's payload, which the client allocates per message): the
-// envelope's Data then aliases them instead of a copy. The zero value is
-// ready to use; a Decoder is not safe for concurrent use.
+// envelope's Data then aliases them instead of a copy.
+//
+// The strings that repeat from one event to the next (type, run id, cell
+// id, source) are allocated once and shared, up to decoderStrings distinct
+// values.
 type Decoder struct {
 	Owned bool
 	strs  map[string]string

@@ -27,8 +27,10 @@ import (
 // An error from Prepare or Solve that carries an events.ClassError ends
 // the cell errored with that class; any other Prepare error is infra, any
 // other Solve error likewise (the event log failing is returned as is by
-// Env.Emit and retried). Adding an arm is one type implementing Arm and one
-// case in For (docs/ADDING_A_HARNESS.md).
+// Env.Emit and retried).
+//
+// Adding an arm is one type implementing Arm and one case in For
+// (docs/ADDING_A_HARNESS.md).
 type Arm interface {
 	// Ref is the parsed harness reference the arm was made from.
 	Ref() Ref

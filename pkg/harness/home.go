@@ -12,13 +12,15 @@ import (
 )
 
 // HomeStartupFiles are the files and directories under the verifier's HOME
-// (relative to it) that a program the verifier may run reads when it
-// starts and that can make it run code or change what it does: shells'
-// start-up files (read by a login or interactive bash, by any zsh), git's,
-// pip's, npm's, R's, Julia's, cargo's, curl's, wget's, matplotlib's and
-// IPython's configuration. When the agent's working tree holds the
-// verifier's HOME (a /root task) they are put back as the image had them
-// before the verifier starts (homeSnapshot.reset).
+// (relative to it) that are put back as the image had them before the
+// verifier starts, when the agent's working tree holds that HOME (a /root
+// task; homeSnapshot.reset).
+//
+// They are what a program the verifier may run reads when it starts and
+// that can make it run code or change what it does: shells' start-up
+// files (read by a login or interactive bash, by any zsh), git's, pip's,
+// npm's, R's, Julia's, cargo's, curl's, wget's, matplotlib's and IPython's
+// configuration.
 var HomeStartupFiles = []string{
 	".profile", ".bash_profile", ".bash_login", ".bashrc", ".bash_logout",
 	".zshenv", ".zprofile", ".zshrc", ".zlogin",

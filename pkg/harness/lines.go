@@ -43,10 +43,12 @@ var opPrefixes = []string{"PROCTOR_OP ", "DOKIMI_OP "}
 // (DESIGN §5.1, compatible with the Anpord command harness): a JSON object
 // with a known `_tag` (Started, Message, Command, FileChange, ToolCall,
 // Usage, Finished) is an event; `PROCTOR_OP {json}` / `DOKIMI_OP {json}` is
-// an Operation; every other line is response text. Field names are read in
-// snake_case and camelCase and under the names common agent runtimes use
-// (input_tokens / inputTokens / prompt_tokens, exitCode, toolName, ...).
-// An `at` field in epoch milliseconds sets the event time; otherwise readAt.
+// an Operation; every other line is response text. An `at` field in epoch
+// milliseconds sets the event time; otherwise readAt.
+//
+// Field names are read in snake_case and camelCase and under the names
+// common agent runtimes use (input_tokens / inputTokens / prompt_tokens,
+// exitCode, toolName, ...).
 func ParseLine(line string, readAt time.Time) Line {
 	s := strings.TrimSpace(line)
 	for _, p := range opPrefixes {

@@ -122,11 +122,13 @@ const DefaultMaxLine = 1 << 20
 
 // Lines is an io.Writer that splits a stream into lines and calls a
 // function for each complete line, and for the final partial line on Close.
+// Lines is safe for concurrent use; the function is called with the Lines
+// lock held, one line at a time, in stream order.
+//
 // A line longer than the bound is delivered cut to the bound (at a rune
 // boundary) with truncated set, as soon as the bound is reached; the rest
 // of that line is counted and dropped, so memory stays bounded by the bound
-// and capture never stops. Lines is safe for concurrent use; the function
-// is called with the Lines lock held, one line at a time, in stream order.
+// and capture never stops.
 type Lines struct {
 	mu      sync.Mutex
 	fn      func(line string, truncated bool)

@@ -1,18 +1,20 @@
 // Package sandbox is the contract of the places a cell's commands run in
 // (DESIGN §4): Driver, Spec, ExecSpec, ExecResult, Handle, the errors, the
-// labels and network modes, and the driver-neutral helpers every driver
-// and caller shares (output capture: Tail, Lines; the image map; image
-// keys and tags; resource limit types). The drivers live beside it: a
-// Docker container per cell in package sandbox/docker (the default) and a
-// host process tree in package sandbox/process. Both pass one conformance
-// suite, package sandbox/sandboxtest (exit codes, timeouts that kill the
-// whole tree, a grandchild that keeps the output pipe open, output without
-// a final newline, long lines, invalid UTF-8, a process that ignores
-// SIGTERM), which a new driver runs with one call to sandboxtest.Run.
+// labels and network modes. A Driver is safe for concurrent use by several
+// goroutines on different Handles; the calls on one Handle are made one at
+// a time by its owner (phases of a cell run one after another). What only
+// some drivers can do are the small interfaces of abilities.go, found by
+// type assertion.
 //
-// A Driver is safe for concurrent use by several goroutines on different
-// Handles; the calls on one Handle are made one at a time by its owner
-// (phases of a cell run one after another).
+// Beside the contract are the driver-neutral helpers every driver and
+// caller shares: output capture (Tail, Lines), the image map, image keys
+// and tags, resource limit types. The drivers live in packages of their
+// own: a Docker container per cell in sandbox/docker (the default) and a
+// host process tree in sandbox/process. Both pass one conformance suite,
+// sandbox/sandboxtest (exit codes, timeouts that kill the whole tree, a
+// grandchild that keeps the output pipe open, output without a final
+// newline, long lines, invalid UTF-8, a process that ignores SIGTERM),
+// which a new driver runs with one call to sandboxtest.Run.
 package sandbox
 
 import (
@@ -341,14 +343,15 @@ type Driver interface {
 	// its Handle. On error nothing created is left behind.
 	Start(ctx context.Context, spec Spec) (*Handle, error)
 	// Exec runs one command in the sandbox and waits until it has exited
-	// and its output is delivered. A background process the command left
-	// holding stdout does not keep Exec waiting (its output after the main
-	// process ends is drained for a short bounded time, then dropped).
-	// When ctx ends the command is stopped as at a timeout (TimedOut,
-	// ExitCode 124) and the error is nil; the caller then Destroys. The
-	// error is non-nil only when the command could not be run or followed
-	// (the sandbox is gone: ErrDestroyed; the engine failed; the process
-	// driver could not start the binary). The Docker driver reports a
+	// and its output is delivered. When ctx ends the command is stopped
+	// as at a timeout (TimedOut, ExitCode 124) and the error is nil; the
+	// caller then Destroys. The error is non-nil only when the command
+	// could not be run or followed (the sandbox is gone: ErrDestroyed; the
+	// engine failed; the process driver could not start the binary).
+	//
+	// A background process the command left holding stdout does not keep
+	// Exec waiting (its output after the main process ends is drained for
+	// a short bounded time, then dropped). The Docker driver reports a
 	// command the runtime cannot start (missing binary, workdir or user)
 	// as exit 126 with the runtime's message on the output, as `docker
 	// exec` does.
