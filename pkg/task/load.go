@@ -303,7 +303,11 @@ func locateFiles(t *Task, tree *taskTree) {
 			}
 			hasMain, err := composeHasMain(tree.contents[rel])
 			if err != nil {
-				t.Warnings = append(t.Warnings, fmt.Sprintf("%s does not parse as YAML (%v); treated as a data file", rel, err))
+				// Harbor hands the file to compose, which refuses it: the
+				// task cannot run, and never without its services.
+				if t.Unsupported == "" {
+					t.Unsupported = fmt.Sprintf("compose environment refused: %s does not parse as YAML: %v", rel, err)
+				}
 				continue
 			}
 			if !hasMain || t.Compose != nil {
@@ -353,6 +357,7 @@ func locateFiles(t *Task, tree *taskTree) {
 		t.Missing = append(t.Missing, testDir+"/test.sh")
 	}
 	locateSteps(t, tree)
+	locateVerifierEnv(t, tree)
 }
 
 func isFile(p string) bool {

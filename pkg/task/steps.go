@@ -122,21 +122,26 @@ var stepFields = map[string]field[stepTable]{
 		s.minReward = map[string]float64{"reward": f}
 		return nil
 	},
-	"healthcheck": func(r *configReader, s *stepTable, e entry) error {
-		if e.v == nil {
-			return nil
-		}
-		// Harbor's HealthcheckConfig defaults.
-		h := &Healthcheck{IntervalSec: 5, TimeoutSec: 30, StartIntervalSec: 5, Retries: 3}
-		if err := readTable(r, h, e.path, e.v, healthcheckFields); err != nil {
-			return err
-		}
-		if strings.TrimSpace(h.Command) == "" {
-			return r.errf(joinKey(e.path, "command"), "is required and must not be empty")
-		}
-		s.healthcheck = h
-		return nil
+	"healthcheck": func(r *configReader, s *stepTable, e entry) (err error) {
+		s.healthcheck, err = r.healthcheck(e)
+		return err
 	},
+}
+
+// healthcheck reads the healthcheck table e (nil when null) with Harbor's
+// HealthcheckConfig defaults; command is required.
+func (r *configReader) healthcheck(e entry) (*Healthcheck, error) {
+	if e.v == nil {
+		return nil, nil
+	}
+	h := &Healthcheck{IntervalSec: 5, TimeoutSec: 30, StartIntervalSec: 5, Retries: 3}
+	if err := readTable(r, h, e.path, e.v, healthcheckFields); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(h.Command) == "" {
+		return nil, r.errf(joinKey(e.path, "command"), "is required and must not be empty")
+	}
+	return h, nil
 }
 
 var stepAgentFields = map[string]field[stepTable]{

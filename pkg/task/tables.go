@@ -61,6 +61,10 @@ type verifierTable struct {
 	user       string
 	env        map[string]any // before resolution
 	net        netSpec
+	mode       string        // environment_mode as written ("" = not set)
+	modeSet    bool          // environment_mode is present
+	sandbox    *sandboxTable // [verifier.environment], nil when absent
+	collect    []Collect     // [[verifier.collect]]
 }
 
 // sandboxTable is [environment] (Harbor) or sandbox (BenchFlow).
@@ -77,6 +81,7 @@ type sandboxTable struct {
 	env             map[string]any // before resolution
 	mcpServers      []map[string]any
 	skillsDir       string
+	healthcheck     *Healthcheck
 }
 
 // oracleTable is [solution] (Harbor) or oracle (BenchFlow).
@@ -272,7 +277,43 @@ var verifierFields = map[string]field[verifierTable]{
 	"network_mode":  netField(func(v *verifierTable) *netSpec { return &v.net }),
 	"allowed_hosts": netField(func(v *verifierTable) *netSpec { return &v.net }),
 	"egress":        netField(func(v *verifierTable) *netSpec { return &v.net }),
+	"environment_mode": func(r *configReader, v *verifierTable, e entry) (err error) {
+		v.modeSet = true
+		if e.v == nil {
+			v.modeSet = false
+			return nil
+		}
+		v.mode, err = r.str(e.v, e.path)
+		if err == nil && v.mode != VerifierShared && v.mode != VerifierSeparate {
+			err = r.errf(e.path, "must be %q or %q, not %q", VerifierShared, VerifierSeparate, v.mode)
+		}
+		return err
+	},
+	"environment": func(r *configReader, v *verifierTable, e entry) error {
+		if e.v == nil {
+			return nil
+		}
+		v.sandbox = &sandboxTable{name: e.path, buildTimeoutSec: DefaultBuildTimeoutSec}
+		v.sandbox.net.table = e.path
+		return readTable(r, v.sandbox, e.path, e.v, verifierSandboxFields)
+	},
+	"collect": func(r *configReader, v *verifierTable, e entry) (err error) {
+		v.collect, err = r.collectHooks(e)
+		return err
+	},
 }
+
+// verifierSandboxFields read [verifier.environment], the separate
+// verifier's own environment (Harbor's EnvironmentConfig): the keys proctor
+// applies to the verifier's container; the others are read past
+// (unchecked).
+var verifierSandboxFields = func() map[string]field[sandboxTable] {
+	m := map[string]field[sandboxTable]{}
+	for _, k := range []string{"build_timeout_sec", "docker_image", "cpus", "memory_mb", "memory", "allow_internet", "network_mode", "allowed_hosts", "egress"} {
+		m[k] = sandboxFields[k]
+	}
+	return m
+}()
 
 var oracleFields = map[string]field[oracleTable]{
 	"env": func(r *configReader, o *oracleTable, e entry) (err error) {
@@ -364,6 +405,10 @@ var sandboxFields = map[string]field[sandboxTable]{
 		s.skillsDir, err = r.str(e.v, e.path)
 		return err
 	},
+	"healthcheck": func(r *configReader, s *sandboxTable, e entry) (err error) {
+		s.healthcheck, err = r.healthcheck(e)
+		return err
+	},
 }
 
 // deprecatedSize reads the deprecated memory or storage size string e into
@@ -402,7 +447,7 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	s := c.sandbox
 	t.BuildTimeoutSec, t.DockerImage, t.Workdir = s.buildTimeoutSec, s.dockerImage, s.workdir
 	t.CPUs, t.MemoryMB, t.StorageMB, t.GPUs = s.cpus, s.memoryMB, s.storageMB, s.gpus
-	t.MCPServers, t.SkillsDir = s.mcpServers, s.skillsDir
+	t.MCPServers, t.SkillsDir, t.Healthcheck = s.mcpServers, s.skillsDir, s.healthcheck
 	t.Source, t.Artifacts = c.source, c.artifacts
 	t.MultiRole = c.multiRole
 
@@ -413,7 +458,19 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	if t.AgentNetwork, err = c.agent.net.resolve(t.Network); err != nil {
 		return r.errf(c.agent.net.key, "%v", err)
 	}
-	if t.VerifierNetwork, err = c.verifier.net.resolve(t.Network); err != nil {
+	if err := r.fillVerifierMode(t, c); err != nil {
+		return err
+	}
+	verifierBase := t.Network
+	if vs := c.verifier.sandbox; vs != nil {
+		// The separate verifier's own environment has its own baseline
+		// policy (public when it declares none, as Harbor's
+		// EnvironmentConfig); [verifier].network_mode overrides it.
+		if verifierBase, err = vs.net.resolve(NetworkPolicy{Mode: NetworkPublic}); err != nil {
+			return r.errf(vs.net.key, "%v", err)
+		}
+	}
+	if t.VerifierNetwork, err = c.verifier.net.resolve(verifierBase); err != nil {
 		return r.errf(c.verifier.net.key, "%v", err)
 	}
 	if s.net.allowInternetSet && s.net.mode != "" {

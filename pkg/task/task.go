@@ -110,6 +110,22 @@ type Task struct {
 	// for a single-container task.
 	Compose *Compose `json:"compose,omitempty"`
 
+	// Healthcheck is the sandbox table's healthcheck: run in the task
+	// container after it starts and before the solve, with Docker
+	// HEALTHCHECK semantics; an environment that never becomes healthy
+	// errors the cell. nil when none.
+	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+	// VerifierMode is VerifierSeparate when the tests run in a fresh
+	// container of VerifierEnvironment, resolved as Harbor does; "" when
+	// they run in the agent's sandbox (shared).
+	VerifierMode string `json:"verifier_mode,omitempty"`
+	// VerifierEnvironment is the separate verifier's environment; nil in
+	// shared mode.
+	VerifierEnvironment *VerifierEnvironment `json:"verifier_environment,omitempty"`
+	// VerifierCollect are the [[verifier.collect]] hooks, in order: run
+	// after the solve and before the verifier.
+	VerifierCollect []Collect `json:"verifier_collect,omitempty"`
+
 	// Unsupported is a reason the task cannot run (a compose file proctor
 	// refuses, see LoadCompose); "" when it can.
 	Unsupported string `json:"unsupported,omitempty"`
