@@ -197,7 +197,35 @@ type Metrics struct {
 	// (docs/decisions/2026-12-01-oom-kills-counted.md).
 	OOMKilled bool   `json:"oom_killed,omitempty"`
 	OOMPhase  string `json:"oom_phase,omitempty"`
+	// TamperFindings are the files the solve created or changed in the
+	// work tree that shadow a test runner or a standard module of the
+	// verifier's language: the cell is suspect (Result.Suspect). Its
+	// verdict stands; the report and the viewer mark it.
+	TamperFindings []TamperFinding `json:"tamper_findings,omitempty"`
+	// VerifierFindings are what the verifier phase showed beside the
+	// reward: reward_exit_conflict, no_tests_executed, collect_failed.
+	VerifierFindings []VerifierFinding `json:"verifier_findings,omitempty"`
 }
+
+// TamperFinding is metrics.tamper_findings[]: a file the solve left that
+// could run instead of what the verifier means to run.
+type TamperFinding struct {
+	Path string `json:"path"`
+	// Change is "created" or "changed".
+	Change string `json:"change"`
+	// Shadows says what it stands in for.
+	Shadows string `json:"shadows"`
+}
+
+// VerifierFinding is metrics.verifier_findings[].
+type VerifierFinding struct {
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+}
+
+// Suspect reports whether the row's cell is suspect: its solve left files
+// that shadow the verifier's runner or standard modules.
+func (r Result) Suspect() bool { return len(r.Metrics.TamperFindings) > 0 }
 
 // Limits are metrics.limits: CPUs (fractions allowed; absent = no limit),
 // memory in MiB, the most processes and threads at once, no-new-privileges,
@@ -272,6 +300,12 @@ type HarnessSummary struct {
 	// absent when no row is scored (n 0).
 	SkillInvocationRate *float64 `json:"skill_invocation_rate,omitempty"`
 	SkillInvocationN    *int     `json:"skill_invocation_n,omitempty"`
+	// Suspect counts the rows with tamper findings (their verdicts are
+	// counted as they are); absent when none.
+	Suspect int `json:"suspect,omitempty"`
+	// VerifierFindings counts the rows with each kind of verifier
+	// finding; absent when none.
+	VerifierFindings map[string]int `json:"verifier_findings,omitempty"`
 }
 
 // CostSummary is summary.per_harness.<h>.cost, in USD.

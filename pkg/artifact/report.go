@@ -213,6 +213,34 @@ func (r *reporter) harnessTable() {
 	if !first {
 		r.printf("\n")
 	}
+	r.findingsTable(hs)
+}
+
+// findingsTable lists, per harness with any, the suspect cells (tamper
+// findings: counted as they were scored) and the cells with each kind of
+// verifier finding.
+func (r *reporter) findingsTable(hs []string) {
+	kinds := []string{"reward_exit_conflict", "no_tests_executed", "collect_failed"}
+	first := true
+	for _, h := range hs {
+		s := r.a.Summary.PerHarness[h]
+		if s.Suspect == 0 && len(s.VerifierFindings) == 0 {
+			continue
+		}
+		if first {
+			r.printf("Findings (cells; a suspect cell's solve left files that shadow the verifier's test runner or standard modules, and its verdict is counted as scored):\n\n")
+			r.printf("| harness | suspect | reward/exit conflict | no tests executed | collect failed |\n|---|--:|--:|--:|--:|\n")
+			first = false
+		}
+		r.printf("| %s | %d", tableCode(h), s.Suspect)
+		for _, k := range kinds {
+			r.printf(" | %d", s.VerifierFindings[k])
+		}
+		r.printf(" |\n")
+	}
+	if !first {
+		r.printf("\n")
+	}
 }
 
 // tasks lists the tasks of the rows in row order.
@@ -394,6 +422,9 @@ func (r *reporter) cells() {
 		if row.Attempt > 1 {
 			r.printf(" · attempt %d", row.Attempt)
 		}
+		if row.Suspect() {
+			r.printf(" · suspect")
+		}
 		r.printf("\n\n")
 		outcome := row.Outcome
 		if row.ErrorClass != "" {
@@ -429,6 +460,20 @@ func (r *reporter) cells() {
 				vs[i] = code(v)
 			}
 			r.printf("Unresolved environment: %s.\n\n", strings.Join(vs, ", "))
+		}
+		if row.Suspect() {
+			r.printf("Suspect: the solve left files that shadow what the verifier runs:\n\n")
+			for _, f := range row.Metrics.TamperFindings {
+				r.printf("- %s %s (%s)\n", code(f.Path), f.Change, f.Shadows)
+			}
+			r.printf("\n")
+		}
+		if len(row.Metrics.VerifierFindings) > 0 {
+			r.printf("Verifier findings:\n\n")
+			for _, f := range row.Metrics.VerifierFindings {
+				r.printf("- %s: %s\n", code(f.Kind), tableText(f.Detail))
+			}
+			r.printf("\n")
 		}
 		if row.Error != "" {
 			r.printf("Error:\n\n%s\n", fenced(row.Error))

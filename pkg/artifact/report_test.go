@@ -171,3 +171,45 @@ func TestReportExplainsMissingCostPerPass(t *testing.T) {
 		t.Errorf("an unpriced errored cell, no reason for the dash:\n%s", s)
 	}
 }
+
+// TestReportShowsFindings: a suspect cell (tamper findings) and the
+// verifier's findings are counted per harness, marked on the cell and
+// listed under it; the artifact with them validates against task_runs.v1.
+func TestReportShowsFindings(t *testing.T) {
+	suspect := scoredRow("a", 0, 1)
+	suspect.Metrics.TamperFindings = []TamperFinding{{Path: "/app/unittest.py", Change: "created", Shadows: "python module unittest"}}
+	empty := scoredRow("b", 0, 1)
+	empty.Metrics.VerifierFindings = []VerifierFinding{{Kind: "no_tests_executed", Detail: "unittest: Ran 0 tests in 0.000s"},
+		{Kind: "reward_exit_conflict", Detail: "reward 1 but the test script exited 1"}}
+	clean := scoredRow("c", 0, 0)
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
+		[]Result{suspect, empty, clean}, testBuild)
+	s := a.Summary.PerHarness["h"]
+	if s.Suspect != 1 || s.VerifierFindings["no_tests_executed"] != 1 || s.VerifierFindings["reward_exit_conflict"] != 1 || s.Passed != 2 {
+		t.Errorf("summary suspect %d findings %v passed %d", s.Suspect, s.VerifierFindings, s.Passed)
+	}
+	js, err := Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(js); err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| `h` | 1 | 1 | 1 | 0 |",
+		"### `a` · `h` · `m` · repeat 0 · suspect",
+		"- `/app/unittest.py` created (python module unittest)",
+		"- `no_tests_executed`: unittest: Ran 0 tests in 0.000s",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Contains(md.String(), "`c` · `h` · `m` · repeat 0 · suspect") {
+		t.Error("a clean cell is marked suspect")
+	}
+}

@@ -99,6 +99,19 @@ func summarizeHarness(rows []Result) *HarnessSummary {
 		t.N++
 		s.ElapsedSec += r.ElapsedSec
 		s.Operations += r.Metrics.OperationCount
+		if r.Suspect() {
+			s.Suspect++
+		}
+		seen := map[string]bool{}
+		for _, f := range r.Metrics.VerifierFindings {
+			if !seen[f.Kind] {
+				seen[f.Kind] = true
+				if s.VerifierFindings == nil {
+					s.VerifierFindings = map[string]int{}
+				}
+				s.VerifierFindings[f.Kind]++
+			}
+		}
 		if r.Errored() {
 			s.Errored++
 			t.Errored++

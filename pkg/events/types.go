@@ -245,6 +245,33 @@ type FinishedData struct {
 	// OOMKilled is true when the kernel killed a process of the sandbox at
 	// its memory limit during the solve.
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// TamperFindings are the files the solve created or changed in the
+	// work tree that shadow a test runner or a standard module of the
+	// verifier's language (verify.ShadowSnapshot), found after the solve
+	// and before the verifier: the cell is suspect. Empty when none.
+	TamperFindings []TamperFinding `json:"tamper_findings,omitempty"`
+}
+
+// TamperFinding is one file a solve left that could run instead of what
+// the verifier means to run.
+type TamperFinding struct {
+	// Path is the file's absolute path in the sandbox.
+	Path string `json:"path"`
+	// Change is "created" (the image did not have it) or "changed"
+	// (its contents or kind differ from the image's).
+	Change string `json:"change"`
+	// Shadows says what it stands in for ("python module unittest",
+	// "pytest conftest", "python start-up hook", "runner jest", ...).
+	Shadows string `json:"shadows"`
+}
+
+// VerifierFinding is one thing the verifier phase noticed that the
+// reward alone does not show (verify.Findings).
+type VerifierFinding struct {
+	// Kind is reward_exit_conflict, no_tests_executed or collect_failed.
+	Kind string `json:"kind"`
+	// Detail is the evidence, one line.
+	Detail string `json:"detail"`
 }
 
 // VerifyStartedData opens the verifier phase.
@@ -273,6 +300,10 @@ type VerdictData struct {
 	// OOMKilled is true when the kernel killed a process of the sandbox at
 	// its memory limit during the verifier phase (not before it).
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Findings are what the verifier phase noticed beside the reward (a
+	// pass whose script exited non-zero, a runner that executed no
+	// tests, a collect hook that failed); recorded, never decisive.
+	Findings []VerifierFinding `json:"findings,omitempty"`
 }
 
 // StepStartedData opens one step of a multi-step cell (Harbor's

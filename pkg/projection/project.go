@@ -602,6 +602,9 @@ func (p *Projector) row(id string) artifact.Result {
 		m.AgentReported = f.AgentReported
 		m.Isolation = f.Isolation
 		m.IsolationProbe = f.IsolationProbe
+		for _, tf := range f.TamperFindings {
+			m.TamperFindings = append(m.TamperFindings, artifact.TamperFinding(tf))
+		}
 		// metrics.json fills a count only when no event carried it; a
 		// reported 0 is 0.
 		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n >= 0 && len(m.ToolCalls) == 0 {
@@ -612,6 +615,9 @@ func (p *Projector) row(id string) artifact.Result {
 		r.VerifierReturnCode = v.ReturnCode
 		m.VerifySec = ptr(v.DurationSec)
 		m.VerifierLeftoverProcesses = v.LeftoverProcesses
+		for _, vf := range v.Findings {
+			m.VerifierFindings = append(m.VerifierFindings, artifact.VerifierFinding(vf))
+		}
 	}
 	errored := func(class, msg string) {
 		r.Outcome, r.ErrorClass, r.Error = artifact.OutcomeErrored, class, msg
@@ -663,6 +669,17 @@ func (p *Projector) row(id string) artifact.Result {
 	}
 	for i, sv := range c.steps {
 		r.Steps = append(r.Steps, stepRow(sv, c.stepAt, c.stepIn[i]))
+		// A step's findings are the row's, named by the step.
+		if sv.Verdict != nil {
+			for _, vf := range sv.Verdict.Findings {
+				m.VerifierFindings = append(m.VerifierFindings, artifact.VerifierFinding{Kind: vf.Kind, Detail: "step " + sv.Name + ": " + vf.Detail})
+			}
+		}
+		if sv.Solve != nil {
+			for _, tf := range sv.Solve.TamperFindings {
+				m.TamperFindings = append(m.TamperFindings, artifact.TamperFinding(tf))
+			}
+		}
 	}
 	if c.limits != nil {
 		l := artifact.Limits(*c.limits)

@@ -357,6 +357,25 @@ func oracleFindings(t *task.Task, rs []artifact.Result) []Finding {
 	if len(errored) > 0 {
 		out = append(out, f(Warn, "%d of %d repeats errored: %s", len(errored), len(rs), describe(errored[0])))
 	}
+	// A verifier that executed no test on the reference solution scores
+	// nothing: whatever its reward, it cannot tell a solution from none.
+	for _, r := range sc {
+		for _, vf := range r.Metrics.VerifierFindings {
+			switch vf.Kind {
+			case "no_tests_executed":
+				out = append(out, f(Fail, "the oracle's verifier executed no tests: %s (%s)", oneLine(vf.Detail, 300), r.CellID))
+				return out
+			}
+		}
+	}
+	for _, r := range sc {
+		for _, vf := range r.Metrics.VerifierFindings {
+			if vf.Kind == "reward_exit_conflict" {
+				out = append(out, f(Warn, "the oracle's reward and its test script's exit disagree: %s (%s)", oneLine(vf.Detail, 300), r.CellID))
+				return out
+			}
+		}
+	}
 	return out
 }
 

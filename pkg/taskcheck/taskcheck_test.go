@@ -106,6 +106,8 @@ func TestEvaluate(t *testing.T) {
 		{"cheat passes on one repeat", append(clean(), row("agent:cheat-reward-files", 2, artifact.OutcomePassed, 1, 1)), Fail, "cheat:reward-files", "passes"},
 		{"cheat raises a partial reward", set(2, row("agent:cheat-reward-files", 1, artifact.OutcomePartial, 0.5, 1)), Warn, "cheat:reward-files", "raises the reward to 0.5"},
 		{"no cheat row", clean()[:2], Fail, "cheat:reward-files", "no agent:cheat-reward-files row"},
+		{"oracle ran no tests", set(0, withFindings(row("oracle", 1, artifact.OutcomePassed, 1, 1), "no_tests_executed")), Fail, CheckOracle, "the oracle's verifier executed no tests: unittest: Ran 0 tests"},
+		{"oracle reward/exit conflict", set(0, withFindings(row("oracle", 1, artifact.OutcomePassed, 1, 1), "reward_exit_conflict")), Warn, CheckOracle, "reward and its test script's exit disagree"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -398,4 +400,13 @@ func TestNoVerdictIsNoPass(t *testing.T) {
 			t.Errorf("%s: %s %q, want SKIP no verdict", check, f.Verdict, f.Detail)
 		}
 	}
+}
+
+// withFindings gives r one verifier finding of each kind.
+func withFindings(r artifact.Result, kinds ...string) artifact.Result {
+	for _, k := range kinds {
+		d := map[string]string{"no_tests_executed": "unittest: Ran 0 tests in 0.000s", "reward_exit_conflict": "reward 1 but the test script exited 1"}[k]
+		r.Metrics.VerifierFindings = append(r.Metrics.VerifierFindings, artifact.VerifierFinding{Kind: k, Detail: d})
+	}
+	return r
 }

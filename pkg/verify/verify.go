@@ -167,6 +167,10 @@ func RunTests(ctx context.Context, driver sandbox.Driver, spec TestSpec, h *sand
 	}
 	r := readReward(files)
 	v.Reward, v.Rewards, v.RawReward, v.Error = r.Value, r.Rewards, r.Raw, r.Err
+	v.Findings = Findings(v, dir.Path(logName), dir.Path("logs", "verifier"))
+	for _, f := range v.Findings {
+		dir.Logf("verifier finding %s: %s", f.Kind, f.Detail)
+	}
 	dir.Logf("verifier exit %d: reward %v %s", rc, deref(r.Value), r.Err)
 	return v, nil
 }

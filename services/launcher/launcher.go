@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -347,6 +348,13 @@ func (c *cell) run(ctx context.Context) error {
 	if err := c.emit(ctx, events.SandboxStarted, sb); err != nil {
 		return err
 	}
+	if err := c.environmentHealthy(ctx, p, h); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		teardown() // before the terminal event: an ended cell owns no container
+		return c.end(ctx, events.ClassInfra, err)
+	}
 	if len(c.task.Steps) > 0 {
 		return c.runSteps(ctx, arm, p, h, teardown)
 	}
@@ -407,4 +415,27 @@ func NodeName(host string) string {
 		return "local"
 	}
 	return string(b)
+}
+
+// environmentHealthy runs the task's [environment.healthcheck] in a
+// container sandbox once it has started and before the solve (Harbor runs
+// it before the agent's setup), as root in the working directory, with
+// Docker HEALTHCHECK semantics (healthcheck). An environment that never
+// becomes healthy is the task's: the error is ClassSandbox naming the
+// command and its last exit. No healthcheck, or a host process, is nil.
+func (c *cell) environmentHealthy(ctx context.Context, p harness.Placement, h *sandbox.Handle) error {
+	hc := c.task.Healthcheck
+	if hc == nil || p.Networks.Start == "" {
+		return nil
+	}
+	workdir := p.Workdir
+	if workdir == "" {
+		workdir = p.Image.Workdir
+	}
+	err := healthcheck(ctx, p.Driver, h, hc, workdir, c.Dir())
+	var sf *stepFailure
+	if errors.As(err, &sf) {
+		return events.Classf(events.ClassSandbox, "the environment is unhealthy: [environment.healthcheck] %s", strings.TrimPrefix(sf.msg, "healthcheck "))
+	}
+	return err
 }
