@@ -153,10 +153,11 @@ func TestTasksCheck(t *testing.T) {
 		t.Errorf("check.md:\n%s", full.md)
 	}
 
-	oracle := check([]string{"oracle-wrong", "verifier-over-budget", "static-solve-reads-tests"}, "oracle", map[string]string{
-		"oracle-wrong": "oracle", "verifier-over-budget": "oracle", "static-solve-reads-tests": "static",
+	oracle := check([]string{"oracle-wrong", "verifier-over-budget", "static-solve-reads-tests", "oracle-no-tests"}, "oracle", map[string]string{
+		"oracle-wrong": "oracle", "verifier-over-budget": "oracle", "static-solve-reads-tests": "static", "oracle-no-tests": "oracle",
 	})
 	for _, s := range []string{"| oracle-wrong | FAIL | oracle: the reference solution does not pass",
+		"| oracle-no-tests | FAIL | oracle: the oracle's verifier executed no tests: unittest: Ran 0 tests",
 		"| verifier-over-budget | FAIL | oracle: verifier over budget", "SKIP no-op: not run: not selected by --checks"} {
 		if !bytes.Contains(oracle.md, []byte(s)) {
 			t.Errorf("check.md lacks %q:\n%s", s, oracle.md)

@@ -35,4 +35,8 @@ type VerifyJob struct {
 	// Epoch is LaunchJob.Epoch of the launch that made the job.
 	Epoch   int                `json:"epoch,omitempty"`
 	Sandbox SandboxStartedData `json:"sandbox"`
+	// Workdir is the solve's working directory in the sandbox (the work
+	// tree a separate verifier carries over); "" in jobs made before it
+	// was recorded.
+	Workdir string `json:"workdir,omitempty"`
 }

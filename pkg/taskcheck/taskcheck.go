@@ -450,6 +450,13 @@ func cheatFinding(c Cheat, rs, noop []artifact.Result) Finding {
 			return f(Skip, "inconclusive: the cheat passes, and so does an agent that does nothing")
 		}
 		d := fmt.Sprintf("%s passes: %s (%s)", c.Name, c.Hack, r.CellID)
+		if r.Suspect() {
+			var fs []string
+			for _, tf := range r.Metrics.TamperFindings {
+				fs = append(fs, tf.Path+" "+tf.Change)
+			}
+			d += "; suspect: " + strings.Join(fs, ", ")
+		}
 		if len(leaks) > 0 {
 			d += "; " + strings.Join(leaks, "; ")
 		}

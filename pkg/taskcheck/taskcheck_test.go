@@ -239,7 +239,7 @@ func TestCheatsRegistry(t *testing.T) {
 			t.Errorf("cheat %s: hack %q, script starts %q", c.Name, c.Hack, c.Script[:min(40, len(c.Script))])
 		}
 	}
-	if got := strings.Join(names, ","); got != "plant-hooks,read-graders,reward-daemon,reward-files,stub-invoked" {
+	if got := strings.Join(names, ","); got != "plant-hooks,read-graders,reward-daemon,reward-files,shadow-module,stub-invoked" {
 		t.Fatalf("cheats %s", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/sandbox/process"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/verify"
 )
 
 // Source is the envelope source of the launcher's events.
@@ -359,6 +360,7 @@ func (c *cell) run(ctx context.Context) error {
 		return c.runSteps(ctx, arm, p, h, teardown)
 	}
 
+	snap := c.snapshotShadows(ctx, p, h)
 	out, err := arm.Solve(ctx, c, p, h)
 	// The egress proxy's decisions are recorded before Finished, also
 	// after a failed solve (what the agent tried to reach is kept).
@@ -373,6 +375,9 @@ func (c *cell) run(ctx context.Context) error {
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	fin := out.Finished
+	if out.Verdict == nil {
+		c.tamperFindings(ctx, p, h, snap, &fin)
+	}
 	// The sandbox is fresh, so any OOM kill so far is the solve's.
 	if oc, ok := p.Driver.(sandbox.OOMCounter); ok {
 		if n, err := oc.OOMKills(ctx, h); err != nil {
@@ -395,7 +400,7 @@ func (c *cell) run(ctx context.Context) error {
 	if err := c.s.bus.Flush(ctx); err != nil {
 		return err
 	}
-	vj := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb, Epoch: c.job.Epoch}
+	vj := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb, Epoch: c.job.Epoch, Workdir: c.workTree(p)}
 	if err := c.s.bus.PublishWork(ctx, events.VerifySubject(c.s.cfg.Node), VerifyJobID(c.job.RunID, c.job.CellID, c.attempt), vj); err != nil {
 		return err
 	}
@@ -438,4 +443,62 @@ func (c *cell) environmentHealthy(ctx context.Context, p harness.Placement, h *s
 		return events.Classf(events.ClassSandbox, "the environment is unhealthy: [environment.healthcheck] %s", strings.TrimPrefix(sf.msg, "healthcheck "))
 	}
 	return err
+}
+
+// snapshotShadows lists, before the solve of a container sandbox, the
+// files of the work tree and the verifier's import path that could shadow
+// its runner or standard modules (verify.SnapshotShadows), for
+// tamperFindings to compare after it. A sandbox that cannot be scanned is
+// logged and gives nil: its row then says the scan was unavailable.
+func (c *cell) snapshotShadows(ctx context.Context, p harness.Placement, h *sandbox.Handle) *verify.ShadowSnapshot {
+	if p.Networks.Start == "" {
+		return nil
+	}
+	snap, err := verify.SnapshotShadows(ctx, p.Driver, h, c.workTree(p), c.task.VerifierEnv)
+	if err != nil {
+		c.Dir().Logf("tamper scan before the solve: %v", err)
+		return nil
+	}
+	return snap
+}
+
+// workTree is the solve's working directory in its sandbox.
+func (c *cell) workTree(p harness.Placement) string {
+	if p.Workdir != "" {
+		return p.Workdir
+	}
+	if p.Image.Workdir != "" {
+		return p.Image.Workdir
+	}
+	return "/"
+}
+
+// tamperFindings records in fin the files the solve created or changed
+// that shadow the verifier's runner or standard modules (the cell is then
+// suspect), and in fin.Isolation["tamper_scan"] why there are none when
+// the sandbox could not be scanned. Host processes are not scanned.
+func (c *cell) tamperFindings(ctx context.Context, p harness.Placement, h *sandbox.Handle, snap *verify.ShadowSnapshot, fin *events.FinishedData) {
+	if p.Networks.Start == "" {
+		return
+	}
+	note := func(why string) {
+		if fin.Isolation == nil {
+			fin.Isolation = map[string]any{}
+		}
+		fin.Isolation["tamper_scan"] = why
+	}
+	if snap == nil {
+		note("unavailable: the work tree could not be scanned before the solve (run.log)")
+		return
+	}
+	found, err := snap.Findings(ctx, p.Driver, h)
+	if err != nil {
+		c.Dir().Logf("tamper scan after the solve: %v", err)
+		note("unavailable: " + err.Error())
+		return
+	}
+	fin.TamperFindings = found
+	for _, f := range found {
+		c.Dir().Logf("suspect: the solve %s %s (%s)", f.Change, f.Path, f.Shadows)
+	}
 }

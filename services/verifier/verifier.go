@@ -231,7 +231,14 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		return fail(err)
 	}
 	network := job.Sandbox.Network
-	if want := arm.Networks(t).Verify; want == sandbox.NetworkBridge && network == sandbox.NetworkInternal {
+	separate := t.VerifierMode == task.VerifierSeparate
+	if separate {
+		// A fresh container of its own, on the verifier's network.
+		network = arm.Networks(t).Verify
+		if network != sandbox.NetworkBridge {
+			network = sandbox.NetworkNone
+		}
+	} else if want := arm.Networks(t).Verify; want == sandbox.NetworkBridge && network == sandbox.NetworkInternal {
 		j, ok := s.driver.(sandbox.BridgeJoiner)
 		if !ok {
 			return fail(fmt.Errorf("join the bridge for a public verifier: the sandbox driver %T cannot", s.driver))
@@ -251,13 +258,30 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if hasOOM {
 		oomBefore, oomErr = oc.OOMKills(ctx, h)
 	}
-	v, err := s.runTests(ctx, t, h, dir, network)
+	// Collect hooks run in the agent's sandbox after the solve, before
+	// the tests (and, for a separate verifier, before the work tree is
+	// carried over), as Harbor runs them.
+	collected, err := verify.RunCollect(ctx, s.driver, h, t.VerifierCollect, dir)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return fail(err)
 	}
+	var v events.VerdictData
+	if separate {
+		v, err = s.runSeparate(ctx, job, t, h, dir, network)
+		oomErr = errors.New("counted in the separate verifier's container")
+	} else {
+		v, err = s.runTests(ctx, t, h, dir, network)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return fail(err)
+	}
+	v.Findings = append(collected, v.Findings...)
 	if oomErr == nil {
 		// Read after the freeze: the docker driver reads it from the
 		// host's cgroup filesystem when the engine runs on this machine;
@@ -268,7 +292,7 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 			v.OOMKilled = true
 			dir.Logf("verify: %d process(es) OOM-killed at the memory limit", n-oomBefore)
 		}
-	} else if hasOOM {
+	} else if hasOOM && !separate {
 		dir.Logf("verify: OOM kills unknown: %v", oomErr)
 	}
 	if v.Reward != nil && !v.TimedOut {
