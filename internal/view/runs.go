@@ -128,6 +128,9 @@ type HarnessView struct {
 	PassRate   *float64             `json:"pass_rate"`
 	PassRateCI *[2]float64          `json:"pass_rate_ci"`
 	Cost       artifact.CostSummary `json:"cost"`
+	// Suspect counts the cells whose solve left files that shadow the
+	// verifier's runner or standard modules (scored as they were).
+	Suspect int `json:"suspect"`
 }
 
 // FigureRef names one SVG figure and where the viewer serves it.
@@ -148,6 +151,8 @@ type GridCell struct {
 	ID     string   `json:"id"`
 	State  string   `json:"state"`
 	Reward *float64 `json:"reward"`
+	// Suspect marks a cell with tamper findings (artifact.Result.Suspect).
+	Suspect bool `json:"suspect,omitempty"`
 }
 
 // runRecord returns the index record of a run, or the record its events
@@ -214,7 +219,7 @@ func (l *live) data() *runData {
 	}
 	for h, hs := range artifact.Summarize(done) {
 		d.summary[h] = &HarnessView{N: hs.N, Errored: hs.Errored, Scored: hs.Scored, Passed: hs.Passed,
-			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost}
+			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost, Suspect: hs.Suspect}
 	}
 	// Harness order: the spec's, then any other by name.
 	seen := map[string]bool{}
@@ -235,7 +240,7 @@ func (l *live) data() *runData {
 			t = map[string][]GridCell{}
 			d.byTask[row.Task] = t
 		}
-		t[row.Harness] = append(t[row.Harness], GridCell{ID: row.CellID, State: states[i], Reward: row.Reward})
+		t[row.Harness] = append(t[row.Harness], GridCell{ID: row.CellID, State: states[i], Reward: row.Reward, Suspect: row.Suspect()})
 	}
 	slices.Sort(rest)
 	d.harnesses = append(d.harnesses, rest...)

@@ -148,11 +148,15 @@ function progressRows(progress) {
 }
 
 function cellTitle(c) {
-  return `${c.id}: ${c.state}` + (c.reward === null || c.reward === undefined ? "" : `, reward ${c.reward}`);
+  return `${c.id}: ${c.state}` + (c.reward === null || c.reward === undefined ? "" : `, reward ${c.reward}`) + (c.suspect ? ", suspect" : "");
+}
+
+function cellClass(c) {
+  return "cell " + c.state + (c.suspect ? " suspect" : "");
 }
 
 function cellSquare(run, c) {
-  return el("a", { class: "cell " + c.state, href: cellURL(run, c.id), title: cellTitle(c), "data-cell": c.id, "aria-label": cellTitle(c) });
+  return el("a", { class: cellClass(c), href: cellURL(run, c.id), title: cellTitle(c), "data-cell": c.id, "aria-label": cellTitle(c) });
 }
 
 function summaryTable(d) {
@@ -164,9 +168,10 @@ function summaryTable(d) {
       el("td", { class: "num", text: s.scored }), el("td", { class: "num", text: s.passed }),
       el("td", { class: "num", text: pct(s.pass_rate) }), el("td", {}, ciBar(s.pass_rate, s.pass_rate_ci)),
       el("td", { class: "num", text: s.pass_rate_ci ? `${pct(s.pass_rate_ci[0])} – ${pct(s.pass_rate_ci[1])}` : "—" }),
-      el("td", { class: "num", text: usd(s.cost.total_cost_usd) }), el("td", { class: "num", text: usd(s.cost.cost_per_pass_usd) }));
+      el("td", { class: "num", text: usd(s.cost.total_cost_usd) }), el("td", { class: "num", text: usd(s.cost.cost_per_pass_usd) }),
+      el("td", { class: "num" + (s.suspect ? " suspect" : ""), text: s.suspect || 0 }));
   });
-  return table(["harness", "n", "errored", "scored", "passed", "pass rate", "95 % CI", "interval", "cost", "cost / pass"], rows, { id: "summary" });
+  return table(["harness", "n", "errored", "scored", "passed", "pass rate", "95 % CI", "interval", "cost", "cost / pass", "suspect"], rows, { id: "summary" });
 }
 
 function comparisonTable(d) {
@@ -287,7 +292,7 @@ function follow(id) {
     for (const c of u.cells) {
       const sq = document.querySelector(`a.cell[data-cell="${CSS.escape(c.id)}"]`);
       if (sq) {
-        sq.className = "cell " + c.state;
+        sq.className = cellClass(c);
         sq.title = cellTitle(c);
         sq.setAttribute("aria-label", cellTitle(c));
       }
@@ -350,6 +355,17 @@ async function renderCell(run, cell) {
       ["reward", row && row.reward !== null ? row.reward : null], ["error", settled && row && row.error], ["error class", settled && row && row.error_class]])];
   if (d.state === "pending") {
     parts.push(el("p", { class: "muted", id: "pending", text: "pending: this cell is not in the log yet; retrying…" }));
+  }
+  const tamper = (row && row.metrics && row.metrics.tamper_findings) || [];
+  if (tamper.length) {
+    parts.push(el("h2", { class: "suspect", text: "Suspect" }),
+      el("p", { text: "The solve left files that shadow what the verifier runs; the verdict is the verifier's, counted as scored." }),
+      el("ul", { id: "tamper-findings" }, tamper.map((f) => el("li", {}, el("code", { text: f.path }), el("span", { text: ` ${f.change} (${f.shadows})` })))));
+  }
+  const vfind = (row && row.metrics && row.metrics.verifier_findings) || [];
+  if (vfind.length) {
+    parts.push(el("h2", { text: "Verifier findings" }),
+      el("ul", { id: "verifier-findings" }, vfind.map((f) => el("li", {}, el("code", { text: f.kind }), el("span", { text: ": " + f.detail })))));
   }
   // Timeline.
   parts.push(el("h2", { text: "Timeline" }), pager(d.timeline_paging, "events"),
