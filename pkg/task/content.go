@@ -162,13 +162,17 @@ func supportedSchema(v string) bool {
 // locateVerifierEnv finds the separate verifier's Dockerfile in the tests
 // directory and refuses what proctor cannot run of the verifier's content:
 // a separate verifier with no image (neither tests/Dockerfile nor
-// docker_image), of a multi-step or compose task, and collect hooks in a
-// service the task does not have or in a compose sidecar.
+// docker_image), of a multi-step or compose task, and collect hooks of a
+// multi-step task, in a service the task does not have or in a compose
+// sidecar.
 func locateVerifierEnv(t *Task, tree *taskTree) {
 	refuse := func(format string, a ...any) {
 		if t.Unsupported == "" {
 			t.Unsupported = fmt.Sprintf(format, a...)
 		}
+	}
+	if len(t.VerifierCollect) > 0 && len(t.Steps) > 0 {
+		refuse("verifier.collect in a multi-step task is not supported")
 	}
 	for i, c := range t.VerifierCollect {
 		if c.Service == MainService {

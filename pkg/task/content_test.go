@@ -18,12 +18,18 @@ func TestUnsupportedContentIsRefused(t *testing.T) {
 	writeTask(t, root, "compose-bad", map[string]string{"environment/docker-compose.yaml": "services:\n  main: [\n"})
 	writeTask(t, root, "separate-no-image", map[string]string{"task.toml": "[verifier]\nenvironment_mode = \"separate\"\n"})
 	writeTask(t, root, "collect-sidecar", map[string]string{"task.toml": "[[verifier.collect]]\ncommand = \"true\"\nservice = \"db\"\n"})
+	writeTask(t, root, "collect-steps", map[string]string{
+		"task.toml":                 "[[verifier.collect]]\ncommand = \"true\"\n[[steps]]\nname = \"a\"\n",
+		"steps/a/instruction.md":    "Do a.\n",
+		"steps/a/solution/solve.sh": "true\n",
+	})
 	for name, want := range map[string]string{
 		"schema-9.9":        `schema_version "9.9" is not one this version of proctor reads`,
 		"old-version-key":   `schema_version "7"`,
 		"compose-bad":       "environment/docker-compose.yaml does not parse as YAML",
 		"separate-no-image": "tests/Dockerfile is missing and verifier.environment.docker_image is not set",
 		"collect-sidecar":   `verifier.collect[0]: service "db" is not a service of the task's environment`,
+		"collect-steps":     "verifier.collect in a multi-step task is not supported",
 	} {
 		tk := mustLoad(t, root, name)
 		if !strings.Contains(tk.Unsupported, want) {
