@@ -32,6 +32,10 @@ const (
 	// through the engine's copy API (docker.Options.CopyAPIOnly), never
 	// through a container's root directory on this machine.
 	EnvCopyAPIOnly = "PROCTOR_COPY_API_ONLY"
+	// EnvEngineSlack is the time in seconds the Docker engine gets to
+	// answer a request beyond the budget the request serves
+	// (docker.Options.EngineSlack); unset, 60.
+	EnvEngineSlack = "PROCTOR_ENGINE_SLACK"
 )
 
 func newProxy(g *globals) *cobra.Command {

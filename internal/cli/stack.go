@@ -3,8 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -59,9 +62,14 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		if err != nil {
 			return nil, err
 		}
+		slack, err := engineSlack()
+		if err != nil {
+			return nil, err
+		}
 		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults,
 			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork),
-			CgroupRoot: os.Getenv(EnvCgroupRoot), CopyAPIOnly: os.Getenv(EnvCopyAPIOnly) == "1"})
+			CgroupRoot: os.Getenv(EnvCgroupRoot), CopyAPIOnly: os.Getenv(EnvCopyAPIOnly) == "1",
+			EngineSlack: slack})
 		if err != nil {
 			return nil, err
 		}
@@ -119,4 +127,18 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		grp.Go(func() error { return run(ctx) })
 	}
 	return st, nil
+}
+
+// engineSlack reads PROCTOR_ENGINE_SLACK (seconds; unset: 0, the
+// driver's default).
+func engineSlack() (time.Duration, error) {
+	v := strings.TrimSpace(os.Getenv(EnvEngineSlack))
+	if v == "" {
+		return 0, nil
+	}
+	sec, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(sec > 0) || math.IsInf(sec, 0) {
+		return 0, usageError{fmt.Errorf("%s=%q: want a number of seconds > 0", EnvEngineSlack, v)}
+	}
+	return time.Duration(sec * float64(time.Second)), nil
 }

@@ -20,6 +20,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"strings"
@@ -84,6 +85,38 @@ var ErrNotRegular = errors.New("sandbox: not a regular file")
 // ErrTooLarge is wrapped by a driver's ReadFile (and in a FileResult of
 // CopyOutFiles) when the file is over its size cap.
 var ErrTooLarge = errors.New("sandbox: file over its size cap")
+
+// ErrEngineTimeout is matched (errors.Is) by the error of a driver call
+// whose container engine did not answer one of its requests within that
+// request's bound: the budget the request serves (an exec's timeout, a
+// container stop's grace) plus a fixed slack (DefaultEngineSlack). The
+// error is an *EngineTimeoutError naming the request. A cell that meets
+// it is errored, class infra: it is never waited on for longer, and
+// nothing about its sandbox is assumed.
+var ErrEngineTimeout = errors.New("sandbox: the container engine did not answer")
+
+// EngineTimeoutError is the error of a request the engine did not answer
+// within its bound (see ErrEngineTimeout).
+type EngineTimeoutError struct {
+	// Call is the request as the engine's API names it, with the ids it
+	// carries ("POST /exec/0123456789ab/start", "POST /containers/create").
+	Call string
+	// Bound is how long the driver waited for the answer.
+	Bound time.Duration
+}
+
+func (e *EngineTimeoutError) Error() string {
+	return fmt.Sprintf("sandbox: the container engine did not answer %s within %s", e.Call, e.Bound)
+}
+
+// Is makes errors.Is(err, ErrEngineTimeout) hold.
+func (e *EngineTimeoutError) Is(target error) bool { return target == ErrEngineTimeout }
+
+// DefaultEngineSlack is the slack every engine request gets beyond the
+// budget it serves, when the driver is given none: a request that serves
+// no budget (create, start, inspect, the start of an exec) is answered
+// within it or fails with ErrEngineTimeout.
+const DefaultEngineSlack = 60 * time.Second
 
 // FileResult is one file CopyOutFiles was asked to read: its contents, or
 // why it was not read (an error wrapping ErrNotRegular or ErrTooLarge).

@@ -260,9 +260,10 @@ func (c *cell) emit(ctx context.Context, t events.Type, data any) error {
 }
 
 // end decides what an error of the cell's work means (the same rule as
-// the verifier's): a cancelled ctx is returned for a retry elsewhere, a
-// ClassError ends the cell errored with its class, any other error ends it
-// errored as class dflt.
+// the verifier's): a cancelled ctx is returned for a retry elsewhere, an
+// engine that did not answer a request (sandbox.ErrEngineTimeout) ends the
+// cell errored as infra, whatever step met it, a ClassError ends the cell
+// errored with its class, any other error ends it errored as class dflt.
 func (c *cell) end(ctx context.Context, dflt events.ErrorClass, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -270,6 +271,9 @@ func (c *cell) end(ctx context.Context, dflt events.ErrorClass, err error) error
 	class, ok := events.ClassOf(err)
 	if !ok {
 		class = dflt
+	}
+	if errors.Is(err, sandbox.ErrEngineTimeout) {
+		class = events.ClassInfra
 	}
 	c.Dir().Logf("errored (%s): %v", class, err)
 	if perr := c.emit(ctx, events.CellErrored, events.CellErroredData{ErrorClass: string(class), Error: err.Error()}); perr != nil {

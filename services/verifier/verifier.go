@@ -200,8 +200,8 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	dir := cr.Dir
 	fail := func(err error) (*events.Envelope, error) {
 		class, ok := events.ClassOf(err)
-		if !ok {
-			class = events.ClassInfra
+		if !ok || errors.Is(err, sandbox.ErrEngineTimeout) {
+			class = events.ClassInfra // an engine that did not answer is infra, named in err
 		}
 		dir.Logf("verifier errored: %v", err)
 		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(class), Error: err.Error()})

@@ -52,7 +52,7 @@ import (
 //
 // A *Driver is safe for concurrent use.
 type Driver struct {
-	cli       *client.Client
+	cli       *engine
 	log       *slog.Logger
 	imageMap  *sandbox.ImageMap
 	defaults  sandbox.Limits
@@ -128,6 +128,12 @@ type Options struct {
 	// every path resolved inside it), with the copy API's results and
 	// without its cost (a re-exec of the engine binary per call on 20.10).
 	CopyAPIOnly bool
+	// EngineSlack is the time the engine gets to answer a request beyond
+	// the budget the request serves (see engine): a create, a start, an
+	// inspect or the start of an exec that it does not answer within it
+	// fails with a *sandbox.EngineTimeoutError naming the request. 0
+	// means sandbox.DefaultEngineSlack.
+	EngineSlack time.Duration
 }
 
 // New returns a Docker driver. It does not contact the engine; the
@@ -145,12 +151,23 @@ func New(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{cli: cli, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork,
+	eng := &engine{Client: cli, slack: cmp.Or(opts.EngineSlack, sandbox.DefaultEngineSlack), log: log}
+	return &Driver{cli: eng, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork,
 		cgroupRoot: cmp.Or(opts.CgroupRoot, "/sys/fs/cgroup"), copyAPIOnly: opts.CopyAPIOnly}, nil
 }
 
-// Client returns the engine client the driver uses.
-func (d *Driver) Client() *client.Client { return d.cli }
+// Client returns the engine client the driver uses (without the
+// driver's bounds on its requests).
+func (d *Driver) Client() *client.Client { return d.cli.Client }
+
+// Settle waits until every container or network create the engine
+// answered only after its bound (see engine) has been answered and what
+// it made removed, or until ctx ends, and returns how many creates are
+// still unanswered (0 when settled). A process that ends a run calls it
+// before it exits, so nothing the engine makes late outlives it
+// unnoticed; what is still unanswered carries the run's labels for
+// GC.
+func (d *Driver) Settle(ctx context.Context) int { return d.cli.settle(ctx) }
 
 // ImageMap returns the image map in force (nil when none).
 func (d *Driver) ImageMap() *sandbox.ImageMap { return d.imageMap }
@@ -478,6 +495,9 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 			case err != nil && cerrdefs.IsNotFound(err):
 				drain()
 				return sandbox.ExecResult{}, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
+			case errors.Is(err, sandbox.ErrEngineTimeout):
+				// The engine hangs: the caller destroys the sandbox.
+				return sandbox.ExecResult{}, err
 			case err != nil && ctx.Err() == nil:
 				if failures++; failures >= 20 {
 					drain()
@@ -609,6 +629,9 @@ func (d *Driver) waitExec(ctx context.Context, execID string, max time.Duration)
 }
 
 func (d *Driver) execErr(err error) error {
+	if errors.Is(err, sandbox.ErrEngineTimeout) {
+		return err // it names the request
+	}
 	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 		// No such container, or it is not running.
 		return fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)

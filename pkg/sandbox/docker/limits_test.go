@@ -147,7 +147,7 @@ func TestDockerOOMKilled(t *testing.T) {
 	}
 	// The exec inside the container reads the same counter as the host's
 	// cgroup filesystem.
-	byExec, err := New(Options{Client: d.cli})
+	byExec, err := New(Options{Client: d.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestDockerOOMKilled(t *testing.T) {
 		if err := os.Symlink(d.cgroupRoot, link); err != nil {
 			t.Fatal(err)
 		}
-		viaRoot, err := New(Options{Client: d.cli, CgroupRoot: link})
+		viaRoot, err := New(Options{Client: d.Client(), CgroupRoot: link})
 		if err != nil {
 			t.Fatal(err)
 		}
