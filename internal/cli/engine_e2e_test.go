@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,5 +79,61 @@ func TestEngineHangErrorsTheCell(t *testing.T) {
 	r := a.Results[0]
 	if r.Outcome != "errored" || r.ErrorClass != "infra" || !strings.Contains(r.Error, "POST /exec/") || !strings.Contains(r.Error, "/start") || !strings.Contains(r.Error, "did not answer") {
 		t.Fatalf("row: outcome %s class %s error %q, want errored infra naming the exec start", r.Outcome, r.ErrorClass, r.Error)
+	}
+}
+
+// TestInterruptDuringCreate: SIGTERM arrives while the engine is still
+// making the cell's container (its create answered 3 s late). The
+// container lands all the same; the run waits for the answer and removes
+// it, so nothing labelled with the run is left once the engine is done.
+// It used to land after proctor exited and stay, Created.
+func TestInterruptDuringCreate(t *testing.T) {
+	p := testutil.NewDockerProxy(t)
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	slow := p.Delay("POST /containers/create", 3*time.Second)
+	bin := buildProctor(t)
+	out := t.TempDir()
+	cmd := exec.Command(bin, "tasks", "run", "--tasks-root", writeEngineTask(t, 30), "--all", "--harnesses", "oracle", "--output-dir", out)
+	cmd.Env = append(os.Environ(), "PROCTOR_HOME="+t.TempDir(), "DOCKER_HOST="+p.Host)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var runID string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if m := runIDRe.FindStringSubmatch(sc.Text()); m != nil {
+			runID = m[1]
+			break
+		}
+	}
+	if runID == "" {
+		t.Fatal("no run id on stderr")
+	}
+	var rest strings.Builder
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for sc.Scan() {
+			rest.WriteString(sc.Text() + "\n")
+		}
+	}()
+	slow.WaitHit(t, 3*time.Minute)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	<-drained
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInterrupted {
+		t.Fatalf("exit: %v, want %d\n%s", err, ExitInterrupted, rest.String())
+	}
+	slow.WaitAnswered(t, 1, time.Minute) // the engine made the container
+	if c, n := leftovers(t, cli, runID); c+n != 0 {
+		t.Fatalf("%d containers and %d networks of run %s remain after SIGTERM during a create\n%s", c, n, runID, rest.String())
 	}
 }

@@ -311,6 +311,7 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	if werr := grp.Wait(); werr != nil && !errors.Is(werr, context.Canceled) && err == nil {
 		err = werr
 	}
+	g.settle(docker, runID)
 	if err != nil || interrupted {
 		stopProgress() // no RunFinished is coming
 	} else {
@@ -341,6 +342,32 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 // progressGrace bounds how long a finished run waits for its progress
 // follower to reach RunFinished.
 const progressGrace = 30 * time.Second
+
+// settleWait bounds how long a run that ends waits for the container and
+// network creates its engine has not answered yet (docker.Driver.Settle).
+const settleWait = time.Minute
+
+// settle waits, once the services stopped, for the creates the engine
+// answered too late for their cell (a Ctrl-C during a create, a slow
+// engine), so that what they make is removed before this process exits;
+// it says what it waits for and what is left.
+func (g *globals) settle(d *docker.Driver, runID string) {
+	if d == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleWait)
+	defer cancel()
+	quick, qcancel := context.WithTimeout(ctx, time.Second)
+	n := d.Settle(quick)
+	qcancel()
+	if n == 0 {
+		return
+	}
+	fmt.Fprintf(g.stderr, "waiting up to %s for %d container or network creates the engine has not answered\n", settleWait, n)
+	if n = d.Settle(ctx); n > 0 {
+		fmt.Fprintf(g.stderr, "proctor: %d creates still unanswered by the engine; what they make carries the run's labels: `proctor gc --run %s` removes it\n", n, runID)
+	}
+}
 
 // abandon ends a run that will not complete (stopped by a signal, or its
 // in-process services failed) with status: it removes every container
