@@ -58,7 +58,7 @@ the run's directory. Exit code 1 when any task FAILs.`,
 	fl.IntVar(&f.run.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once")
 	fl.StringVar(&f.run.outputDir, "output-dir", "proctor-out", "directory for cell outputs; the run gets <output-dir>/<run-id>/")
 	fl.StringSliceVar(&f.checks, "checks", nil, "run only these checks (comma-separated): "+strings.Join(taskcheck.CheckNames(), ", ")+" (default all; static always runs)")
-	fl.StringVar(&f.run.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME (default url=http://example.com/,tcp=1.1.1.1:443,dns=example.com); env PROCTOR_PROBE_TARGETS")
+	fl.StringVar(&f.run.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
 	fl.StringVar(&f.outJSON, "out-json", "", "write the QC report as JSON here (default <output-dir>/<run-id>/check.json)")
 	fl.StringVar(&f.outMD, "out-md", "", "write the QC report as Markdown here (default <output-dir>/<run-id>/check.md)")
 	fl.StringVar(&f.run.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")

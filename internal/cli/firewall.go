@@ -1,13 +1,21 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/firewall"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 )
 
@@ -71,3 +79,47 @@ are not covered.`,
 	cmd.Flags().StringVar(&iptables, "iptables", "iptables", "iptables command (split on spaces), e.g. 'ip netns exec NS iptables'")
 	return cmd
 }
+
+// firewallHint offers `proctor firewall apply` on stderr when a probe
+// cell of the run reached a service of this host on its sandbox
+// network's gateway (isolation_probe.json, report.gateway_reached): every
+// agent sandbox reaches it, whatever the task's egress policy, until the
+// host drops the sandbox networks' traffic to itself.
+func (g *globals) firewallHint(rec bus.RunRecord) {
+	if rec.Artifact == "" {
+		return
+	}
+	a, err := artifact.Read(rec.Artifact)
+	if err != nil {
+		return
+	}
+	var reached []string
+	for _, r := range a.Results {
+		if r.Metrics.IsolationProbe[isoprobe.Network] != isoprobe.Open || r.OutputDir == "" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(r.OutputDir, harness.ProbeReportFile))
+		if err != nil {
+			continue
+		}
+		var res harness.ProbeResult
+		if json.Unmarshal(b, &res) != nil {
+			continue
+		}
+		for _, addr := range res.Report.GatewayReached {
+			if !slices.Contains(reached, addr) {
+				reached = append(reached, addr)
+			}
+		}
+	}
+	if len(reached) == 0 {
+		return
+	}
+	fmt.Fprintf(g.stderr, "warning: the isolation probe reached services of this host from an agent sandbox, on its network's gateway: %s. "+
+		"Every agent sandbox reaches them, whatever the task's egress policy. `sudo proctor firewall apply` drops the traffic of proctor's sandbox networks to this host (`proctor firewall --help`).\n",
+		strings.Join(reached, ", "))
+}
+
+// probeTargetsHelp is the help of --probe-targets.
+var probeTargetsHelp = "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME,gateway=PORT/PORT... " +
+	"(default " + isoprobe.DefaultTargets().String() + ": gateway= names the ports tried on the sandbox network's gateway, the host's side of it); env " + harness.ProbeTargetsEnv

@@ -85,7 +85,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
-	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), "the isolation probe's targets: url=URL,tcp=HOST:PORT,dns=NAME (default url=http://example.com/,tcp=1.1.1.1:443,dns=example.com); env PROCTOR_PROBE_TARGETS")
+	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
 	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply)")
 	f.limits.add(fl)
 	return cmd
@@ -404,6 +404,7 @@ func (g *globals) printResult(rec bus.RunRecord) error {
 		fmt.Fprintf(g.stdout, "artifact: %s\nreport:   %s\n", rec.Artifact, rec.Report)
 	}
 	g.warnUnusedImageMapRules(rec)
+	g.firewallHint(rec)
 	if rec.Status == bus.StatusFailed {
 		return fmt.Errorf("run %s failed: %s", rec.ID, rec.Error)
 	}

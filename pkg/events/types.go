@@ -32,8 +32,8 @@ type RunSpec struct {
 	// paths were given against (the caller's working directory).
 	BaseDir string `json:"base_dir,omitempty"`
 	// ProbeTargets are the isolation probe's network and dns targets in
-	// --probe-targets syntax (url=URL,tcp=HOST:PORT,dns=NAME; "" the
-	// defaults, isoprobe.DefaultTargets).
+	// --probe-targets syntax (url=URL,tcp=HOST:PORT,dns=NAME,
+	// gateway=PORT/PORT...; "" the defaults, isoprobe.DefaultTargets).
 	ProbeTargets string `json:"probe_targets,omitempty"`
 	// Retries is how many times a cell errored with a retryable class
 	// (ErrorClass.Retryable: build, sandbox, infra) is run again, each

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -46,26 +47,54 @@ const (
 // Classes lists every leak class in report order.
 var Classes = []string{TaskFiles, Treatment, OperatorConfig, CheckoutWalk, Network, Env, DockerAPI, DNS, GitHistory}
 
-// Targets are the public endpoints the network and dns classes try to
-// reach: URL with an HTTP GET, TCP with a connect (directly and through a
-// CONNECT of every proxy in the environment), DNS with a lookup. An empty
-// target leaves its class untested.
+// Targets are the endpoints the network and dns classes try to reach: URL
+// with an HTTP GET, TCP with a connect (directly and through a CONNECT of
+// every proxy in the environment), DNS with a lookup, and the ports of
+// Gateway (slash-separated) on each gateway of the sandbox's networks, the
+// host's side of them. An empty URL, TCP or DNS target leaves its class
+// untested.
 type Targets struct {
-	URL string `json:"url"`
-	TCP string `json:"tcp"`
-	DNS string `json:"dns"`
+	URL     string `json:"url"`
+	TCP     string `json:"tcp"`
+	DNS     string `json:"dns"`
+	Gateway string `json:"gateway,omitempty"`
 }
 
-// DefaultTargets are the seed's: example.com and 1.1.1.1:443.
+// DefaultGatewayPorts is the sample of ports tried on the sandbox's
+// gateways when the targets name none: where a host commonly runs a
+// service on all interfaces (ssh, DNS, web servers and dev servers, the
+// Docker API, databases and caches, NATS and its monitor, Kubernetes,
+// Elasticsearch, Ollama, MongoDB).
+const DefaultGatewayPorts = "22/53/80/443/2375/2376/3000/3306/4222/5000/5432/6379/6443/8000/8080/8222/8443/8888/9000/9090/9200/11434/27017"
+
+// DefaultTargets are the seed's, example.com and 1.1.1.1:443, and the
+// gateway sample DefaultGatewayPorts.
 func DefaultTargets() Targets {
-	return Targets{URL: "http://example.com/", TCP: "1.1.1.1:443", DNS: "example.com"}
+	return Targets{URL: "http://example.com/", TCP: "1.1.1.1:443", DNS: "example.com", Gateway: DefaultGatewayPorts}
 }
 
-// ParseTargets reads `url=URL,tcp=HOST:PORT,dns=NAME` (the --probe-targets
-// flag and PROCTOR_PROBE_TARGETS): each key at most once, in any order; a
-// key left out keeps its default (DefaultTargets). "" is the defaults.
-// Errors name the key: an unknown key, an empty value, a URL that is not
-// absolute http(s), a tcp target without a port.
+// GatewayPorts returns the ports of t.Gateway (each once, in order); a
+// malformed entry is left out (ParseTargets refuses it).
+func (t Targets) GatewayPorts() []int {
+	var out []int
+	seen := map[int]bool{}
+	for _, f := range strings.Split(t.Gateway, "/") {
+		p, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || p < 1 || p > 65535 || seen[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+// ParseTargets reads `url=URL,tcp=HOST:PORT,dns=NAME,gateway=PORT/PORT...`
+// (the --probe-targets flag and PROCTOR_PROBE_TARGETS): each key at most
+// once, in any order; a key left out keeps its default (DefaultTargets).
+// "" is the defaults. Errors name the key: an unknown key, an empty value,
+// a URL that is not absolute http(s), a tcp target without a port, a
+// gateway port that is not a number in 1-65535.
 func ParseTargets(s string) (Targets, error) {
 	t := DefaultTargets()
 	if strings.TrimSpace(s) == "" {
@@ -76,7 +105,7 @@ func ParseTargets(s string) (Targets, error) {
 		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		if !ok || v == "" {
-			return t, fmt.Errorf("probe targets %q: %q: write key=value (url=URL, tcp=HOST:PORT, dns=NAME)", s, part)
+			return t, fmt.Errorf("probe targets %q: %q: write key=value (url=URL, tcp=HOST:PORT, dns=NAME, gateway=PORT/PORT...)", s, part)
 		}
 		if seen[k] {
 			return t, fmt.Errorf("probe targets %q: key %s given twice", s, k)
@@ -99,8 +128,15 @@ func ParseTargets(s string) (Targets, error) {
 				return t, fmt.Errorf("probe targets %q: key dns: %q is not a host name", s, v)
 			}
 			t.DNS = v
+		case "gateway":
+			for _, f := range strings.Split(v, "/") {
+				if p, err := strconv.Atoi(strings.TrimSpace(f)); err != nil || p < 1 || p > 65535 {
+					return t, fmt.Errorf("probe targets %q: key gateway: %q is not a port (1-65535); write gateway=PORT/PORT...", s, f)
+				}
+			}
+			t.Gateway = v
 		default:
-			return t, fmt.Errorf("probe targets %q: unknown key %q (url, tcp, dns)", s, k)
+			return t, fmt.Errorf("probe targets %q: unknown key %q (url, tcp, dns, gateway)", s, k)
 		}
 	}
 	return t, nil
@@ -108,7 +144,11 @@ func ParseTargets(s string) (Targets, error) {
 
 // String is the targets in ParseTargets syntax.
 func (t Targets) String() string {
-	return "url=" + t.URL + ",tcp=" + t.TCP + ",dns=" + t.DNS
+	s := "url=" + t.URL + ",tcp=" + t.TCP + ",dns=" + t.DNS
+	if t.Gateway != "" {
+		s += ",gateway=" + t.Gateway
+	}
+	return s
 }
 
 // FileSig names one file of the task's tests or solution by size in bytes
@@ -165,6 +205,10 @@ type Report struct {
 	Classes map[string]Finding `json:"classes"`
 	// EnvLeaked are the names of variables beyond Config.EnvAllowed.
 	EnvLeaked []string `json:"env_leaked,omitempty"`
+	// GatewayReached are the gateway addresses (ip:port) that accepted a
+	// connection: services of the host the sandbox reaches (they open
+	// network; `proctor firewall apply` closes them).
+	GatewayReached []string `json:"gateway_reached,omitempty"`
 	// Walked is how many file system entries the walk visited.
 	Walked int `json:"walked"`
 }

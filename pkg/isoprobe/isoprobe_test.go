@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -303,10 +304,17 @@ func TestDockerSocketOpen(t *testing.T) {
 
 func TestParseTargets(t *testing.T) {
 	got, err := ParseTargets("dns=probe-dns, tcp=10.0.0.2:8080")
-	if err != nil || got != (Targets{URL: DefaultTargets().URL, TCP: "10.0.0.2:8080", DNS: "probe-dns"}) {
+	if err != nil || got != (Targets{URL: DefaultTargets().URL, TCP: "10.0.0.2:8080", DNS: "probe-dns", Gateway: DefaultGatewayPorts}) {
 		t.Fatalf("%+v %v", got, err)
 	}
-	for _, bad := range []string{"url=ftp://x", "tcp=nohost", "foo=1", "dns=", "dns=a,dns=b", "url"} {
+	got, err = ParseTargets("gateway=22/4222/22")
+	if err != nil || got.Gateway != "22/4222/22" || !slices.Equal(got.GatewayPorts(), []int{22, 4222}) {
+		t.Fatalf("gateway: %+v %v", got, err)
+	}
+	if back, err := ParseTargets(got.String()); err != nil || back != got {
+		t.Fatalf("String does not parse back: %q -> %+v %v", got.String(), back, err)
+	}
+	for _, bad := range []string{"url=ftp://x", "tcp=nohost", "foo=1", "dns=", "dns=a,dns=b", "url", "gateway=22/ssh", "gateway=0", "gateway=70000", "gateway=22//80"} {
 		if _, err := ParseTargets(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -332,5 +340,86 @@ func TestFoldMissingClassIsUntested(t *testing.T) {
 	}
 	if got := OpenClasses(st); !slices.Equal(got, []string{"dns=untested", "git_history=untested"}) {
 		t.Fatal(got)
+	}
+}
+
+// routeFile is a /proc/net/route whose only route is a network the
+// sandbox is directly on, 127.0.0.0/8 on eth0 (so its gateway, the
+// network's first address, is 127.0.0.1: a loopback listener stands for a
+// service of the host).
+const routeFile = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+	"eth0\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n"
+
+// TestGatewayListenerOpensNetwork: a listener on the gateway of the
+// sandbox's network, on a port of the gateway sample, opens network and
+// is named in GatewayReached; the other ports are counted as refused.
+// The gateway of a network the sandbox is on counts with no default
+// route (an --internal network on some engines); a default route's
+// gateway counts too.
+func TestGatewayListenerOpensNetwork(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	unused := closedCfg(t, t.TempDir()).Targets.TCP
+	_, up, _ := net.SplitHostPort(unused)
+	cfg := closedCfg(t, fsRoot(t, map[string]string{"proc/net/route": routeFile, "app/": "", "tmp/home/": ""}))
+	cfg.Targets.Gateway = up + "/" + strconv.Itoa(port)
+	rep := Run(context.Background(), cfg, []string{"PATH=/bin"})
+	got := rep.Classes[Network]
+	ev := strings.Join(got.Evidence, "\n")
+	want := "127.0.0.1:" + strconv.Itoa(port)
+	if got.Status != Open || !slices.Equal(rep.GatewayReached, []string{want}) || !strings.Contains(ev, want+" accepts connections") || !strings.Contains(ev, "1 of 2 ports refused") {
+		t.Fatalf("network %+v, reached %v; want open naming %s", got, rep.GatewayReached, want)
+	}
+	// Without the listener's port in the sample: closed.
+	cfg.Targets.Gateway = up
+	if rep := Run(context.Background(), cfg, []string{"PATH=/bin"}); rep.Classes[Network].Status != Closed || len(rep.GatewayReached) != 0 {
+		t.Fatalf("no listener on the sample: %+v", rep.Classes[Network])
+	}
+	// A default route's gateway.
+	def := "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n" +
+		"eth0\t00000000\t0100007F\t0003\t0\t0\t0\t00000000\t0\t0\t0\n" +
+		"eth0\t0000000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n" +
+		"lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n"
+	if got := gateways(Config{Root: fsRoot(t, map[string]string{"proc/net/route": def})}); !slices.Equal(got, []string{"127.0.0.1", "10.0.0.1"}) {
+		t.Fatalf("gateways %v", got)
+	}
+}
+
+// TestIPv6Check: an IPv6 address on an interface other than lo (a global
+// one, or only a link-local one) opens network, naming it; loopback's
+// alone, or no IPv6 in the kernel, is closed.
+func TestIPv6Check(t *testing.T) {
+	lo := "00000000000000000000000000000001 01 80 10 80       lo\n"
+	for _, tc := range []struct {
+		name, file, status, says string
+	}{
+		{"loopback only", lo, Closed, "no address but loopback"},
+		{"a global address", lo + "fd000db800e100000000000000000002 0e 40 00 82     eth0\n", Open, "fd00:db8:e1::2 on eth0"},
+		{"a link-local address", lo + "fe8000000000000000420afffed5fa42 0e 40 20 c0     eth1\n", Open, "fe80::42:aff:fed5:fa42 on eth1"},
+		{"no IPv6 in the kernel", "", Closed, "not in this kernel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := map[string]string{"app/": ""}
+			if tc.file != "" {
+				files["proc/net/if_inet6"] = tc.file
+			}
+			f := ipv6Check(Config{Root: fsRoot(t, files)})
+			if f.Status != tc.status || !strings.Contains(strings.Join(f.Evidence, "\n"), tc.says) {
+				t.Fatalf("%+v, want %s saying %q", f, tc.status, tc.says)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/egress"
@@ -193,8 +196,8 @@ var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock", "/run/p
 
 // dockerAPI looks for a container engine's API: the usual sockets,
 // /run/user/*/docker.sock, DOCKER_HOST (unix:// or tcp://), and TCP
-// 2375/2376 on the default gateway (the host side of the sandbox's
-// network). Open when one of the sockets is in the sandbox at all, or an
+// 2375/2376 on every gateway (the host side of the sandbox's networks,
+// see gateways). Open when one of the sockets is in the sandbox at all, or an
 // endpoint accepts a connection.
 func dockerAPI(ctx context.Context, cfg Config, env map[string]string, timeout time.Duration) Finding {
 	f := Finding{Status: Closed}
@@ -212,7 +215,7 @@ func dockerAPI(ctx context.Context, cfg Config, env map[string]string, timeout t
 			tcps = append(tcps, u.Host)
 		}
 	}
-	if gw := defaultGateway(cfg); gw != "" {
+	for _, gw := range gateways(cfg) {
 		tcps = append(tcps, net.JoinHostPort(gw, "2375"), net.JoinHostPort(gw, "2376"))
 	}
 	d := net.Dialer{Timeout: timeout}
@@ -246,28 +249,177 @@ func dockerAPI(ctx context.Context, cfg Config, env map[string]string, timeout t
 	return f
 }
 
-// defaultGateway reads the default route's gateway from /proc/net/route.
-func defaultGateway(cfg Config) string {
+// gateways returns the IPv4 gateways of the sandbox's networks, read from
+// /proc/net/route: the default route's gateway, and for each network the
+// sandbox is directly on (a route without a gateway, on an interface
+// other than lo) the network's first address, where Docker puts the
+// host's side of a bridge network. An --internal network has no default
+// route on some engines; its gateway still answers for the host. Each
+// address is listed once, in route order.
+func gateways(cfg Config) []string {
 	b, err := os.ReadFile(cfg.host("/proc/net/route"))
 	if err != nil {
-		return ""
+		return nil
+	}
+	hexIP := func(s string) (uint32, bool) {
+		raw, err := hex.DecodeString(s)
+		if err != nil || len(raw) != 4 {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint32(raw), true
+	}
+	var out []string
+	seen := map[string]bool{}
+	add := func(v uint32) {
+		ip := make(net.IP, 4)
+		binary.BigEndian.PutUint32(ip, v)
+		if s := ip.String(); !ip.IsUnspecified() && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
 	}
 	for _, l := range strings.Split(string(b), "\n")[1:] {
 		fs := strings.Fields(l)
-		if len(fs) < 3 || fs[1] != "00000000" {
+		if len(fs) < 8 || fs[0] == "lo" {
 			continue
 		}
-		raw, err := hex.DecodeString(fs[2])
-		if err != nil || len(raw) != 4 {
-			continue
-		}
-		ip := make(net.IP, 4)
-		binary.BigEndian.PutUint32(ip, binary.LittleEndian.Uint32(raw))
-		if !ip.IsUnspecified() {
-			return ip.String()
+		dst, ok1 := hexIP(fs[1])
+		gw, ok2 := hexIP(fs[2])
+		mask, ok3 := hexIP(fs[7])
+		switch {
+		case !ok1 || !ok2 || !ok3:
+		case dst == 0 && gw != 0: // the default route
+			add(gw)
+		case gw == 0 && dst != 0 && bits32(mask) <= 30: // a network the sandbox is on
+			add(dst&mask + 1)
 		}
 	}
-	return ""
+	return out
+}
+
+// bits32 counts the set bits of a netmask.
+func bits32(m uint32) int {
+	n := 0
+	for ; m != 0; m &= m - 1 {
+		n++
+	}
+	return n
+}
+
+// gatewayCheck connects to every port of ports on every gateway of the
+// sandbox's networks (gateways), all at once, each attempt bounded by
+// timeout. Open when one accepts: a service of the host that the sandbox
+// reaches, which no egress policy covers (`proctor firewall apply` drops
+// the sandbox's traffic to the host). The evidence names what accepted
+// and, per gateway, how the other ports answered (refused: the host
+// answers there; no answer: dropped on the way). It returns the addresses
+// that accepted.
+func gatewayCheck(ctx context.Context, cfg Config, ports []int, timeout time.Duration) (Finding, []string) {
+	f := Finding{Status: Closed}
+	gws := gateways(cfg)
+	if len(gws) == 0 {
+		f.add("gateway: none (no route but loopback)")
+		return f, nil
+	}
+	if len(ports) == 0 {
+		f.add("gateway %s: no port to try", strings.Join(gws, " "))
+		return f, nil
+	}
+	type try struct {
+		addr string
+		err  error
+	}
+	tries := make([]try, 0, len(gws)*len(ports))
+	for _, gw := range gws {
+		for _, p := range ports {
+			tries = append(tries, try{addr: net.JoinHostPort(gw, strconv.Itoa(p))})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Go(func() {
+			d := net.Dialer{Timeout: timeout}
+			c, err := d.DialContext(ctx, "tcp", tries[i].addr)
+			if err == nil {
+				c.Close()
+			}
+			tries[i].err = err
+		})
+	}
+	wg.Wait()
+	var reached []string
+	for _, gw := range gws {
+		refused, silent := 0, 0
+		for _, tr := range tries {
+			if h, _, _ := net.SplitHostPort(tr.addr); h != gw {
+				continue
+			}
+			switch {
+			case tr.err == nil:
+				reached = append(reached, tr.addr)
+				f.Status = Open
+				f.add("gateway %s accepts connections: a service of the host that the sandbox reaches (proctor firewall apply drops the sandbox's traffic to the host)", tr.addr)
+			case errors.Is(tr.err, syscall.ECONNREFUSED):
+				refused++
+			default:
+				silent++
+			}
+		}
+		f.add("gateway %s: %d of %d ports refused (the host answers), %d no answer", gw, refused, len(ports), silent)
+	}
+	return f, reached
+}
+
+// ipv6Check looks for IPv6 on the sandbox's interfaces (/proc/net/if_inet6):
+// open when an interface other than lo has an address (link-local
+// included: it reaches the host's side of the bridge, which no IPv4 rule
+// covers), naming each; closed when none has, or the kernel has no IPv6.
+// proctor disables IPv6 in every sandbox; an engine that enables it on a
+// network (ipv6: true, a network's enable_ipv6) shows here.
+func ipv6Check(cfg Config) Finding {
+	b, err := os.ReadFile(cfg.host("/proc/net/if_inet6"))
+	if errors.Is(err, os.ErrNotExist) {
+		return Finding{Status: Closed, Evidence: []string{"ipv6: not in this kernel"}}
+	}
+	if err != nil {
+		return Finding{Status: Untested, Evidence: []string{"ipv6: " + shortErr(err)}}
+	}
+	f := Finding{Status: Closed}
+	for _, l := range strings.Split(string(b), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) < 6 || fs[5] == "lo" {
+			continue
+		}
+		raw, err := hex.DecodeString(fs[0])
+		if err != nil || len(raw) != 16 {
+			continue
+		}
+		f.Status = Open
+		f.add("ipv6: address %s on %s (IPv6 is on: a way out no IPv4 rule covers)", net.IP(raw), fs[5])
+	}
+	if f.Status == Closed {
+		f.add("ipv6: no address but loopback's")
+	}
+	return f
+}
+
+// joinFindings is one class's finding from several checks: open when one
+// is open, else untested when one is, else closed; the evidence of each
+// in order.
+func joinFindings(fs ...Finding) Finding {
+	out := Finding{Status: Closed}
+	for _, f := range fs {
+		switch {
+		case f.Status == Open:
+			out.Status = Open
+		case f.Status == Untested && out.Status != Open:
+			out.Status = Untested
+		}
+		for _, e := range f.Evidence {
+			out.add("%s", e)
+		}
+	}
+	return out
 }
 
 // alwaysAllowed are the variables the engine and a process set themselves.

@@ -35,7 +35,21 @@ func Run(ctx context.Context, cfg Config, environ []string) Report {
 		mu.Unlock()
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { set(Network, network(ctx, cfg.Targets, env, cfg.Allowlist, timeout)) })
+	wg.Go(func() {
+		// network: the targets, the host's side of the sandbox's
+		// networks (gateway ports), IPv6.
+		var reached []string
+		var gw, v6 Finding
+		var inner sync.WaitGroup
+		inner.Go(func() { gw, reached = gatewayCheck(ctx, cfg, cfg.Targets.GatewayPorts(), timeout) })
+		inner.Go(func() { v6 = ipv6Check(cfg) })
+		f := network(ctx, cfg.Targets, env, cfg.Allowlist, timeout)
+		inner.Wait()
+		set(Network, joinFindings(f, gw, v6))
+		mu.Lock()
+		rep.GatewayReached = reached
+		mu.Unlock()
+	})
 	wg.Go(func() { set(DNS, dns(ctx, cfg.Targets.DNS, timeout)) })
 	wg.Go(func() { set(DockerAPI, dockerAPI(ctx, cfg, env, timeout)) })
 
