@@ -60,9 +60,34 @@ func (d *Driver) Limits(spec sandbox.Spec) sandbox.Limits {
 	return l
 }
 
+// ipv6Off are the sysctls that disable IPv6 in a sandbox's network
+// namespace when it is created: on every interface it has then
+// (all) and on every one it gets later (default). proctor does not rely
+// on the engine's defaults: an engine with `ipv6: true` (or a network
+// with IPv6 enabled) would otherwise give an agent an IPv6 address, a way
+// past the internal network's IPv4 rules and the host firewall (even a
+// link-local one reaches the host's side of the bridge). On an
+// IPv4-only network this is what the engine does anyway (loopback
+// included). A network joined after the start (ConnectBridge, for a
+// public verifier once the agent is gone) is configured by the engine
+// and may have IPv6.
+var ipv6Off = map[string]string{
+	"net.ipv6.conf.all.disable_ipv6":     "1",
+	"net.ipv6.conf.default.disable_ipv6": "1",
+}
+
+// kernelIPv6 reports whether this machine's kernel has IPv6, without
+// which the sysctls do not exist (and the engine would refuse them): the
+// engine's kernel, when it runs here.
+var kernelIPv6 = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6/conf/default/disable_ipv6")
+	return err == nil
+})
+
 // hostConfig is the HostConfig of every sandbox container: its network,
-// its resource limits (see Limits) and its security options. Every
-// container proctor creates is made through it.
+// its resource limits (see Limits), its security options and IPv6
+// disabled (ipv6Off). Every sandbox and compose service container
+// proctor creates is made through it.
 func hostConfig(netMode string, l sandbox.Limits) *container.HostConfig {
 	r := container.Resources{NanoCPUs: int64(l.CPUs * 1e9)}
 	if l.MemoryMB > 0 {
@@ -73,13 +98,17 @@ func hostConfig(netMode string, l sandbox.Limits) *container.HostConfig {
 		pids := l.PidsLimit
 		r.PidsLimit = &pids
 	}
-	return &container.HostConfig{
+	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(netMode),
 		Resources:   r,
 		// No setuid/setcap binary can raise a process's privileges: an
 		// agent running as uid 10001 stays uid 10001.
 		SecurityOpt: []string{"no-new-privileges"},
 	}
+	if netMode != "host" && kernelIPv6() {
+		hc.Sysctls = maps.Clone(ipv6Off)
+	}
+	return hc
 }
 
 // OOMKills returns how many processes of the sandbox's container the
