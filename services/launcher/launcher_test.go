@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,6 +147,20 @@ func TestLaunchStartFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	if e := last[events.CellErroredData](t, evs, events.CellErrored); e.ErrorClass != string(events.ClassSandbox) || !strings.Contains(e.Error, "no space") {
+		t.Errorf("errored %+v", e)
+	}
+}
+
+// TestLaunchEngineTimeoutIsInfra: a sandbox whose engine did not answer
+// its create errors the cell as infra (not sandbox), naming the request.
+func TestLaunchEngineTimeoutIsInfra(t *testing.T) {
+	hang := fmt.Errorf("sandbox: docker: create container from x: %w", &sandbox.EngineTimeoutError{Call: "POST /containers/create", Bound: time.Minute})
+	f := newFixture(t, &sandboxfake.Driver{StartErr: hang}, nil)
+	evs, err := f.launch(t, nil, "oracle", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := last[events.CellErroredData](t, evs, events.CellErrored); e.ErrorClass != string(events.ClassInfra) || !strings.Contains(e.Error, "did not answer POST /containers/create within 1m0s") {
 		t.Errorf("errored %+v", e)
 	}
 }
