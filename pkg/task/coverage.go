@@ -36,8 +36,9 @@ type CoverageReport struct {
 	// environment?)"): ignored when run, refused by a strict Loader (whose
 	// Coverage lists such a task under Malformed instead).
 	UnknownKeys map[string][]string `json:"unknown_keys,omitempty"`
-	// Refusals maps each harness of HarnessNeeds to the tasks it refuses,
-	// with the reason (an empty list when it refuses none).
+	// Refusals maps each harness of HarnessNeeds and of the Loader's
+	// Refusers to the tasks it refuses, with the reason (an empty list when
+	// it refuses none).
 	Refusals map[string][]TaskReason `json:"refusals"`
 	// Runnable maps each harness to how many loaded tasks it can run.
 	Runnable map[string]int `json:"runnable"`
@@ -72,6 +73,9 @@ func (l *Loader) Coverage(root string) (*CoverageReport, error) {
 	for h := range HarnessNeeds {
 		rep.Refusals[h] = []TaskReason{}
 	}
+	for h := range l.Refusers {
+		rep.Refusals[h] = []TaskReason{}
+	}
 	for _, t := range d.Tasks {
 		rep.Tasks = append(rep.Tasks, t.Name)
 		rep.Layouts[t.Layout]++
@@ -101,6 +105,13 @@ func (l *Loader) Coverage(root string) (*CoverageReport, error) {
 		}
 		for h, n := range HarnessNeeds {
 			if r := t.Refusal(n); r != "" {
+				rep.Refusals[h] = append(rep.Refusals[h], TaskReason{Task: t.Name, Reason: r})
+			} else {
+				rep.Runnable[h]++
+			}
+		}
+		for h, refuse := range l.Refusers {
+			if r := refuse(t); r != "" {
 				rep.Refusals[h] = append(rep.Refusals[h], TaskReason{Task: t.Name, Reason: r})
 			} else {
 				rep.Runnable[h]++

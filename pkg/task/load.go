@@ -43,6 +43,12 @@ type Loader struct {
 	// key neither proctor, Harbor nor BenchFlow defines) an *Error naming
 	// the file, the first such key and its line, instead of a warning.
 	Strict bool
+	// Refusers adds refusal columns to Coverage beside HarnessNeeds':
+	// harness name -> why it refuses a task ("" when it runs it). The CLI
+	// fills it with the arms whose rules are not a Needs (the Harbor and
+	// BenchFlow arms of pkg/harness), so `tasks coverage` and `--dry-run`
+	// give one answer.
+	Refusers map[string]func(*Task) string
 }
 
 var defaultLoader Loader
@@ -212,8 +218,7 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 		default:
 			ok, reason := isBenchFlowDocument(fm)
 			if ok {
-				useMarkdown = true
-				warnings = append(warnings, "task.toml ignored: task.md is a BenchFlow document")
+				useMarkdown = true // the split files are compared below
 			} else {
 				why = reason
 			}
@@ -262,6 +267,14 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 		} else if t.Unsupported == "" && len(t.Steps) == 0 {
 			// Multi-step tasks keep their instructions in steps/<name>/.
 			t.Missing = append(t.Missing, InstructionFile)
+		}
+	}
+	if useMarkdown && hasTOML {
+		// A migrated directory: warn only when what Harbor-layout tools
+		// would run differs from what task.md says.
+		if d := l.splitDiffers(t, tree); len(d) > 0 {
+			t.SplitDiffers = d
+			warnings = append(warnings, "task.md and its split files differ (proctor runs task.md; Harbor-layout tools run task.toml, instruction.md, tests/ and solution/): "+strings.Join(d, "; "))
 		}
 	}
 	t.Warnings = append(r.warnings, warnings...)

@@ -106,8 +106,8 @@ var (
 	// NeedsOracle: the reference solution in the task container, scored by
 	// the task verifier.
 	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true, Steps: true, Compose: true}
-	// NeedsContainerAgent: an agent inside the task container (agent:<dir>,
-	// claude-code), scored by the task verifier.
+	// NeedsContainerAgent: an agent inside the task container (agent:<dir>),
+	// scored by the task verifier.
 	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true, Compose: true}
 	// NeedsProbe: the isolation probe runs in exactly the sandbox an agent
 	// arm gets; it is not scored by the verifier.
@@ -116,15 +116,15 @@ var (
 	NeedsCommand = Needs{}
 )
 
-// HarnessNeeds maps the harness kinds of DESIGN §5 to their needs; "agent"
-// stands for every agent:<dir> harness. Coverage reports a refusal column
-// per entry.
+// HarnessNeeds maps the harness kinds of DESIGN §5 whose rules are a Needs
+// to their needs; "agent" stands for every agent:<dir> harness. Coverage
+// reports a refusal column per entry (and per Loader.Refusers entry: the
+// Harbor- and BenchFlow-backed arms, which claude-code is one of).
 var HarnessNeeds = map[string]Needs{
-	"oracle":      NeedsOracle,
-	"agent":       NeedsContainerAgent,
-	"claude-code": NeedsContainerAgent,
-	"probe":       NeedsProbe,
-	"command":     NeedsCommand,
+	"oracle":  NeedsOracle,
+	"agent":   NeedsContainerAgent,
+	"probe":   NeedsProbe,
+	"command": NeedsCommand,
 }
 
 // Refusal returns why a harness with needs n must refuse t, or "" when it

@@ -51,6 +51,7 @@ type taskTable struct {
 // agentTable is [agent].
 type agentTable struct {
 	timeoutSec float64 // seconds
+	declared   bool    // timeout_sec is present
 	user       string
 	net        netSpec
 }
@@ -82,6 +83,7 @@ type sandboxTable struct {
 	mcpServers      []map[string]any
 	skillsDir       string
 	healthcheck     *Healthcheck
+	os              string // Harbor's os: "linux", "windows" or ""
 }
 
 // oracleTable is [solution] (Harbor) or oracle (BenchFlow).
@@ -249,6 +251,7 @@ var taskFields = map[string]field[taskTable]{
 
 var agentFields = map[string]field[agentTable]{
 	"timeout_sec": func(r *configReader, a *agentTable, e entry) (err error) {
+		a.declared = e.v != nil
 		a.timeoutSec, err = r.timeout(e.v, e.path)
 		return err
 	},
@@ -409,6 +412,18 @@ var sandboxFields = map[string]field[sandboxTable]{
 		s.healthcheck, err = r.healthcheck(e)
 		return err
 	},
+	// Harbor's os: read for the Harbor arms' rule on the verifier script
+	// (tests/test.bat for windows), otherwise not interpreted (unchecked).
+	"os": skipField(func(r *configReader, s *sandboxTable, e entry) {
+		switch o, _ := e.v.(string); o {
+		case "linux", "windows":
+			s.os = o
+		default:
+			if e.v != nil {
+				r.warnings = append(r.warnings, fmt.Sprintf("%s is %v, neither \"linux\" nor \"windows\" (as Harbor defines it); taken as linux", e.path, e.v))
+			}
+		}
+	}),
 }
 
 // deprecatedSize reads the deprecated memory or storage size string e into
@@ -443,11 +458,12 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	t.Description, t.Keywords, t.Authors = c.task.description, c.task.keywords, c.task.authors
 	t.Metadata = c.metadata
 	t.AgentTimeoutSec, t.AgentUser = c.agent.timeoutSec, c.agent.user
+	t.AgentTimeoutDeclared = c.agent.declared
 	t.VerifierTimeoutSec, t.VerifierUser = c.verifier.timeoutSec, c.verifier.user
 	s := c.sandbox
 	t.BuildTimeoutSec, t.DockerImage, t.Workdir = s.buildTimeoutSec, s.dockerImage, s.workdir
 	t.CPUs, t.MemoryMB, t.StorageMB, t.GPUs = s.cpus, s.memoryMB, s.storageMB, s.gpus
-	t.MCPServers, t.SkillsDir, t.Healthcheck = s.mcpServers, s.skillsDir, s.healthcheck
+	t.MCPServers, t.SkillsDir, t.Healthcheck, t.OS = s.mcpServers, s.skillsDir, s.healthcheck, s.os
 	t.Source, t.Artifacts = c.source, c.artifacts
 	t.MultiRole = c.multiRole
 

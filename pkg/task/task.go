@@ -69,6 +69,10 @@ type Task struct {
 
 	// AgentTimeoutSec is [agent].timeout_sec in seconds (default 600).
 	AgentTimeoutSec float64 `json:"agent_timeout_sec"`
+	// AgentTimeoutDeclared is true when the definition sets
+	// [agent].timeout_sec (BenchFlow gives an undeclared agent no
+	// wall-clock budget at all; its arms declare one).
+	AgentTimeoutDeclared bool `json:"agent_timeout_declared,omitempty"`
 	// VerifierTimeoutSec is [verifier].timeout_sec in seconds (default 600).
 	VerifierTimeoutSec float64 `json:"verifier_timeout_sec"`
 	// BuildTimeoutSec is the sandbox table's build_timeout_sec in seconds
@@ -97,6 +101,11 @@ type Task struct {
 	// (without a usable default) or non-scalar values; a cell of such a task
 	// is errored before any build.
 	UnresolvedEnv []string `json:"unresolved_env,omitempty"`
+
+	// OS is the sandbox table's os as Harbor reads it ("linux" or
+	// "windows"; "" when unset, which Harbor takes as linux): a Windows
+	// task's verifier is tests/test.bat.
+	OS string `json:"os,omitempty"`
 
 	// Metadata is the [metadata] table as parsed (dates as ISO-8601 strings).
 	Metadata map[string]any `json:"metadata,omitempty"`
@@ -175,6 +184,15 @@ type Task struct {
 	// MultiRole is true for a task.md declaring agents, scenes or user: it
 	// runs as one agent with the base prompt.
 	MultiRole bool `json:"multi_role,omitempty"`
+	// SplitDiffers lists, for a migrated directory (a task.md that is a
+	// BenchFlow document beside Harbor's split files: task.toml,
+	// instruction.md, tests/, solution/), what a run would read
+	// differently from the split files than from task.md: each differing
+	// table key with both values ("agent.timeout_sec: 30 in task.md, 600 in
+	// task.toml"), the prompt and the scripts.
+	// task.md is what proctor runs; Harbor would run the split files. Nil
+	// when they agree or the directory is not migrated.
+	SplitDiffers []string `json:"split_differs,omitempty"`
 	// Missing lists, sorted, the layout's files the task lacks
 	// ("tests/test.sh", "oracle/solve.sh", "instruction.md",
 	// "environment/Dockerfile" when there is no docker_image either).
