@@ -1,17 +1,11 @@
 package harness
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -28,36 +22,80 @@ const (
 	skillModeSelfGen = "self-gen"
 )
 
-// benchHardDeadlineMarginSec is BenchFlow's margin over the phase budgets
-// of its host hard deadline (benchflow/rollout/_deadline.py, _MARGIN_SEC).
-const benchHardDeadlineMarginSec = 1800
+// benchflowNamespaces are the agent-id namespaces BenchFlow resolves in an
+// "<ns>:<id>" agent spec (benchflow/agents/registry.py: the acp, ai-sdk
+// and omnigent shorthands, and acpx: runtime keys), so "acp:pi" is one
+// agent id.
+var benchflowNamespaces = map[string]bool{"acp": true, "acpx": true, "ai-sdk": true, "omnigent": true}
 
-// benchflowArm runs a cell through an installed BenchFlow (DESIGN §5):
-// `benchflow:<agent>` (skill mode no-skill), `benchflow-skill:<agent>[:<path>]`
-// (with-skill; <path> an external skill directory) and
-// `benchflow-selfgen:<agent>[:<dir>]` (self-gen; <dir> seed skills) run
+// benchflowArm runs a cell through an installed BenchFlow (DESIGN §5.2).
+// The grammar of its names, each rule stated once:
+//
+//   - benchflow:<agent>: everything after the first colon is the agent id,
+//     as `bench --agent` takes it ("claude-agent-acp", "acp:pi",
+//     "ai-sdk:codex"); skill mode no-skill.
+//   - benchflow-skill:<agent>[:<path>] and
+//     benchflow-selfgen:<agent>[:<dir>]: the agent id is the first
+//     colon-separated field, or the first two when the first is one of
+//     BenchFlow's namespaces (acp, acpx, ai-sdk, omnigent); what follows
+//     the next colon is the path (it may hold colons).
+//
+// Each runs, from the cell directory (so bench never reads the caller's
+// ./.env),
 //
 //	bench eval run --tasks-dir <task> --agent <agent> [--model <model>]
 //	  --sandbox docker --skill-mode <mode> [--skills-dir <cell>/skills]
+//	  [--skill-creator-dir <cell>/creator/<name>]
+//	  [--config-override {"agent":{"timeout_sec":600}}]
 //	  --jobs-dir <cell>/jobs --retry-attempts 0 --agent-idle-timeout 0 --quiet
 //
-// from the cell directory with absolute paths; an external skill is staged
-// under <cell>/skills as a real copy (symlinks resolved, none followed out
-// of it). BENCHFLOW_ROLLOUT_HARD_DEADLINE is set to the task's agent,
-// verifier and build budgets plus BenchFlow's 1800 s margin, and the run
-// is bounded by that deadline plus DelegateGrace.
+// and scores the cell from the rollout's result.json and ACP trajectory
+// (benchflowresult.go).
 type benchflowArm struct{ ref Ref }
 
-type benchflowState struct{ jobs, cwd, skills string }
+// benchflowState is what Prepare made for Solve.
+type benchflowState struct {
+	jobs, cwd, agent string
+	skillsDir        string          // --skills-dir, "" when none
+	creatorDir       string          // --skill-creator-dir, "" when none
+	packs            map[string]bool // names of the deployed treatment packs (with-skill)
+	env              map[string]string
+	notes            []string // what the environment rules changed, for run.log
+	deadline         float64  // the hard deadline bench runs under, seconds
+	defaulted        float64  // the agent budget proctor declared, seconds; 0 when the task has one
+}
 
 func (a benchflowArm) Ref() Ref                     { return a.ref }
 func (a benchflowArm) Networks(*task.Task) Networks { return Networks{} }
 
-// agentAndPath splits the argument into the agent and the optional skill
-// path.
-func (a benchflowArm) agentAndPath() (string, string) {
-	agent, p, _ := strings.Cut(a.ref.Arg, ":")
-	return agent, p
+// parts splits the reference's argument into the agent id and the path
+// by the grammar above.
+func (a benchflowArm) parts() (agent, path string, err error) {
+	arg := a.ref.Arg
+	if a.ref.Kind == BenchFlow {
+		agent = arg
+	} else {
+		fields := strings.SplitN(arg, ":", 3)
+		n := 1
+		if benchflowNamespaces[fields[0]] {
+			n = 2
+		}
+		if len(fields) < n {
+			return "", "", fmt.Errorf("agent %q is a BenchFlow namespace: write %s:%s:<id>[:<path>]", fields[0], a.ref.Kind, fields[0])
+		}
+		agent = strings.Join(fields[:n], ":")
+		path = strings.Join(fields[n:], ":")
+	}
+	ns, id, hasNS := strings.Cut(agent, ":")
+	switch {
+	case agent == "":
+		return "", "", fmt.Errorf("no agent: write it as %s:<agent>", a.ref.Kind)
+	case hasNS && (id == "" || !benchflowNamespaces[ns]):
+		return "", "", fmt.Errorf("agent %q: an agent id holds a colon only after a BenchFlow namespace (acp, acpx, ai-sdk, omnigent) and before a non-empty id", agent)
+	case a.ref.Kind != BenchFlow && strings.HasSuffix(arg, ":") && path == "":
+		return "", "", fmt.Errorf("%s: empty path after the agent", a.ref.Name)
+	}
+	return agent, path, nil
 }
 
 func (a benchflowArm) mode() string {
@@ -72,344 +110,377 @@ func (a benchflowArm) mode() string {
 
 // SetupCheck: benchflow:oracle (any mode) runs the task's own solution.
 func (a benchflowArm) SetupCheck() bool {
-	agent, _ := a.agentAndPath()
+	agent, _, _ := a.parts()
 	return agent == delegatedOracleAgent
 }
 
-// Check: the agent is named, and a skill path given exists as a directory
-// (relative paths against baseDir).
+// Check: the name parses, and a path resolves (relative to baseDir): for
+// benchflow-skill a skill directory, its SKILL.md or a root of skill
+// directories (skillPacks); for benchflow-selfgen a skill-creator
+// (skillCreator).
 func (a benchflowArm) Check(baseDir string) error {
-	agent, p := a.agentAndPath()
-	if agent == "" {
-		return fmt.Errorf("no agent: write it as %s:<agent>", a.ref.Kind)
+	_, p, err := a.parts()
+	if err != nil || p == "" {
+		return err
 	}
-	if p == "" {
-		return nil
+	abs := a.abs(baseDir, p)
+	if a.ref.Kind == BenchFlowSelfGen {
+		_, err = skillCreator(abs)
+	} else {
+		_, err = skillPacks(abs)
 	}
-	fi, err := os.Stat(a.skillPath(baseDir))
 	if err != nil {
-		return fmt.Errorf("skill path %s: %w", p, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("skill path %s is not a directory", p)
+		return fmt.Errorf("%s: %w", a.ref.Name, err)
 	}
 	return nil
 }
 
-func (a benchflowArm) skillPath(baseDir string) string {
-	_, p := a.agentAndPath()
-	if p == "" || filepath.IsAbs(p) {
-		return p
+func (a benchflowArm) abs(baseDir, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
 	}
 	return filepath.Join(baseDir, p)
 }
 
-// Refusal: what BenchFlow needs to score an agent (the verifier, the image,
-// a prompt; the oracle also needs the solution).
+// Refusal: what BenchFlow needs to score an agent (the verifier, the
+// image, a prompt; the oracle also the solution); a compose task (bench
+// would start it outside proctor's network policy,
+// docs/decisions/2026-12-01-compose-which-arms.md) and a
+// multi-step one (BenchFlow runs no Harbor steps); a task whose review
+// rubric BenchFlow rejects (rubricRefusal); and, for benchflow-skill
+// without a path, a task without skills of its own to deploy.
 func (a benchflowArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 	n := task.Needs{TestScript: true, Image: true, Prompt: true}
 	if a.SetupCheck() {
 		n = task.NeedsOracle
 	}
-	// bench would start a compose environment itself, outside proctor's
-	// network policy: refused (docs/decisions/2026-12-01-compose-which-arms.md).
-	n.Compose = false
-	return refusal(t, n)
+	n.Compose, n.Steps = false, false
+	if c, why := refusal(t, n); c != "" {
+		return c, why
+	}
+	if why := rubricRefusal(t); why != "" {
+		return events.ClassRefused, why
+	}
+	if _, p, err := a.parts(); err == nil && a.ref.Kind == BenchFlowSkill && p == "" && len(bundledPacks(t)) == 0 {
+		return events.ClassRefused, "benchflow-skill:<agent> without a path deploys the task's own skills (environment/skills/<pack>/SKILL.md), and it has none; name a skill with benchflow-skill:<agent>:<path>"
+	}
+	return "", ""
 }
 
-// Prepare empties <cell>/jobs and stages the external skill.
+// Prepare empties <cell>/jobs, stages the treatment skill packs under
+// <cell>/skills (only the packs, as real copies) or the skill-creator
+// under <cell>/creator/<name> (only the creator), declares the agent
+// budget a task lacks, and builds bench's environment (benchEnviron).
 func (a benchflowArm) Prepare(ctx context.Context, env Env) (Placement, error) {
-	dir := env.Dir()
-	jobs, skills := dir.Path("jobs"), ""
-	for _, p := range []string{jobs, dir.Path("skills")} {
-		if err := os.RemoveAll(p); err != nil {
-			return Placement{}, events.Classf(events.ClassInfra, "cannot empty %s: %w; bench was not run", p, err)
+	dir, t := env.Dir(), env.Task()
+	agent, p, err := a.parts()
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, err)
+	}
+	jobs, err := emptyJobs(env, "bench")
+	if err != nil {
+		return Placement{}, err
+	}
+	for _, d := range []string{dir.Path("skills"), dir.Path("creator")} {
+		if err := os.RemoveAll(d); err != nil {
+			return Placement{}, events.Classf(events.ClassInfra, "cannot empty %s: %w; bench was not run", d, err)
 		}
 	}
-	if err := os.MkdirAll(jobs, 0o755); err != nil {
-		return Placement{}, events.Classed(events.ClassInfra, err)
+	base := env.Spec().BaseDir
+	if base == "" {
+		base, _ = os.Getwd()
 	}
-	if src := a.skillPath(env.Spec().BaseDir); src != "" {
-		skills = dir.Path("skills")
-		if err := stageCopy(src, filepath.Join(skills, filepath.Base(src))); err != nil {
-			return Placement{}, events.Classf(events.ClassInfra, "staging skill %s: %w", src, err)
+	st := benchflowState{jobs: jobs, cwd: string(dir), agent: agent}
+	switch {
+	case a.ref.Kind == BenchFlowSkill && p != "":
+		packs, err := skillPacks(a.abs(base, p))
+		if err != nil {
+			return Placement{}, events.Classed(events.ClassRefused, err)
+		}
+		st.skillsDir = dir.Path("skills")
+		for _, pk := range packs {
+			if err := stageCopy(pk, filepath.Join(st.skillsDir, filepath.Base(pk))); err != nil {
+				return Placement{}, events.Classf(events.ClassRefused, "staging skill %s: %w", pk, err)
+			}
+		}
+		st.packs = skillNames(packs)
+	case a.ref.Kind == BenchFlowSkill:
+		st.packs = skillNames(bundledPacks(t))
+	case a.ref.Kind == BenchFlowSelfGen && p != "":
+		creator, err := skillCreator(a.abs(base, p))
+		if err != nil {
+			return Placement{}, events.Classed(events.ClassRefused, err)
+		}
+		st.creatorDir = filepath.Join(dir.Path("creator"), filepath.Base(creator))
+		if err := stageCopy(creator, st.creatorDir); err != nil {
+			return Placement{}, events.Classf(events.ClassRefused, "staging skill-creator %s: %w", creator, err)
 		}
 	}
-	st := benchflowState{jobs: jobs, cwd: string(dir), skills: skills}
+	if !t.AgentTimeoutDeclared && agent != delegatedOracleAgent {
+		st.defaulted = task.DefaultAgentTimeoutSec
+	}
+	st.deadline, st.env, st.notes = benchEnviron(ctx, base, os.LookupEnv, benchHardDeadline(t, agent, a.mode()))
 	return hostPlacement(env, st.cwd, st), nil
 }
 
-// stageCopy copies the tree src to dst as real files: a symlink inside it
-// is copied as what it points to when that stays inside src, and is an
-// error otherwise.
-func stageCopy(src, dst string) error {
-	root, err := filepath.EvalSymlinks(src)
-	if err != nil {
-		return err
-	}
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		out := filepath.Join(dst, rel)
-		real := p
-		if d.Type()&fs.ModeSymlink != 0 {
-			if real, err = filepath.EvalSymlinks(p); err != nil {
-				return err
-			}
-			if r, _ := filepath.Rel(root, real); r == ".." || strings.HasPrefix(r, "../") {
-				return fmt.Errorf("%s links outside the skill directory", rel)
-			}
-		}
-		fi, err := os.Stat(real)
-		if err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			if d.Type()&fs.ModeSymlink != 0 {
-				return stageCopy(real, out)
-			}
-			return os.MkdirAll(out, 0o755)
-		}
-		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("%s is not a regular file", rel)
-		}
-		in, err := os.Open(real)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fi.Mode().Perm())
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(f, in); err != nil {
-			f.Close()
-			return err
-		}
-		return f.Close()
-	})
-}
-
-// benchHardDeadline is BENCHFLOW_ROLLOUT_HARD_DEADLINE for t, in seconds.
-func benchHardDeadline(t *task.Task) float64 {
-	return t.AgentTimeoutSec + t.VerifierTimeoutSec + t.BuildTimeoutSec + benchHardDeadlineMarginSec
-}
-
-// Solve runs bench and scores the cell from the rollout's result.json.
+// Solve runs bench and scores the cell (benchflowOutcome). bench runs
+// under BENCHFLOW_ROLLOUT_HARD_DEADLINE; proctor's outer kill comes
+// benchOuterMargin (600 s) after it: SIGTERM to bench's process group,
+// SIGKILL benchKillGrace (15 s) later, then the cell's rollout containers
+// are removed (BenchFlow removes them itself unless killed).
 func (a benchflowArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	st, ok := p.State.(benchflowState)
 	if !ok {
 		return Outcome{}, errNoState
 	}
-	t, plan := env.Task(), env.Plan()
+	t, plan, dir := env.Task(), env.Plan(), env.Dir()
 	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: plan.Harness, Model: plan.Model}, time.Time{}); err != nil {
 		return Outcome{}, err
 	}
-	agent, _ := a.agentAndPath()
-	argv := []string{"bench", "eval", "run", "--tasks-dir", t.Dir, "--agent", agent}
+	argv := []string{"bench", "eval", "run", "--tasks-dir", t.Dir, "--agent", st.agent}
 	if plan.Model != "" && plan.Model != "default" {
 		argv = append(argv, "--model", plan.Model)
 	}
 	argv = append(argv, "--sandbox", "docker", "--skill-mode", a.mode())
-	if st.skills != "" {
-		argv = append(argv, "--skills-dir", st.skills)
+	if st.skillsDir != "" {
+		argv = append(argv, "--skills-dir", st.skillsDir)
+	}
+	if st.creatorDir != "" {
+		argv = append(argv, "--skill-creator-dir", st.creatorDir)
+	}
+	if st.defaulted > 0 {
+		argv = append(argv, "--config-override", fmt.Sprintf(`{"agent":{"timeout_sec":%s}}`, strconv.FormatFloat(st.defaulted, 'f', -1, 64)))
 	}
 	argv = append(argv, "--jobs-dir", st.jobs, "--retry-attempts", "0", "--agent-idle-timeout", "0", "--quiet")
-	deadline := benchHardDeadline(t)
-	extra := map[string]string{"BENCHFLOW_ROLLOUT_HARD_DEADLINE": strconv.FormatFloat(deadline, 'f', -1, 64)}
-	r, err := runDelegated(ctx, env, p, h, argv, extra, seconds(deadline)+delegateGrace())
+	for _, n := range st.notes {
+		dir.Logf("bench environment: %s", n)
+	}
+	// One bench at a time in this process: BenchFlow removes every
+	// benchflow.owned container at each job's start and end, so two cells'
+	// jobs on one engine would break each other's rollouts.
+	select {
+	case benchSlot <- struct{}{}:
+	default:
+		dir.Logf("waiting for this process's other bench to end (BenchFlow removes every benchflow.owned container at each job's start and end, so its jobs run one at a time)")
+		select {
+		case benchSlot <- struct{}{}:
+		case <-ctx.Done():
+			return Outcome{}, events.Classf(events.ClassInfra, "cancelled while waiting for another bench: %w", ctx.Err())
+		}
+	}
+	r, err := runDelegated(ctx, env, p, h, argv, st.env, seconds(st.deadline)+delegateTimes.benchOuterMargin, delegateTimes.benchKillGrace)
+	if err == nil && r.res.TimedOut {
+		removed, rerr := removeRolloutContainers(context.WithoutCancel(ctx), st.jobs)
+		dir.Logf("bench killed at the outer deadline: removed the cell's rollout containers %v (%v)", removed, rerr)
+	}
+	<-benchSlot
 	if err != nil {
 		return Outcome{}, err
 	}
-	fin := r.finished("bench", st.cwd)
-	v, reported, why := a.score(ctx, env, st.jobs, r)
-	fin.AgentReported = reported
-	if why != "" {
-		return Outcome{}, events.Classf(events.ClassSolverError, "bench (exit %d): %s", r.res.ExitCode, why)
-	}
-	return Outcome{Finished: fin, Verdict: v}, nil
+	return a.outcome(ctx, env, st, r)
 }
 
-// benchResult is the part of BenchFlow's rollout result.json the arm reads
-// (benchflow 0.7, src/benchflow/rollout/_results.py, result_data).
-type benchResult struct {
-	Rewards       map[string]any `json:"rewards"`
-	NToolCalls    *float64       `json:"n_tool_calls"`
-	AgentResult   map[string]any `json:"agent_result"`
-	Error         any            `json:"error"`
-	ErrorCategory any            `json:"error_category"`
-	VerifierError any            `json:"verifier_error"`
-	SkillMode     string         `json:"skill_mode"`
+// benchSlot holds the one bench a process runs at a time (Solve).
+var benchSlot = make(chan struct{}, 1)
+
+// benchInstallSec is BenchFlow's agent install budget for agent
+// (benchflow/agents/install.py, effective_install_timeout, and the
+// registry's per-agent install_timeout): 900 s, 1200 s for mimo and
+// prime-agent, none for the oracle (nothing is installed).
+func benchInstallSec(agent string) float64 {
+	id := agent
+	if ns, rest, ok := strings.Cut(agent, ":"); ok && benchflowNamespaces[ns] {
+		id = rest
+	}
+	if ns, rest, ok := strings.Cut(id, "/"); ok && (ns == "acp" || ns == "acpx") {
+		id = rest
+	}
+	switch id {
+	case delegatedOracleAgent:
+		return 0
+	case "mimo", "prime-agent":
+		return 1200
+	}
+	return 900
 }
 
-// score applies the BenchFlow verdict rule: a verdict only when exactly
-// one rollout ran and the agent attempted the task (a tool call,
-// completion tokens, or a trajectory message that is not one of the CLI's
-// synthetic provider-error replies; the oracle, which runs the task's
-// solve.sh, is exempt); everything else is errored with the reason quoted
-// from the result or from stderr.
-func (a benchflowArm) score(ctx context.Context, env Env, jobs string, r delegatedRun) (*events.VerdictData, map[string]any, string) {
-	dirs, err := rolloutDirs(jobs)
-	if err != nil {
-		return nil, nil, err.Error()
+// benchHardDeadline is BENCHFLOW_ROLLOUT_HARD_DEADLINE for a cell, in
+// seconds, as BenchFlow sums its phase budgets
+// (benchflow/rollout/_deadline.py): the agent budget times the turns (two
+// for self-gen: the creator's and the solver's; an undeclared budget
+// counts 900 s), plus the verifier and build budgets (600 s each when
+// undeclared), the agent's install budget (benchInstallSec) and the
+// 1800 s margin.
+func benchHardDeadline(t *task.Task, agent, mode string) float64 {
+	budget := t.AgentTimeoutSec
+	if !t.AgentTimeoutDeclared {
+		budget = 900
 	}
-	switch {
-	case len(dirs) == 0:
-		why := "no rollout result.json under " + filepath.Base(jobs) + "/"
-		if r.res.TimedOut {
-			why += " (killed at the hard deadline)"
+	turns := 1.0
+	if mode == skillModeSelfGen {
+		turns = 2
+	}
+	return budget*turns + t.VerifierTimeoutSec + t.BuildTimeoutSec + benchInstallSec(agent) + 1800
+}
+
+// benchPathVars are the variables BenchFlow (and the docker CLI it runs)
+// read as paths relative to their working directory; bench runs in the
+// cell directory, so a relative value is anchored at the caller's.
+var benchPathVars = []string{"BENCHFLOW_SKILL_CREATOR_DIR", "DOCKER_CONFIG", "BENCHFLOW_DOTENV_PATH"}
+
+// proxyVars are the variables that put bench behind a proxy.
+var proxyVars = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"}
+
+// benchEnviron is what bench runs with beyond the caller's environment
+// (lookup), with base the caller's working directory:
+//
+//   - BENCHFLOW_ROLLOUT_HARD_DEADLINE = computed, unless the caller
+//     exported one; the deadline returned is the one in force (the
+//     caller's when it is a number > 0, else computed: the outer kill is
+//     always bounded);
+//   - each relative benchPathVars value, and a relative
+//     BENCHFLOW_AGENTS_SOURCE that names a local directory (BenchFlow's
+//     remote_manifests reads it as a path then, else as owner/repo),
+//     anchored at base;
+//   - behind a proxy, the Docker bridge gateway (read from `docker network
+//     inspect bridge`, so a custom bip is right), 172.17.0.1 and
+//     host.docker.internal added to no_proxy and NO_PROXY, so the sandbox
+//     traffic bench sends to the engine's bridge does not go to the proxy.
+//
+// notes say what was changed, for run.log.
+func benchEnviron(ctx context.Context, base string, lookup func(string) (string, bool), computed float64) (float64, map[string]string, []string) {
+	extra := map[string]string{}
+	var notes []string
+	deadline := computed
+	if v, ok := lookup("BENCHFLOW_ROLLOUT_HARD_DEADLINE"); ok && strings.TrimSpace(v) != "" {
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+			deadline = f
 		}
-		if l := stderrReason(r.stderr); l != "" {
-			why += "; stderr: " + l
-		}
-		return nil, nil, why
-	case len(dirs) > 1:
-		return nil, nil, fmt.Sprintf("%d rollout directories (%s): expected exactly one attempt (--retry-attempts 0)", len(dirs), strings.Join(baseNames(dirs), ", "))
+		notes = append(notes, fmt.Sprintf("BENCHFLOW_ROLLOUT_HARD_DEADLINE=%s exported by the caller, kept (proctor's outer kill at %gs + margin)", v, deadline))
+	} else {
+		extra["BENCHFLOW_ROLLOUT_HARD_DEADLINE"] = strconv.FormatFloat(computed, 'f', -1, 64)
 	}
-	b, err := readBounded(filepath.Join(dirs[0], "result.json"))
-	if err != nil {
-		return nil, nil, "rollout result.json: " + err.Error()
+	anchor := func(k, v string) {
+		abs := filepath.Join(base, v)
+		extra[k] = abs
+		notes = append(notes, fmt.Sprintf("%s=%s anchored at the caller's directory: %s", k, v, abs))
 	}
-	var res benchResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, nil, "rollout result.json: " + err.Error()
+	relative := func(v string) bool {
+		return v != "" && !filepath.IsAbs(v) && !strings.HasPrefix(v, "~")
 	}
-	traj := readTrajectory(filepath.Join(dirs[0], "trajectory", "acp_trajectory.jsonl"))
-	reported := map[string]any{"rollout": filepath.Base(dirs[0]), "skill_mode": a.mode(),
-		"skills_loaded": traj.skills, "n_skill_invocations": traj.skillCalls}
-	if res.NToolCalls != nil {
-		reported["n_tool_calls"] = int(*res.NToolCalls)
-	}
-	if u, ok := benchUsage(res.AgentResult); ok {
-		if err := env.Emit(ctx, events.Usage, u, time.Time{}); err != nil {
-			return nil, nil, err.Error()
+	for _, k := range benchPathVars {
+		if v, ok := lookup(k); ok && relative(v) {
+			anchor(k, v)
 		}
 	}
-	for name, n := range traj.tools {
-		for i := 0; i < n; i++ {
-			if err := env.Emit(ctx, events.ToolCall, events.ToolCallData{Name: name}, time.Time{}); err != nil {
-				return nil, nil, err.Error()
+	if v, ok := lookup("BENCHFLOW_AGENTS_SOURCE"); ok && relative(strings.TrimSpace(v)) && isDirectory(filepath.Join(base, strings.TrimSpace(v))) {
+		anchor("BENCHFLOW_AGENTS_SOURCE", strings.TrimSpace(v))
+	}
+	proxied := false
+	for _, k := range proxyVars {
+		if v, ok := lookup(k); ok && strings.TrimSpace(v) != "" {
+			proxied = true
+		}
+	}
+	if proxied {
+		add := []string{"172.17.0.1", "host.docker.internal"}
+		gw, err := dockerCLI(ctx, "network", "inspect", "bridge", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}")
+		if err != nil {
+			notes = append(notes, "the bridge gateway is unknown: "+err.Error())
+		}
+		add = append(strings.Fields(gw), add...)
+		var have []string
+		for _, k := range []string{"no_proxy", "NO_PROXY"} {
+			if v, ok := lookup(k); ok {
+				have = append(have, strings.Split(v, ",")...)
 			}
 		}
+		list := mergeList(have, add)
+		extra["no_proxy"], extra["NO_PROXY"] = list, list
+		notes = append(notes, "behind a proxy: no_proxy="+list)
 	}
-	out := jsonInt(res.AgentResult["n_output_tokens"])
-	attempted := (res.NToolCalls != nil && *res.NToolCalls > 0) || (out != nil && *out > 0) || traj.realMessages > 0 || len(traj.tools) > 0
-	if !attempted && !a.SetupCheck() { // the oracle runs solve.sh: no model, no tool call
-		why := "the agent made no attempt (no tool call, no completion tokens, no trajectory message but provider-error replies)"
-		if !isErrorless(res.Error) {
-			why += "; error: " + boundMsg(fmt.Sprint(res.Error))
-		}
-		return nil, reported, why
-	}
-	if res.Rewards == nil {
-		why := "no rewards in result.json"
-		for _, e := range []any{res.VerifierError, res.Error} {
-			if !isErrorless(e) {
-				why += ": " + boundMsg(fmt.Sprint(e))
-				break
-			}
-		}
-		return nil, reported, why
-	}
-	rw, all, err := primaryReward(res.Rewards)
-	if err != nil {
-		return nil, reported, "rollout result.json: " + err.Error()
-	}
-	if !isErrorless(res.Error) {
-		reported["error"] = boundMsg(fmt.Sprint(res.Error))
-	}
-	_ = env.Dir().WriteReward(rw)
-	return &events.VerdictData{Reward: &rw, Rewards: all, ReturnCode: &r.res.ExitCode}, reported, ""
+	return deadline, extra, notes
 }
 
-// benchUsage maps BenchFlow's agent_result onto a Usage event, only when
-// BenchFlow captured usage (usage_source not "unavailable"); each count
-// stays nil when null.
-func benchUsage(ar map[string]any) (events.UsageData, bool) {
-	if ar == nil || ar["usage_source"] == "unavailable" {
-		return events.UsageData{}, false
-	}
-	u := events.UsageData{
-		PromptTokens: jsonInt(ar["n_input_tokens"]), CompletionTokens: jsonInt(ar["n_output_tokens"]),
-		CacheReadTokens: jsonInt(ar["n_cache_read_tokens"]), CacheWriteTokens: jsonInt(ar["n_cache_creation_tokens"]),
-		CostUSD: jsonFloat(ar["cost_usd"]),
-	}
-	return u, u.PromptTokens != nil || u.CompletionTokens != nil || u.CacheReadTokens != nil || u.CacheWriteTokens != nil || u.CostUSD != nil
-}
-
-// trajectory is what the arm reads of an ACP trajectory
-// (trajectory/acp_trajectory.jsonl, one session-update object a line).
-type trajectory struct {
-	tools        map[string]int
-	realMessages int
-	skills       []string
-	skillCalls   int
-}
-
-// providerErrorReply reports whether an agent message is one of the
-// synthetic replies an agent CLI prints in place of a model answer when
-// the provider call failed ("API Error: 401 …", "Invalid API key", "Credit
-// balance is too low").
-func providerErrorReply(text string) bool {
-	s := strings.ToLower(strings.TrimSpace(text))
-	for _, p := range []string{"api error", "invalid api key", "credit balance is too low", "authentication_error", "overloaded_error"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func readTrajectory(p string) trajectory {
-	tr := trajectory{tools: map[string]int{}, skills: []string{}}
-	b, err := readBounded(p)
-	if err != nil {
-		return tr
-	}
+// mergeList joins have and add as a comma list, trimmed, without empty
+// or repeated entries, in first-seen order.
+func mergeList(have, add []string) string {
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	for sc.Scan() {
-		var ev map[string]any
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+	var out []string
+	for _, s := range append(have, add...) {
+		s = strings.TrimSpace(s)
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// composeProject is the Docker Compose project BenchFlow names a rollout's
+// sandbox after (benchflow/sandbox/docker.py,
+// _sanitize_docker_compose_project_name of the rollout name).
+func composeProject(rollout string) string {
+	s := strings.ToLower(rollout)
+	if s == "" || !(s[0] >= 'a' && s[0] <= 'z' || s[0] >= '0' && s[0] <= '9') {
+		s = "0" + s
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// removeRolloutContainers removes the containers and networks of this
+// cell's rollouts: those BenchFlow labelled benchflow.owned=true in the
+// Compose project of a rollout directory under jobs (BenchFlow writes a
+// rollout's directory before it starts its sandbox). Nothing of another
+// sweep is touched. It returns what it removed.
+func removeRolloutContainers(ctx context.Context, jobs string) ([]string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(jobs, "*", "*"))
+	var removed []string
+	var firstErr error
+	for _, d := range dirs {
+		if !isDirectory(d) {
 			continue
 		}
-		switch ev["type"] {
-		case "tool_call":
-			name, _ := ev["title"].(string)
-			if name == "" {
-				name, _ = ev["tool"].(string)
+		proj := "label=com.docker.compose.project=" + composeProject(filepath.Base(d))
+		for _, kind := range []string{"container", "network"} {
+			ls := []string{kind, "ls", "-q", "--filter", "label=benchflow.owned=true", "--filter", proj}
+			if kind == "container" {
+				ls = []string{"container", "ls", "-aq", "--filter", "label=benchflow.owned=true", "--filter", proj}
 			}
-			if name == "" {
-				name = "unnamed"
-			}
-			if ev["kind"] == "skill" {
-				tr.skillCalls++
-				if !seen[name] {
-					seen[name] = true
-					tr.skills = append(tr.skills, name)
+			out, err := dockerCLI(ctx, ls...)
+			if err == nil && out != "" {
+				ids := strings.Fields(out)
+				rm := append([]string{kind, "rm"}, ids...)
+				if kind == "container" {
+					rm = append([]string{"container", "rm", "-f", "-v"}, ids...)
+				}
+				_, err = dockerCLI(ctx, rm...)
+				if err == nil {
+					removed = append(removed, ids...)
 				}
 			}
-			tr.tools[name]++
-		case "agent_message":
-			text, _ := ev["text"].(string)
-			if strings.TrimSpace(text) != "" && !providerErrorReply(text) {
-				tr.realMessages++
+			if err != nil && firstErr == nil {
+				firstErr = err
 			}
 		}
 	}
-	sort.Strings(tr.skills)
-	return tr
+	return removed, firstErr
 }
 
 // Preflight checks once per run that BenchFlow can run here: `bench
 // --help` and `docker compose version` must both succeed (bench starts
-// task sandboxes with Docker Compose). It is skipped by --dry-run.
+// task sandboxes with Docker Compose), and no other BenchFlow sweep may be
+// running on the engine: BenchFlow removes every benchflow.owned
+// container at each job's start and end, so two sweeps on one engine
+// break each other. It is skipped by --dry-run.
 func (a benchflowArm) Preflight(ctx context.Context) error {
 	for _, argv := range [][]string{{"bench", "--help"}, {"docker", "compose", "version"}} {
-		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, delegateTimes.dockerCall)
 		cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
 		out, err := cmd.CombinedOutput()
 		cancel()
@@ -420,6 +491,13 @@ func (a benchflowArm) Preflight(ctx context.Context) error {
 			}
 			return fmt.Errorf("BenchFlow arms need `%s` to work, and it failed (%v%s); install BenchFlow (the bench CLI) and Docker Compose v2", strings.Join(argv, " "), err, msg)
 		}
+	}
+	out, err := dockerCLI(ctx, "container", "ls", "-q", "--filter", "label=benchflow.owned=true")
+	if err != nil {
+		return fmt.Errorf("BenchFlow arms check that no other BenchFlow sweep runs on the Docker engine, and could not: %w", err)
+	}
+	if ids := strings.Fields(out); len(ids) > 0 {
+		return fmt.Errorf("another BenchFlow sweep is running on this Docker engine (%d running containers labelled benchflow.owned=true: %s): BenchFlow removes every benchflow.owned container at each job's start and end, so two sweeps on one engine break each other's rollouts; wait for it to end, or run on another engine", len(ids), strings.Join(ids, " "))
 	}
 	return nil
 }

@@ -19,12 +19,12 @@ import (
 )
 
 // ExpandTemplate fills a command:<template>'s placeholders {task_path},
-// {task_name}, {model} and {output_dir} with shell-quoted values (absolute
-// paths), so the template must not quote them again.
-func ExpandTemplate(tpl, taskPath, taskName, model, outputDir string) string {
+// {task_name}, {model}, {output_dir} and {jobs_dir} with shell-quoted
+// values (absolute paths), so the template must not quote them again.
+func ExpandTemplate(tpl, taskPath, taskName, model, outputDir, jobsDir string) string {
 	return strings.NewReplacer(
 		"{task_path}", shq(taskPath), "{task_name}", shq(taskName),
-		"{model}", shq(model), "{output_dir}", shq(outputDir),
+		"{model}", shq(model), "{output_dir}", shq(outputDir), "{jobs_dir}", shq(jobsDir),
 	).Replace(tpl)
 }
 
@@ -34,10 +34,19 @@ func ExpandTemplate(tpl, taskPath, taskName, model, outputDir string) string {
 // process group killed at [agent].timeout_sec. It does and scores its own
 // work: reward.txt in {output_dir} is the reward; without one, exit 0 passes
 // and any other exit fails. There is no test script to run.
+//
+// A template that names {jobs_dir} is a Harbor of its own (a local harbor
+// with other flags, a wrapper around one): it keeps Harbor's output
+// contract. {jobs_dir} is <cell>/jobs, emptied first; the run is bounded
+// as a harbor arm's (agent + verifier + build budgets, then SIGTERM and
+// DelegateGrace) and the cell is scored from the trial result.json it
+// wrote there, by the harbor arms' rules (scoreHarbor), never from
+// reward.txt or the exit code.
 type commandArm struct{ ref Ref }
 
-// commandState is what Prepare made for Solve.
-type commandState struct{ outDir, opsFile, cwd, cmdline string }
+// commandState is what Prepare made for Solve; jobs is {jobs_dir} when the
+// template names it.
+type commandState struct{ outDir, opsFile, cwd, cmdline, jobs string }
 
 func (a commandArm) Ref() Ref { return a.ref }
 
@@ -67,10 +76,15 @@ func (a commandArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err := os.Remove(opsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Placement{}, events.Classed(events.ClassInfra, err)
 	}
-	st := commandState{
-		outDir: outDir, opsFile: opsFile, cwd: filepath.Dir(env.Spec().TasksRoot),
-		cmdline: ExpandTemplate(a.ref.Arg, t.Dir, t.Name, env.Plan().Model, outDir),
+	st := commandState{outDir: outDir, opsFile: opsFile, cwd: filepath.Dir(env.Spec().TasksRoot)}
+	if strings.Contains(a.ref.Arg, "{jobs_dir}") {
+		jobs, err := emptyJobs(env, "the command")
+		if err != nil {
+			return Placement{}, err
+		}
+		st.jobs = jobs
 	}
+	st.cmdline = ExpandTemplate(a.ref.Arg, t.Dir, t.Name, env.Plan().Model, outDir, st.jobs)
 	return Placement{Driver: env.Host(), Spec: sandbox.Spec{RunID: env.RunID(), CellID: env.CellID()}, Workdir: st.cwd, State: st}, nil
 }
 
@@ -88,7 +102,12 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 	}
 	run := newStream(ctx, env, nil)
 	lines := sandbox.NewLines(run.feed, 0)
-	dir.Logf("command: %s (in %s, timeout %gs)", st.cmdline, st.cwd, t.AgentTimeoutSec)
+	timeout, grace := seconds(t.AgentTimeoutSec), sandbox.DefaultGrace
+	if st.jobs != "" {
+		timeout, grace = harborBudget(t), DelegateGrace()
+	}
+	errTail := &tailBuffer{n: stderrKeep}
+	dir.Logf("command: %s (in %s, timeout %s, grace %s)", st.cmdline, st.cwd, timeout, grace)
 	res, err := p.Driver.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", st.cmdline}, Workdir: st.cwd,
 		Env: map[string]string{
@@ -96,8 +115,8 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 			"PROCTOR_TASK": t.Name, "PROCTOR_TASK_PATH": t.Dir, "PROCTOR_MODEL": plan.Model,
 			"PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
 		},
-		Timeout: seconds(t.AgentTimeoutSec), Grace: sandbox.DefaultGrace,
-		Stdout: io.MultiWriter(out, lines), Stderr: out,
+		Timeout: timeout, Grace: grace,
+		Stdout: io.MultiWriter(out, lines), Stderr: multiWriter{out, errTail},
 	})
 	_ = lines.Close()
 	run.wait()
@@ -113,6 +132,10 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 	run.mu.Unlock()
 	if run.publishErr != nil {
 		return Outcome{}, run.publishErr
+	}
+	if st.jobs != "" {
+		// Harbor's output contract: the trial result.json decides.
+		return harborOutcome(ctx, env, "the command", st.jobs, st.cwd, delegatedRun{res: res, tail: out.RowTail(), stderr: errTail.String()})
 	}
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,

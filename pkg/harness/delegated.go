@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,31 +17,46 @@ import (
 	"github.com/proctor-eval/proctor/pkg/cellfs"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/task"
 )
 
-// DelegateGrace is the time between SIGTERM and SIGKILL when a delegated
-// run (harbor, bench) overruns its budget: 60 seconds, so Harbor can remove
-// its trial container and image before its process group is killed. The
-// environment variable PROCTOR_DELEGATE_GRACE_SEC (seconds, > 0) overrides
-// it; tests set it low.
-var DelegateGrace = 60 * time.Second
+// delegateTimes are the fixed durations of the delegated arms' timeouts.
+// They are variables so the tests can shrink them (export_test.go); the
+// rules they implement are stated where they are used.
+var delegateTimes = struct {
+	// harborGrace is what a timed-out harbor gets between SIGTERM and
+	// SIGKILL of its process group, so it can remove its trial container
+	// and image (PROCTOR_DELEGATE_GRACE_SEC overrides it).
+	harborGrace time.Duration
+	// benchOuterMargin is how long proctor lets bench run past its own
+	// hard deadline (BENCHFLOW_ROLLOUT_HARD_DEADLINE) before killing it.
+	benchOuterMargin time.Duration
+	// benchKillGrace is the time between SIGTERM to bench's process group
+	// and SIGKILL at that outer kill.
+	benchKillGrace time.Duration
+	// dockerCall bounds each docker CLI call the arms make.
+	dockerCall time.Duration
+}{harborGrace: 60 * time.Second, benchOuterMargin: 600 * time.Second, benchKillGrace: 15 * time.Second, dockerCall: 60 * time.Second}
 
-func delegateGrace() time.Duration {
+// DelegateGrace is the time a timed-out harbor gets between SIGTERM and
+// SIGKILL: 60 seconds, so Harbor can remove its trial container and image
+// before its process group is killed. PROCTOR_DELEGATE_GRACE_SEC (seconds,
+// > 0) overrides it.
+func DelegateGrace() time.Duration {
 	if s := os.Getenv("PROCTOR_DELEGATE_GRACE_SEC"); s != "" {
 		if v, err := strconv.ParseFloat(s, 64); err == nil && v > 0 {
 			return seconds(v)
 		}
 	}
-	return DelegateGrace
+	return delegateTimes.harborGrace
 }
 
 // delegatedOracleAgent is the agent name under which Harbor and BenchFlow
 // run the task's reference solution: rows of such an arm are setup checks.
 const delegatedOracleAgent = "oracle"
 
-// hostPlacement places a delegated tool on the host driver in the tasks
-// root's parent directory (as a command:<template> is), with no network
-// plan and no verifier phase: the tool runs its own.
+// hostPlacement places a delegated tool on the host driver in cwd, with no
+// network plan and no verifier phase: the tool runs its own.
 func hostPlacement(env Env, cwd string, state any) Placement {
 	return Placement{Driver: env.Host(), Spec: sandbox.Spec{RunID: env.RunID(), CellID: env.CellID()}, Workdir: cwd, State: state}
 }
@@ -49,6 +66,7 @@ type delegatedRun struct {
 	res    sandbox.ExecResult
 	tail   string // the bounded tail of stdout and stderr
 	stderr string // the last stderrKeep bytes of stderr
+	head   string // the first stderrKeep bytes of stderr
 }
 
 const stderrKeep = 64 << 10
@@ -76,30 +94,52 @@ func (b *tailBuffer) String() string {
 	return string(b.buf)
 }
 
+// headBuffer keeps the first n bytes written to it.
+type headBuffer struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.n - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *headBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
 // runDelegated runs argv on the placement's host driver with the caller's
 // environment plus extra, stdin closed, in its own process group: at
-// timeout SIGTERM, DelegateGrace later SIGKILL of the group; what is left
-// of the group when the tool exits is killed by the driver. Stdout and
-// stderr go to solve.log (tail in stdout.tail.txt); stderr is also kept
-// for the reasons quoted from it.
-func runDelegated(ctx context.Context, env Env, p Placement, h *sandbox.Handle, argv []string, extra map[string]string, timeout time.Duration) (delegatedRun, error) {
+// timeout SIGTERM to the group, grace later SIGKILL (ExitCode 124,
+// TimedOut); what is left of the group when the tool exits is killed by
+// the driver. Stdout and stderr go to solve.log (tail in stdout.tail.txt);
+// the head and tail of stderr are also kept for the reasons quoted from it.
+func runDelegated(ctx context.Context, env Env, p Placement, h *sandbox.Handle, argv []string, extra map[string]string, timeout, grace time.Duration) (delegatedRun, error) {
 	dir := env.Dir()
 	out, err := dir.OpenCapture("solve.log")
 	if err != nil {
 		return delegatedRun{}, events.Classed(events.ClassInfra, err)
 	}
-	errTail := &tailBuffer{n: stderrKeep}
-	dir.Logf("delegated: %s (in %s, timeout %s, grace %s)", strings.Join(argv, " "), p.Workdir, timeout, delegateGrace())
+	errTail, errHead := &tailBuffer{n: stderrKeep}, &headBuffer{n: stderrKeep}
+	dir.Logf("delegated: %s (in %s, timeout %s, grace %s)", strings.Join(argv, " "), p.Workdir, timeout, grace)
 	res, err := p.Driver.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: argv, Workdir: p.Workdir, Env: extra,
-		Timeout: timeout, Grace: delegateGrace(),
-		Stdout: out, Stderr: multiWriter{out, errTail},
+		Timeout: timeout, Grace: grace,
+		Stdout: out, Stderr: multiWriter{out, errTail, errHead},
 	})
 	_ = out.Close(dir, "stdout.tail.txt")
 	if err != nil {
 		return delegatedRun{}, events.Classed(events.ClassSandbox, err)
 	}
-	return delegatedRun{res: res, tail: out.RowTail(), stderr: errTail.String()}, nil
+	return delegatedRun{res: res, tail: out.RowTail(), stderr: errTail.String(), head: errHead.String()}, nil
 }
 
 type multiWriter []interface{ Write([]byte) (int, error) }
@@ -137,16 +177,6 @@ func lastLine(s string, keep func(string) bool) string {
 		}
 	}
 	return ""
-}
-
-// stderrReason is the reason quoted from a tool's stderr when it left no
-// result: its [HARD-DEADLINE] line (BenchFlow's host backstop,
-// benchflow/rollout/_deadline.py), else its last line.
-func stderrReason(stderr string) string {
-	if l := lastLine(stderr, func(l string) bool { return strings.Contains(l, "[HARD-DEADLINE]") }); l != "" {
-		return l
-	}
-	return lastLine(stderr, nil)
 }
 
 // rolloutDirs lists the directories two levels below jobs
@@ -217,7 +247,7 @@ func primaryReward(rewards map[string]any) (float64, map[string]float64, error) 
 // Harbor does not mount (it mounts /tests and /solution).
 var scriptReadsMount = regexp.MustCompile(`(^|[^A-Za-z0-9_.-])/(verifier|oracle)([/"'\s;)|&]|$)`)
 
-// jsonNumber is a pointer to a JSON number field, nil when absent or null.
+// jsonInt is a pointer to a JSON number field, nil when absent or null.
 func jsonInt(v any) *int64 {
 	if f, ok := v.(float64); ok && f >= 0 {
 		n := int64(f)
@@ -241,10 +271,29 @@ func isErrorless(v any) bool {
 
 var errNoState = errors.New("delegated arm: Solve without Prepare")
 
+// dockerCLI runs the docker CLI (the one bench and harbor use, so the
+// engine they talk to) with args, bounded by delegateTimes.dockerCall, and
+// returns its trimmed stdout; the error carries its last stderr line.
+func dockerCLI(ctx context.Context, args ...string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, delegateTimes.dockerCall)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "docker", args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		if l := lastLine(stderr.String(), nil); l != "" {
+			err = fmt.Errorf("%w: %s", err, l)
+		}
+		return "", fmt.Errorf("docker %s: %w", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // Preflighter is an arm that checks, once per run and before anything
-// starts, that the tools it delegates to are installed (BenchFlow arms:
-// `bench` and `docker compose version`). Arms with equal PreflightKey
-// share one check.
+// starts, that the tools it delegates to are installed and can run here
+// (BenchFlow arms: `bench`, `docker compose version`, no other BenchFlow
+// sweep on the engine). Arms with equal PreflightKey share one check.
 type Preflighter interface {
 	PreflightKey() string
 	Preflight(ctx context.Context) error
@@ -271,4 +320,51 @@ func Preflight(ctx context.Context, names []string) error {
 		}
 	}
 	return nil
+}
+
+// CoverageRefusers are the refusal columns of the Harbor- and
+// BenchFlow-backed arms for `tasks coverage` (task.Loader.Refusers), one
+// per form of their names, each the arm's own Refusal so coverage and
+// --dry-run agree. Reasons of class unresolved_env are left out: coverage
+// lists those tasks on their own.
+func CoverageRefusers() map[string]func(*task.Task) string {
+	out := map[string]func(*task.Task) string{}
+	for _, name := range []string{
+		"claude-code", "codex", "terminal-bench:<agent>", "terminal-bench:oracle",
+		"benchflow:<agent>", "benchflow:oracle", "benchflow-skill:<agent>", "benchflow-skill:<agent>:<path>",
+		"benchflow-selfgen:<agent>",
+	} {
+		ref, err := Parse(strings.NewReplacer("<agent>", "agent", "<path>", "skills").Replace(name))
+		if err != nil {
+			panic(err) // the names above are this package's own
+		}
+		a, err := For(ref)
+		if err != nil {
+			panic(err)
+		}
+		out[name] = func(t *task.Task) string {
+			if c, why := a.Refusal(t); c == events.ClassRefused {
+				return why
+			}
+			return ""
+		}
+	}
+	return out
+}
+
+func baseNames(dirs []string) []string {
+	out := make([]string, len(dirs))
+	for i, d := range dirs {
+		out[i] = filepath.Base(d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func boundMsg(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 500 {
+		s = s[:500] + "…"
+	}
+	return s
 }

@@ -19,20 +19,27 @@ import (
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
+// fakesDir is testdata/fakes, absolute (read before any test changes
+// directory).
+var fakesDir, _ = filepath.Abs("testdata/fakes")
+
 // fakes puts the fake harbor, bench and docker of testdata/fakes first on
 // PATH (the host driver runs with the caller's environment).
 func fakes(t *testing.T) {
 	t.Helper()
-	dir, err := filepath.Abs("testdata/fakes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("PATH", fakesDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // delegatedRun runs harness name on tk with the fake tools, case c, and
-// returns the env, the outcome, the error and the argv the tool got.
+// returns the env, the outcome, the error and the argv the tool got
+// (followed by the key=value lines the fake adds).
 func delegatedRun(t *testing.T, tk *task.Task, name, c string) (*harnesstest.Env, harness.Outcome, error, []string) {
+	t.Helper()
+	return delegatedRunIn(t, tk, name, c, nil)
+}
+
+// delegatedRunIn is delegatedRun with the env adjusted by edit first.
+func delegatedRunIn(t *testing.T, tk *task.Task, name, c string, edit func(*harnesstest.Env)) (*harnesstest.Env, harness.Outcome, error, []string) {
 	t.Helper()
 	fakes(t)
 	t.Setenv("FAKE_HARBOR_CASE", c)
@@ -40,9 +47,23 @@ func delegatedRun(t *testing.T, tk *task.Task, name, c string) (*harnesstest.Env
 	argsFile := filepath.Join(t.TempDir(), "args")
 	t.Setenv("FAKE_ARGS_FILE", argsFile)
 	env := harnesstest.NewEnv(t, tk, name, &process.Driver{Host: true})
+	if edit != nil {
+		edit(env)
+	}
 	_, out, err := harnesstest.Run(context.Background(), arm(t, name), env)
 	b, _ := os.ReadFile(argsFile)
 	return env, out, err, strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// argValue is the value of the key=value line key in args, and whether
+// there is one.
+func argValue(args []string, key string) (string, bool) {
+	for _, a := range args {
+		if k, v, ok := strings.Cut(a, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 func usageEvents(env *harnesstest.Env) []events.UsageData {
@@ -98,7 +119,7 @@ func TestDelegatedRegistry(t *testing.T) {
 	for name, setup := range map[string]bool{
 		"codex": false, "claude-code": false, "terminal-bench:terminus-2": false, "terminal-bench:oracle": true,
 		"benchflow:claude-agent-acp": false, "benchflow:oracle": true, "benchflow-skill:codex-acp": false,
-		"benchflow-skill:oracle:skills/x": true, "benchflow-selfgen:codex-acp:seed": false,
+		"benchflow-skill:oracle:skills/x": true, "benchflow-selfgen:codex-acp:seed": false, "benchflow:acp:pi": false,
 	} {
 		if _, err := harness.Parse(name); err != nil {
 			t.Errorf("Parse(%q): %v", name, err)
@@ -147,21 +168,25 @@ func benchflowTask(t *testing.T, extra harnesstest.Files) *task.Task {
 	return tk
 }
 
-// TestHarborRefusals: what Harbor itself would reject is refused before any
-// work, never run (it exits 1, which would read as a fail).
+// TestHarborRefusals: what Harbor 0.22 itself would reject is refused
+// before any work, never run (it exits 1, which would read as a fail);
+// what it runs is not.
 func TestHarborRefusals(t *testing.T) {
 	migrated := harnesstest.Files{
-		"task.toml": "version = \"1.0\"\n", "instruction.md": "Write hello.\n",
+		"task.toml": "[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 30\n", "instruction.md": "Write hello.\n",
 		"tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n", "solution/solve.sh": "echo hello > /app/out.txt\n",
 	}
-	with := func(base harnesstest.Files, k, v string) harnesstest.Files {
+	with := func(base harnesstest.Files, kv ...string) harnesstest.Files {
 		out := harnesstest.Files{}
 		for a, b := range base {
 			out[a] = b
 		}
-		out[k] = v
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
 		return out
 	}
+	windows := "[environment]\nos = \"windows\"\n"
 	cases := []struct {
 		name, harness string
 		tk            *task.Task
@@ -171,11 +196,15 @@ func TestHarborRefusals(t *testing.T) {
 		{"no environment/", "codex", harnesstest.Task(t, "t", harnesstest.Files{"environment/Dockerfile": "", "task.toml": "version = \"1.0\"\n[environment]\ndocker_image = \"debian:bookworm-slim\"\n"}), "environment/"},
 		{"no instruction.md", "claude-code", harnesstest.Task(t, "t", harnesstest.Files{"instruction.md": ""}), "instruction.md"},
 		{"no tests/test.sh", "terminal-bench:terminus-2", harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": ""}), "tests/test.sh"},
+		{"a Linux task with only test.bat", "codex", harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": "", "tests/test.bat": "echo 1\r\n"}), "Harbor needs tests/test.sh"},
+		{"a Windows task with only test.sh", "codex", harnesstest.Task(t, "t", harnesstest.Files{"task.toml": windows}), "tests/test.bat for a Windows task"},
 		{"oracle without solve.sh", "terminal-bench:oracle", harnesstest.Task(t, "t", harnesstest.Files{"solution/solve.sh": ""}), "solution/solve.sh"},
+		{"Windows oracle without solve.bat", "terminal-bench:oracle", harnesstest.Task(t, "t", harnesstest.Files{"task.toml": windows, "tests/test.bat": "echo 1\r\n"}), "solution/solve.bat"},
 		{"test.sh reads /verifier", "codex", harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": "python3 /verifier/check.py\n"}), "tests/test.sh reads /verifier"},
 		{"solve.sh reads /oracle", "terminal-bench:oracle", harnesstest.Task(t, "t", harnesstest.Files{"solution/solve.sh": "cp \"/oracle/answer.txt\" /app/\n"}), "solution/solve.sh reads /oracle"},
-		{"migrated: instruction.md disagrees", "codex", benchflowTask(t, with(migrated, "instruction.md", "Write goodbye.\n")), "instruction.md disagrees"},
-		{"migrated: test.sh disagrees", "codex", benchflowTask(t, with(migrated, "tests/test.sh", "echo 1 > /logs/verifier/reward.txt # always\n")), "tests/test.sh disagrees with verifier/test.sh"},
+		{"migrated: instruction.md differs", "codex", benchflowTask(t, with(migrated, "instruction.md", "Write goodbye.\n")), "prompt: the task.md prompt differs from instruction.md"},
+		{"migrated: test.sh differs", "codex", benchflowTask(t, with(migrated, "tests/test.sh", "echo 1 > /logs/verifier/reward.txt # always\n")), "tests/test.sh differs from verifier/test.sh"},
+		{"migrated: a budget differs", "codex", benchflowTask(t, with(migrated, "task.toml", "[agent]\ntimeout_sec = 900\n[verifier]\ntimeout_sec = 30\n")), "agent.timeout_sec: 30 in task.md, 900 in task.toml"},
 	}
 	for _, c := range cases {
 		class, why := arm(t, c.harness).Refusal(c.tk)
@@ -183,18 +212,28 @@ func TestHarborRefusals(t *testing.T) {
 			t.Errorf("%s: refusal (%q, %q), want refused naming %q", c.name, class, why, c.want)
 		}
 	}
-	// What Harbor runs is not refused: a Windows verifier, a path that
+	// What Harbor runs is not refused: a Windows task with its .bat
+	// scripts, a separate verifier environment bringing its own tests, a
+	// multi-step task (its step files are Harbor's to check), a path that
 	// only contains "verifier", a migrated directory that agrees.
 	for name, tk := range map[string]*task.Task{
-		"test.bat":  harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": "", "tests/test.bat": "echo 1 > C:\\logs\\verifier\\reward.txt\r\n"}),
-		"mentions":  harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": "cd /tests/verifier_helpers && echo 1 > /logs/verifier/reward.txt\n"}),
-		"migrated":  benchflowTask(t, migrated),
-		"plain":     harnesstest.Task(t, "t", nil),
-		"oracle ok": harnesstest.Task(t, "t", nil),
+		"windows":              harnesstest.Task(t, "t", harnesstest.Files{"task.toml": windows, "tests/test.sh": "", "solution/solve.sh": "", "tests/test.bat": "echo 1 > C:\\logs\\verifier\\reward.txt\r\n", "solution/solve.bat": "echo hello\r\n"}),
+		"separate verifier":    harnesstest.Task(t, "t", harnesstest.Files{"task.toml": "[verifier]\nenvironment_mode = \"separate\"\n", "tests/test.sh": "", "tests/Dockerfile": "FROM debian:bookworm-slim\nCOPY . /tests\n"}),
+		"verifier environment": harnesstest.Task(t, "t", harnesstest.Files{"task.toml": "[verifier.environment]\ndocker_image = \"graders:1\"\n", "tests/test.sh": ""}),
+		"multi-step": harnesstest.Task(t, "t", harnesstest.Files{
+			"task.toml": "[[steps]]\nname = \"one\"\n[[steps]]\nname = \"two\"\n", "instruction.md": "", "tests/test.sh": "", "solution/solve.sh": "",
+			"steps/one/instruction.md": "One.\n", "steps/two/instruction.md": "Two.\n", "steps/one/tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
+		}),
+		"mentions": harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": "cd /tests/verifier_helpers && echo 1 > /logs/verifier/reward.txt\n"}),
+		"migrated": benchflowTask(t, migrated),
+		"plain":    harnesstest.Task(t, "t", nil),
 	} {
 		if class, why := arm(t, "terminal-bench:oracle").Refusal(tk); class != "" {
 			t.Errorf("%s: refused: %s", name, why)
 		}
+	}
+	if c, why := arm(t, "codex").Refusal(harnesstest.Task(t, "t", harnesstest.Files{"task.toml": "[verifier]\nenvironment_mode = \"shared\"\n", "tests/test.sh": ""})); c != events.ClassRefused {
+		t.Errorf("a shared verifier without tests/test.sh: (%q, %q)", c, why)
 	}
 }
 
@@ -217,6 +256,29 @@ func TestHarborPass(t *testing.T) {
 	}
 	if out.Finished.ExitCode != 0 || out.Finished.TimedOut {
 		t.Errorf("finished %+v", out.Finished)
+	}
+}
+
+// TestHarborMultiStep: a multi-step task goes to Harbor whole; the trial's
+// rolled-up reward is the verdict and the usage is its steps' summed, as
+// Harbor's compute_token_cost_totals does (the trial has no agent_result
+// of its own).
+func TestHarborMultiStep(t *testing.T) {
+	tk := harnesstest.Task(t, "t", harnesstest.Files{
+		"task.toml": "[[steps]]\nname = \"scaffold\"\n[[steps]]\nname = \"extend\"\n", "instruction.md": "", "solution/solve.sh": "",
+		"steps/scaffold/instruction.md": "Scaffold.\n", "steps/extend/instruction.md": "Extend.\n",
+	})
+	if c, why := arm(t, "codex").Refusal(tk); c != "" {
+		t.Fatalf("a multi-step task is refused: %s", why)
+	}
+	env, out, err, _ := delegatedRun(t, tk, "codex", "multistep")
+	wantVerdict(t, out, err, 0.5)
+	u := usageEvents(env)
+	if len(u) != 1 || *u[0].PromptTokens != 1500 || *u[0].CompletionTokens != 300 || *u[0].CostUSD != 0.015 || u[0].CacheReadTokens != nil {
+		t.Errorf("usage %+v, want the steps' summed", u)
+	}
+	if out.Finished.AgentReported["n_steps"] != 2 {
+		t.Errorf("reported %+v", out.Finished.AgentReported)
 	}
 }
 
@@ -279,18 +341,90 @@ func TestHarborTimeout(t *testing.T) {
 	if !out.Finished.TimedOut || out.Finished.Reason != "timeout" {
 		t.Errorf("finished %+v, want timed out", out.Finished)
 	}
-	b, err := os.ReadFile(termFile)
-	if err != nil {
-		t.Fatalf("harbor never got SIGTERM: %v", err)
-	}
-	termAt, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-	if sinceStart := termAt - float64(start.UnixNano())/1e9; sinceStart < 1.9 || sinceStart > 6 {
-		t.Errorf("SIGTERM %.2fs after the start, want at the 2 s budget", sinceStart)
+	termAt := readStamp(t, termFile)
+	if sinceStart := termAt.Sub(start); sinceStart < 1900*time.Millisecond || sinceStart > 6*time.Second {
+		t.Errorf("SIGTERM %s after the start, want at the 2 s budget", sinceStart)
 	}
 	if elapsed < 3400*time.Millisecond || elapsed > 15*time.Second {
 		t.Errorf("killed after %s, want the 2 s budget plus the 1.5 s grace", elapsed)
 	}
-	pb, err := os.ReadFile(childPid)
+	waitDead(t, childPid)
+}
+
+// TestHarborGraceLetsCleanupFinish (30 s; the only slow delegated test,
+// run by `make test`, skipped by -short): a timed-out harbor gets SIGTERM
+// and the full 60 s grace (no PROCTOR_DELEGATE_GRACE_SEC) to remove its
+// trial container and image; a fake whose cleanup takes 30 s finishes it
+// and exits on its own, never SIGKILLed.
+func TestHarborGraceLetsCleanupFinish(t *testing.T) {
+	if testing.Short() {
+		t.Skip("30 s: the harbor grace against a 30 s cleanup (runs without -short)")
+	}
+	if g := harness.DelegateGrace(); g != 60*time.Second {
+		t.Fatalf("the default grace is %s, want 60 s", g)
+	}
+	tk := harnesstest.Task(t, "t", harnesstest.Files{"task.toml": "version = \"1.0\"\n[agent]\ntimeout_sec = 1\n[verifier]\ntimeout_sec = 0.5\n[environment]\nbuild_timeout_sec = 0.5\n"})
+	dir := t.TempDir()
+	termFile, cleanupFile := filepath.Join(dir, "term"), filepath.Join(dir, "cleanup")
+	t.Setenv("FAKE_TERM_FILE", termFile)
+	t.Setenv("FAKE_CLEANUP_FILE", cleanupFile)
+	t.Setenv("FAKE_CLEANUP_SEC", "30")
+	start := time.Now()
+	_, out, err, _ := delegatedRun(t, tk, "codex", "grace")
+	elapsed := time.Since(start)
+	wantVerdict(t, out, err, 0)
+	termAt, doneAt := readStamp(t, termFile), readStamp(t, cleanupFile)
+	if d := doneAt.Sub(termAt); d < 29*time.Second {
+		t.Errorf("cleanup took %s after SIGTERM, want its 30 s", d)
+	}
+	if elapsed > 45*time.Second || elapsed < 31*time.Second {
+		t.Errorf("harbor ended %s after the start, want the 2 s budget plus its 30 s cleanup, well inside the 60 s grace", elapsed)
+	}
+	if !out.Finished.TimedOut {
+		t.Errorf("finished %+v, want timed out", out.Finished)
+	}
+}
+
+// TestCommandTemplateJobsDir: a command template that names {jobs_dir}
+// (a local Harbor with other flags) keeps Harbor's output contract: the
+// trial result.json it wrote there is scored, not its exit code.
+func TestCommandTemplateJobsDir(t *testing.T) {
+	tk := harnesstest.Task(t, "t", nil)
+	name := "command:harbor run -p {task_path} -a terminus-2 -m {model} -o {jobs_dir}"
+	env, out, err, args := delegatedRun(t, tk, name, "partial")
+	wantVerdict(t, out, err, 0.5)
+	if v, _ := argValue(args, "cwd"); v != filepath.Dir(env.SpecV.TasksRoot) || !reflect.DeepEqual(args[:8], []string{"run", "-p", tk.Dir, "-a", "terminus-2", "-m", "m", "-o"}) || args[8] != env.DirV.Path("jobs") {
+		t.Errorf("harbor got %q", args)
+	}
+	if u := usageEvents(env); len(u) != 1 || *u[0].CostUSD != 0.0123 {
+		t.Errorf("usage %+v", u)
+	}
+	// Harbor exits 0 for an errored trial: still errored.
+	_, out, err, _ = delegatedRun(t, tk, name, "errored")
+	wantErrored(t, out, err, "exit 0", "errored trial: RuntimeError")
+	// Without {jobs_dir} a command scores itself: exit 0 passes.
+	_, out, err, _ = delegatedRun(t, tk, "command:harbor run -p {task_path} -a x --jobs-dir "+t.TempDir(), "errored")
+	wantVerdict(t, out, err, 1)
+}
+
+// readStamp reads a `date +%s.%N` stamp file.
+func readStamp(t *testing.T, p string) time.Time {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("no stamp %s: %v", filepath.Base(p), err)
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Unix(0, int64(f*1e9))
+}
+
+// waitDead polls until the process whose pid is in file is gone.
+func waitDead(t *testing.T, file string) {
+	t.Helper()
+	pb, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,175 +432,9 @@ func TestHarborTimeout(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("harbor's background child %d outlived it", pid)
+			t.Fatalf("the tool's background child %d outlived it", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// TestBenchflowPass: the command line from the cell directory, the hard
-// deadline, the usage and tool calls, skills fields from the trajectory.
-func TestBenchflowPass(t *testing.T) {
-	tk := benchflowTask(t, nil)
-	env, out, err, args := delegatedRun(t, tk, "benchflow:claude-agent-acp", "pass")
-	wantVerdict(t, out, err, 1)
-	jobs := env.DirV.Path("jobs")
-	want := []string{"eval", "run", "--tasks-dir", tk.Dir, "--agent", "claude-agent-acp", "--model", "m", "--sandbox", "docker",
-		"--skill-mode", "no-skill", "--jobs-dir", jobs, "--retry-attempts", "0", "--agent-idle-timeout", "0", "--quiet",
-		"cwd=" + string(env.DirV), "deadline=" + strconv.FormatFloat(30+30+tk.BuildTimeoutSec+1800, 'f', -1, 64)}
-	if !reflect.DeepEqual(args, want) {
-		t.Errorf("bench got\n%q\nwant\n%q", args, want)
-	}
-	u := usageEvents(env)
-	if len(u) != 1 || *u[0].PromptTokens != 900 || *u[0].CompletionTokens != 150 || *u[0].CostUSD != 0.004 || u[0].CacheReadTokens != nil {
-		t.Errorf("usage %+v", u)
-	}
-	tools := map[string]int{}
-	for _, e := range env.Events() {
-		if tc, ok := e.Data.(events.ToolCallData); ok {
-			tools[tc.Name]++
-		}
-	}
-	if !reflect.DeepEqual(tools, map[string]int{"bash": 1, "edit": 1}) {
-		t.Errorf("tool calls %v", tools)
-	}
-	if r := out.Finished.AgentReported; r["n_skill_invocations"] != 0 || len(r["skills_loaded"].([]string)) != 0 || r["skill_mode"] != "no-skill" {
-		t.Errorf("reported %+v", r)
-	}
-}
-
-// TestBenchflowVerdicts: partial; the oracle's rollout without any model
-// activity (an agent's would be no attempt); usage BenchFlow did not
-// capture is omitted, never 0.
-func TestBenchflowVerdicts(t *testing.T) {
-	tk := benchflowTask(t, nil)
-	_, out, err, _ := delegatedRun(t, tk, "benchflow:codex-acp", "partial")
-	wantVerdict(t, out, err, 0.25)
-	// The oracle runs solve.sh: no tool call and no tokens is not "no attempt".
-	_, out, err, _ = delegatedRun(t, tk, "benchflow:oracle", "oracle")
-	wantVerdict(t, out, err, 1)
-	_, out, err, _ = delegatedRun(t, tk, "benchflow:codex-acp", "oracle")
-	wantErrored(t, out, err, "made no attempt")
-	env, out, err, _ := delegatedRun(t, tk, "benchflow:codex-acp", "nousage")
-	wantVerdict(t, out, err, 1)
-	if u := usageEvents(env); len(u) != 0 {
-		t.Errorf("usage unavailable, yet %+v", u)
-	}
-}
-
-// TestBenchflowErrored: a provider error before any attempt (the CLI's
-// synthetic "API Error" reply is not an attempt), two rollout directories,
-// and no result.json with a [HARD-DEADLINE] stderr line are errored with
-// the reason quoted.
-func TestBenchflowErrored(t *testing.T) {
-	tk := benchflowTask(t, nil)
-	for c, parts := range map[string][]string{
-		"provider": {"made no attempt", "suspected provider api error"},
-		"two":      {"2 rollout directories", "exactly one attempt"},
-		"deadline": {"exit 1", "no rollout result.json", "[HARD-DEADLINE] rollout cleanup wedged too"},
-	} {
-		t.Run(c, func(t *testing.T) {
-			_, out, err, _ := delegatedRun(t, tk, "benchflow:claude-agent-acp", c)
-			wantErrored(t, out, err, parts...)
-		})
-	}
-}
-
-// TestBenchflowSkillStaged: an external skill is staged as a real copy
-// (a symlink inside it copied as its target; one leaving it refused), passed
-// with --skills-dir, and the skill fields come from the trajectory.
-func TestBenchflowSkillStaged(t *testing.T) {
-	base := t.TempDir()
-	skill := filepath.Join(base, "csv-tools")
-	if err := os.MkdirAll(skill, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(skill, "real.md"), []byte("---\nname: csv-tools\n---\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("real.md", filepath.Join(skill, "SKILL.md")); err != nil {
-		t.Fatal(err)
-	}
-	tk := benchflowTask(t, nil)
-	fakes(t)
-	t.Setenv("FAKE_BENCH_CASE", "skill")
-	name := "benchflow-skill:claude-agent-acp:csv-tools"
-	env := harnesstest.NewEnv(t, tk, name, &process.Driver{Host: true})
-	env.SpecV.BaseDir = base
-	if err := arm(t, name).Check(base); err != nil {
-		t.Fatal(err)
-	}
-	_, out, err := harnesstest.Run(context.Background(), arm(t, name), env)
-	wantVerdict(t, out, err, 1)
-	staged := env.DirV.Path("skills", "csv-tools", "SKILL.md")
-	if fi, err := os.Lstat(staged); err != nil || !fi.Mode().IsRegular() {
-		t.Fatalf("staged SKILL.md: %v %v, want a regular file", fi, err)
-	}
-	if !strings.Contains(out.Finished.StdoutTail, "staged skills: ./csv-tools/SKILL.md") {
-		t.Errorf("bench did not find the staged skill: %q", out.Finished.StdoutTail)
-	}
-	r := out.Finished.AgentReported
-	if r["n_skill_invocations"] != 2 || !reflect.DeepEqual(r["skills_loaded"], []string{"csv-tools"}) || r["skill_mode"] != "with-skill" {
-		t.Errorf("reported %+v", r)
-	}
-
-	// A symlink out of the skill directory is not staged.
-	if err := os.Symlink("/etc/passwd", filepath.Join(skill, "leak")); err != nil {
-		t.Fatal(err)
-	}
-	env = harnesstest.NewEnv(t, tk, name, &process.Driver{Host: true})
-	env.SpecV.BaseDir = base
-	if _, _, err := harnesstest.Run(context.Background(), arm(t, name), env); err == nil || !strings.Contains(err.Error(), "links outside the skill directory") {
-		t.Errorf("a skill linking out was staged: %v", err)
-	}
-	if err := arm(t, "benchflow-skill:x:missing").Check(base); err == nil {
-		t.Error("a missing skill path passed Check")
-	}
-}
-
-// TestBenchflowRefusals: BenchFlow arms need the verifier, the image and a
-// prompt; the oracle also the solution.
-func TestBenchflowRefusals(t *testing.T) {
-	if c, why := arm(t, "benchflow:codex-acp").Refusal(benchflowTask(t, harnesstest.Files{"verifier/test.sh": ""})); c != events.ClassRefused || !strings.Contains(why, "test.sh") {
-		t.Errorf("no verifier: (%q, %q)", c, why)
-	}
-	if c, why := arm(t, "benchflow:oracle").Refusal(benchflowTask(t, harnesstest.Files{"oracle/solve.sh": ""})); c != events.ClassRefused || !strings.Contains(why, "solve.sh") {
-		t.Errorf("oracle without solution: (%q, %q)", c, why)
-	}
-	if c, why := arm(t, "benchflow:codex-acp").Refusal(benchflowTask(t, nil)); c != "" {
-		t.Errorf("refused a runnable task: %s", why)
-	}
-}
-
-// TestBenchflowPreflight: once per run for every BenchFlow arm; a missing
-// bench or a docker without compose is one clear error.
-func TestBenchflowPreflight(t *testing.T) {
-	fakes(t)
-	count := filepath.Join(t.TempDir(), "count")
-	t.Setenv("FAKE_HELP_COUNT", count)
-	names := []string{"oracle", "benchflow:a", "benchflow-skill:b", "codex"}
-	if err := harness.Preflight(context.Background(), names); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(count); strings.Count(string(b), "x") != 1 {
-		t.Errorf("bench --help ran %d times, want once", strings.Count(string(b), "x"))
-	}
-	if err := harness.Preflight(context.Background(), []string{"codex", "oracle"}); err != nil {
-		t.Errorf("no BenchFlow arm, yet %v", err)
-	}
-	t.Setenv("FAKE_NO_COMPOSE", "1")
-	if err := harness.Preflight(context.Background(), names); err == nil || !strings.Contains(err.Error(), "docker compose version") || !strings.Contains(err.Error(), "not a docker command") {
-		t.Errorf("no compose: %v", err)
-	}
-	// No bench on PATH: only the fake docker and the system's shell tools.
-	only := t.TempDir()
-	src, _ := filepath.Abs("testdata/fakes/docker")
-	if err := os.Symlink(src, filepath.Join(only, "docker")); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", only)
-	if err := harness.Preflight(context.Background(), names); err == nil || !strings.Contains(err.Error(), "bench --help") {
-		t.Errorf("no bench: %v", err)
 	}
 }
 

@@ -1,13 +1,11 @@
 package harness
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -16,7 +14,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
-// harborArm runs a cell through an installed Harbor (DESIGN §5): `codex`,
+// harborArm runs a cell through an installed Harbor (DESIGN §5.2): `codex`,
 // `claude-code` and `terminal-bench:<agent>` run
 //
 //	harbor run -p <task dir> -a <agent> [-m <model>] --jobs-dir <cell>/jobs
@@ -50,37 +48,43 @@ func (a harborArm) agent() string {
 func (a harborArm) SetupCheck() bool { return a.agent() == delegatedOracleAgent }
 
 // Refusal refuses, before any work, what Harbor itself would reject (it
-// exits 1, which would read as a fail): a task without task.toml,
-// environment/, instruction.md or tests/test.sh (tests/test.bat for a
-// Windows verifier); terminal-bench:oracle without solution/solve.sh; a
-// test.sh or solve.sh that reads /verifier or /oracle (Harbor mounts the
-// tests at /tests and the solution at /solution only); and a migrated
-// task.md directory (task.md beside Harbor's split files) whose
-// instruction.md, tests/test.sh or solution/solve.sh disagree with what
-// task.md says, since Harbor would run the split files.
+// exits 1, which would read as a fail), as Harbor 0.22's Task.is_valid_dir
+// and _validate_tests decide (src/harbor/models/task/task.py): a task
+// without task.toml or environment/; for a single-step task, no
+// instruction.md, and no test script for its os (tests/test.sh; a Windows
+// task's tests/test.bat) unless its verifier runs separately with its own
+// tests; terminal-bench:oracle without the solve script for its os. A
+// multi-step task ([[steps]]) is passed to Harbor with its step files left
+// to Harbor. Proctor also refuses a test.sh or solve.sh that reads
+// /verifier or /oracle (Harbor mounts the tests at /tests and the solution
+// at /solution only), and a migrated task.md directory whose split files
+// differ from task.md (task.Task.SplitDiffers), since Harbor would run the
+// split files and the row would measure another task.
 func (a harborArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	if c, r := refusal(t, task.Needs{}); c != "" {
+	if c, r := refusal(t, task.Needs{Steps: true}); c != "" {
 		return c, r
 	}
-	isFile := func(rel string) bool {
-		fi, err := os.Stat(filepath.Join(t.Dir, rel))
-		return err == nil && fi.Mode().IsRegular()
-	}
-	isDir := func(rel string) bool {
-		fi, err := os.Stat(filepath.Join(t.Dir, rel))
-		return err == nil && fi.IsDir()
+	isFile := func(rel string) bool { return isRegular(filepath.Join(t.Dir, rel)) }
+	windows, separate := t.OS == "windows", t.VerifierMode == task.VerifierSeparate
+	test, solve := "tests/test.sh", "solution/solve.sh"
+	if windows {
+		test, solve = "tests/test.bat", "solution/solve.bat"
 	}
 	switch {
 	case !isFile("task.toml"):
 		return events.ClassRefused, "Harbor needs task.toml, which is missing"
-	case !isDir("environment"):
+	case !isDirectory(filepath.Join(t.Dir, "environment")):
 		return events.ClassRefused, "Harbor needs environment/, which is missing"
+	case len(t.Steps) > 0:
+		// Harbor validates the steps' own files (steps/<name>/).
 	case !isFile("instruction.md"):
 		return events.ClassRefused, "Harbor needs instruction.md, which is missing"
-	case !isFile("tests/test.sh") && !isFile("tests/test.bat"):
-		return events.ClassRefused, "Harbor needs tests/test.sh (tests/test.bat for a Windows verifier), which is missing"
-	case a.agent() == delegatedOracleAgent && !isFile("solution/solve.sh"):
-		return events.ClassRefused, "terminal-bench:oracle needs solution/solve.sh, which is missing"
+	case !separate && !isFile(test) && windows:
+		return events.ClassRefused, "Harbor needs tests/test.bat for a Windows task ([environment].os = \"windows\"), which is missing"
+	case !separate && !isFile(test):
+		return events.ClassRefused, "Harbor needs tests/test.sh, which is missing (only a Windows task runs tests/test.bat; a separate verifier environment brings its own tests)"
+	case a.agent() == delegatedOracleAgent && !isFile(solve):
+		return events.ClassRefused, fmt.Sprintf("terminal-bench:oracle needs %s, which is missing", solve)
 	}
 	for _, rel := range []string{"tests/test.sh", "solution/solve.sh"} {
 		b, err := os.ReadFile(filepath.Join(t.Dir, rel))
@@ -91,50 +95,33 @@ func (a harborArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 			return events.ClassRefused, fmt.Sprintf("%s reads /%s, which Harbor does not mount (it mounts /tests and /solution)", rel, m[2])
 		}
 	}
-	if t.Layout == task.LayoutBenchFlow {
-		if why := splitDisagreement(t); why != "" {
-			return events.ClassRefused, why
-		}
+	if len(t.SplitDiffers) > 0 {
+		return events.ClassRefused, "task.md and its split files differ, and Harbor would run the split files: " + strings.Join(t.SplitDiffers, "; ")
 	}
 	return "", ""
 }
 
-// splitDisagreement compares a migrated task.md directory's split files
-// with its task.md: instruction.md with the task.md prompt,
-// tests/test.sh with verifier/test.sh, solution/solve.sh with
-// oracle/solve.sh (when both exist). It returns what disagrees, or "".
-func splitDisagreement(t *task.Task) string {
-	read := func(rel string) ([]byte, bool) {
-		b, err := os.ReadFile(filepath.Join(t.Dir, rel))
-		return b, err == nil
-	}
-	norm := func(b []byte) string {
-		return strings.TrimSpace(strings.ReplaceAll(string(b), "\r\n", "\n"))
-	}
-	if b, ok := read("instruction.md"); ok && norm(b) != strings.TrimSpace(t.Prompt) {
-		return "instruction.md disagrees with the task.md prompt (Harbor would give the agent instruction.md)"
-	}
-	for _, p := range [][2]string{{"tests/test.sh", "verifier/test.sh"}, {"solution/solve.sh", "oracle/solve.sh"}} {
-		split, ok1 := read(p[0])
-		md, ok2 := read(p[1])
-		if ok1 && ok2 && !bytes.Equal(split, md) {
-			return fmt.Sprintf("%s disagrees with %s (Harbor would run %s)", p[0], p[1], p[0])
-		}
-	}
-	return ""
-}
-
 // Prepare empties <cell>/jobs and places harbor on the host driver.
 func (a harborArm) Prepare(ctx context.Context, env Env) (Placement, error) {
-	jobs := env.Dir().Path("jobs")
-	if err := os.RemoveAll(jobs); err != nil {
-		return Placement{}, events.Classf(events.ClassInfra, "cannot empty %s: %w; harbor was not run", jobs, err)
-	}
-	if err := os.MkdirAll(jobs, 0o755); err != nil {
-		return Placement{}, events.Classed(events.ClassInfra, err)
+	jobs, err := emptyJobs(env, "harbor")
+	if err != nil {
+		return Placement{}, err
 	}
 	st := harborState{jobs: jobs, cwd: filepath.Dir(env.Spec().TasksRoot)}
 	return hostPlacement(env, st.cwd, st), nil
+}
+
+// emptyJobs empties and creates <cell>/jobs, the directory a delegated
+// tool writes its results to; tool names it in the error.
+func emptyJobs(env Env, tool string) (string, error) {
+	jobs := env.Dir().Path("jobs")
+	if err := os.RemoveAll(jobs); err != nil {
+		return "", events.Classf(events.ClassInfra, "cannot empty %s: %w; %s was not run", jobs, err, tool)
+	}
+	if err := os.MkdirAll(jobs, 0o755); err != nil {
+		return "", events.Classed(events.ClassInfra, err)
+	}
+	return jobs, nil
 }
 
 // harborBudget bounds a harbor run: the agent, verifier and build budgets
@@ -158,24 +145,44 @@ func (a harborArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 		argv = append(argv, "-m", plan.Model) // "default" (no --models): the agent's own default
 	}
 	argv = append(argv, "--jobs-dir", st.jobs)
-	r, err := runDelegated(ctx, env, p, h, argv, nil, harborBudget(t))
+	r, err := runDelegated(ctx, env, p, h, argv, nil, harborBudget(t), DelegateGrace())
 	if err != nil {
 		return Outcome{}, err
 	}
-	fin := r.finished("harbor", st.cwd)
-	v, reported, why := a.score(ctx, env, st.jobs, r)
+	return harborOutcome(ctx, env, "harbor", st.jobs, st.cwd, r)
+}
+
+// harborOutcome scores a finished harbor run (or a command that keeps
+// Harbor's output contract) from its jobs directory: the Outcome, or a
+// solver_error naming why the cell has no verdict.
+func harborOutcome(ctx context.Context, env Env, tool, jobs, cwd string, r delegatedRun) (Outcome, error) {
+	fin := r.finished(tool, cwd)
+	v, reported, why := scoreHarbor(ctx, env, jobs, r)
 	fin.AgentReported = reported
 	if why != "" {
-		return Outcome{}, events.Classf(events.ClassSolverError, "harbor (exit %d): %s", r.res.ExitCode, why)
+		return Outcome{}, events.Classf(events.ClassSolverError, "%s (exit %d): %s", tool, r.res.ExitCode, why)
 	}
 	return Outcome{Finished: fin, Verdict: v}, nil
 }
 
+// harborAgentContext is Harbor's AgentContext as a trial or step result
+// holds it (src/harbor/models/agent/context.py): each count null when the
+// agent did not report it.
+type harborAgentContext struct {
+	NInputTokens  *float64 `json:"n_input_tokens"`
+	NCacheTokens  *float64 `json:"n_cache_tokens"`
+	NOutputTokens *float64 `json:"n_output_tokens"`
+	CostUSD       *float64 `json:"cost_usd"`
+}
+
 // harborTrial is the part of Harbor's trial result.json the arm reads
-// (harbor 0.1, src/harbor/models/trial/result.py, TrialResult).
+// (harbor 0.22, src/harbor/models/trial/result.py, TrialResult): a
+// multi-step trial has no agent_result of its own but one per step, and
+// its verifier_result is the steps' rolled up by the task's
+// multi_step_reward_strategy.
 type harborTrial struct {
-	TrialName   string         `json:"trial_name"`
-	AgentResult map[string]any `json:"agent_result"`
+	TrialName   string              `json:"trial_name"`
+	AgentResult *harborAgentContext `json:"agent_result"`
 	Verifier    *struct {
 		Rewards map[string]any `json:"rewards"`
 	} `json:"verifier_result"`
@@ -183,6 +190,10 @@ type harborTrial struct {
 		Type    string `json:"exception_type"`
 		Message string `json:"exception_message"`
 	} `json:"exception_info"`
+	StepResults []struct {
+		StepName    string              `json:"step_name"`
+		AgentResult *harborAgentContext `json:"agent_result"`
+	} `json:"step_results"`
 }
 
 // harborJob is the part of Harbor's job result.json the arm reads
@@ -196,27 +207,28 @@ type harborJob struct {
 	} `json:"stats"`
 }
 
-// score reads <jobs>/<job>/<trial>/result.json. It returns the verdict and
-// what Harbor reported, or a reason the cell is errored: no trial (the
-// reason quoted from stderr), more than one, an errored trial (its
-// exception; an AgentTimeoutError with a verifier reward is a solver
+// scoreHarbor reads <jobs>/<job>/<trial>/result.json. It returns the
+// verdict and what Harbor reported, or a reason the cell is errored: no
+// trial (the reason quoted from stderr), more than one, an errored trial
+// (its exception; an AgentTimeoutError with a verifier reward is a solver
 // timeout, scored), no or a bad reward, or a job mean that disagrees with
-// the trial's reward. Usage and cost go out as one Usage event with only
-// the fields Harbor reported.
-func (a harborArm) score(ctx context.Context, env Env, jobs string, r delegatedRun) (*events.VerdictData, map[string]any, string) {
+// the trial's reward. A run killed at its deadline before any trial
+// result is a solver timeout (reward 0), as every arm's timeout is. Usage
+// and cost go out as one Usage event with only the fields Harbor reported
+// (a multi-step trial's summed over its steps, as Harbor's
+// compute_token_cost_totals does).
+func scoreHarbor(ctx context.Context, env Env, jobs string, r delegatedRun) (*events.VerdictData, map[string]any, string) {
 	dirs, err := rolloutDirs(jobs)
 	if err != nil {
 		return nil, nil, err.Error()
 	}
 	switch {
 	case len(dirs) == 0 && r.res.TimedOut:
-		// Killed at the deadline before any trial result: a miss, as
-		// every arm's timeout is.
 		zero := 0.0
 		return &events.VerdictData{Reward: &zero, Rewards: map[string]float64{"reward": 0}, ReturnCode: &r.res.ExitCode}, nil, ""
 	case len(dirs) == 0:
 		why := "no trial result.json under " + filepath.Base(jobs) + "/"
-		if l := stderrReason(r.stderr); l != "" {
+		if l := lastLine(r.stderr, nil); l != "" {
 			why += "; stderr: " + l
 		}
 		return nil, nil, why
@@ -232,7 +244,10 @@ func (a harborArm) score(ctx context.Context, env Env, jobs string, r delegatedR
 		return nil, nil, "trial result.json: " + err.Error()
 	}
 	reported := map[string]any{"trial": filepath.Base(dirs[0])}
-	if u, ok := harborUsage(tr.AgentResult); ok {
+	if len(tr.StepResults) > 0 {
+		reported["n_steps"] = len(tr.StepResults)
+	}
+	if u, ok := harborUsage(tr); ok {
 		if err := env.Emit(ctx, events.Usage, u, time.Time{}); err != nil {
 			return nil, nil, err.Error()
 		}
@@ -284,30 +299,48 @@ func harborJobMean(jobDir string) (float64, bool) {
 	return 0, false
 }
 
-// harborUsage maps Harbor's AgentResult (n_input_tokens, n_cache_tokens,
-// n_output_tokens, cost_usd; each null when the agent did not report it)
-// onto a Usage event; ok is false when none was reported.
-func harborUsage(ar map[string]any) (events.UsageData, bool) {
-	u := events.UsageData{
-		PromptTokens: jsonInt(ar["n_input_tokens"]), CompletionTokens: jsonInt(ar["n_output_tokens"]),
-		CacheReadTokens: jsonInt(ar["n_cache_tokens"]), CostUSD: jsonFloat(ar["cost_usd"]),
+// harborUsage maps a trial's AgentContext (n_input_tokens, n_cache_tokens,
+// n_output_tokens, cost_usd; each null when the agent did not report it),
+// or the sum of its steps' for a multi-step trial, onto a Usage event; ok
+// is false when none was reported.
+func harborUsage(tr harborTrial) (events.UsageData, bool) {
+	ctxs := []*harborAgentContext{tr.AgentResult}
+	if tr.AgentResult == nil {
+		ctxs = nil
+		for _, s := range tr.StepResults {
+			ctxs = append(ctxs, s.AgentResult)
+		}
+	}
+	var u events.UsageData
+	add := func(sum **int64, v *float64) {
+		if n := jsonInt(derefAny(v)); n != nil {
+			if *sum == nil {
+				*sum = new(int64)
+			}
+			**sum += *n
+		}
+	}
+	for _, c := range ctxs {
+		if c == nil {
+			continue
+		}
+		add(&u.PromptTokens, c.NInputTokens)
+		add(&u.CacheReadTokens, c.NCacheTokens)
+		add(&u.CompletionTokens, c.NOutputTokens)
+		if f := jsonFloat(derefAny(c.CostUSD)); f != nil {
+			if u.CostUSD == nil {
+				u.CostUSD = new(float64)
+			}
+			*u.CostUSD += *f
+		}
 	}
 	return u, u.PromptTokens != nil || u.CompletionTokens != nil || u.CacheReadTokens != nil || u.CostUSD != nil
 }
 
-func baseNames(dirs []string) []string {
-	out := make([]string, len(dirs))
-	for i, d := range dirs {
-		out[i] = filepath.Base(d)
+// derefAny is *p as an any, nil when p is nil.
+func derefAny(p *float64) any {
+	if p == nil {
+		return nil
 	}
-	sort.Strings(out)
-	return out
-}
-
-func boundMsg(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
+	return *p
 }
