@@ -2,10 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/task"
 )
 
 // delegatedFakes puts pkg/harness's fake harbor, bench and docker first on
@@ -145,5 +148,87 @@ func TestDelegatedDryRunAndPreflight(t *testing.T) {
 	stderr.Reset()
 	if code := Main(args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "bench --help") {
 		t.Errorf("a run without bench: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestBenchflowRowsEndToEnd: BenchFlow's timeouts and retries land in the
+// row as the rules say, through the real pipeline: an agent timeout after
+// an attempt is a solver timeout with reward 0 (the verifier's 1 kept as
+// metrics.agent_reported.reward_after_timeout), a verifier timeout is
+// outcome verifier_timeout with metrics.verifier_timeout, a thought alone
+// is an attempt (scored), the latest of two attempts is scored.
+func TestBenchflowRowsEndToEnd(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root := writeTasks(t, 4)
+	delegatedFakes(t, "claude-agent-acp task-a agent-timeout\nclaude-agent-acp task-b verifier-timeout\nclaude-agent-acp task-c thought\nclaude-agent-acp task-d retried\n")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "benchflow:claude-agent-acp")
+	rows := byCell(a)
+	r := rows["task-a benchflow:claude-agent-acp"]
+	if r.Outcome != "solver_timeout" || r.Reward == nil || *r.Reward != 0 || !r.Metrics.SolverTimeout || r.Metrics.AgentReported["reward_after_timeout"] != 1.0 || r.Metrics.AgentReported["partial_trajectory"] != true {
+		t.Errorf("agent timeout row: outcome %s reward %v metrics %+v", r.Outcome, r.Reward, r.Metrics)
+	}
+	r = rows["task-b benchflow:claude-agent-acp"]
+	if r.Outcome != "verifier_timeout" || r.Reward == nil || *r.Reward != 0 || !r.Metrics.VerifierTimeout || r.Metrics.AgentReported["verifier_error_category"] != "verifier_timeout" {
+		t.Errorf("verifier timeout row: outcome %s reward %v metrics %+v", r.Outcome, r.Reward, r.Metrics)
+	}
+	if r := rows["task-c benchflow:claude-agent-acp"]; r.Outcome != "failed" || r.Metrics.PromptTokens != nil {
+		t.Errorf("thought-only row: outcome %s (%s), prompt tokens %v", r.Outcome, r.Error, r.Metrics.PromptTokens)
+	}
+	if r := rows["task-d benchflow:claude-agent-acp"]; r.Outcome != "partial" || r.Metrics.AgentReported["n_attempts"] != 2.0 {
+		t.Errorf("retried row: outcome %s, agent_reported %+v", r.Outcome, r.Metrics.AgentReported)
+	}
+}
+
+// TestDelegatedCoverageAgreesWithDryRun: for every delegated arm, on the
+// example tasks and on the acceptance suite's shapes, `tasks coverage`
+// refuses exactly the tasks --dry-run errors as refused, with the same
+// reason, and lists the unresolved-env tasks --dry-run errors as such.
+func TestDelegatedCoverageAgreesWithDryRun(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	skill := filepath.Join(t.TempDir(), "csv")
+	if err := os.MkdirAll(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: csv\n---\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	arms := map[string]string{
+		"claude-code": "claude-code", "codex": "codex", "terminal-bench:<agent>": "terminal-bench:terminus-2",
+		"terminal-bench:oracle": "terminal-bench:oracle", "benchflow:<agent>": "benchflow:acp:pi", "benchflow:oracle": "benchflow:oracle",
+		"benchflow-skill:<agent>": "benchflow-skill:codex-acp", "benchflow-skill:<agent>:<path>": "benchflow-skill:codex-acp:" + skill,
+		"benchflow-selfgen:<agent>": "benchflow-selfgen:codex-acp",
+	}
+	for _, root := range []string{"../../examples/tasks", "../../pkg/task/testdata/golden/acceptance-tasks/root"} {
+		var cov task.CoverageReport
+		if err := json.Unmarshal([]byte(mustProctor(t, "tasks", "coverage", "--tasks-root", root, "--json")), &cov); err != nil {
+			t.Fatal(err)
+		}
+		for col, name := range arms {
+			refused := map[string]string{}
+			for _, tr := range cov.Refusals[col] {
+				refused[tr.Task] = tr.Reason
+			}
+			if _, ok := cov.Refusals[col]; !ok {
+				t.Errorf("%s: coverage has no %s column", root, col)
+			}
+			out := mustProctor(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", name, "--dry-run", "--output-dir", t.TempDir())
+			for _, tk := range cov.Tasks {
+				prefix := tk + "/" + name + "/default/1\t"
+				var state string
+				for _, l := range strings.Split(out, "\n") {
+					if strings.HasPrefix(l, prefix) {
+						state = strings.TrimPrefix(l, prefix)
+					}
+				}
+				switch why, isRefused := refused[tk]; {
+				case isRefused && state != "errored (refused): "+why:
+					t.Errorf("%s %s %s: coverage refuses (%s), dry run says %q", root, tk, name, why, state)
+				case !isRefused && len(cov.UnresolvedEnv[tk]) > 0 && !strings.HasPrefix(state, "errored (unresolved_env)"):
+					t.Errorf("%s %s %s: coverage lists unresolved env, dry run says %q", root, tk, name, state)
+				case !isRefused && len(cov.UnresolvedEnv[tk]) == 0 && state != "run":
+					t.Errorf("%s %s %s: coverage runs it, dry run says %q", root, tk, name, state)
+				}
+			}
+		}
 	}
 }

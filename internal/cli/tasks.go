@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -41,7 +42,9 @@ func newTasksCoverage(g *globals) *cobra.Command {
 		Short: "Per root: tasks, notes skipped, malformed files, files missing per layout, and what each harness would refuse",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l := task.Loader{Strict: strict}
+			// The Harbor- and BenchFlow-backed arms' columns are their own
+			// refusals, so coverage says what --dry-run says.
+			l := task.Loader{Strict: strict, Refusers: harness.CoverageRefusers()}
 			r, err := l.Coverage(root)
 			if err != nil {
 				return err
