@@ -47,9 +47,20 @@ var ErrInterrupted = errors.New("interrupted")
 type usageError struct{ error }
 
 // Main runs the command line and returns the process exit code.
+//
+// Output never ends a command: a write to a closed pipe (`proctor tasks
+// run … | head -3`) fails with EPIPE, which proctor's output lines ignore,
+// instead of the SIGPIPE that would kill the process and leave a run
+// unfinished with no artifact. Go's runtime raises SIGPIPE for a write to
+// a broken pipe on fd 1 or 2 unless the program asks for the signal
+// (os/signal, "SIGPIPE"); Notify does, and unlike Ignore it leaves the
+// child processes proctor starts with the default disposition.
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
