@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"cmp"
+	"math"
 	"slices"
 
 	"github.com/proctor-eval/proctor/pkg/stats"
@@ -147,24 +148,50 @@ func Compare(results []Result, baseline string, opts CompareOptions) map[string]
 	slices.Sort(harnesses)
 
 	out := make(map[string]*Comparison, len(harnesses))
-	raw := make([]float64, len(harnesses)) // unrounded p_exact, 1 without pairs
+	raw := make([]float64, len(harnesses))    // unrounded p_exact, 1 without pairs
+	rawLog := make([]float64, len(harnesses)) // its log10, 0 without pairs
+	underflow := false
 	for i, h := range harnesses {
-		c, p := compareArm(cells(byHarness[h]), cells(alignBaseline(baseRows, byHarness[h])), baseline, opts)
+		c, p, lp := compareArm(cells(byHarness[h]), cells(alignBaseline(baseRows, byHarness[h])), baseline, opts)
 		c.McNemar.CorrectionFamilySize = len(harnesses)
 		out[h] = c
-		raw[i] = p
+		raw[i], rawLog[i] = p, lp
+		underflow = underflow || c.McNemar.PExactUnderflow
 	}
-	for i, adj := range stats.Holm(raw) {
+	// Holm's step-down runs on the p-values, or, when one of the family is
+	// below PFloor, on their log10, which keeps its order and magnitude.
+	adjLog := make([]float64, len(harnesses))
+	if underflow {
+		adjLog = stats.HolmLog10(rawLog)
+	} else {
+		for i, adj := range stats.Holm(raw) {
+			adjLog[i] = math.Log10(adj)
+			raw[i] = adj
+		}
+	}
+	for i := range harnesses {
 		m := &out[harnesses[i]].McNemar
 		if m.PExact == nil {
 			continue // no pairs: in the family, but no test of its own
 		}
-		pAdj := roundSig(adj)
-		sig := pAdj < SignificanceLevel
-		m.PAdjusted = &pAdj
+		if underflow {
+			raw[i] = math.Pow(10, adjLog[i])
+		}
+		m.PAdjusted, m.PAdjustedUnderflow, m.PAdjustedLog10 = storedP(raw[i], adjLog[i])
+		sig := *m.PAdjusted < SignificanceLevel
 		m.Significant = &sig
 	}
 	return out
+}
+
+// storedP is how a p-value is stored: p to PValueDigits significant
+// digits, or, when log10p says it is below PFloor, PFloor with the
+// underflow flag and log10p to Decimals places.
+func storedP(p, log10p float64) (*float64, bool, *float64) {
+	if log10p < math.Log10(PFloor) {
+		return ptr(PFloor), true, roundPtr(&log10p)
+	}
+	return roundSigPtr(&p), false, nil
 }
 
 // alignBaseline returns the baseline rows the arm is compared with: the
@@ -241,9 +268,9 @@ func (s side) rate() (float64, bool) {
 }
 
 // compareArm builds one comparison, with p_adjusted and significant left
-// null for Compare to fill in. It also returns the unrounded p_exact, or 1
-// when there are no pairs (p_exact stays null then).
-func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptions) (*Comparison, float64) {
+// null for Compare to fill in. It also returns the unrounded p_exact and
+// its log10, or 1 and 0 when there are no pairs (p_exact stays null then).
+func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptions) (*Comparison, float64, float64) {
 	a, b := tally(arm), tally(base)
 	c := &Comparison{
 		Baseline:        baseline,
@@ -321,7 +348,7 @@ func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptio
 	m.NUnits = len(units)
 	m.PseudoReplicated = m.NUnits < m.N
 	if m.N == 0 {
-		return c, 1
+		return c, 1, 0
 	}
 	m.PairedPassRateDelta = roundPtr(ptr(float64(m.NGained-m.NLost) / float64(m.N)))
 	if lo, hi, ok := stats.NewcombePaired(m.NBothPassed, m.NGained, m.NLost, m.NBothFailed, stats.Z95); ok {
@@ -331,8 +358,9 @@ func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptio
 		m.BootstrapCILo, m.BootstrapCIHi = roundPtr(&lo), roundPtr(&hi)
 	}
 	p, _ := stats.McNemarExact(m.NGained, m.NLost) // counts are never negative
-	m.PExact = roundSigPtr(&p)
-	return c, p
+	lp, _ := stats.McNemarExactLog10(m.NGained, m.NLost)
+	m.PExact, m.PExactUnderflow, m.PExactLog10 = storedP(p, lp)
+	return c, p, lp
 }
 
 // CostOf returns the cost summary of rows in USD (DESIGN §8):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/proctor-eval/proctor/pkg/stats"
@@ -596,5 +597,51 @@ func TestCompareOutputValidates(t *testing.T) {
 	}
 	if w := a.Summary.Comparisons["agent:w"].McNemar; w.PExact == nil || *w.PExact != 1 || w.NGained+w.NLost != 0 {
 		t.Errorf("agent:w mirrors the baseline, yet p_exact = %s", fmtPtr(w.PExact))
+	}
+}
+
+// TestCompareUnderflowedPValue: 1100 gained pairs and none lost give an
+// exact p of 2^-1099 ≈ 1.5e-331, below the smallest float64; it was
+// stored as 0. It is stored as PFloor with p_exact_underflow and its
+// log10 beside it; Holm's step-down keeps its magnitude (p_adjusted
+// 2·p, log10 -330.5) and gives a normal member of the family its usual
+// value; the artifact validates and the report prints "< 1e-300".
+func TestCompareUnderflowedPValue(t *testing.T) {
+	n := 1100
+	results := concat(arm("base", "m", 0, strings.Repeat("F", n)), arm("x", "m", 0, strings.Repeat("P", n)),
+		arm("y", "m", 0, strings.Repeat("P", 6)+strings.Repeat("F", n-6)))
+	cs := Compare(results, "base", testCompare)
+	x, y := cs["x"].McNemar, cs["y"].McNemar
+	lp := -1099 * math.Log10(2)
+	if x.PExact == nil || *x.PExact != PFloor || !x.PExactUnderflow || x.PExactLog10 == nil || math.Abs(*x.PExactLog10-round6(lp)) > 1e-9 {
+		t.Errorf("x: p_exact %s, underflow %v, log10 %s; want %g, true, %.6f", fmtPtr(x.PExact), x.PExactUnderflow, fmtPtr(x.PExactLog10), PFloor, lp)
+	}
+	adj := lp + math.Log10(2)
+	if x.PAdjusted == nil || *x.PAdjusted != PFloor || !x.PAdjustedUnderflow || x.PAdjustedLog10 == nil ||
+		math.Abs(*x.PAdjustedLog10-round6(adj)) > 1e-9 || x.Significant == nil || !*x.Significant {
+		t.Errorf("x: p_adjusted %s, underflow %v, log10 %s, significant %s; want %g, true, %.6f, true",
+			fmtPtr(x.PAdjusted), x.PAdjustedUnderflow, fmtPtr(x.PAdjustedLog10), fmtPtr(x.Significant), PFloor, adj)
+	}
+	eqF(t, "y p_exact", y.PExact, fptr(0.03125))
+	eqF(t, "y p_adjusted", y.PAdjusted, fptr(0.03125))
+	if y.PExactUnderflow || y.PAdjustedUnderflow || y.PExactLog10 != nil || y.PAdjustedLog10 != nil {
+		t.Errorf("y is a normal p-value, yet flagged: %+v", y)
+	}
+
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"base", "x", "y"}, Repeats: 1, BaselineHarness: "base", StartedAt: "2026-01-01T00:00:00Z"},
+		results, testBuild)
+	b, err := Marshal(a)
+	if err != nil {
+		t.Fatalf("does not validate: %v", err)
+	}
+	if !bytes.Contains(b, []byte(`"p_exact": 1e-300,`)) || !bytes.Contains(b, []byte(`"p_exact_underflow": true`)) {
+		t.Errorf("artifact's p_exact:\n%s", b[bytes.Index(b, []byte(`"p_exact"`)):][:200])
+	}
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); !strings.Contains(s, "| < 1e-300 | < 1e-300 | yes |") || !strings.Contains(s, "| 0.0312 | 0.0312 | yes |") {
+		t.Errorf("report's p-values:\n%s", s)
 	}
 }

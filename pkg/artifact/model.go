@@ -362,12 +362,20 @@ type McNemar struct {
 	// in artifacts written before they existed, whose ci_lo, ci_hi held
 	// the bootstrap). CorrectionFamilySize is the number of harnesses in
 	// Holm's family; absent in those older artifacts.
-	BootstrapCILo        *float64 `json:"bootstrap_ci_lo,omitempty"`
-	BootstrapCIHi        *float64 `json:"bootstrap_ci_hi,omitempty"`
-	BootstrapResamples   int      `json:"bootstrap_resamples"`
-	BootstrapSeed        uint64   `json:"bootstrap_seed"`
-	PExact               *float64 `json:"p_exact"`
-	PAdjusted            *float64 `json:"p_adjusted"`
+	BootstrapCILo      *float64 `json:"bootstrap_ci_lo,omitempty"`
+	BootstrapCIHi      *float64 `json:"bootstrap_ci_hi,omitempty"`
+	BootstrapResamples int      `json:"bootstrap_resamples"`
+	BootstrapSeed      uint64   `json:"bootstrap_seed"`
+	PExact             *float64 `json:"p_exact"`
+	PAdjusted          *float64 `json:"p_adjusted"`
+	// PExactUnderflow is true when the exact p-value is below PFloor (it
+	// can be below the smallest float64): PExact then holds PFloor, a
+	// bound, and PExactLog10 the value's log10 (to 6 decimals). The same
+	// holds for PAdjusted. Absent for a p-value of PFloor or more.
+	PExactUnderflow      bool     `json:"p_exact_underflow,omitempty"`
+	PExactLog10          *float64 `json:"p_exact_log10,omitempty"`
+	PAdjustedUnderflow   bool     `json:"p_adjusted_underflow,omitempty"`
+	PAdjustedLog10       *float64 `json:"p_adjusted_log10,omitempty"`
 	CorrectionFamily     string   `json:"correction_family"`
 	CorrectionFamilySize int      `json:"correction_family_size,omitempty"`
 	Significant          *bool    `json:"significant"`

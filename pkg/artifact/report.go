@@ -354,7 +354,7 @@ func (r *reporter) comparisons() {
 		}
 		r.printf("| %s | %s | %d (%d) | %d | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n",
 			tableCode(h), tableCode(c.Baseline), m.N, m.NUnits, m.NGained, m.NLost, m.NBothPassed, m.NBothFailed,
-			m.NExcluded, ppPtr(m.PairedPassRateDelta), ci, pPtr(m.PExact), pPtr(m.PAdjusted), sig)
+			m.NExcluded, ppPtr(m.PairedPassRateDelta), ci, pText(m.PExact, m.PExactUnderflow), pText(m.PAdjusted, m.PAdjustedUnderflow), sig)
 		if m.PseudoReplicated {
 			pseudo = append(pseudo, code(h))
 		}
@@ -605,10 +605,14 @@ func intPtr(p *int) string {
 	return strconv.Itoa(*p)
 }
 
-// pPtr formats a p-value with three significant digits.
-func pPtr(p *float64) string {
-	if p == nil {
+// pText formats a p-value with three significant digits, or "< 1e-300"
+// when it underflowed PFloor.
+func pText(p *float64, underflow bool) string {
+	switch {
+	case p == nil:
 		return dash
+	case underflow:
+		return "< " + strconv.FormatFloat(PFloor, 'g', -1, 64)
 	}
 	return strconv.FormatFloat(*p, 'g', 3, 64)
 }

@@ -22,6 +22,12 @@ const Decimals = 6
 // PValueDigits is the number of significant digits p-values are rounded to.
 const PValueDigits = 6
 
+// PFloor is the smallest p-value stored as itself: 1e-300. A p-value
+// below it (McNemar's exact test on 0 vs 1100 discordant pairs gives
+// 2^-1099, which no float64 holds) is stored as PFloor with its
+// *_underflow flag and its log10 beside it, and printed "< 1e-300".
+const PFloor = 1e-300
+
 // Errored reports whether r has no verdict and is therefore missing data,
 // never a fail (DESIGN §1, §8): metrics.error, metrics.solver_error, or
 // outcome "errored".

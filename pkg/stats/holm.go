@@ -34,3 +34,30 @@ func Holm(p []float64) []float64 {
 	}
 	return out
 }
+
+// HolmLog10 is Holm on log10 p-values: the same step-down, adjusted(i) =
+// max over j ≤ i of min(0, log10(m − j) + lp(j)), so p-values below the
+// smallest float64 (a McNemarExactLog10 of -330) keep their order and
+// magnitude. The result has the input's length and order and is ≤ 0; a
+// NaN stays NaN and is left out of the family. Where every p is a normal
+// float64 it is log10 of Holm's result, up to rounding.
+func HolmLog10(lp []float64) []float64 {
+	out := make([]float64, len(lp))
+	idx := make([]int, 0, len(lp))
+	for i, v := range lp {
+		if math.IsNaN(v) {
+			out[i] = math.NaN()
+			continue
+		}
+		idx = append(idx, i)
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return lp[idx[a]] < lp[idx[b]] })
+	m := len(idx)
+	running := math.Inf(-1)
+	for rank, i := range idx {
+		adj := min(0, math.Log10(float64(m-rank))+lp[i])
+		running = max(running, adj)
+		out[i] = running
+	}
+	return out
+}

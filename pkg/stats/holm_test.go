@@ -63,3 +63,31 @@ func TestHolmProperties(t *testing.T) {
 		}
 	}
 }
+
+func TestHolmLog10(t *testing.T) {
+	// On p-values a float64 holds, HolmLog10 is Holm in log10.
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 200; trial++ {
+		m := 1 + rng.IntN(8)
+		p, lp := make([]float64, m), make([]float64, m)
+		for i := range p {
+			p[i] = math.Pow(10, -8*rng.Float64())
+			lp[i] = math.Log10(p[i])
+		}
+		want, got := Holm(p), HolmLog10(lp)
+		for i := range p {
+			if math.Abs(got[i]-math.Log10(want[i])) > 1e-12 {
+				t.Fatalf("HolmLog10(%v) = %v, want log10 of %v", lp, got, want)
+			}
+		}
+	}
+	// Below the smallest float64: 3·10^-331 and 2·10^-400 keep their
+	// order and magnitude, and a p of 1 (log 0) and a NaN pass through.
+	got := HolmLog10([]float64{-331, 0, -400, math.NaN()})
+	want := []float64{-331 + math.Log10(2), 0, -400 + math.Log10(3), math.NaN()}
+	for i := range want {
+		if !(math.Abs(got[i]-want[i]) < 1e-12 || math.IsNaN(got[i]) && math.IsNaN(want[i])) {
+			t.Fatalf("HolmLog10 = %v, want %v", got, want)
+		}
+	}
+}

@@ -112,3 +112,40 @@ func TestMcNemarAcrossExactLimit(t *testing.T) {
 		t.Errorf("p around the exact limit: %v then %v", below, above)
 	}
 }
+
+func TestMcNemarExactLog10(t *testing.T) {
+	// 0 vs 1100 discordant pairs: p = 2·2^-1100 = 2^-1099 ≈ 1.5e-331,
+	// below the smallest float64, so McNemarExact underflows to 0; its
+	// log10 is -1099·log10(2) exactly. (1, 30000) takes the log-space
+	// path: p = 2·(1+30001)·2^-30001 (exact rational, Python fractions).
+	for _, c := range []struct {
+		gained, lost int
+		log10p       float64
+	}{
+		{0, 1100, -1099 * math.Log10(2)},
+		{1100, 0, -1099 * math.Log10(2)},
+		{2, 2000, math.Log10(2) + math.Log10(1+2002+2002*2001/2) - 2002*math.Log10(2)},
+		{1, 30001, math.Log10(2) + math.Log10(30003) - 30002*math.Log10(2)},
+		{0, 0, 0},
+		{3, 3, 0},
+	} {
+		lp, ok := McNemarExactLog10(c.gained, c.lost)
+		if !ok || math.Abs(lp-c.log10p) > 1e-9*max(1, math.Abs(c.log10p)) {
+			t.Errorf("McNemarExactLog10(%d, %d) = %v, %v; want %v", c.gained, c.lost, lp, ok, c.log10p)
+		}
+	}
+	if p, _ := McNemarExact(0, 1100); p != 0 {
+		t.Errorf("McNemarExact(0, 1100) = %v; the float64 underflows to 0", p)
+	}
+	// Where p is a normal float64 the two agree.
+	for _, c := range [][2]int{{6, 0}, {9, 1}, {5, 2}, {30, 10}, {5000, 4800}, {12000, 9000}, {0, 900}} {
+		p, _ := McNemarExact(c[0], c[1])
+		lp, _ := McNemarExactLog10(c[0], c[1])
+		if math.Abs(lp-math.Log10(p)) > 1e-9*max(1, math.Abs(lp)) {
+			t.Errorf("McNemarExactLog10(%d, %d) = %v, log10 of McNemarExact %v", c[0], c[1], lp, math.Log10(p))
+		}
+	}
+	if _, ok := McNemarExactLog10(-1, 2); ok {
+		t.Error("McNemarExactLog10(-1, 2): ok")
+	}
+}

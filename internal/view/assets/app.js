@@ -25,6 +25,8 @@ function el(tag, attrs, ...kids) {
 const pct = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(1) + " %");
 const usd = (x) => (x === null || x === undefined ? "—" : "$" + x.toFixed(4));
 const num = (x) => (x === null || x === undefined ? "—" : String(x));
+// A p-value below 1e-300 is stored as that bound with an *_underflow flag.
+const pValue = (p, underflow) => (p === null || p === undefined ? "—" : underflow ? "< 1e-300" : p.toPrecision(3));
 const signed = (x, f) => (x === null || x === undefined ? "—" : (x > 0 ? "+" : "") + f(x));
 const badge = (s) => el("span", { class: "badge st-" + (s === "failed" ? "failed-run" : s), text: s });
 const cellBadge = (s) => el("span", { class: "badge st-" + s, text: s });
@@ -186,8 +188,8 @@ function comparisonTable(d) {
       el("td", { class: "num", text: signed(m.paired_pass_rate_delta, pct) }), el("td", { class: "num", text: ci }),
       el("td", { class: "num", text: m.n }), el("td", { class: "num", text: m.n_gained }), el("td", { class: "num", text: m.n_lost }),
       el("td", { class: "num", text: m.n_both_passed }), el("td", { class: "num", text: m.n_both_failed }),
-      el("td", { class: "num", text: m.p_exact === null ? "—" : m.p_exact.toPrecision(3) }),
-      el("td", { class: "num", text: m.p_adjusted === null ? "—" : m.p_adjusted.toPrecision(3) }),
+      el("td", { class: "num", text: pValue(m.p_exact, m.p_exact_underflow) }),
+      el("td", { class: "num", text: pValue(m.p_adjusted, m.p_adjusted_underflow) }),
       el("td", { text: m.significant === null ? "—" : m.significant ? "yes" : "no" }),
       el("td", { class: "num", text: signed(c.cost_delta_usd, (x) => "$" + x.toFixed(4)) }));
   });
