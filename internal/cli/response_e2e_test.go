@@ -98,3 +98,68 @@ echo 'FINAL ANSWER: 42'
 		t.Fatal("the response message is not the end of response.txt")
 	}
 }
+
+// TestAgentLongResponseLineKept: response.txt holds an agent's response
+// text whole up to its 64 MiB cap, as the README says: a 3 MiB line of
+// two-byte runes and a 2 MiB line that looks like an event line (a Usage
+// padded past the 1 MiB line bound) are kept whole (the first 1 MiB was
+// kept, the rest dropped, with nothing to say so); neither is read as an
+// event, and the row and the cell's Finished count both as long_lines.
+// Past the cap the file ends with a line saying so and the row has
+// response_truncated.
+func TestAgentLongResponseLineKept(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	agent := func(script string) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "agent.sh"), []byte(script), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "agent.toml"), []byte("run = \"bash /opt/proctor/agent/agent.sh\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	long := agent(`yes é | head -n 1572864 | tr -d '\n'; echo ' END'
+printf '{"_tag":"Usage","input_tokens":7,"output_tokens":1,"pad":"'; head -c 2097152 /dev/zero | tr '\0' p; echo '"}'
+echo 'FINAL ANSWER: 42'
+`)
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--harnesses", "agent:"+long)
+	row := a.Results[0]
+	whole, err := os.ReadFile(filepath.Join(row.OutputDir, "response.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("é", 1572864) + " END\n" +
+		`{"_tag":"Usage","input_tokens":7,"output_tokens":1,"pad":"` + strings.Repeat("p", 2<<20) + "\"}\n" +
+		"FINAL ANSWER: 42\n"
+	if string(whole) != want {
+		t.Fatalf("response.txt: %d bytes, want %d; ends %q", len(whole), len(want), whole[max(0, len(whole)-40):])
+	}
+	if row.Metrics.LongLines != 2 || row.Metrics.ResponseTruncated || row.Metrics.PromptTokens != nil {
+		t.Fatalf("long_lines %d, response_truncated %v, prompt_tokens %v; want 2, false, null (the long line is no event)",
+			row.Metrics.LongLines, row.Metrics.ResponseTruncated, row.Metrics.PromptTokens)
+	}
+
+	// 65 MiB of response text in 64 KiB lines: response.txt is cut at 64 MiB.
+	flood := agent(`head -c 68157440 /dev/zero | tr '\0' r | fold -w 65535
+echo 'FINAL ANSWER: 42'
+`)
+	a, _ = runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--harnesses", "agent:"+flood)
+	row = a.Results[0]
+	st, err := os.Stat(filepath.Join(row.OutputDir, "response.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(row.OutputDir, "response.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	end := make([]byte, 100)
+	n, _ := f.ReadAt(end, st.Size()-100)
+	if !strings.Contains(string(end[:n]), "[proctor: output capped at 67108864 bytes of 6815") || !row.Metrics.ResponseTruncated || row.Metrics.LongLines != 0 {
+		t.Fatalf("response.txt of %d bytes ends %q; response_truncated %v, long_lines %d", st.Size(), end[:n], row.Metrics.ResponseTruncated, row.Metrics.LongLines)
+	}
+}

@@ -205,6 +205,12 @@ type Metrics struct {
 	// VerifierFindings are what the verifier phase showed beside the
 	// reward: reward_exit_conflict, no_tests_executed, collect_failed.
 	VerifierFindings []VerifierFinding `json:"verifier_findings,omitempty"`
+	// LongLines counts the solve's stdout lines over the 1 MiB line bound:
+	// response text, never read as event lines, kept whole in
+	// response.txt. ResponseTruncated is true when response.txt was cut
+	// at its 64 MiB cap (its last line says so). From the cell's Finished.
+	LongLines         int  `json:"long_lines,omitempty"`
+	ResponseTruncated bool `json:"response_truncated,omitempty"`
 }
 
 // TamperFinding is metrics.tamper_findings[]: a file the solve left that

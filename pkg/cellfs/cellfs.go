@@ -115,6 +115,10 @@ func (c *Capture) Close(d Dir, tailName string) error {
 	return err
 }
 
+// Capped reports whether more was written than the file holds (it was cut
+// at MaxLogBytes).
+func (c *Capture) Capped() bool { return c.Tail.Total() > MaxLogBytes }
+
 // RowTail is the last RowTailBytes of the captured output as valid UTF-8,
 // cut at a rune boundary.
 func (c *Capture) RowTail() string { return Suffix(c.Tail.String(), RowTailBytes) }

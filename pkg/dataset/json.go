@@ -252,6 +252,8 @@ var metricsFields = []string{
 	"Limits limits,omitempty",
 	"OOMKilled oom_killed,omitempty",
 	"OOMPhase oom_phase,omitempty",
+	"LongLines long_lines,omitempty",
+	"ResponseTruncated response_truncated,omitempty",
 }
 
 var metricsLayoutKnown = slices.Equal(structLayout(reflect.TypeFor[artifact.Metrics]()), metricsFields) &&
@@ -374,6 +376,13 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	if m.OOMPhase != "" {
 		key("oom_phase")
 		dst = appendJSONString(dst, m.OOMPhase)
+	}
+	if m.LongLines != 0 {
+		key("long_lines")
+		dst = strconv.AppendInt(dst, int64(m.LongLines), 10)
+	}
+	if m.ResponseTruncated {
+		boolean("response_truncated", true)
 	}
 	if err != nil {
 		return dst, err

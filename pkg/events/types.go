@@ -250,6 +250,15 @@ type FinishedData struct {
 	// verifier's language (verify.ShadowSnapshot), found after the solve
 	// and before the verifier: the cell is suspect. Empty when none.
 	TamperFindings []TamperFinding `json:"tamper_findings,omitempty"`
+	// LongLines counts the solve's stdout lines longer than the line bound
+	// (1 MiB, sandbox.DefaultMaxLine): each is response text, never read
+	// as an event or operation line, and kept whole in response.txt (up to
+	// its cap).
+	LongLines int `json:"long_lines,omitempty"`
+	// ResponseTruncated is true when the response text was longer than
+	// response.txt's cap (64 MiB, cellfs.MaxLogBytes): the file holds its
+	// first 64 MiB and a last line saying so.
+	ResponseTruncated bool `json:"response_truncated,omitempty"`
 }
 
 // TamperFinding is one file a solve left that could run instead of what

@@ -272,7 +272,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		return Outcome{}, err
 	}
 	run := newStream(ctx, env, response)
-	lines := sandbox.NewLines(run.feed, 0)
+	lines := run.lines()
 	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal, egress %s)", ag.Run, AgentUser, workdir, budget, grace, egress)
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", ag.Run}, User: AgentUser, Workdir: workdir, Env: env2,
@@ -308,6 +308,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: true,
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir},
+		LongLines: run.longLines, ResponseTruncated: response.Capped(),
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
 	noteHomeReset(dir, fin.Isolation, reset)

@@ -101,7 +101,7 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}
 	run := newStream(ctx, env, nil)
-	lines := sandbox.NewLines(run.feed, 0)
+	lines := run.lines()
 	timeout, grace := seconds(t.AgentTimeoutSec), sandbox.DefaultGrace
 	if st.jobs != "" {
 		timeout, grace = harborBudget(t), DelegateGrace()

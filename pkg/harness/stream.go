@@ -18,7 +18,7 @@ import (
 type stream struct {
 	env        Env
 	ctx        context.Context
-	queue      chan rawLine
+	queue      chan streamLine
 	done       chan struct{}
 	mu         sync.Mutex
 	started    bool
@@ -26,6 +26,7 @@ type stream struct {
 	usage      bool
 	finished   *events.FinishedData
 	response   *cellfs.Capture // response.txt: every response-text line
+	longLines  int             // lines over the line bound: text, never events
 	publishErr error
 }
 
@@ -34,14 +35,26 @@ type rawLine struct {
 	at   time.Time
 }
 
+// streamLine is one line read, or a piece of an overlong one.
+type streamLine struct {
+	rawLine
+	// truncated: text is the first part of a line over the bound; rest:
+	// text is a later piece of it; end: the line ended.
+	truncated, rest, end bool
+}
+
 // newStream starts the worker; feed lines to it, then call wait.
 // response receives the response text (nil: dropped).
 func newStream(ctx context.Context, env Env, response *cellfs.Capture) *stream {
-	r := &stream{env: env, ctx: ctx, queue: make(chan rawLine, 4096), done: make(chan struct{}), response: response}
+	r := &stream{env: env, ctx: ctx, queue: make(chan streamLine, 4096), done: make(chan struct{}), response: response}
 	go func() {
 		defer close(r.done)
 		for l := range r.queue {
-			r.line(l.text, l.at)
+			if l.rest {
+				r.restPiece(l.text, l.end)
+				continue
+			}
+			r.line(l.text, l.at, l.truncated)
 		}
 	}()
 	return r
@@ -49,7 +62,25 @@ func newStream(ctx context.Context, env Env, response *cellfs.Capture) *stream {
 
 // feed is the sandbox.Lines callback: it queues one line with the time it
 // was read.
-func (r *stream) feed(text string, _ bool) { r.queue <- rawLine{text, time.Now()} }
+func (r *stream) feed(text string, truncated bool) {
+	r.queue <- streamLine{rawLine: rawLine{text, time.Now()}, truncated: truncated}
+}
+
+// feedRest is the sandbox.NewLinesRest callback: it queues a piece of an
+// overlong line, or its end.
+func (r *stream) feedRest(piece string, end bool) {
+	r.queue <- streamLine{rawLine: rawLine{text: piece}, rest: true, end: end}
+}
+
+// lines returns the writer that splits the solve's stdout into the
+// stream's lines: overlong lines are handed on whole when the stream keeps
+// the response text.
+func (r *stream) lines() *sandbox.Lines {
+	if r.response == nil {
+		return sandbox.NewLines(r.feed, 0)
+	}
+	return sandbox.NewLinesRest(r.feed, r.feedRest, 0)
+}
 
 // wait stops the worker after the queued lines are handled.
 func (r *stream) wait() {
@@ -71,18 +102,28 @@ func (r *stream) ensureStarted(at time.Time) {
 	}
 }
 
-// line handles one stdout line under the event-line protocol.
-func (r *stream) line(text string, readAt time.Time) {
+// line handles one stdout line under the event-line protocol. A
+// truncated line (the first part of one over the line bound) is response
+// text whatever it starts with: its rest follows through restPiece.
+func (r *stream) line(text string, readAt time.Time, truncated bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := ParseLine(text, readAt)
+	l := Line{Kind: LineText, Text: text, At: readAt}
+	if truncated {
+		r.longLines++
+	} else {
+		l = ParseLine(text, readAt)
+	}
 	r.anything = true
 	switch l.Kind {
 	case LineText:
 		// All of it goes to response.txt (capped like the logs); its tail
 		// keeps the end, where an agent's final answer is.
 		if r.response != nil {
-			_, _ = io.WriteString(r.response, text+"\n")
+			if !truncated {
+				text += "\n"
+			}
+			_, _ = io.WriteString(r.response, text)
 		}
 		return
 	case LineEvent:
@@ -109,6 +150,17 @@ func (r *stream) line(text string, readAt time.Time) {
 	r.publish(l.Type, l.Data, l.At)
 }
 
+// restPiece writes a later piece of an overlong response line to
+// response.txt, and its newline at the line's end.
+func (r *stream) restPiece(piece string, end bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if end {
+		piece += "\n"
+	}
+	_, _ = io.WriteString(r.response, piece)
+}
+
 // StreamEvents returns a writer that turns the lines written to it into
 // the cell's events under the event-line protocol (a Started is
 // synthesised before the first other event), as an agent's stdout is, and
@@ -116,7 +168,7 @@ func (r *stream) line(text string, readAt time.Time) {
 // it returns the first error of the event log.
 func StreamEvents(ctx context.Context, env Env) (io.Writer, func() error) {
 	r := newStream(ctx, env, nil)
-	lines := sandbox.NewLines(r.feed, 0)
+	lines := r.lines()
 	return lines, func() error {
 		_ = lines.Close()
 		r.wait()

@@ -605,6 +605,7 @@ func (p *Projector) row(id string) artifact.Result {
 		for _, tf := range f.TamperFindings {
 			m.TamperFindings = append(m.TamperFindings, artifact.TamperFinding(tf))
 		}
+		m.LongLines, m.ResponseTruncated = f.LongLines, f.ResponseTruncated
 		// metrics.json fills a count only when no event carried it; a
 		// reported 0 is 0.
 		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n >= 0 && len(m.ToolCalls) == 0 {

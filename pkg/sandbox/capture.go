@@ -117,7 +117,8 @@ func (t *Tail) Truncated() int64 {
 func (t *Tail) Size() int { return t.size }
 
 // DefaultMaxLine is the longest line Lines delivers whole when made with
-// NewLines(fn, 0): 1 MiB. Longer lines are delivered cut at that length.
+// NewLines(fn, 0): 1 MiB. Longer lines are delivered cut at that length
+// (and the rest handed on in pieces by NewLinesRest).
 const DefaultMaxLine = 1 << 20
 
 // Lines is an io.Writer that splits a stream into lines and calls a
@@ -127,14 +128,16 @@ const DefaultMaxLine = 1 << 20
 //
 // A line longer than the bound is delivered cut to the bound (at a rune
 // boundary) with truncated set, as soon as the bound is reached; the rest
-// of that line is counted and dropped, so memory stays bounded by the bound
-// and capture never stops.
+// of that line is counted and dropped (or handed on, by NewLinesRest), so
+// memory stays bounded by the bound and capture never stops.
 type Lines struct {
 	mu      sync.Mutex
 	fn      func(line string, truncated bool)
+	rest    func(piece string, end bool) // nil: the rest of an overlong line is dropped
 	max     int
 	buf     []byte
-	skip    bool // dropping the rest of an overlong line
+	skip    bool   // past the bound of an overlong line
+	carry   []byte // with rest: a "\r" or an incomplete rune held for the next piece
 	lines   int64
 	dropped int64
 	closed  bool
@@ -150,6 +153,20 @@ func NewLines(fn func(line string, truncated bool), max int) *Lines {
 		max = DefaultMaxLine
 	}
 	return &Lines{fn: fn, max: max}
+}
+
+// NewLinesRest is NewLines that hands on the rest of an overlong line
+// instead of dropping it: after fn got the line's first max bytes
+// (truncated true), rest gets every later byte of that line as it is
+// written, in non-empty pieces of valid UTF-8 (a rune split at the cut or
+// between writes is joined, invalid bytes become U+FFFD, the "\r" before
+// the newline is removed), then rest("", true) once at the line's end (its
+// newline, or Close). rest is called under the same lock as fn, in stream
+// order; memory stays bounded by max.
+func NewLinesRest(fn func(line string, truncated bool), rest func(piece string, end bool), max int) *Lines {
+	l := NewLines(fn, max)
+	l.rest = rest
+	return l
 }
 
 // Write implements io.Writer; it always returns len(p), nil, also after
@@ -171,20 +188,29 @@ func (l *Lines) Write(p []byte) (int, error) {
 			chunk = p[:i]
 			p = p[i+1:]
 		}
-		if l.skip {
+		eol := i >= 0
+		switch {
+		case l.skip && l.rest != nil:
+			l.restPiece(chunk, eol)
+		case l.skip:
 			l.dropped += int64(len(chunk))
-		} else {
+		default:
 			room := l.max - len(l.buf)
 			if len(chunk) > room {
 				l.buf = append(l.buf, chunk[:room]...)
-				l.dropped += int64(len(chunk) - room)
-				l.emit(true)
+				cut := l.emit(true)
 				l.skip = true
+				if l.rest != nil {
+					l.carry = append(l.carry[:0], cut...)
+					l.restPiece(chunk[room:], eol)
+				} else {
+					l.dropped += int64(len(cut) + len(chunk) - room)
+				}
 			} else {
 				l.buf = append(l.buf, chunk...)
 			}
 		}
-		if i >= 0 {
+		if eol {
 			if !l.skip {
 				l.emit(false)
 			}
@@ -194,23 +220,57 @@ func (l *Lines) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// emit delivers l.buf and resets it.
-func (l *Lines) emit(truncated bool) {
-	b := l.buf
-	if truncated {
-		// Cut back to a rune boundary so the cut does not make U+FFFD:
-		// drop an incomplete rune (at most 3 bytes) at the end.
-		end := len(b)
-		for k := 1; k < utf8.UTFMax && k <= len(b); k++ {
-			if utf8.RuneStart(b[len(b)-k]) {
-				if !utf8.FullRune(b[len(b)-k:]) {
-					end = len(b) - k
-				}
-				break
+// restPiece hands b, the next bytes of an overlong line, to l.rest: the
+// carried bytes first, and a trailing "\r" or incomplete rune held back
+// for the next piece unless the line ends here (eol), when a "\r" at the
+// end is dropped and rest("", true) follows.
+func (l *Lines) restPiece(b []byte, eol bool) {
+	data := make([]byte, 0, len(l.carry)+len(b))
+	data = append(append(data, l.carry...), b...)
+	l.carry = l.carry[:0]
+	keep := len(data)
+	switch {
+	case eol:
+		data = bytes.TrimSuffix(data, []byte("\r"))
+		keep = len(data)
+	case keep > 0 && data[keep-1] == '\r':
+		keep--
+	default:
+		keep -= len(incompleteRune(data))
+	}
+	l.carry = append(l.carry, data[keep:]...)
+	if keep > 0 {
+		l.rest(strings.ToValidUTF8(string(data[:keep]), "\uFFFD"), false)
+	}
+	if eol {
+		l.rest("", true)
+	}
+}
+
+// incompleteRune returns the incomplete rune (at most 3 bytes) that b ends
+// with, if any.
+func incompleteRune(b []byte) []byte {
+	for k := 1; k < utf8.UTFMax && k <= len(b); k++ {
+		if utf8.RuneStart(b[len(b)-k]) {
+			if !utf8.FullRune(b[len(b)-k:]) {
+				return b[len(b)-k:]
 			}
+			break
 		}
-		l.dropped += int64(len(b) - end)
-		b = b[:end]
+	}
+	return nil
+}
+
+// emit delivers l.buf and resets it. A truncated line is cut back to a
+// rune boundary so the cut does not make U+FFFD; emit returns the bytes
+// it cut (an incomplete rune, at most 3 bytes; valid until the next
+// append to l.buf).
+func (l *Lines) emit(truncated bool) []byte {
+	b := l.buf
+	var cut []byte
+	if truncated {
+		cut = incompleteRune(b)
+		b = b[:len(b)-len(cut)]
 	} else {
 		b = bytes.TrimSuffix(b, []byte("\r"))
 	}
@@ -220,6 +280,7 @@ func (l *Lines) emit(truncated bool) {
 	if cap(l.buf) > 64<<10 {
 		l.buf = nil // do not pin a megabyte buffer after one long line
 	}
+	return cut
 }
 
 // Close delivers the final partial line, if any, and stops delivery. It
@@ -231,7 +292,10 @@ func (l *Lines) Close() error {
 		return nil
 	}
 	l.closed = true
-	if len(l.buf) > 0 && !l.skip {
+	switch {
+	case l.skip && l.rest != nil:
+		l.restPiece(nil, true)
+	case len(l.buf) > 0 && !l.skip:
 		l.emit(false)
 	}
 	return nil
@@ -244,7 +308,8 @@ func (l *Lines) Count() int64 {
 	return l.lines
 }
 
-// Dropped returns the number of bytes of overlong lines dropped so far.
+// Dropped returns the number of bytes of overlong lines dropped so far
+// (0 with NewLinesRest, which hands them on).
 func (l *Lines) Dropped() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -122,6 +122,65 @@ func TestLines(t *testing.T) {
 	}
 }
 
+// TestLinesRest: with a rest function, an overlong line's first max bytes
+// go to fn (truncated) and everything after them to rest, as valid UTF-8
+// pieces (a rune split at the cut or between writes joined, the "\r"
+// before the newline removed), then rest("", true) at the line's end; a
+// line that fits never reaches rest.
+func TestLinesRest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		max    int
+		writes []string
+		want   string // fn's lines as [line] or [line…], rest's pieces as <piece>, its ends as |
+	}{
+		{"fits", 4, []string{"abcd\nef\n"}, "[abcd][ef]"},
+		{"one write", 4, []string{"abcdefgh\nij\n"}, "[abcd…]<efgh>|[ij]"},
+		{"several writes", 4, []string{"ab", "cdef", "gh", "\nok\n"}, "[abcd…]<ef><gh>|[ok]"},
+		{"rune at the cut", 4, []string{"abcé\n"}, "[abc…]<é>|"},
+		{"rune split between writes", 2, []string{"abc\xc3", "\xa9d\n"}, "[ab…]<c><éd>|"},
+		{"crlf split between writes", 2, []string{"abcd\r", "\nx\n"}, "[ab…]<cd>|[x]"},
+		{"a lone cr is kept", 2, []string{"abc\r", "d\n"}, "[ab…]<c><\rd>|"},
+		{"invalid bytes replaced", 2, []string{"ab\xffc\n"}, "[ab…]<\uFFFDc>|"},
+		{"final line ends at Close", 2, []string{"abcd"}, "[ab…]<cd>|"},
+		{"final incomplete rune at Close", 2, []string{"abc\xc3"}, "[ab…]<c><\uFFFD>|"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got strings.Builder
+			l := NewLinesRest(func(s string, tr bool) {
+				if tr {
+					s += "…"
+				}
+				got.WriteString("[" + s + "]")
+			}, func(piece string, end bool) {
+				if !utf8.ValidString(piece) {
+					t.Errorf("piece %q is not valid UTF-8", piece)
+				}
+				switch {
+				case end && piece != "":
+					t.Errorf("end with piece %q", piece)
+				case end:
+					got.WriteString("|")
+				case piece == "":
+					t.Error("empty piece")
+				default:
+					got.WriteString("<" + piece + ">")
+				}
+			}, tc.max)
+			for _, w := range tc.writes {
+				l.Write([]byte(w))
+			}
+			l.Close()
+			if got.String() != tc.want {
+				t.Fatalf("got %s, want %s", got.String(), tc.want)
+			}
+			if l.Dropped() != 0 {
+				t.Fatalf("dropped %d bytes", l.Dropped())
+			}
+		})
+	}
+}
+
 func TestLinesBoundedMemory(t *testing.T) {
 	// A 50 MB line through io.Copy: one truncated line of DefaultMaxLine
 	// bytes, then the next line whole.
