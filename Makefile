@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/dataset
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeMatchesJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/events
 	$(GO) test -run '^$$' -fuzz '^FuzzReport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/artifact
+	$(GO) test -run '^$$' -fuzz '^FuzzText$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/textsafe
 	$(GO) test -run '^$$' -fuzz '^FuzzParseReward$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) ./pkg/harness
 
 ## bench: run each benchmark 3 times; print median [min..max] of each ratio against its floor and the CPU other processes took

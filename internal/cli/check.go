@@ -16,6 +16,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/pkg/taskcheck"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
@@ -143,7 +144,7 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 		if t.DecidedBy != "" {
 			line += "\t" + t.DecidedBy
 		}
-		fmt.Fprintln(g.stdout, line)
+		fmt.Fprintln(g.stdout, textsafe.Line(line))
 	}
 	fmt.Fprintf(g.stdout, "check json: %s\ncheck report: %s\n", outJSON, outMD)
 	if rep.Failed() {

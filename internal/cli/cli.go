@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // Version is set at build time with -ldflags "-X .../internal/cli.Version=v1.2.3";
@@ -71,7 +72,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "proctor: interrupted")
 		return ExitInterrupted
 	}
-	fmt.Fprintln(stderr, "proctor:", err)
+	// An error can quote what an agent or a task wrote (a run's error).
+	fmt.Fprintln(stderr, "proctor:", textsafe.Text(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) {
 		return ExitUsage

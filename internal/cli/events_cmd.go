@@ -14,6 +14,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/dataset"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 func newEvents(g *globals) *cobra.Command {
@@ -132,7 +133,7 @@ writes where you ask).`,
 				if err := conn.PutRun(ctx, rec); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.stdout, "imported run %s (%s): %d cells: %s\n", id, rec.Status, len(p.Cells()), countsText(rec.Counts))
+				fmt.Fprintf(g.stdout, "imported run %s (%s): %d cells: %s\n", textsafe.Line(id), rec.Status, len(p.Cells()), countsText(rec.Counts))
 			}
 			fmt.Fprintf(g.stderr, "published %d events from %s\n", n, name)
 			return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // progress follows the run's events on stderr until RunFinished or ctx
@@ -46,7 +47,7 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 			total = p.Record().Cells
 			switch {
 			case p.PlanError() != "":
-				fmt.Fprintf(g.stderr, "planning failed: %s\n", p.PlanError())
+				fmt.Fprintf(g.stderr, "planning failed: %s\n", textsafe.Line(p.PlanError()))
 			case tty:
 				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(g.stderr),
 					progressbar.OptionSetDescription("cells"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
@@ -54,7 +55,7 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 			default:
 				fmt.Fprintf(g.stderr, "planned %d cells\n", total)
 				for i, l := range early {
-					fmt.Fprintf(g.stderr, "[%d/%d] %s\n", i+1, total, l)
+					fmt.Fprintf(g.stderr, "[%d/%d] %s\n", i+1, total, textsafe.Line(l))
 				}
 			}
 			early = nil
@@ -77,15 +78,21 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 			case !p.Planned():
 				early = append(early, e.CellID+" "+describe(p, e.CellID))
 			default:
-				fmt.Fprintf(g.stderr, "[%d/%d] %s %s\n", done, total, e.CellID, describe(p, e.CellID))
+				fmt.Fprintf(g.stderr, "[%d/%d] %s %s\n", done, total, textsafe.Line(e.CellID), describe(p, e.CellID))
 			}
 		}
 		return nil
 	})
 }
 
-// describe is a done cell's outcome as its row has it.
+// describe is a done cell's outcome as its row has it, shown through
+// textsafe.Line: an error can hold what the agent wrote (a Finished
+// reason, a result subtype).
 func describe(p *projection.Projector, cellID string) string {
+	return textsafe.Line(outcomeText(p, cellID))
+}
+
+func outcomeText(p *projection.Projector, cellID string) string {
 	r, ok := p.Row(cellID)
 	switch {
 	case !ok:
@@ -113,11 +120,12 @@ func (g *globals) warnDecodeErrors(d *artifact.DecodeErrors) {
 }
 
 // decodeErrorsText is one line: "2 events did not decode (Usage 1,
-// Verdict 1); the first: ...".
+// Verdict 1); the first: ...", shown through textsafe.Line (the first
+// error quotes the event's data).
 func decodeErrorsText(d *artifact.DecodeErrors) string {
 	var types []string
 	for _, t := range slices.Sorted(maps.Keys(d.ByType)) {
 		types = append(types, fmt.Sprintf("%s %d", t, d.ByType[t]))
 	}
-	return fmt.Sprintf("%d events did not decode (%s); the first: %s", d.Count, strings.Join(types, ", "), d.First)
+	return textsafe.Line(fmt.Sprintf("%d events did not decode (%s); the first: %s", d.Count, strings.Join(types, ", "), d.First))
 }

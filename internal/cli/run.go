@@ -22,6 +22,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 	"github.com/proctor-eval/proctor/services/launcher"
 	"github.com/proctor-eval/proctor/services/planner"
 )
@@ -453,7 +454,7 @@ func (g *globals) warnUnknownKeys(cells []planner.Cell) {
 		}
 		seen[t.Name] = true
 		for _, u := range t.UnknownKeys {
-			fmt.Fprintf(g.stderr, "warning: %s/%s: %s: ignored (--strict refuses it)\n", t.Name, filepath.Base(t.DefinitionFile), u)
+			fmt.Fprintf(g.stderr, "warning: %s: ignored (--strict refuses it)\n", textsafe.Line(t.Name+"/"+filepath.Base(t.DefinitionFile)+": "+u.String()))
 		}
 	}
 }
@@ -472,7 +473,7 @@ func (g *globals) dryRun(spec events.RunSpec) error {
 		} else {
 			runnable++
 		}
-		fmt.Fprintf(g.stdout, "%s\t%s\n", c.ID, state)
+		fmt.Fprintln(g.stdout, textsafe.Line(c.ID+"\t"+state))
 	}
 	fmt.Fprintf(g.stdout, "%d cells, %d would run, %d errored before any build\n", len(cells), runnable, len(cells)-runnable)
 	return nil

@@ -13,14 +13,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/proctor-eval/proctor/pkg/atomicfile"
-
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // outcomeOrder is the order outcomes and live states are listed in.
@@ -98,8 +98,8 @@ array instead.`,
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUN\tSTATUS\tSTARTED\tFINISHED\tHARNESSES\tCELLS\tSTATES\tARTIFACT")
 			for _, v := range views {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.ID, statusText(v), shortTime(v.StartedAt), shortTime(v.FinishedAt),
-					strings.Join(v.Spec.Harnesses, ","), v.Cells, countsText(v.States), orDash(v.Artifact))
+				fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s", v.ID, statusText(v), shortTime(v.StartedAt), shortTime(v.FinishedAt),
+					strings.Join(v.Spec.Harnesses, ","), v.Cells, countsText(v.States), orDash(v.Artifact))))
 			}
 			return tw.Flush()
 		},
@@ -195,10 +195,13 @@ func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, d
 	return v, nil
 }
 
+// writeRunView writes `runs show`: one "key value" line per field, every
+// value shown through textsafe.Line (an error, a tasks root, a cell id can
+// hold what an agent or a task wrote).
 func writeRunView(w io.Writer, v runView) {
 	line := func(k, val string) {
 		if val != "" {
-			fmt.Fprintf(w, "%-10s %s\n", k, val)
+			fmt.Fprintf(w, "%-10s %s\n", k, textsafe.Line(val))
 		}
 	}
 	line("run", v.ID)
@@ -226,26 +229,27 @@ func writeRunView(w io.Writer, v runView) {
 	}
 	switch {
 	case v.LeaseExpired:
-		fmt.Fprintf(w, "note       the run's lease ended at %s (its owner %s stopped renewing it): `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.LeaseUntil, orDash(v.Owner), v.ID, v.ID)
+		fmt.Fprintf(w, "note       the run's lease ended at %s (its owner %s stopped renewing it): `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.LeaseUntil, textsafe.Line(orDash(v.Owner)), v.ID, v.ID)
 	case v.Stale:
 		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor replay %s` projects what finished\n", v.ID)
 	}
 	for _, h := range v.Progress {
-		fmt.Fprintf(w, "harness    %s\n", progressText(h))
+		line("harness", progressText(h))
 	}
 	for _, id := range slices.Sorted(maps.Keys(v.CellStates)) {
-		fmt.Fprintf(w, "cell       %s %s\n", id, v.CellStates[id])
+		line("cell", id+" "+v.CellStates[id])
 	}
 }
 
-// progressText is one harness's progress on one line.
+// progressText is one harness's progress on one line, the harness name
+// shown through textsafe.Line.
 func progressText(h projection.HarnessProgress) string {
 	rate := "pass rate —"
 	if h.PassRate != nil {
 		rate = fmt.Sprintf("pass rate %d/%d = %.1f %%", h.Passed, h.Scored, 100**h.PassRate)
 	}
 	return fmt.Sprintf("%s: %d/%d done, %d running, %d queued, %d errored, %s",
-		h.Harness, h.Done, h.Cells, h.Running, h.Queued, h.Errored, rate)
+		textsafe.Line(h.Harness), h.Done, h.Cells, h.Running, h.Queued, h.Errored, rate)
 }
 
 func statusText(v runView) string {

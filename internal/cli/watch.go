@@ -18,6 +18,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // maxDataRunes bounds the data printed on one `watch --events` line.
@@ -133,7 +134,10 @@ func (f eventFilter) match(e events.Envelope) bool {
 	return true
 }
 
-// eventLine is one event as `watch --events` prints it.
+// eventLine is one event as `watch --events` prints it, shown through
+// textsafe.Line: the data holds what the agent wrote (a reason, a tool
+// name, a command's output), and JSON escapes neither C1 controls nor
+// bidirectional ones.
 func eventLine(e events.Envelope) string {
 	cell := "-"
 	if e.CellID != "" {
@@ -144,7 +148,7 @@ func eventLine(e events.Envelope) string {
 		r := []rune(data)
 		data = string(r[:maxDataRunes]) + "…"
 	}
-	return fmt.Sprintf("%s %s %s %s", e.At.UTC().Format("15:04:05.000"), cell, e.Type, data)
+	return textsafe.Line(fmt.Sprintf("%s %s %s %s", e.At.UTC().Format("15:04:05.000"), cell, e.Type, data))
 }
 
 // watcher folds one run's events with a projection.Projector and
@@ -350,7 +354,7 @@ func (w *watcher) final() {
 			rate = fmt.Sprintf("%.6f", *h.PassRate)
 		}
 		fmt.Fprintf(w.g.stdout, "final %s: n %d, errored %d, scored %d, passed %d, pass_rate %s\n",
-			h.Harness, h.Cells, h.Errored, h.Scored, h.Passed, rate)
+			textsafe.Line(h.Harness), h.Cells, h.Errored, h.Scored, h.Passed, rate)
 	}
 	w.decodeErrors()
 }

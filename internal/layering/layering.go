@@ -55,7 +55,7 @@ var testOnly = map[string]bool{"internal/testutil": true}
 // import only packages of a lower layer.
 var layers = map[string]int{
 	// 0: the vocabulary and leaf libraries, importing nothing of the module.
-	"schemas": 0, "pkg/events": 0, "pkg/stats": 0, "pkg/atomicfile": 0,
+	"schemas": 0, "pkg/events": 0, "pkg/stats": 0, "pkg/atomicfile": 0, "pkg/textsafe": 0,
 	"pkg/dockerfile": 0, "pkg/egress": 0, "pkg/firewall": 0, "pkg/llmtest": 0,
 	"internal/testutil": 0, "internal/layering": 0, "internal/doclinks": 0,
 	"internal/pipeline": 0,

@@ -10,6 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // Figure is one SVG figure of a run, written beside report.md under Name
@@ -126,6 +128,7 @@ const maxLabelRunes = 24
 // shortLabel keeps the end of a long name ("…" and its last runes), which
 // tells harnesses apart better than its start ("command:/long/path/...").
 func shortLabel(s string) string {
+	s = textsafe.Line(s) // a figure is read by a person: task and harness names escaped
 	r := []rune(s)
 	if len(r) <= maxLabelRunes {
 		return s

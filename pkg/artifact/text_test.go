@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 func TestPrintable(t *testing.T) {
@@ -46,7 +48,7 @@ func reportSafe(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || hidden(r) {
+		if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || textsafe.Hidden(r) {
 			return false
 		}
 	}

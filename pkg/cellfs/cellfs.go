@@ -2,7 +2,7 @@
 // by the services that write into it:
 //
 //	<output_dir>/<task>/<harness>/<model>/<repeat>/
-//	  run.log              one line per phase, written by proctor
+//	  run.log              one line per phase, written by proctor (textsafe)
 //	  solve.log            the solve's stdout and stderr, interleaved (capped)
 //	  verifier.log         the verifier's stdout and stderr (capped)
 //	  stdout.tail.txt      the last 64 KiB of solve.log as valid UTF-8
@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // MaxLogBytes caps solve.log and verifier.log: 64 MiB each. Output past the
@@ -44,14 +45,17 @@ func (d Dir) Path(elem ...string) string {
 }
 
 // Logf appends a timestamped line to run.log; errors are ignored (the event
-// log is the record, run.log a convenience).
+// log is the record, run.log a convenience). The line is shown through
+// textsafe.Line: what an agent wrote into it (a reason, a tool name) can
+// neither act on a terminal that shows the file nor start a line of its
+// own.
 func (d Dir) Logf(format string, args ...any) {
 	f, err := os.OpenFile(d.Path("run.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
+	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), textsafe.Line(fmt.Sprintf(format, args...)))
 }
 
 // WriteReward writes reward.txt.

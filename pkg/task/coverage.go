@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // CoverageReport is `proctor tasks coverage` for one tasks root: what loads,
@@ -130,7 +132,7 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
-// WriteText writes the report for a terminal.
+// WriteText writes the report for a terminal (through textsafe.Text).
 func (c *CoverageReport) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "root %s\n", c.Root)
@@ -197,6 +199,8 @@ func (c *CoverageReport) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "    %s: %s\n", r.Task, r.Reason)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	// Task names, reasons and errors come from the task files: shown
+	// through textsafe, so none acts on the terminal.
+	_, err := io.WriteString(w, textsafe.Text(b.String()))
 	return err
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // Discovery is every task under one tasks root.
@@ -269,7 +271,8 @@ func (t *Task) Remarks() []string {
 // LAYOUT, DIFFICULTY, CATEGORY, REVISION (12 hex digits) and WARNINGS (the
 // task's Remarks joined by "; ", "-" when none); verbose adds UNCHECKED,
 // the keys read past without being interpreted. Skipped directories follow
-// the table, one "skipped DIR: reason" line each.
+// the table, one "skipped DIR: reason" line each. Every line is shown
+// through textsafe.Line (task files write the names and values).
 func (d *Discovery) WriteTable(w io.Writer, verbose bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	header := "NAME\tLAYOUT\tDIFFICULTY\tCATEGORY\tREVISION\tWARNINGS"
@@ -291,13 +294,13 @@ func (d *Discovery) WriteTable(w io.Writer, verbose bool) error {
 		if verbose {
 			row += "\t" + dash(strings.Join(t.UncheckedKeys, ", "))
 		}
-		fmt.Fprintln(tw, row)
+		fmt.Fprintln(tw, textsafe.Line(row))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, s := range d.Skipped {
-		if _, err := fmt.Fprintf(w, "skipped %s: %s\n", s.Dir, s.Reason); err != nil {
+		if _, err := fmt.Fprintf(w, "%s\n", textsafe.Line("skipped "+s.Dir+": "+s.Reason)); err != nil {
 			return err
 		}
 	}

@@ -14,12 +14,13 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"unicode"
+	"unicode/utf8"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 // Verdict is a finding's or a task's verdict.
@@ -550,25 +551,27 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 
 func cell(s string) string { return strings.ReplaceAll(oneLine(s, 300), "|", `\|`) }
 
-// oneLine keeps s on one line of at most n runes: newlines become spaces,
-// other control characters \xNN.
+// oneLine keeps s on one line of at most n runes: newlines, carriage
+// returns and tabs become spaces, and the rest is shown through
+// textsafe.Line (other controls as \xNN, bidirectional controls as
+// \uNNNN, invalid bytes as \xNN).
 func oneLine(s string, n int) string {
 	var b strings.Builder
 	i := 0
-	for _, r := range s {
+	for j := 0; j < len(s); {
+		r, size := utf8.DecodeRuneInString(s[j:])
 		if i == n {
 			b.WriteString("…")
 			break
 		}
 		i++
-		switch {
-		case r == '\n' || r == '\r' || r == '\t':
+		switch r {
+		case '\n', '\r', '\t':
 			b.WriteByte(' ')
-		case unicode.IsControl(r) || r == unicode.ReplacementChar:
-			fmt.Fprintf(&b, `\x%02x`, r)
 		default:
-			b.WriteRune(r)
+			b.WriteString(s[j : j+size])
 		}
+		j += size
 	}
-	return b.String()
+	return textsafe.Line(b.String())
 }

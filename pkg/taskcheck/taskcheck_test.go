@@ -11,6 +11,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 func f64(x float64) *float64 { return &x }
@@ -385,6 +386,36 @@ func TestReportOutputs(t *testing.T) {
 	}
 	if !rep.Failed() {
 		t.Error("a FAIL task: Failed() false")
+	}
+}
+
+// TestReportHostileText: a task name and a finding's detail holding what a
+// task or an agent wrote (an OSC retitle with its bell, a right-to-left
+// override, a C1 control, invalid UTF-8) reach check.md escaped by
+// textsafe, one line each (a bidirectional override passed through before);
+// check.json keeps them as written.
+func TestReportHostileText(t *testing.T) {
+	name := "task\u202egpj.exe"
+	detail := "fails: \x1b]0;pwned\x07 \u202eevil\u0085 \xff\r\n[9/9] fake"
+	rep := Report{Tasks: []TaskResult{decide(name, []Finding{{CheckStatic, Pass, "ok"}, {CheckOracle, Fail, detail}})}}
+	var md, js bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !textsafe.Safe(md.String()) {
+		t.Fatalf("check.md is not textsafe:\n%q", md.String())
+	}
+	for _, s := range []string{`| task\u202egpj.exe | FAIL | oracle: fails: \x1b]0;pwned\x07 \u202eevil\u0085 \xff  [9/9] fake |`, `### task\u202egpj.exe: FAIL`} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("check.md lacks %q:\n%s", s, md.String())
+		}
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back struct{ Tasks []struct{ Task string } }
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || back.Tasks[0].Task != name {
+		t.Fatalf("check.json: %v %q", err, back.Tasks)
 	}
 }
 

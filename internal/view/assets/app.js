@@ -1,7 +1,35 @@
 // proctor view: renders each page from the JSON at the page's path + ".json".
-// Every text from the log goes through textContent: the log holds what
-// agents wrote, which is hostile input.
+// Every text from the log goes through textContent, after printable: the
+// log holds what agents wrote, which is hostile input.
 "use strict";
+
+// UNSAFE matches what printable escapes.
+const UNSAFE = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u206f\u{e0000}-\u{e007f}]|\p{Cs}/u;
+const hex = (c, n) => c.toString(16).padStart(n, "0");
+
+// printable is pkg/textsafe's Text, the rule of every human-readable output
+// of proctor: newline and tab are kept; \r\n becomes \n; a C0 control, CR
+// and DEL are shown as \r or \xNN; a C1 control, a line or paragraph
+// separator, a bidirectional control (U+061C, U+200E, U+200F, U+202A–U+202E,
+// U+2066–U+2069), U+206A–U+206F and a tag character as \uNNNN or
+// \UNNNNNNNN (a lone surrogate, which valid UTF-8 cannot hold, as \uNNNN).
+function printable(v) {
+  const s = String(v);
+  if (!UNSAFE.test(s)) return s;
+  let out = "";
+  for (const ch of s.replace(/\r\n/g, "\n")) {
+    const c = ch.codePointAt(0);
+    if (c === 0x0d) out += "\\r";
+    else if ((c < 0x20 && c !== 0x0a && c !== 0x09) || c === 0x7f) out += "\\x" + hex(c, 2);
+    else if (UNSAFE.test(ch)) out += c > 0xffff ? "\\U" + hex(c, 8) : "\\u" + hex(c, 4);
+    else out += ch;
+  }
+  return out;
+}
+
+// SHOWN are the attributes a person reads; the others (href, value, …)
+// keep their exact text.
+const SHOWN = new Set(["title", "alt", "aria-label", "placeholder"]);
 
 const OUTCOMES = ["passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored", "running", "queued"];
 const main = document.getElementById("main");
@@ -11,13 +39,13 @@ function el(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "class") e.className = v;
-    else if (k === "text") e.textContent = v;
+    else if (k === "text") e.textContent = printable(v);
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else e.setAttribute(k, v);
+    else e.setAttribute(k, SHOWN.has(k) ? printable(v) : v);
   }
   for (const k of kids.flat(Infinity)) {
     if (k === undefined || k === null || k === false) continue;
-    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    e.append(k instanceof Node ? k : document.createTextNode(printable(k)));
   }
   return e;
 }
@@ -229,7 +257,7 @@ async function renderRun(id) {
   clearTimeout(runRetry);
   crumbs(el("a", { href: "/runs", text: "runs" }), el("span", { text: id }));
   const d = await getJSON(jsonPath());
-  document.title = "proctor view · " + id;
+  document.title = "proctor view · " + printable(id);
   show(
     el("h1", { text: "Run " + id }), runHeader(d),
     el("h2", { text: "Progress" }),
@@ -346,7 +374,7 @@ async function renderCell(run, cell) {
   crumbs(el("a", { href: "/runs", text: "runs" }), el("a", { href: runURL(run), text: run }), el("span", { text: cell }));
   clearTimeout(cellRetry);
   const d = await getJSON(jsonPath());
-  document.title = "proctor view · " + cell;
+  document.title = "proctor view · " + printable(cell);
   const row = d.row;
   const settled = ["passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored"].includes(d.state);
   const parts = [el("h1", { text: "Cell " + cell }),
