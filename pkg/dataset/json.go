@@ -252,6 +252,8 @@ var metricsFields = []string{
 	"Limits limits,omitempty",
 	"OOMKilled oom_killed,omitempty",
 	"OOMPhase oom_phase,omitempty",
+	"TamperFindings tamper_findings,omitempty",
+	"VerifierFindings verifier_findings,omitempty",
 	"LongLines long_lines,omitempty",
 	"ResponseTruncated response_truncated,omitempty",
 }
@@ -376,6 +378,15 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	if m.OOMPhase != "" {
 		key("oom_phase")
 		dst = appendJSONString(dst, m.OOMPhase)
+	}
+	// Findings: lists of small structs, encoding/json's bytes.
+	if len(m.TamperFindings) > 0 && err == nil {
+		key("tamper_findings")
+		dst, err = e.marshalFallback(dst, m.TamperFindings)
+	}
+	if len(m.VerifierFindings) > 0 && err == nil {
+		key("verifier_findings")
+		dst, err = e.marshalFallback(dst, m.VerifierFindings)
 	}
 	if m.LongLines != 0 {
 		key("long_lines")

@@ -58,6 +58,9 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		SolveSec:       f64(0), VerifySec: f64(1.25), BuildSec: f64(1e21), VerifierLeftoverProcesses: new(int),
 		Limits:    &artifact.Limits{CPUs: 1.5, MemoryMB: 64, PidsLimit: 1024, NoNewPrivileges: true, MemorySource: "task", CPUsSource: "default"},
 		OOMKilled: true, OOMPhase: "solve",
+		TamperFindings:   []artifact.TamperFinding{{Path: "/app/unittest.py", Change: "created", Shadows: "python module <unittest> & co"}},
+		VerifierFindings: []artifact.VerifierFinding{{Kind: "no_tests_executed", Detail: "Ran 0 tests\u2028"}},
+		LongLines:        2, ResponseTruncated: true,
 	}
 	results = append(results, artifact.Result{Metrics: full})
 	for i := range results {
