@@ -42,6 +42,12 @@ type Arm interface {
 	// agent's agent.toml), with relative paths resolved against
 	// baseDir; its error fails the whole run before anything starts.
 	Check(baseDir string) error
+	// IdentityInputs are the files and directories of the host (relative
+	// paths resolved against baseDir) that the arm brings into its cells
+	// and whose content is part of the run's identity: its agent or
+	// skill directory, the CLI binary it pins. Resume hashes them
+	// (HashInput) and refuses a run whose inputs changed.
+	IdentityInputs(baseDir string) ([]IdentityInput, error)
 	// Refusal decides, from the task files alone and before any build,
 	// whether the arm refuses the task: the error class and a reason
 	// naming the file or key, or ("", "") when the task can run.
