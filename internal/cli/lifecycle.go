@@ -2,76 +2,36 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
-	"time"
 
+	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/pkg/bus"
-	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/pkg/harness"
-	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
-	"github.com/proctor-eval/proctor/services/planner"
 )
 
-// owner names this process as a run's owner in the run index.
-func owner() string {
-	h, _ := os.Hostname()
-	return fmt.Sprintf("%s pid %d", h, os.Getpid())
-}
-
-// holdLease renews runID's lease every bus.LeaseDuration/6 until ctx ends.
-// A renewal that fails is retried at the next tick: the lease outlives
-// five missed renewals.
-func holdLease(ctx context.Context, b *bus.Bus, runID string) {
-	t := time.NewTicker(bus.LeaseDuration / 6)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			_ = b.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Renew(now, bus.LeaseDuration) })
-		}
-	}
-}
-
 // recoverDead ends the runs that the embedded store's index still shows
-// requested or running: the caller holds the store lock, so the process
-// that drove each of them is gone. Each is finished as interrupted (its
-// RunFinished published, its partial artifact written: cells without a
-// verdict are errored rows), so no launcher of this process runs its
-// queued work. It returns their ids; with --nats (a cluster, where runs
-// of other processes are alive) it does nothing: there, leases decide.
+// requested or running (lifecycle.RecoverDead: the caller holds the store
+// lock, so their processes are gone) and prints each; it returns the ids
+// of those ended. With --nats (a cluster, where runs of other processes
+// are alive) it does nothing: there, leases decide.
 func (g *globals) recoverDead(ctx context.Context, conn *connection) []string {
 	if conn.embedded == nil {
 		return nil
 	}
-	recs, err := conn.ListRuns(ctx)
+	found, err := lifecycle.RecoverDead(ctx, conn.Bus, version())
 	if err != nil {
 		fmt.Fprintln(g.stderr, "proctor: reading the run index:", err)
 		return nil
 	}
 	var dead []string
-	for _, r := range recs {
-		if r.Terminal() {
+	for _, d := range found {
+		if d.Err != nil {
+			fmt.Fprintf(g.stderr, "proctor: ending dead run %s: %v\n", d.ID, d.Err)
 			continue
 		}
-		why := fmt.Sprintf("the process that ran it (%s) ended without finishing it; continue it with `proctor runs resume %s`", orDash(r.Owner), r.ID)
-		if err := conn.UpdateRun(ctx, r.ID, func(r *bus.RunRecord) { r.Error = why }); err != nil {
-			fmt.Fprintln(g.stderr, "proctor:", err)
-			continue
-		}
-		if _, err := projection.Finish(ctx, conn.Bus, r.ID, bus.StatusInterrupted, version()); err != nil {
-			fmt.Fprintf(g.stderr, "proctor: ending dead run %s: %v\n", r.ID, err)
-			continue
-		}
-		fmt.Fprintf(g.stderr, "run %s: interrupted: %s\n", r.ID, why)
-		dead = append(dead, r.ID)
+		fmt.Fprintf(g.stderr, "run %s: interrupted: %s\n", d.ID, d.Why)
+		dead = append(dead, d.ID)
 	}
 	return dead
 }
@@ -90,75 +50,35 @@ func (g *globals) gcDead(ctx context.Context, d *docker.Driver, dead []string) {
 	}
 }
 
-// identityOf hashes a run's declared inputs: for every cell (in matrix
-// order) its task and task revision, harness reference and the content of
-// an agent harness's directory, model and repeat. Output paths, the
-// machine and the time are no part of it: a resumed run is the same run
-// wherever it continues.
-func identityOf(spec events.RunSpec, cells []planner.Cell) (string, map[string]string, error) {
-	inputs, err := declaredInputs(spec, cells)
+// abandon ends a run that will not complete (stopped by a signal, or its
+// in-process services failed) with status (lifecycle.Abandon: its
+// containers and networks removed, the artifact of what finished written)
+// and prints the result. Errors are printed; the caller returns its own.
+func (g *globals) abandon(b *bus.Bus, d *docker.Driver, runID, status string) {
+	var gc lifecycle.Collector
+	if d != nil {
+		gc = d
+	}
+	rec, c, err := lifecycle.Abandon(b, gc, runID, status, version())
+	if c.Err != nil {
+		fmt.Fprintln(g.stderr, "proctor: cleaning up run containers:", c.Err)
+	} else if c.Containers+c.Networks > 0 {
+		fmt.Fprintf(g.stderr, "removed %d containers and %d networks of run %s\n", c.Containers, c.Networks, runID)
+	}
 	if err != nil {
-		return "", nil, err
+		fmt.Fprintln(g.stderr, "proctor: writing the partial artifact:", err)
+		return
 	}
-	h := sha256.New()
-	keys := make([]string, 0, len(inputs))
-	for k := range inputs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(h, "%s=%s\n", k, inputs[k])
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), inputs, nil
+	_ = g.printResult(rec)
 }
 
-// declaredInputs maps each declared input, by the name resume reports
-// when it changed ("task fix-sum revision", "harness agent:x content",
-// "cells"), to its value.
-func declaredInputs(spec events.RunSpec, cells []planner.Cell) (map[string]string, error) {
-	in := map[string]string{}
-	var ids []string
-	for _, c := range cells {
-		ids = append(ids, c.ID)
-		in["task "+c.Task.Name+" revision"] = c.Task.Revision
-		if c.Harness.Kind == harness.Agent {
-			sum, err := dirHash(spec.BaseDir, c.Harness.Arg)
-			if err != nil {
-				return nil, fmt.Errorf("harness %s: %w", c.Harness.Name, err)
-			}
-			in["harness "+c.Harness.Name+" content"] = sum
-		}
+// lifecycleError marks a lifecycle refusal (lifecycle.Refused) and a
+// spec whose matrix no longer plans for a bad input (matrixError) as the
+// caller's input (exit code 2).
+func lifecycleError(err error) error {
+	var r *lifecycle.Refused
+	if errors.As(err, &r) {
+		return usageError{err}
 	}
-	sort.Strings(ids)
-	h := sha256.New()
-	for _, id := range ids {
-		fmt.Fprintln(h, id)
-	}
-	in["cells (tasks × harnesses × models × repeats)"] = hex.EncodeToString(h.Sum(nil))
-	return in, nil
-}
-
-// dirHash hashes the names and contents of the regular files directly in
-// dir (relative to base).
-func dirHash(base, dir string) (string, error) {
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(base, dir)
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d\n", e.Name(), len(data))
-		h.Write(data)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return matrixError(err)
 }

@@ -2,17 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/proctor-eval/proctor/pkg/bus"
-	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/pkg/projection"
+	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
@@ -52,9 +48,6 @@ the log keeps every attempt.`,
 	return cmd
 }
 
-// errNothingToResume is returned for a run that finished.
-var errNothingToResume = errors.New("nothing to resume")
-
 func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error {
 	if f.concurrency < 1 {
 		return usageError{fmt.Errorf("--concurrency must be at least 1, not %d", f.concurrency)}
@@ -78,98 +71,20 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 	if err != nil {
 		return err
 	}
-	rec, err := conn.GetRun(ctx, runID)
+	r, err := lifecycle.PrepareResume(ctx, conn.Bus, runID, time.Now())
 	if err != nil {
-		return usageError{err}
+		return lifecycleError(err)
 	}
-	if !rec.Terminal() && !rec.LeaseExpired(time.Now()) {
-		return usageError{fmt.Errorf("run %s is alive: %s holds its lease until %s", runID, orDash(rec.Owner), orDash(rec.LeaseUntil))}
-	}
-	if rec.Status == bus.StatusFinished {
-		return usageError{fmt.Errorf("run %s finished: %w", runID, errNothingToResume)}
-	}
-	p, err := projection.Project(ctx, conn.Bus, runID)
-	if err != nil {
-		return err
-	}
-	if !p.Planned() {
-		return usageError{fmt.Errorf("run %s was never planned: start it again with tasks run", runID)}
-	}
-	if p.PlanError() != "" {
-		return usageError{fmt.Errorf("run %s could not be planned (%s): %w", runID, p.PlanError(), errNothingToResume)}
-	}
-	cells, err := matrix(rec.Spec)
-	if err != nil {
-		return fmt.Errorf("run %s: its spec no longer plans: %w", runID, err)
-	}
-	identity, inputs, err := identityOf(rec.Spec, cells)
-	if err != nil {
-		return err
-	}
-	if rec.Identity != "" && identity != rec.Identity {
-		return usageError{fmt.Errorf("run %s: refusing to resume: %s", runID, changedInputs(rec.Inputs, inputs))}
-	}
-	var again []string
-	base := map[string]int{}
-	for _, c := range cells {
-		if c.Refusal != "" || p.CellDone(c.ID) {
-			continue
-		}
-		again = append(again, c.ID)
-		base[c.ID] = p.Attempt(c.ID)
-	}
-	epoch := rec.Epoch + 1
 	sc := stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits}
-	final, err := g.drive(ctx, conn, runID, epoch, nil, dead, sc, func(ctx context.Context) error {
-		now := time.Now()
-		// The record moves first: a launcher that reads it drops the
-		// jobs of older epochs, and the aggregator follows to this
-		// epoch's RunFinished.
-		if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
-			r.Status, r.Epoch, r.Owner, r.Error, r.FinishedAt = bus.StatusRunning, epoch, owner(), "", ""
-			r.Identity, r.Inputs = identity, inputs
-			r.Renew(now, bus.LeaseDuration)
-		}); err != nil {
+	final, err := g.drive(ctx, conn, runID, r.Epoch, nil, dead, sc, func(ctx context.Context) error {
+		if err := r.Begin(ctx, conn.Bus, lifecycle.Owner(), f.outJSON, f.outMD); err != nil {
 			return err
 		}
-		if err := conn.PublishAll(ctx, events.Must(events.RunResumed, runID, "", 0, "cli", events.RunResumedData{
-			Epoch: epoch, Cells: again, Owner: owner(), Identity: identity, OutJSON: f.outJSON, OutMD: f.outMD,
-		})); err != nil {
-			return err
-		}
-		for _, id := range again {
-			job := events.LaunchJob{RunID: runID, CellID: id, Epoch: epoch, AttemptBase: base[id]}
-			if err := conn.PublishWork(ctx, events.LaunchSubject, fmt.Sprintf("%s/%s/e%d", runID, id, epoch), job); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(g.stderr, "run %s: resumed (epoch %d): %d of %d cells run again\n", runID, epoch, len(again), len(cells))
+		fmt.Fprintf(g.stderr, "run %s: resumed (epoch %d): %d of %d cells run again\n", runID, r.Epoch, len(r.Again), len(r.Cells))
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	return g.printResult(final)
-}
-
-// changedInputs names the declared inputs that differ between was and now.
-func changedInputs(was, now map[string]string) string {
-	var diffs []string
-	for k, v := range now {
-		if old, ok := was[k]; !ok {
-			diffs = append(diffs, k+" is new")
-		} else if old != v {
-			diffs = append(diffs, fmt.Sprintf("%s changed (was %.12s, now %.12s)", k, old, v))
-		}
-	}
-	for k := range was {
-		if _, ok := now[k]; !ok {
-			diffs = append(diffs, k+" is gone")
-		}
-	}
-	sort.Strings(diffs)
-	if len(diffs) == 0 {
-		return "its declared inputs changed"
-	}
-	return fmt.Sprint(diffs)
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
-	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/pkg/task"
@@ -211,7 +211,8 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 // execute runs a checked spec to its end through the event log (the
 // in-process services, or a cluster's with --nats) and returns the run's
 // final index record. It takes the store (connectOwner), ends the dead
-// runs it finds (recoverDead) and records the run's identity for resume.
+// runs it finds (recoverDead) and records the run with its identity for
+// resume (lifecycle.Start).
 // A run stopped by a signal or by a failing service of this process is
 // abandoned (its containers removed, the artifact of what finished
 // written) and returns ErrInterrupted or the service's error.
@@ -223,22 +224,14 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 	defer conn.Close()
 	dead := g.recoverDead(ctx, conn)
 	host, _ := os.Hostname()
-	identity, inputs, err := identityOf(spec, cells)
+	identity, err := lifecycle.Identify(spec, cells)
 	if err != nil {
 		return bus.RunRecord{}, err
 	}
 	return g.drive(ctx, conn, runID, 0, cells, dead, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits},
 		func(ctx context.Context) error {
-			now := time.Now()
-			if err := conn.UpdateRun(ctx, runID, func(r *bus.RunRecord) {
-				r.Status, r.Spec, r.StartedAt = bus.StatusRequested, spec, now.UTC().Format(time.RFC3339Nano)
-				r.Identity, r.Inputs, r.Owner = identity, inputs, owner()
-				r.Renew(now, bus.LeaseDuration)
-			}); err != nil {
-				return err
-			}
-			if err := conn.PublishAll(ctx, events.Must(events.RunRequested, runID, "", 0, "cli",
-				events.RunRequestedData{Spec: spec, ProctorVersion: version(), Host: host})); err != nil {
+			if err := lifecycle.Start(ctx, conn.Bus, lifecycle.Request{RunID: runID, Spec: spec, Identity: identity,
+				Owner: lifecycle.Owner(), Host: host, Version: version()}); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "run %s: %s → %s\n", runID, spec.TasksRoot, spec.OutputDir)
@@ -279,7 +272,7 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	}
 	leaseCtx, stopLease := context.WithCancel(ctx)
 	defer stopLease()
-	go holdLease(leaseCtx, conn.Bus, runID)
+	go lifecycle.HoldLease(leaseCtx, conn.Bus, runID)
 
 	// The progress follower stops at RunFinished, or when it is told to:
 	// a service that failed publishes no RunFinished, and the command
@@ -370,29 +363,6 @@ func (g *globals) settle(d *docker.Driver, runID string) {
 	}
 }
 
-// abandon ends a run that will not complete (stopped by a signal, or its
-// in-process services failed) with status: it removes every container
-// and network labelled with the run, then writes the artifact of what
-// finished (unfinished cells are errored rows) and prints the result.
-// Errors are printed; the caller returns its own.
-func (g *globals) abandon(b *bus.Bus, docker *docker.Driver, runID, status string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if docker != nil {
-		if nc, nn, err := docker.GC(ctx, runID); err != nil {
-			fmt.Fprintln(g.stderr, "proctor: cleaning up run containers:", err)
-		} else if nc+nn > 0 {
-			fmt.Fprintf(g.stderr, "removed %d containers and %d networks of run %s\n", nc, nn, runID)
-		}
-	}
-	rec, err := projection.Finish(ctx, b, runID, status, version())
-	if err == nil {
-		_ = g.printResult(rec)
-	} else {
-		fmt.Fprintln(g.stderr, "proctor: writing the partial artifact:", err)
-	}
-}
-
 func (g *globals) printResult(rec bus.RunRecord) error {
 	var parts []string
 	for _, k := range []string{"passed", "partial", "failed", "solver_timeout", "verifier_timeout", "verifier_error", "errored"} {
@@ -427,19 +397,25 @@ func (g *globals) warnUnusedImageMapRules(rec bus.RunRecord) {
 }
 
 // matrix is planner.Matrix with the errors that are the caller's input
-// (unknown harness or task, nothing to run, unknown keys under --strict)
-// marked for exit code 2.
+// marked for exit code 2 (matrixError).
 func matrix(spec events.RunSpec) ([]planner.Cell, error) {
 	cells, err := planner.Matrix(spec)
 	if err != nil {
-		for _, sentinel := range []error{harness.ErrUnknown, task.ErrTaskNotFound, task.ErrNoTasks, task.ErrUnknownKeys} {
-			if errors.Is(err, sentinel) {
-				return nil, usageError{err}
-			}
-		}
-		return nil, err
+		return nil, matrixError(err)
 	}
 	return cells, nil
+}
+
+// matrixError marks the errors of planner.Matrix that are the caller's
+// input (unknown harness or task, nothing to run, unknown keys under
+// --strict) for exit code 2; others pass unchanged.
+func matrixError(err error) error {
+	for _, sentinel := range []error{harness.ErrUnknown, task.ErrTaskNotFound, task.ErrNoTasks, task.ErrUnknownKeys} {
+		if errors.Is(err, sentinel) {
+			return usageError{err}
+		}
+	}
+	return err
 }
 
 // warnUnknownKeys prints, once per task of the matrix, a warning line on

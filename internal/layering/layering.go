@@ -70,8 +70,10 @@ var layers = map[string]int{
 	"pkg/verify": 4, "pkg/harness/harnesstest": 4, "pkg/taskcheck": 4, "pkg/projection": 4,
 	// 5: the services and the viewer.
 	"services/": 5, "internal/view": 5,
-	// 6: the command line; 7: main.
-	"internal/cli": 6, "cmd/proctor": 7,
+	// 6: the run lifecycle (it plans a resume with the planner's matrix).
+	"internal/lifecycle": 6,
+	// 7: the command line; 8: main.
+	"internal/cli": 7, "cmd/proctor": 8,
 }
 
 // drivers are the sandbox drivers: they import only the sandbox contract.
