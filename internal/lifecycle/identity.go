@@ -4,8 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -15,30 +15,28 @@ import (
 
 // Identity is a run's identity: the hash of its declared inputs, and the
 // inputs by the name resume reports when one changed ("task fix-sum
-// revision", "harness agent:x content", "cells (tasks × harnesses ×
+// revision", "harness agent:x agent dir", "cells (tasks × harnesses ×
 // models × repeats)").
 type Identity struct {
 	Hash   string
 	Inputs map[string]string
 }
 
-// Identify hashes a run's declared inputs: for every cell (in matrix
-// order) its task and task revision, harness reference and the content of
-// an agent harness's directory, model and repeat. Output paths, the
+// Identify hashes a run's declared inputs: every task's revision, the
+// content of every file and directory each harness arm brings into its
+// cells (harness.Arm.IdentityInputs: agent and skill directories, the
+// pinned CLI binaries, resolved against spec.BaseDir), and the set of
+// cell ids (tasks × harnesses × models × repeats). Output paths, the
 // machine and the time are no part of it: a resumed run is the same run
-// wherever it continues.
+// wherever it continues. An input that cannot be read is an error naming
+// the harness.
 func Identify(spec events.RunSpec, cells []planner.Cell) (Identity, error) {
 	inputs, err := declaredInputs(spec, cells)
 	if err != nil {
 		return Identity{}, err
 	}
 	h := sha256.New()
-	keys := make([]string, 0, len(inputs))
-	for k := range inputs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(inputs)) {
 		fmt.Fprintf(h, "%s=%s\n", k, inputs[k])
 	}
 	return Identity{Hash: "sha256:" + hex.EncodeToString(h.Sum(nil)), Inputs: inputs}, nil
@@ -49,15 +47,28 @@ func Identify(spec events.RunSpec, cells []planner.Cell) (Identity, error) {
 func declaredInputs(spec events.RunSpec, cells []planner.Cell) (map[string]string, error) {
 	in := map[string]string{}
 	var ids []string
+	arms := map[string]bool{}
 	for _, c := range cells {
 		ids = append(ids, c.ID)
 		in["task "+c.Task.Name+" revision"] = c.Task.Revision
-		if c.Harness.Kind == harness.Agent {
-			sum, err := dirHash(spec.BaseDir, c.Harness.Arg)
+		if arms[c.Harness.Name] {
+			continue
+		}
+		arms[c.Harness.Name] = true
+		arm, err := harness.For(c.Harness)
+		if err != nil {
+			return nil, err
+		}
+		files, err := arm.IdentityInputs(spec.BaseDir)
+		if err != nil {
+			return nil, fmt.Errorf("harness %s: %w", c.Harness.Name, err)
+		}
+		for _, f := range files {
+			sum, err := harness.HashInput(f.Path)
 			if err != nil {
-				return nil, fmt.Errorf("harness %s: %w", c.Harness.Name, err)
+				return nil, fmt.Errorf("harness %s: %s: %w", c.Harness.Name, f.Name, err)
 			}
-			in["harness "+c.Harness.Name+" content"] = sum
+			in["harness "+c.Harness.Name+" "+f.Name] = sum
 		}
 	}
 	sort.Strings(ids)
@@ -67,31 +78,6 @@ func declaredInputs(spec events.RunSpec, cells []planner.Cell) (map[string]strin
 	}
 	in["cells (tasks × harnesses × models × repeats)"] = hex.EncodeToString(h.Sum(nil))
 	return in, nil
-}
-
-// dirHash hashes the names and contents of the regular files directly in
-// dir (relative to base).
-func dirHash(base, dir string) (string, error) {
-	if !filepath.IsAbs(dir) {
-		dir = filepath.Join(base, dir)
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d\n", e.Name(), len(data))
-		h.Write(data)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Changes names the declared inputs that differ between was and now

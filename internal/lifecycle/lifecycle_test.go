@@ -48,7 +48,13 @@ func writeFiles(t testing.TB, dir string, files map[string]string) {
 // returns a run of them through harnesses with repeats, not yet started.
 func newRun(t testing.TB, b *bus.Bus, repeats int, harnesses ...string) *run {
 	t.Helper()
-	base := t.TempDir()
+	return newRunIn(t, b, t.TempDir(), repeats, harnesses...)
+}
+
+// newRunIn is newRun with base as the spec's base dir, where relative
+// harness paths are resolved.
+func newRunIn(t testing.TB, b *bus.Bus, base string, repeats int, harnesses ...string) *run {
+	t.Helper()
 	root := filepath.Join(base, "tasks")
 	for _, n := range []string{"a", "b"} {
 		writeFiles(t, filepath.Join(root, n), map[string]string{
@@ -361,5 +367,36 @@ func TestResumeRunsUnfinishedCellsAgain(t *testing.T) {
 	}
 	if _, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now()); err == nil || !strings.Contains(err.Error(), "is alive: host-b pid 2") {
 		t.Errorf("a second resume while the first holds the lease: %v", err)
+	}
+}
+
+// TestIdentityNoticesChangedArmFiles: the identity hashes what each arm
+// brings into its cells (harness.Arm.IdentityInputs): a file changed
+// below a probe's skill directory, or in a subdirectory of an agent
+// directory, changes it, and resume refuses the run naming the input.
+func TestIdentityNoticesChangedArmFiles(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		harness, dir, file, input string
+		files                     map[string]string
+	}{
+		{"docker-probe:skills/s", "skills/s", "scripts/run.sh", "harness docker-probe:skills/s skill dir changed",
+			map[string]string{"SKILL.md": "---\nname: s\ndescription: d\n---\n", "scripts/run.sh": "echo 1\n"}},
+		{"agent:agents/x", "agents/x", "lib/helper.sh", "harness agent:agents/x agent dir changed",
+			map[string]string{"agent.toml": "run = \"bash /opt/proctor/agent/lib/helper.sh\"\n", "lib/helper.sh": "echo 1\n"}},
+	} {
+		t.Run(c.harness, func(t *testing.T) {
+			base := t.TempDir()
+			writeFiles(t, filepath.Join(base, c.dir), c.files)
+			r := newRunIn(t, b, base, 1, c.harness)
+			r.start(t)
+			r.die(t)
+			writeFiles(t, filepath.Join(base, c.dir), map[string]string{c.file: "echo 2\n"})
+			_, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now())
+			if err == nil || !strings.Contains(err.Error(), c.input) {
+				t.Fatalf("resume after %s changed: %v, want a refusal naming %q", c.file, err, c.input)
+			}
+		})
 	}
 }
