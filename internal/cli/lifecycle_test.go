@@ -263,6 +263,11 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	if !strings.Contains(r.stderr.String(), "2 of 4 cells run again") {
 		t.Errorf("resume did not re-run exactly the 2 unfinished cells:\n%s", r.stderr.String())
 	}
+	// It names each cell it runs again and each it reuses, with why.
+	if again, reuse := strings.Count(r.stderr.String(), "\n  run again  true-task/"), strings.Count(r.stderr.String(), "\n  reuse      true-task/"); again != 2 || reuse != 2 ||
+		!strings.Contains(r.stderr.String(), "/default/3: no terminal event") || !strings.Contains(r.stderr.String(), "/default/1: passed (reward 1)") {
+		t.Errorf("resume named %d cells run again and %d reused, want 2 and 2 with why:\n%s", again, reuse, r.stderr.String())
+	}
 	// Its progress goes past the RunFinished that closed epoch 0 to the
 	// cells run again (it stopped there, printing none of them).
 	if !strings.Contains(r.stderr.String(), "[4/4] ") {

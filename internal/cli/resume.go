@@ -28,11 +28,14 @@ func newRunsResume(g *globals) *cobra.Command {
 		Short: "Continue a run that died or was interrupted: cells without a verdict run again",
 		Long: `Continue a run whose process died (kill -9, a crash, a lost machine) or that
 was interrupted. Cells with a terminal event (verdict, errored, refused) keep
-it; every other cell runs again as a new attempt, and the artifact and report
-are written as 'tasks run' writes them. Resume refuses a run whose declared
-inputs (task revisions, agent harness contents, the matrix) changed, naming
-the input, and a run whose owner still holds its lease. Nothing is deleted:
-the log keeps every attempt.`,
+it, except an error of proctor's own machinery (class build, sandbox or
+infra, as a container killed mid-verify leaves it); every other cell runs
+again as a new attempt, and the artifact and report are written as 'tasks
+run' writes them. Resume lists each cell it runs again and each it reuses,
+with why. It refuses a run whose declared inputs (task revisions, the agent
+and skill directories and CLI binaries of its harnesses, the matrix)
+changed, naming the input, and a run whose owner still holds its lease.
+Nothing is deleted: the log keeps every attempt.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.resume(cmd.Context(), args[0], f)
@@ -81,6 +84,12 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 			return err
 		}
 		fmt.Fprintf(g.stderr, "run %s: resumed (epoch %d): %d of %d cells run again\n", runID, r.Epoch, len(r.Again), len(r.Cells))
+		for _, d := range r.Again {
+			fmt.Fprintf(g.stderr, "  run again  %s: %s\n", d.CellID, d.Why)
+		}
+		for _, d := range r.Kept {
+			fmt.Fprintf(g.stderr, "  reuse      %s: %s\n", d.CellID, d.Why)
+		}
 		return nil
 	})
 	if err != nil {

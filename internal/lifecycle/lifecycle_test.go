@@ -400,3 +400,61 @@ func TestIdentityNoticesChangedArmFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeRunsInfraErroredCellsAgain: a cell whose attempt ended
+// errored by proctor's own machinery (class infra: its container was
+// killed mid-verify, and the redelivered verify job found it) runs again
+// on resume, as --retries would run it, instead of keeping its error; a
+// cell errored by the agent (solver_error) keeps it, as a passed one
+// does. Each decision says why.
+func TestResumeRunsInfraErroredCellsAgain(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx := context.Background()
+	r := newRun(t, b, 2, "oracle")
+	r.start(t)
+	a1, a2, b1, b2 := r.cells[0].ID, r.cells[1].ID, r.cells[2].ID, r.cells[3].ID
+	r.pass(t, a1, 1)
+	killed := "the verify job was delivered again after its VerifyStarted: the sandbox was stopped mid-verify"
+	r.errored(t, a2, 1, events.ClassInfra, killed)
+	r.errored(t, b1, 1, events.ClassSolverError, "the solver made no attempt")
+	r.die(t)
+	if _, err := lifecycle.RecoverDead(ctx, b, "test"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(res.Again), []string{a2, b2}) || !slices.Equal(ids(res.Kept), []string{a1, b1}) {
+		t.Fatalf("again %v, kept %v; want the infra-errored and the unfinished cell run again", ids(res.Again), ids(res.Kept))
+	}
+	why := map[string]string{}
+	for _, d := range append(res.Again, res.Kept...) {
+		why[d.CellID] = d.Why
+	}
+	for cell, want := range map[string]string{a1: "passed (reward 1)", a2: "errored (infra): " + killed,
+		b1: "errored (solver_error): the solver made no attempt", b2: "no terminal event"} {
+		if why[cell] != want {
+			t.Errorf("%s: why %q, want %q", cell, why[cell], want)
+		}
+	}
+	if err := res.Begin(ctx, b, "host-b pid 2", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	m, err := b.Work.GetLastMsgForSubject(ctx, events.LaunchSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job events.LaunchJob
+	if err := json.Unmarshal(m.Data, &job); err != nil || job.CellID != b2 {
+		t.Fatalf("last launch job %+v (%v), want %s's", job, err, b2)
+	}
+	first, err := b.Work.GetMsg(ctx, m.Sequence-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var firstJob events.LaunchJob
+	if err := json.Unmarshal(first.Data, &firstJob); err != nil || firstJob.CellID != a2 || firstJob.AttemptBase != 1 {
+		t.Errorf("launch job of the infra-errored cell %+v (%v), want attempt 2 of %s", firstJob, err, a2)
+	}
+}

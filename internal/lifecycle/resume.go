@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
@@ -41,7 +42,7 @@ type Resume struct {
 	// Cells is the run's matrix, recomputed from its recorded spec.
 	Cells []planner.Cell
 	// Again are the cells that run again, Kept those that keep their
-	// terminal event, both in plan order. Cells the planner refuses are
+	// terminal event (PrepareResume says which), both in plan order. Cells the planner refuses are
 	// in neither: their refusal is recorded by the plan.
 	Again, Kept []Decision
 }
@@ -63,7 +64,11 @@ type Decision struct {
 // or whose identity changed (naming each changed input); it recomputes
 // the matrix from the recorded spec (an error when that no longer plans)
 // and sorts the cells into those that keep their terminal event and those
-// that run again. It changes nothing.
+// that run again: a cell without a terminal event, or whose last attempt
+// ended errored by proctor's own machinery (a retryable class: build,
+// sandbox, infra, as a container killed mid-verify leaves it), the cells
+// `--retries` would run again. A verdict, and an error of the cell's own
+// (solver_error, refused, unresolved_env), is kept. It changes nothing.
 func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Resume, error) {
 	rec, err := b.GetRun(ctx, runID)
 	if err != nil {
@@ -105,14 +110,32 @@ func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time)
 		if c.Refusal != "" {
 			continue
 		}
-		d := Decision{CellID: c.ID, Attempt: p.Attempt(c.ID)}
-		if p.CellDone(c.ID) {
+		d := Decision{CellID: c.ID, Attempt: p.Attempt(c.ID), Why: "no terminal event"}
+		row, _ := p.Row(c.ID)
+		if p.CellDone(c.ID) || p.RetryPending(c.ID) {
+			d.Why = outcome(row)
+		}
+		if p.CellDone(c.ID) && !events.ErrorClass(row.ErrorClass).Retryable() {
 			r.Kept = append(r.Kept, d)
 			continue
 		}
 		r.Again = append(r.Again, d)
 	}
 	return r, nil
+}
+
+// outcome is a row's outcome in words: "passed (reward 1)", "errored
+// (infra): why".
+func outcome(row artifact.Result) string {
+	switch {
+	case row.Outcome == artifact.OutcomeErrored:
+		return fmt.Sprintf("errored (%s): %s", row.ErrorClass, row.Error)
+	case row.Outcome == artifact.OutcomeVerifierError:
+		return "verifier error: " + row.Error
+	case row.Reward != nil:
+		return fmt.Sprintf("%s (reward %g)", row.Outcome, *row.Reward)
+	}
+	return row.Outcome
 }
 
 // Begin starts the resume's epoch, owned by owner: it moves the run's

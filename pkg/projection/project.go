@@ -59,7 +59,8 @@ type cellState struct {
 	// attempts counts the attempts whose events the log holds and
 	// retried the attempts that ended errored with a retryable class;
 	// both survive reset. retrying marks a terminal attempt that a retry
-	// follows (RunSpec.Retries not spent): the cell is not done.
+	// follows (RunSpec.Retries not spent, or a RunResumed names the
+	// cell): the cell is not done.
 	attempts int
 	retried  int
 	retrying bool
@@ -364,6 +365,15 @@ func (p *Projector) applyRun(e events.Envelope) {
 			if p.finished != nil && p.finished.Epoch < r.Epoch {
 				p.finished, p.finishedAt = nil, time.Time{}
 			}
+			// The cells it names run again: one whose attempt ended
+			// (errored by proctor's machinery) is pending its new
+			// attempt, as a retried cell is, and not done.
+			for _, id := range r.Cells {
+				if c := p.cells[id]; c != nil && c.terminal && !c.retrying {
+					c.retrying = true
+					p.terminal--
+				}
+			}
 		}
 	}
 }
@@ -430,7 +440,8 @@ func (p *Projector) CellDone(cellID string) bool {
 // with a retryable class (events.ErrorClass.Retryable) while the run's
 // RunSpec.Retries was not spent: the cell is run again as a new attempt
 // (the aggregator publishes its launch job) and is not done. The k-th
-// such error of a cell is retried when k <= Retries.
+// such error of a cell is retried when k <= Retries. A cell a RunResumed
+// names is pending too (the resume publishes its job).
 func (p *Projector) RetryPending(cellID string) bool {
 	c := p.cells[cellID]
 	return c != nil && c.terminal && c.retrying

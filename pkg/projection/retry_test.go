@@ -47,3 +47,36 @@ func TestRetryPendingKeepsTheRunOpen(t *testing.T) {
 		t.Errorf("row a %+v, want the last attempt's error", rows[0])
 	}
 }
+
+// TestResumeReopensTheCellsItNames: a RunResumed reopens the cells it
+// names, a cell errored by proctor's machinery included: the run is not
+// done until their new attempts end (the aggregator closed the resumed
+// epoch at once when the only cell run again had an error, and the new
+// attempt's verdict came after RunFinished); a cell it does not name
+// keeps its outcome.
+func TestResumeReopensTheCellsItNames(t *testing.T) {
+	const run = "r1"
+	p := NewProjector(run)
+	p.Apply(events.Must(events.RunRequested, run, "", 0, "cli", events.RunRequestedData{}))
+	p.Apply(events.Must(events.RunPlanned, run, "", 0, "planner", events.RunPlannedData{Cells: 2}))
+	for _, c := range []string{"a", "b"} {
+		p.Apply(events.Must(events.CellPlanned, run, c, 1, "planner", events.CellPlannedData{Task: c, Harness: "h"}))
+	}
+	one := 1.0
+	p.Apply(events.Must(events.Verdict, run, "a", 1, "verifier", events.VerdictData{Reward: &one}))
+	p.Apply(events.Must(events.CellErrored, run, "b", 1, "verifier", events.CellErroredData{ErrorClass: string(events.ClassInfra), Error: "killed mid-verify"}))
+	p.Apply(events.Must(events.RunFinished, run, "", 0, "cli", events.RunFinishedData{Status: "interrupted"}))
+	p.Apply(events.Must(events.RunResumed, run, "", 0, "cli", events.RunResumedData{Epoch: 1, Cells: []string{"b"}}))
+	if p.Done() || p.CellDone("b") || p.CellState("b") != StateRunning || !p.CellDone("a") || p.DoneCells() != 1 {
+		t.Fatalf("after the resume: run done %v, b done %v (%s), a done %v, %d done cells; want b reopened",
+			p.Done(), p.CellDone("b"), p.CellState("b"), p.CellDone("a"), p.DoneCells())
+	}
+	p.Apply(events.Must(events.CellSuperseded, run, "b", 2, "launcher", events.CellSupersededData{PreviousAttempt: 1}))
+	p.Apply(events.Must(events.Verdict, run, "b", 2, "verifier", events.VerdictData{Reward: &one}))
+	if !p.Done() || p.DoneCells() != 2 {
+		t.Fatalf("after b's new verdict: done %v, %d done cells", p.Done(), p.DoneCells())
+	}
+	if r, _ := p.Row("b"); r.Outcome != "passed" || r.Attempt != 2 || r.Attempts != 2 {
+		t.Errorf("row b %+v, want attempt 2 passed", r)
+	}
+}
