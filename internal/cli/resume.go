@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/internal/lifecycle"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
@@ -19,6 +21,9 @@ type resumeFlags struct {
 	node, imageMap string
 	concurrency    int
 	limits         limitFlags
+	// conflicts, when set, lists the flags that differ from the run's
+	// recorded spec (tasks run --resume); any refuses the resume.
+	conflicts func(bus.RunRecord) []string
 }
 
 func newRunsResume(g *globals) *cobra.Command {
@@ -73,6 +78,14 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 	runID, err := g.resolveRun(ctx, conn.Bus, arg)
 	if err != nil {
 		return err
+	}
+	if f.conflicts != nil {
+		if rec, err := conn.GetRun(ctx, runID); err == nil {
+			if d := f.conflicts(rec); len(d) > 0 {
+				return usageError{fmt.Errorf("run %s: --resume continues the run as it was requested, and these flags differ from it: %s",
+					runID, strings.Join(d, "; "))}
+			}
+		}
 	}
 	r, err := lifecycle.PrepareResume(ctx, conn.Bus, runID, time.Now())
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +50,9 @@ type runFlags struct {
 	agentGrace  float64
 	probeTgts   string
 	resume      string
+	// changed reports whether a flag was given (cobra's Changed); nil
+	// when the flags were set by a caller, not parsed.
+	changed func(flag string) bool
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -63,6 +67,7 @@ log, and write the task_runs.v1 artifact (--out-json) and a Markdown report
 services serve that NATS cluster; without it everything runs in this process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.changed = cmd.Flags().Changed
 			return g.tasksRun(cmd.Context(), f)
 		},
 	}
@@ -87,7 +92,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
-	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply)")
+	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply; a flag of the run's spec with another value than the run's is refused)")
 	f.limits.add(fl)
 	return cmd
 }
@@ -96,12 +101,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.tasksRoot == "" {
 		return events.RunSpec{}, usageError{errors.New("--tasks-root is required")}
 	}
-	var names []string
-	for _, n := range f.tasks {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
-	}
+	names := f.taskNames()
 	if !f.all && len(names) == 0 {
 		if len(f.tasks) > 0 {
 			return events.RunSpec{}, usageError{fmt.Errorf("--tasks %q names no task", strings.Join(f.tasks, ","))}
@@ -139,13 +139,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if err != nil {
 		return events.RunSpec{}, err
 	}
-	harnesses := f.harnesses.vals
-	if f.commandTpl != "" {
-		if !f.harnesses.set {
-			harnesses = nil
-		}
-		harnesses = append(harnesses, "command:"+f.commandTpl)
-	}
+	harnesses := f.harnessRefs()
 	cwd, err := os.Getwd()
 	if err != nil {
 		return events.RunSpec{}, err
@@ -177,10 +171,81 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	return s, nil
 }
 
+// harnessRefs are the harnesses of --harnesses and --command-template.
+func (f *runFlags) harnessRefs() []string {
+	harnesses := slices.Clone(f.harnesses.vals)
+	if f.commandTpl != "" {
+		if !f.harnesses.set {
+			harnesses = nil
+		}
+		harnesses = append(harnesses, "command:"+f.commandTpl)
+	}
+	return harnesses
+}
+
+// resumeConflicts lists the flags given with --resume that are part of
+// the run's spec (what it runs and how it is scored) with a value other
+// than the one rec records: "--model m2 (the run has m1)". A resume
+// continues the run as it was requested; the flags of how this process
+// runs it (--concurrency, --node, --image-map, the limits, --out-json,
+// --out-md) apply.
+func (f *runFlags) resumeConflicts(rec bus.RunRecord) []string {
+	if f.changed == nil {
+		return nil
+	}
+	s := rec.Spec
+	var out []string
+	check := func(flag string, differs bool, given, run any) {
+		if f.changed(flag) && differs {
+			out = append(out, fmt.Sprintf("--%s %v (the run has %v)", flag, given, run))
+		}
+	}
+	abs := func(p string) string {
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	list := func(v []string) string { return strings.Join(v, ",") }
+	check("tasks-root", abs(f.tasksRoot) != s.TasksRoot, abs(f.tasksRoot), s.TasksRoot)
+	check("tasks", !slices.Equal(f.taskNames(), s.Tasks), list(f.taskNames()), list(s.Tasks))
+	check("all", f.all != s.All, f.all, s.All)
+	check("strict", f.strict != s.Strict, f.strict, s.Strict)
+	hs := f.harnessRefs()
+	if f.changed("command-template") && !f.changed("harnesses") {
+		check("command-template", !slices.Equal(hs, s.Harnesses), list(hs), list(s.Harnesses))
+	} else {
+		check("harnesses", !slices.Equal(hs, s.Harnesses), list(hs), list(s.Harnesses))
+	}
+	check("model", !slices.Equal(f.models, s.Models), list(f.models), list(s.Models))
+	check("repeats", f.repeats != s.Repeats, f.repeats, s.Repeats)
+	check("retries", f.retries != s.Retries, f.retries, s.Retries)
+	check("baseline-harness", f.baseline != s.BaselineHarness, f.baseline, s.BaselineHarness)
+	out2 := abs(filepath.Join(f.outputDir, rec.ID))
+	check("output-dir", out2 != s.OutputDir, f.outputDir, filepath.Dir(s.OutputDir))
+	check("agent-grace", f.agentGrace != s.AgentGraceSec, f.agentGrace, s.AgentGraceSec)
+	check("probe-targets", f.probeTgts != s.ProbeTargets, f.probeTgts, s.ProbeTargets)
+	if f.changed("dry-run") && f.dryRun {
+		out = append(out, "--dry-run (a resume runs the cells)")
+	}
+	return out
+}
+
+// taskNames are the names of --tasks, blanks dropped.
+func (f *runFlags) taskNames() []string {
+	var names []string
+	for _, n := range f.tasks {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
 func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	if f.resume != "" {
 		return g.resume(ctx, f.resume, &resumeFlags{outJSON: f.outJSON, outMD: f.outMD, node: f.node,
-			imageMap: f.imageMap, concurrency: f.concurrency, limits: f.limits})
+			imageMap: f.imageMap, concurrency: f.concurrency, limits: f.limits, conflicts: f.resumeConflicts})
 	}
 	runID := events.NewID()
 	spec, err := f.spec(runID)
