@@ -18,7 +18,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
-// progress follows the run's events on stderr until RunFinished or ctx
+// progress follows the run's events on stderr until the run ends or ctx
 // ends: a progress bar on a terminal, one plain line per finished cell
 // otherwise. The events are folded by a projection.Projector, so a cell is
 // done exactly when the artifact will count it done (its current attempt
@@ -27,9 +27,10 @@ import (
 // plan comes first: the planner publishes the refusals of a run
 // (CellRefused) before RunPlanned, so their lines wait for it and are
 // printed as [i/N] after "planned N cells". It stops at the RunFinished
-// of epoch (a resumed run's log holds the RunFinished of each earlier
-// epoch, which the RunResumed after it reopens). Event data that did not
-// decode is reported in one warning line at the end.
+// of epoch or a later one (projection.Follow: a resumed run's log holds
+// the RunFinished of each earlier epoch, which the RunResumed after it
+// reopens). Event data that did not decode is reported in one warning
+// line at the end.
 func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch int) {
 	p := projection.NewProjector(runID)
 	total, done := 0, 0
@@ -39,7 +40,7 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 	if f, ok := g.stderr.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 		tty = true
 	}
-	_ = b.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
+	err := projection.Follow(ctx, b, runID, projection.FollowOptions{Epoch: epoch}, func(e events.Envelope) error {
 		planned := p.Planned()
 		p.Apply(e)
 		switch {
@@ -59,15 +60,6 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 				}
 			}
 			early = nil
-		case e.Type == events.RunFinished:
-			if !p.Finished() || p.Epoch() < epoch {
-				return nil // an earlier epoch's end: the resume goes on
-			}
-			if bar != nil {
-				_ = bar.Finish()
-			}
-			g.warnDecodeErrors(p.DecodeErrors())
-			return bus.ErrStop
 		case e.CellID != "" && p.DoneCells() != done:
 			ended := p.DoneCells() > done && projection.Terminal(e.Type)
 			done = p.DoneCells()
@@ -83,6 +75,12 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 		}
 		return nil
 	})
+	if err == nil { // the run ended
+		if bar != nil {
+			_ = bar.Finish()
+		}
+		g.warnDecodeErrors(p.DecodeErrors())
+	}
 }
 
 // describe is a done cell's outcome as its row has it, shown through

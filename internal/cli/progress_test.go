@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
-	"github.com/proctor-eval/proctor/internal/testutil"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,8 +11,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
@@ -80,5 +82,35 @@ func TestProgressServiceFailure(t *testing.T) {
 	}
 	if len(a.Results) != 1 || a.Results[0].Outcome != artifact.OutcomeErrored || a.Results[0].ErrorClass != artifact.ErrorInfra {
 		t.Errorf("rows %+v, want the one planned cell errored (infra)", a.Results)
+	}
+}
+
+// TestProgressFollowsAResumedRun: the progress of `runs resume` (its
+// epoch 1) goes past the RunFinished that closed epoch 0 to the cell run
+// again, and ends at epoch 1's RunFinished.
+func TestProgressFollowsAResumedRun(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx := context.Background()
+	r := testutil.NewResumedRun("oracle", t.TempDir())
+	if err := b.PutRun(ctx, r.Record); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishAll(ctx, r.Before...); err != nil {
+		t.Fatal(err)
+	}
+	var stderr testutil.SyncBuffer
+	g := &globals{stdout: io.Discard, stderr: &stderr}
+	done := make(chan struct{})
+	go func() { defer close(done); g.progress(ctx, b, r.ID, 1) }()
+	if err := b.PublishAll(ctx, r.After...); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the progress did not end at epoch 1's RunFinished:\n%s", stderr.String())
+	}
+	if want := "[2/2] " + r.Cells[1] + " reward 1\n"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("no line %q for the cell run again:\n%s", want, stderr.String())
 	}
 }

@@ -227,9 +227,10 @@ func waitGone(ctx context.Context, path string, d time.Duration) {
 	}
 }
 
-// follow reads the run from its first event until RunFinished (nil), the
-// end of a log nobody writes any more (an error), ctx's end, or a lost
-// connection (errLost).
+// follow reads the run from its first event until it ends (nil: the
+// RunFinished of its newest epoch, projection.Follow), the end of a log
+// nobody writes any more (an error), ctx's end, or a lost connection
+// (errLost).
 func (w *watcher) follow(ctx context.Context, conn *connection) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -271,10 +272,6 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 		w.delivered++
 		w.last = e.At
 		w.apply(e)
-		if w.p.Finished() {
-			w.final()
-			return bus.ErrStop
-		}
 		if e.ID == lastID && !w.caughtUp {
 			w.caughtUp = true
 			w.progress(e.At)
@@ -290,7 +287,8 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 			}
 			return err
 		}
-		if w.p.Finished() {
+		if w.p.Finished() { // the newest epoch's RunFinished: the run ended
+			w.final()
 			return nil
 		}
 		w.caughtUp = true
@@ -298,8 +296,13 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 		w.decodeErrors()
 		return fmt.Errorf("run %s has not finished and no proctor process serves this store (its process died?); `proctor replay %s` projects what finished", w.runID, w.runID)
 	}
-	err = conn.Follow(fctx, filters, handle)
+	// Until the run ends, past the RunFinished of each earlier epoch of a
+	// resumed run.
+	err = projection.Follow(fctx, conn.Bus, w.runID, projection.FollowOptions{}, handle)
 	switch {
+	case err == nil:
+		w.final()
+		return nil
 	case err != nil && ctx.Err() == nil && local && (lost.Load() || !conn.NC.IsConnected()):
 		return errLost
 	case err != nil && ctx.Err() != nil:

@@ -298,3 +298,55 @@ func TestWatchOutlivesTheRunProcess(t *testing.T) {
 		t.Errorf("final progress missing:\n%s", out)
 	}
 }
+
+// TestWatchFollowsAResumedRun starts `proctor watch` while a resumed run
+// goes on (its log holds the RunFinished that closed epoch 0, then the
+// RunResumed of epoch 1): watch follows it to the end of epoch 1 and its
+// final counts are the whole run's. It stopped at the first RunFinished,
+// reporting the run interrupted with the resumed cell errored.
+func TestWatchFollowsAResumedRun(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	b, e := bustest.Bus(t)
+	ctx := context.Background()
+	r := testutil.NewResumedRun("oracle", t.TempDir())
+	if err := b.PutRun(ctx, r.Record); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PublishAll(ctx, r.Before...); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr testutil.SyncBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main([]string{"watch", r.ID, "--nats", e.ClientURL()}, &stdout, &stderr) }()
+	// Caught up: watch prints the run's progress with cell b running.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stdout.String(), "] oracle: 1/2 done, 1 running"); {
+		select {
+		case code := <-done:
+			t.Fatalf("watch ended (exit %d) before the resumed epoch did:\n%s\n%s", code, stdout.String(), stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch never caught up:\n%s\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling output, not synchronising on time
+	}
+	if err := b.PublishAll(ctx, r.After...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.PutRun(ctx, r.Final); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("watch: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("watch did not end after epoch 1's RunFinished:\n%s", stdout.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "run "+r.ID+" finished: 2 cells: 2 passed") ||
+		!strings.Contains(out, "final oracle: n 2, errored 0, scored 2, passed 2, pass_rate 1.000000") {
+		t.Errorf("watch's end is not the resumed run's:\n%s", out)
+	}
+}

@@ -57,13 +57,13 @@ var layers = map[string]int{
 	// 0: the vocabulary and leaf libraries, importing nothing of the module.
 	"schemas": 0, "pkg/events": 0, "pkg/stats": 0, "pkg/atomicfile": 0, "pkg/textsafe": 0,
 	"pkg/dockerfile": 0, "pkg/egress": 0, "pkg/firewall": 0, "pkg/llmtest": 0,
-	"internal/testutil": 0, "internal/layering": 0, "internal/doclinks": 0,
-	"internal/pipeline": 0,
+	"internal/layering": 0, "internal/doclinks": 0, "internal/pipeline": 0,
 	// 1: contracts and loaders.
 	"pkg/task": 1, "pkg/sandbox": 1, "pkg/bus": 1, "pkg/isoprobe": 1, "pkg/artifact": 1,
 	// 2: implementations of a contract.
 	"pkg/sandbox/docker": 2, "pkg/sandbox/process": 2, "pkg/sandbox/sandboxfake": 2,
 	"pkg/sandbox/sandboxtest": 2, "pkg/cellfs": 2, "pkg/bus/bustest": 2, "pkg/dataset": 2,
+	"internal/testutil": 2, // its fixtures are event logs
 	// 3: the harness arms and the cell preamble.
 	"pkg/harness": 3, "pkg/cellrun": 3,
 	// 4: what runs arms or reads the log.

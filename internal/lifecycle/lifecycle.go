@@ -1,12 +1,13 @@
 // Package lifecycle is a run's life around the services that do its
 // work: its start (Start), the lease its owner holds (HoldLease), the end
 // of runs whose owner died (RecoverDead), its identity (Identify), its
-// continuation in a new epoch (PrepareResume, Resume.Begin), its early
-// end (Abandon), and following its events until it ends (Follow).
+// continuation in a new epoch (PrepareResume, Resume.Begin) and its early
+// end (Abandon).
 //
 // It reads and writes the event log and the run index only (pkg/bus): the
 // CLI wires it to commands, starts the services and prints what it
-// returns, and the viewer follows runs with it.
+// returns. Following a run until it ends, whatever its epochs, is
+// projection.Follow.
 package lifecycle
 
 import (

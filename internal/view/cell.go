@@ -74,10 +74,11 @@ func (s *Server) cellJSON(w http.ResponseWriter, r *http.Request, runID, cellID 
 }
 
 func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string) (*CellPage, error) {
-	if _, _, err := s.runRecord(ctx, runID); err != nil {
+	rec, _, err := s.runRecord(ctx, runID)
+	if err != nil {
 		return nil, err
 	}
-	l, err := s.lives.get(ctx, runID)
+	l, err := s.lives.get(ctx, runID, rec.Epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -202,11 +203,12 @@ func tail(root *os.Root, name string, size int64) (string, bool) {
 // os.Root so no path or link escapes it.
 func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 	runID, cellID, name := r.PathValue("run"), r.URL.Query().Get("cell"), r.URL.Query().Get("name")
-	if _, _, err := s.runRecord(r.Context(), runID); err != nil {
+	rec, _, err := s.runRecord(r.Context(), runID)
+	if err != nil {
 		writeJSON(w, nil, err)
 		return
 	}
-	l, err := s.lives.get(r.Context(), runID)
+	l, err := s.lives.get(r.Context(), runID, rec.Epoch)
 	if err != nil {
 		writeJSON(w, nil, err)
 		return

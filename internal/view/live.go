@@ -2,7 +2,6 @@ package view
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -17,8 +16,8 @@ import (
 // while events arrive.
 const artifactEvery = 2 * time.Second
 
-// live is one run's projection, kept current by a JetStream ordered
-// consumer on the run's subjects (bus.Follow from the run's first event).
+// live is one run's projection, kept current by a follow of the run's
+// events from its first (projection.Follow).
 // Every field behind mu.
 type live struct {
 	runID string
@@ -42,12 +41,14 @@ type live struct {
 	wake     chan struct{}
 	ready    chan struct{} // closed once the events stored at start are applied
 	caughtUp bool          // ready is closed
+	ended    bool          // the run ended: its log no longer changes, unless a resume reopens it
 	err      error         // why following stopped early, if it did
 }
 
-// lives holds the projection of every run a page asked for. Finished runs
-// stay cached (their log no longer changes); the follow goroutines end
-// with the server's context.
+// lives holds the projection of every run a page asked for. Ended runs
+// stay cached (their log no longer changes) until the run index shows a
+// later epoch (a resume reopened the run); the follow goroutines end with
+// the server's context.
 type lives struct {
 	ctx     context.Context
 	bus     *bus.Bus
@@ -58,9 +59,15 @@ type lives struct {
 
 // get returns the run's live projection, starting its follower on first
 // use, once the events stored when it started are applied (or ctx ends).
-func (ls *lives) get(ctx context.Context, runID string) (*live, error) {
+// epoch is the run's epoch in the index (0 when it has no record): an
+// ended projection of an older epoch is replaced, since a resume reopened
+// the run.
+func (ls *lives) get(ctx context.Context, runID string, epoch int) (*live, error) {
 	ls.mu.Lock()
 	l := ls.runs[runID]
+	if l != nil && l.stale(epoch) {
+		l = nil
+	}
 	if l == nil {
 		l = &live{runID: runID, p: projection.NewProjector(runID), states: map[string]string{},
 			wake: make(chan struct{}), ready: make(chan struct{})}
@@ -88,6 +95,9 @@ func (ls *lives) get(ctx context.Context, runID string) (*live, error) {
 	return l, nil
 }
 
+// follow applies the run's events until the run ends (projection.Follow:
+// past the RunFinished of each earlier epoch of a resumed run), ctx ends
+// or the follow fails (l.err).
 func (l *live) follow(ctx context.Context, b *bus.Bus) {
 	var once sync.Once
 	markReady := func() {
@@ -99,42 +109,31 @@ func (l *live) follow(ctx context.Context, b *bus.Bus) {
 		})
 	}
 	defer markReady()
-	lastID := ""
-	last, err := b.LastEvent(ctx, events.RunFilter(l.runID))
-	switch {
-	case err == nil:
-		lastID = last.ID
-	case errors.Is(err, bus.ErrNotFound):
-		markReady()
-	default:
-		l.fail(err)
-		return
-	}
-	err = b.Follow(ctx, []string{events.RunFilter(l.runID)}, func(e events.Envelope) error {
+	err := projection.Follow(ctx, b, l.runID, projection.FollowOptions{CaughtUp: markReady}, func(e events.Envelope) error {
 		l.apply(e)
-		if e.ID == lastID {
-			markReady()
-		}
-		if l.finished() {
-			return bus.ErrStop
-		}
 		return nil
 	})
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		l.ended = true
+		l.mu.Unlock()
+	case ctx.Err() == nil:
 		l.fail(err)
 	}
+}
+
+// stale reports whether the projection ended in an epoch before epoch.
+func (l *live) stale(epoch int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended && l.p.Epoch() < epoch
 }
 
 func (l *live) fail(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.err = err
-}
-
-func (l *live) finished() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.p.Finished()
 }
 
 // apply folds one event and records the cells whose state changed: the

@@ -71,7 +71,7 @@ func (s *Server) runs(ctx context.Context, r *http.Request) (*RunsPage, error) {
 		Harnesses: append([]string{}, slices.Sorted(maps.Keys(harnesses))...)}
 	for _, rec := range keep[lo:hi] {
 		it := RunItem{RunRecord: rec, States: rec.Counts}
-		l, err := s.lives.get(ctx, rec.ID)
+		l, err := s.lives.get(ctx, rec.ID, rec.Epoch)
 		if err != nil {
 			return nil, err
 		}
@@ -254,7 +254,7 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.lives.get(ctx, id)
+	l, err := s.lives.get(ctx, id, rec.Epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -287,11 +287,12 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 
 func (s *Server) figure(w http.ResponseWriter, r *http.Request) {
 	id, name := r.PathValue("run"), r.PathValue("name")
-	if _, _, err := s.runRecord(r.Context(), id); err != nil {
+	rec, _, err := s.runRecord(r.Context(), id)
+	if err != nil {
 		writeJSON(w, nil, err)
 		return
 	}
-	l, err := s.lives.get(r.Context(), id)
+	l, err := s.lives.get(r.Context(), id, rec.Epoch)
 	if err != nil {
 		writeJSON(w, nil, err)
 		return
@@ -335,7 +336,7 @@ func (s *Server) liveStream(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, nil, err)
 		return
 	}
-	l, err := s.lives.get(ctx, id)
+	l, err := s.lives.get(ctx, id, rec.Epoch)
 	if err != nil {
 		writeJSON(w, nil, err)
 		return

@@ -214,6 +214,12 @@ func (b *Bus) Follow(ctx context.Context, filters []string, fn func(events.Envel
 	return b.follow(ctx, filters, func(e events.Envelope, _ uint64) error { return fn(e) })
 }
 
+// FollowSeq is Follow with each event's stream sequence, which LastSeq
+// compares with.
+func (b *Bus) FollowSeq(ctx context.Context, filters []string, fn func(events.Envelope, uint64) error) error {
+	return b.follow(ctx, filters, fn)
+}
+
 // FollowHeartbeat is the idle heartbeat a follow asks of its consumer;
 // two missed in a row mean the consumer is gone (its server died or is cut
 // off) and the follow re-creates it.

@@ -9,5 +9,7 @@
 // log always projects to the same bytes. A cell is done when its current
 // attempt has its terminal event (Terminal); the last attempt wins. Event
 // data that does not decode is counted (Projector.DecodeErrors, the
-// artifact's run.decode_errors), never dropped silently.
+// artifact's run.decode_errors), never dropped silently. Follow follows a
+// run's events until the run ends, past the end of each earlier epoch of
+// a resumed run.
 package projection
