@@ -43,8 +43,9 @@ func (g *globals) connect(ctx context.Context) (*connection, error) {
 // connectOwner is connect for a command that runs work on the store
 // (tasks run, runs resume): without --nats it must own the embedded store,
 // so it fails at once, naming the holder's pid, when another process holds
-// it; in-process services of two processes would share one work queue and
-// the second would die with the first's server.
+// it (in-process services of two processes would share one work queue and
+// the second would die with the first's server), unless that process is a
+// viewer, which hands the store over when asked (storeYieldSubject).
 func (g *globals) connectOwner(ctx context.Context) (*connection, error) {
 	return g.dial(ctx, true)
 }
@@ -73,6 +74,20 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 		}
 	}
 	lock, err := lockStore()
+	if errors.Is(err, errStoreBusy) && owner && askYield(ctx) {
+		// A viewer held the store and hands it over.
+		fmt.Fprintln(g.stderr, "proctor view hands the store over to this run")
+		for deadline := time.Now().Add(yieldLockWait); ; {
+			if lock, err = lockStore(); !errors.Is(err, errStoreBusy) || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(50 * time.Millisecond): // polling the lock the viewer lets go of
+			}
+		}
+	}
 	if errors.Is(err, errStoreBusy) {
 		if owner {
 			return nil, fmt.Errorf("%w: another proctor runs on this store; wait for it to end, set PROCTOR_HOME to another directory, or run against a cluster with --nats", err)

@@ -30,7 +30,11 @@ this binary; nothing is fetched at run time.
 
 The log is reached as 'runs' and 'watch' reach it: --nats, else the
 embedded server of a running proctor on this machine, else the store under
-$PROCTOR_HOME. The viewer has no authentication: it listens on loopback by
+$PROCTOR_HOME. The viewer never holds that store against a run: it serves
+it only while no proctor runs, hands it over to a 'tasks run' or 'runs
+resume' that starts, reads through the run's server while it runs and
+takes the store back when it ends; pages answer "pending" while the store
+changes hands. The viewer has no authentication: it listens on loopback by
 default; with --addr on another interface, give --token (then open the URL
 with ?token=T once) or accept that anyone who reaches the port reads the
 log.`,
@@ -60,13 +64,27 @@ func loopback(addr string) bool {
 }
 
 func (g *globals) serveView(ctx context.Context, addr, token string) error {
-	conn, err := g.connect(ctx)
-	if err != nil {
-		return err
+	var src view.Source
+	if g.natsURL != "" {
+		conn, err := g.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		src = view.Fixed(view.Log{Bus: conn.Bus})
+	} else {
+		// The embedded store: never held against a run (viewSource).
+		vs := newViewSource(g)
+		sctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); vs.run(sctx) }()
+		defer func() { stop(); <-done }()
+		if _, err := vs.Log(ctx); err != nil {
+			return ErrInterrupted
+		}
+		src = vs
 	}
-	defer conn.Close()
-	srv, err := view.New(ctx, view.Config{Version: version(), Token: token, Owned: conn.embedded != nil,
-		StartedAt: time.Now(), Logger: g.logger()}, conn.Bus)
+	srv, err := view.New(ctx, view.Config{Version: version(), Token: token, Logger: g.logger()}, src)
 	if err != nil {
 		return err
 	}

@@ -179,8 +179,14 @@ func startNATS(t testing.TB) (*bus.Embedded, *bus.Bus) {
 // startView serves a viewer over b on a loopback httptest server.
 func startView(t testing.TB, b *bus.Bus, cfg view.Config) *httptest.Server {
 	t.Helper()
+	return startViewOn(t, view.Fixed(view.Log{Bus: b}), cfg)
+}
+
+// startViewOn serves a viewer of src on a loopback httptest server.
+func startViewOn(t testing.TB, src view.Source, cfg view.Config) *httptest.Server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := view.New(ctx, cfg, b)
+	s, err := view.New(ctx, cfg, src)
 	if err != nil {
 		t.Fatal(err)
 	}

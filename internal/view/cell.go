@@ -74,13 +74,17 @@ func (s *Server) cellJSON(w http.ResponseWriter, r *http.Request, runID, cellID 
 }
 
 func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string) (*CellPage, error) {
-	rec, _, err := s.runRecord(ctx, runID)
+	lg, err := s.log(ctx)
 	if err != nil {
-		return nil, err
+		return nil, settle(lg, err)
+	}
+	rec, _, err := runRecord(ctx, lg, runID)
+	if err != nil {
+		return nil, settle(lg, err)
 	}
 	l, err := s.lives.get(ctx, runID, rec.Epoch)
 	if err != nil {
-		return nil, err
+		return nil, settle(lg, err)
 	}
 	out := &CellPage{RunID: runID, CellID: cellID, State: "pending", Timeline: []events.Envelope{},
 		Transcript: []events.Envelope{}, Egress: []events.EgressDecisionData{}, Files: []CellFile{}, FilesPending: true}
@@ -100,13 +104,13 @@ func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string
 	}
 	var evs []events.Envelope
 	filter := "proctor.run." + runID + ".cell." + events.CellHash(cellID) + ".>"
-	if err := s.bus.Read(ctx, []string{filter}, func(e events.Envelope) error {
+	if err := lg.Bus.Read(ctx, []string{filter}, func(e events.Envelope) error {
 		if e.CellID == cellID {
 			evs = append(evs, e)
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, settle(lg, err)
 	}
 	var tr []events.Envelope
 	for _, e := range evs {
@@ -129,7 +133,7 @@ func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
-			return nil, err
+			return nil, settle(lg, err)
 		default:
 			out.FilesPending = false
 			for _, f := range files {
@@ -203,14 +207,19 @@ func tail(root *os.Root, name string, size int64) (string, bool) {
 // os.Root so no path or link escapes it.
 func (s *Server) file(w http.ResponseWriter, r *http.Request) {
 	runID, cellID, name := r.PathValue("run"), r.URL.Query().Get("cell"), r.URL.Query().Get("name")
-	rec, _, err := s.runRecord(r.Context(), runID)
+	lg, err := s.log(r.Context())
 	if err != nil {
-		writeJSON(w, nil, err)
+		writeJSON(w, nil, settle(lg, err))
+		return
+	}
+	rec, _, err := runRecord(r.Context(), lg, runID)
+	if err != nil {
+		writeJSON(w, nil, settle(lg, err))
 		return
 	}
 	l, err := s.lives.get(r.Context(), runID, rec.Epoch)
 	if err != nil {
-		writeJSON(w, nil, err)
+		writeJSON(w, nil, settle(lg, err))
 		return
 	}
 	l.mu.Lock()

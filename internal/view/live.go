@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
-	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
 )
@@ -51,14 +50,17 @@ type live struct {
 // the server's context.
 type lives struct {
 	ctx     context.Context
-	bus     *bus.Bus
+	src     Source
+	wait    time.Duration // Config.PendingWait
 	version string
 	mu      sync.Mutex
 	runs    map[string]*live
 }
 
 // get returns the run's live projection, starting its follower on first
-// use, once the events stored when it started are applied (or ctx ends).
+// use, once the events stored when it started are applied; errPending
+// when that takes longer than Config.PendingWait, ctx's error when it
+// ends.
 // epoch is the run's epoch in the index (0 when it has no record): an
 // ended projection of an older epoch is replaced, since a resume reopened
 // the run.
@@ -72,13 +74,17 @@ func (ls *lives) get(ctx context.Context, runID string, epoch int) (*live, error
 		l = &live{runID: runID, p: projection.NewProjector(runID), states: map[string]string{},
 			wake: make(chan struct{}), ready: make(chan struct{})}
 		ls.runs[runID] = l
-		go l.follow(ls.ctx, ls.bus)
+		go l.follow(ls.ctx, ls.src)
 	}
 	ls.mu.Unlock()
+	wait := time.NewTimer(ls.wait)
+	defer wait.Stop()
 	select {
 	case <-l.ready:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-wait.C:
+		return nil, errPending // still catching up: the page asks again
 	}
 	l.mu.Lock()
 	err := l.err
@@ -97,8 +103,10 @@ func (ls *lives) get(ctx context.Context, runID string, epoch int) (*live, error
 
 // follow applies the run's events until the run ends (projection.Follow:
 // past the RunFinished of each earlier epoch of a resumed run), ctx ends
-// or the follow fails (l.err).
-func (l *live) follow(ctx context.Context, b *bus.Bus) {
+// or the follow fails (l.err). When the log changes hands (the
+// connection's Lost closes), it follows on through the source's next
+// connection to the same store, skipping the events it has applied.
+func (l *live) follow(ctx context.Context, src Source) {
 	var once sync.Once
 	markReady := func() {
 		once.Do(func() {
@@ -109,17 +117,47 @@ func (l *live) follow(ctx context.Context, b *bus.Bus) {
 		})
 	}
 	defer markReady()
-	err := projection.Follow(ctx, b, l.runID, projection.FollowOptions{CaughtUp: markReady}, func(e events.Envelope) error {
-		l.apply(e)
-		return nil
-	})
-	switch {
-	case err == nil:
-		l.mu.Lock()
-		l.ended = true
-		l.mu.Unlock()
-	case ctx.Err() == nil:
+	applied := 0
+	for {
+		lg, err := src.Log(ctx)
+		if err != nil {
+			return // ctx ended
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		if lg.Lost != nil {
+			go func() {
+				select {
+				case <-lg.Lost:
+					cancel()
+				case <-fctx.Done():
+				}
+			}()
+		}
+		skip := applied
+		err = projection.Follow(fctx, lg.Bus, l.runID, projection.FollowOptions{CaughtUp: markReady}, func(e events.Envelope) error {
+			if skip > 0 {
+				skip--
+				return nil
+			}
+			applied++
+			l.apply(e)
+			return nil
+		})
+		lost := fctx.Err() != nil || lg.Bus.NC.IsClosed()
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.ended = true
+			l.mu.Unlock()
+			return
+		case ctx.Err() != nil:
+			return
+		case lost:
+			continue // the log changed hands: the next connection reads the same store
+		}
 		l.fail(err)
+		return
 	}
 }
 

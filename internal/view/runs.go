@@ -33,6 +33,9 @@ type RunItem struct {
 	// Stale is true when the run has not finished and no proctor process
 	// serves this store: the process that ran it died.
 	Stale bool `json:"stale,omitempty"`
+	// Pending is true while the run's events are still being read: its
+	// states and progress are the index record's until they are.
+	Pending bool `json:"pending,omitempty"`
 	// States counts cells by outcome, running or queued (from the log).
 	States map[string]int `json:"states,omitempty"`
 	// Progress is per harness, with its pass rate over scored cells.
@@ -49,9 +52,13 @@ func (s *Server) runsJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) runs(ctx context.Context, r *http.Request) (*RunsPage, error) {
-	recs, err := s.bus.ListRuns(ctx)
+	lg, err := s.log(ctx)
 	if err != nil {
-		return nil, err
+		return nil, settle(lg, err)
+	}
+	recs, err := lg.Bus.ListRuns(ctx)
+	if err != nil {
+		return nil, settle(lg, err)
 	}
 	status, harness := r.URL.Query().Get("status"), r.URL.Query().Get("harness")
 	statuses, harnesses := map[string]bool{}, map[string]bool{}
@@ -72,26 +79,30 @@ func (s *Server) runs(ctx context.Context, r *http.Request) (*RunsPage, error) {
 	for _, rec := range keep[lo:hi] {
 		it := RunItem{RunRecord: rec, States: rec.Counts}
 		l, err := s.lives.get(ctx, rec.ID, rec.Epoch)
-		if err != nil {
-			return nil, err
+		switch {
+		case errors.Is(err, errPending):
+			it.Pending = true
+		case err != nil:
+			return nil, settle(lg, err)
+		default:
+			l.mu.Lock()
+			it.Progress = l.p.Progress()
+			if l.p.Planned() {
+				it.States = l.p.States()
+			}
+			it.Stale = stale(lg, l, rec)
+			l.mu.Unlock()
 		}
-		l.mu.Lock()
-		it.Progress = l.p.Progress()
-		if l.p.Planned() {
-			it.States = l.p.States()
-		}
-		it.Stale = s.stale(l, rec)
-		l.mu.Unlock()
 		out.Runs = append(out.Runs, it)
 	}
 	return out, nil
 }
 
 // stale reports whether a run that has not finished has no process left
-// to finish it: this process serves the store itself and the run's last
-// event is older than this process. Call with l.mu held.
-func (s *Server) stale(l *live, rec bus.RunRecord) bool {
-	return s.cfg.Owned && !l.p.Finished() && !terminal(rec.Status) && l.lastAt.Before(s.cfg.StartedAt)
+// to finish it: this process serves the store itself (lg) and the run's
+// last event is older than that. Call with l.mu held.
+func stale(lg Log, l *live, rec bus.RunRecord) bool {
+	return lg.Owned && !l.p.Finished() && !terminal(rec.Status) && l.lastAt.Before(lg.Since)
 }
 
 // RunPage is the JSON of /runs/RUN.json.
@@ -157,15 +168,15 @@ type GridCell struct {
 
 // runRecord returns the index record of a run, or the record its events
 // imply; 404 when neither exists.
-func (s *Server) runRecord(ctx context.Context, id string) (bus.RunRecord, bool, error) {
-	rec, err := s.bus.GetRun(ctx, id)
+func runRecord(ctx context.Context, lg Log, id string) (bus.RunRecord, bool, error) {
+	rec, err := lg.Bus.GetRun(ctx, id)
 	if err == nil {
 		return rec, true, nil
 	}
 	if !errors.Is(err, bus.ErrNotFound) {
 		return rec, false, err
 	}
-	seq, err := s.bus.LastSeq(ctx, events.RunFilter(id))
+	seq, err := lg.Bus.LastSeq(ctx, events.RunFilter(id))
 	if err != nil {
 		return rec, false, err
 	}
@@ -250,13 +261,17 @@ func (l *live) data() *runData {
 }
 
 func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage, error) {
-	rec, indexed, err := s.runRecord(ctx, id)
+	lg, err := s.log(ctx)
 	if err != nil {
-		return nil, err
+		return nil, settle(lg, err)
+	}
+	rec, indexed, err := runRecord(ctx, lg, id)
+	if err != nil {
+		return nil, settle(lg, err)
 	}
 	l, err := s.lives.get(ctx, id, rec.Epoch)
 	if err != nil {
-		return nil, err
+		return nil, settle(lg, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -269,7 +284,7 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 	out := &RunPage{Record: rec, Finished: p.Finished(), Events: l.version, States: d.states, Progress: d.progress,
 		Summary: d.summary, Harnesses: d.harnesses, Figures: []FigureRef{}, Grid: []GridRow{},
 		Baseline: p.Spec().BaselineHarness, SummaryPending: building || a == nil}
-	out.Stale = s.stale(l, rec)
+	out.Stale = stale(lg, l, rec)
 	if a != nil {
 		out.Comparisons = a.Summary.Comparisons
 	}
@@ -287,14 +302,19 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 
 func (s *Server) figure(w http.ResponseWriter, r *http.Request) {
 	id, name := r.PathValue("run"), r.PathValue("name")
-	rec, _, err := s.runRecord(r.Context(), id)
+	lg, err := s.log(r.Context())
 	if err != nil {
-		writeJSON(w, nil, err)
+		writeJSON(w, nil, settle(lg, err))
+		return
+	}
+	rec, _, err := runRecord(r.Context(), lg, id)
+	if err != nil {
+		writeJSON(w, nil, settle(lg, err))
 		return
 	}
 	l, err := s.lives.get(r.Context(), id, rec.Epoch)
 	if err != nil {
-		writeJSON(w, nil, err)
+		writeJSON(w, nil, settle(lg, err))
 		return
 	}
 	l.mu.Lock()
@@ -331,14 +351,19 @@ const liveEvery = 250 * time.Millisecond
 func (s *Server) liveStream(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := r.PathValue("run")
-	rec, indexed, err := s.runRecord(ctx, id)
+	lg, err := s.log(ctx)
 	if err != nil {
-		writeJSON(w, nil, err)
+		writeJSON(w, nil, settle(lg, err))
+		return
+	}
+	rec, indexed, err := runRecord(ctx, lg, id)
+	if err != nil {
+		writeJSON(w, nil, settle(lg, err))
 		return
 	}
 	l, err := s.lives.get(ctx, id, rec.Epoch)
 	if err != nil {
-		writeJSON(w, nil, err)
+		writeJSON(w, nil, settle(lg, err))
 		return
 	}
 	fl, ok := w.(http.Flusher)

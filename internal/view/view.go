@@ -49,36 +49,107 @@ type Config struct {
 	// Token, when set, is required on every request: as ?token= (which
 	// also sets a cookie for the pages' own requests), as that cookie, or
 	// as "Authorization: Bearer TOKEN".
-	Token string
-	// Owned is true when this process serves the store itself (no proctor
-	// process ran when it started): a run that had not finished and whose
-	// last event is older than StartedAt never will, and is shown as
-	// stale. (A run started later through this process's server is not.)
-	Owned     bool
-	StartedAt time.Time
-	Logger    *slog.Logger
+	Token  string
+	Logger *slog.Logger
+	// PendingWait bounds how long a request waits for what is not
+	// available yet (the log changing hands, a run's events still being
+	// read) before it is answered "pending" (503), which the pages ask
+	// again for; 0 means 10 s.
+	PendingWait time.Duration
+}
+
+// Source gives the viewer its way to the event log. The viewer asks for
+// it on every request and every follow: a source may change hands (the
+// CLI's reads through a running proctor's server while one runs, and
+// serves the store itself between runs). Safe for concurrent use.
+type Source interface {
+	// Log returns the connection to use now, waiting while the log
+	// changes hands, until ctx ends (ctx's error).
+	Log(ctx context.Context) (Log, error)
+}
+
+// Log is one connection to the event log.
+type Log struct {
+	Bus *bus.Bus
+	// Owned is true when this process serves the store itself, since
+	// Since: a run that has not finished and whose last event is older
+	// than Since has no process left to finish it, and is shown stale.
+	Owned bool
+	Since time.Time
+	// Lost is closed when the connection is gone (the process serving it
+	// exited, or this one handed the store over); nil when it never is.
+	Lost <-chan struct{}
+}
+
+// Fixed is a Source that always gives l.
+func Fixed(l Log) Source { return fixed(l) }
+
+type fixed Log
+
+func (f fixed) Log(context.Context) (Log, error) { return Log(f), nil }
+
+// defaultPendingWait is Config.PendingWait's default.
+const defaultPendingWait = 10 * time.Second
+
+// errPending answers a request for what is not available yet.
+var errPending = httpError{http.StatusServiceUnavailable, "pending: the event log is changing hands (a run started or ended) or still being read; this page asks again"}
+
+// settle turns err, of a request that used l, into errPending when l was
+// lost meanwhile (the process serving it exited, or the store was handed
+// over): the page asks again and gets the next connection.
+func settle(l Log, err error) error {
+	if err == nil || l.Bus == nil {
+		return err
+	}
+	lost := l.Bus.NC.IsClosed() || !l.Bus.NC.IsConnected()
+	if l.Lost != nil {
+		select {
+		case <-l.Lost:
+			lost = true
+		default:
+		}
+	}
+	if lost {
+		return errPending
+	}
+	return err
+}
+
+// log returns the connection a request uses, or errPending when none
+// comes within Config.PendingWait.
+func (s *Server) log(ctx context.Context) (Log, error) {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.PendingWait)
+	defer cancel()
+	l, err := s.src.Log(wctx)
+	if err != nil && ctx.Err() == nil {
+		return l, errPending
+	}
+	return l, err
 }
 
 // Server serves the viewer. Safe for concurrent use.
 type Server struct {
 	cfg   Config
-	bus   *bus.Bus
-	log   *slog.Logger
+	src   Source
+	logr  *slog.Logger
 	lives *lives
 	mux   *http.ServeMux
 }
 
-// New returns a viewer reading b. Projections of the runs pages ask for
-// are followed until ctx ends.
-func New(ctx context.Context, cfg Config, b *bus.Bus) (*Server, error) {
-	if b == nil {
-		return nil, errors.New("view: nil bus")
+// New returns a viewer reading the log src gives. Projections of the
+// runs pages ask for are followed until ctx ends.
+func New(ctx context.Context, cfg Config, src Source) (*Server, error) {
+	if src == nil {
+		return nil, errors.New("view: nil source")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, bus: b, log: cfg.Logger.With("service", "view"),
-		lives: &lives{ctx: ctx, bus: b, version: cfg.Version, runs: map[string]*live{}}}
+	if cfg.PendingWait <= 0 {
+		cfg.PendingWait = defaultPendingWait
+	}
+	s := &Server{cfg: cfg, src: src, logr: cfg.Logger.With("service", "view"),
+		lives: &lives{ctx: ctx, src: src, wait: cfg.PendingWait, version: cfg.Version, runs: map[string]*live{}}}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, err
@@ -175,8 +246,13 @@ func writeJSON(w http.ResponseWriter, v any, err error) {
 			status = he.status
 		}
 		w.Header().Set("Content-Type", "application/json")
+		key := "error"
+		if status == http.StatusServiceUnavailable {
+			key = "pending" // not an error: the page asks again
+			w.Header().Set("Retry-After", "1")
+		}
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+		_ = json.NewEncoder(w).Encode(map[string]string{key: err.Error()})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -67,9 +67,17 @@ function crumbs(...parts) {
   c.replaceChildren(...parts.flatMap((p) => [" / ", p]));
 }
 
+// getJSON fetches a page's JSON. A 503 with "pending" (the log changing
+// hands, a run still being read) throws an error marked pending, which
+// fail shows as such and retries.
 async function getJSON(path) {
   const r = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin" });
   const body = await r.json().catch(() => ({ error: r.statusText }));
+  if (r.status === 503 && body.pending) {
+    const e = new Error(body.pending);
+    e.pending = true;
+    throw e;
+  }
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
 }
@@ -119,7 +127,16 @@ function show(...parts) {
   main.replaceChildren(...parts.filter((p) => p !== null && p !== undefined && p !== false));
 }
 
+let pendingRetry = null;
+
 function fail(err) {
+  if (err.pending) {
+    // Not available yet: say so and render the page again shortly.
+    main.replaceChildren(el("p", { class: "muted", id: "pending", text: err.message }));
+    clearTimeout(pendingRetry);
+    pendingRetry = setTimeout(() => route().catch(fail), 1000);
+    return;
+  }
   main.replaceChildren(el("p", { class: "error", text: "error: " + err.message }));
 }
 
@@ -139,7 +156,7 @@ async function renderRuns() {
       el("div", {}, el("code", { text: h.harness }), " ", h.pass_rate === null ? "—" : `${h.passed}/${h.scored} = ${pct(h.pass_rate)}`));
     return el("tr", { "data-run": r.id },
       el("td", {}, el("a", { href: runURL(r.id), text: r.id })),
-      el("td", {}, badge(r.stale ? "stale" : r.status)),
+      el("td", {}, badge(r.stale ? "stale" : r.pending ? "pending" : r.status)),
       el("td", { text: shortTime(r.started_at) }),
       el("td", {}, (r.spec.harnesses || []).map((h) => el("div", {}, el("code", { text: h })))),
       el("td", { class: "num", text: num(r.cells) }),
@@ -334,7 +351,13 @@ function follow(id) {
       renderRun(id).catch(fail); // the final record, summary, comparisons and figures, in place
     }
   });
-  src.addEventListener("error", () => { ind.textContent = "reconnecting…"; ind.classList.remove("on"); });
+  src.addEventListener("error", () => {
+    ind.textContent = "reconnecting…";
+    ind.classList.remove("on");
+    // A stream refused while the log changes hands is not retried by the
+    // browser: open it again.
+    if (src.readyState === EventSource.CLOSED && liveSource === src) setTimeout(() => { if (liveSource === src) follow(id); }, 2000);
+  });
 }
 
 // ---- cell -----------------------------------------------------------------
