@@ -11,6 +11,7 @@ import (
 
 	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
@@ -97,11 +98,12 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 			return err
 		}
 		fmt.Fprintf(g.stderr, "run %s: resumed (epoch %d): %d of %d cells run again\n", runID, r.Epoch, len(r.Again), len(r.Cells))
+		// Why can hold what the agent wrote (an error's text).
 		for _, d := range r.Again {
-			fmt.Fprintf(g.stderr, "  run again  %s: %s\n", d.CellID, d.Why)
+			fmt.Fprintf(g.stderr, "  run again  %s: %s\n", textsafe.Line(d.CellID), textsafe.Line(d.Why))
 		}
 		for _, d := range r.Kept {
-			fmt.Fprintf(g.stderr, "  reuse      %s: %s\n", d.CellID, d.Why)
+			fmt.Fprintf(g.stderr, "  reuse      %s: %s\n", textsafe.Line(d.CellID), textsafe.Line(d.Why))
 		}
 		return nil
 	})
