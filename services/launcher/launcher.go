@@ -371,11 +371,23 @@ func (c *cell) run(ctx context.Context) error {
 	if rerr := harness.RecordEgress(ctx, c, p.Driver, h); rerr != nil && err == nil {
 		err = rerr
 	}
+	if err == nil {
+		err = harness.NoAttemptError(out.Finished) // never verified: missing data
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		teardown() // before the terminal event: an ended cell owns no container
+		if _, classed := events.ClassOf(err); classed && out.Finished.Reason != "" {
+			// The solve ran and says why the cell has no verdict (no
+			// attempt, a provider error, the treatment not offered):
+			// its Finished (usage, reason, what the agent reported) is
+			// kept beside the error.
+			if err := c.emit(ctx, events.Finished, out.Finished); err != nil {
+				return err
+			}
+		}
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	fin := out.Finished

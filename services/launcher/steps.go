@@ -26,7 +26,9 @@ import (
 // task-level tests/ with the step's tests/ over it) scored by the
 // verify.RunTests (the verifier service's own), the sandbox frozen before the reward is read
 // and thawed for the next step; the task's artifacts collected; then
-// StepVerdict. A step whose reward misses its min_reward, or that has no
+// StepVerdict. A step whose solve made no attempt ends the cell errored
+// by the single-step rule (harness.NoAttemptError), its tests unrun. A
+// step whose reward misses its min_reward, or that has no
 // verdict, stops the trial: each later step is recorded skipped. The cell
 // then gets one Finished (the steps' solve time summed) and one Verdict
 // whose reward is rolled up by multi_step_reward_strategy
@@ -197,6 +199,9 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	}
 	env := &stepEnv{cell: c, t: stepTask(c.task, s), dir: dir, quiet: i > 0}
 	out, err := arm.Solve(ctx, env, p, h)
+	if err == nil {
+		err = harness.NoAttemptError(out.Finished) // as a single-step cell's
+	}
 	if err != nil {
 		return sv, fmt.Errorf("solve: %w", err)
 	}
