@@ -211,6 +211,12 @@ type Metrics struct {
 	// at its 64 MiB cap (its last line says so). From the cell's Finished.
 	LongLines         int  `json:"long_lines,omitempty"`
 	ResponseTruncated bool `json:"response_truncated,omitempty"`
+	// UsagePartial is true when the token counts are only part of what
+	// the solve used (a lower bound: an agent's stream that ended without
+	// its own totals, such as a Claude Code run without a result event);
+	// UsagePartialReason says why.
+	UsagePartial       bool   `json:"usage_partial,omitempty"`
+	UsagePartialReason string `json:"usage_partial_reason,omitempty"`
 }
 
 // TamperFinding is metrics.tamper_findings[]: a file the solve left that

@@ -475,6 +475,9 @@ func (r *reporter) cells() {
 			}
 			r.printf("\n")
 		}
+		if row.Metrics.UsagePartial {
+			r.printf("Usage partial (tokens are a lower bound):\n\n%s\n", fenced(row.Metrics.UsagePartialReason))
+		}
 		if row.Error != "" {
 			r.printf("Error:\n\n%s\n", fenced(row.Error))
 		}

@@ -256,6 +256,8 @@ var metricsFields = []string{
 	"VerifierFindings verifier_findings,omitempty",
 	"LongLines long_lines,omitempty",
 	"ResponseTruncated response_truncated,omitempty",
+	"UsagePartial usage_partial,omitempty",
+	"UsagePartialReason usage_partial_reason,omitempty",
 }
 
 var metricsLayoutKnown = slices.Equal(structLayout(reflect.TypeFor[artifact.Metrics]()), metricsFields) &&
@@ -394,6 +396,13 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	}
 	if m.ResponseTruncated {
 		boolean("response_truncated", true)
+	}
+	if m.UsagePartial {
+		boolean("usage_partial", true)
+	}
+	if m.UsagePartialReason != "" {
+		key("usage_partial_reason")
+		dst = appendJSONString(dst, m.UsagePartialReason)
 	}
 	if err != nil {
 		return dst, err

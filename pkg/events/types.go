@@ -179,6 +179,10 @@ type UsageData struct {
 	CacheWriteTokens *int64   `json:"cache_write_tokens,omitempty"`
 	CostUSD          *float64 `json:"cost_usd,omitempty"`
 	Calls            *int64   `json:"calls,omitempty"`
+	// Partial, when set, says why these counts are only part of what the
+	// solve used (a lower bound: a stream that ended without the agent's
+	// own totals); the row then has metrics.usage_partial and the reason.
+	Partial string `json:"partial,omitempty"`
 }
 
 // Count returns a pointer to n, for the optional counts of UsageData.

@@ -87,6 +87,11 @@ type cellState struct {
 	egress    *artifact.EgressCounts
 	egressSet map[string]map[string]bool // decision → "host:port" set
 	denied    map[[2]string]int          // (target, reason) → count
+
+	// usagePartial is the reason of the first Usage marked partial ("":
+	// none).
+	usagePartial string
+
 	// steps are a multi-step cell's StepVerdicts in log order; stepAt
 	// the times of their StepStarted by index.
 	steps  []events.StepVerdictData
@@ -217,6 +222,9 @@ func (p *Projector) Apply(e events.Envelope) {
 		c.calls = addReported(c.calls, cmp.Or(u.Calls, ptr(int64(1))))
 		if u.CostUSD != nil {
 			c.cost = ptr(deref(c.cost) + *u.CostUSD)
+		}
+		if u.Partial != "" && c.usagePartial == "" {
+			c.usagePartial = u.Partial
 		}
 	case events.ToolCall:
 		var t events.ToolCallData
@@ -591,6 +599,7 @@ func (p *Projector) row(id string) artifact.Result {
 	}
 	m.CacheReadTokens, m.CacheWriteTokens = c.cacheRead, c.cacheWrit
 	m.NCalls = c.calls
+	m.UsagePartial, m.UsagePartialReason = c.usagePartial != "", c.usagePartial
 	if c.cost != nil {
 		m.CostUSD = ptr(math.Round(*c.cost*1e9) / 1e9) // a sum of floats, to the nano-dollar
 	}
