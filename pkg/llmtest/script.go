@@ -16,6 +16,8 @@
 //	        input: {command: "ls /app"}
 //	    usage: {input_tokens: 1200, output_tokens: 40, cache_read_input_tokens: 0, cache_creation_input_tokens: 0}
 //	  - error: {status: 529, type: overloaded_error, message: "Overloaded"}   # retry: true lets the client retry
+//	  - error: {status: 429, times: 1}  # the first request of this turn only; later ones get the rest of the reply
+//	    text: "Now it works."
 //	  - hang: true                    # message_start, then nothing until the client goes
 //	  - text: "Done."                 # stop_reason end_turn (tool_use when the reply has tool_use)
 //	after: end                        # past the last reply: "end" (default) a text "done" ending the turn, "repeat" the last reply again
@@ -26,7 +28,9 @@
 // The turn of a request is the number of assistant messages in its
 // messages array, so a client's retry of a turn (after a 429 or 529) gets
 // the same reply again: an error reply is an error for every retry of its
-// turn. A reply with When set is used only when the request's system
+// turn, unless its times limits it to the first requests of that turn
+// (counted per server, over every client: a second run of the same task
+// gets the rest of the reply). A reply with When set is used only when the request's system
 // prompt or messages contain that string (a skill the client listed);
 // otherwise the next reply of the same turn number in Alt is used.
 package llmtest
@@ -124,6 +128,11 @@ type ErrorReply struct {
 	// times, for minutes). Without it the answer carries x-should-retry:
 	// false, which the Anthropic SDKs obey by giving up at once.
 	Retry bool `json:"retry,omitempty"`
+	// Times, when above 0, answers with the error only the first Times
+	// requests of its turn (per conversation: case, or replies/alt); the
+	// requests after them get the rest of the reply (its text, tool_use,
+	// usage) as if it had no error.
+	Times int `json:"times,omitempty"`
 }
 
 // LoadScript reads a script file (YAML or JSON); an error names the file
@@ -165,6 +174,9 @@ func (s *Script) Validate() error {
 			if r.Error != nil && (r.Error.Status < 400 || r.Error.Status > 599) {
 				return fmt.Errorf("fake model script: %s[%d].error.status: %d is not an HTTP error status", key, i, r.Error.Status)
 			}
+			if r.Error != nil && r.Error.Times < 0 {
+				return fmt.Errorf("fake model script: %s[%d].error.times: %d is below 0", key, i, r.Error.Times)
+			}
 			for j, tu := range r.ToolUse {
 				if tu.Name == "" {
 					return fmt.Errorf("fake model script: %s[%d].tool_use[%d].name is empty", key, i, j)
@@ -190,8 +202,10 @@ func (s *Script) Validate() error {
 	return check("alt", s.Alt)
 }
 
-// reply picks the answer of turn n for a request body.
-func (s *Script) reply(n int, body []byte) Reply {
+// reply picks the answer of turn n for a request body, and names the
+// conversation it came from ("case<i>", "replies", "alt") for counting its
+// requests.
+func (s *Script) reply(n int, body []byte) (Reply, string) {
 	after := s.After
 	pick := func(rs []Reply) (Reply, bool) {
 		if n < len(rs) {
@@ -202,23 +216,25 @@ func (s *Script) reply(n int, body []byte) Reply {
 		}
 		return Reply{}, false
 	}
-	for _, c := range s.Cases {
+	for i, c := range s.Cases {
 		if bytes.Contains(body, []byte(c.When)) {
 			after = c.After
 			if r, ok := pick(c.Replies); ok {
-				return r
+				return r, fmt.Sprintf("case%d", i)
 			}
-			return Reply{Text: "done", StopReason: "end_turn"}
+			return Reply{Text: "done", StopReason: "end_turn"}, ""
 		}
 	}
 	r, ok := pick(s.Replies)
+	from := "replies"
 	if ok && r.When != "" && !bytes.Contains(body, []byte(r.When)) {
 		r, ok = pick(s.Alt)
+		from = "alt"
 	}
 	if !ok {
-		return Reply{Text: "done", StopReason: "end_turn"}
+		return Reply{Text: "done", StopReason: "end_turn"}, ""
 	}
-	return r
+	return r, from
 }
 
 // MarshalJSON-free helper: the input of a tool_use as compact JSON.

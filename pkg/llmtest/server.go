@@ -44,6 +44,9 @@ type Server struct {
 	mu       sync.Mutex
 	requests []Request
 	seq      int
+	// errored counts the requests answered with a limited error reply
+	// (ErrorReply.Times), by conversation and turn.
+	errored map[string]int
 	// OnRequest, when set before serving, is called with each recorded
 	// request (from the request's goroutine).
 	OnRequest func(Request)
@@ -116,7 +119,10 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.record(rec)
 		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": len(body) / 4})
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages" && rec.Turn >= 0:
-		rep := h.script.reply(rec.Turn, body)
+		rep, from := h.script.reply(rec.Turn, body)
+		if rep.Error != nil && rep.Error.Times > 0 && !h.countError(fmt.Sprintf("%s/%d", from, rec.Turn), rep.Error.Times) {
+			rep.Error = nil // its times are spent: the rest of the reply
+		}
 		if rep.Error != nil {
 			rec.Status = rep.Error.Status
 			h.record(rec)
@@ -142,6 +148,18 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.record(rec)
 		writeError(w, &ErrorReply{Status: http.StatusNotFound, Type: "not_found_error", Message: "fake model: no " + r.Method + " " + r.URL.Path})
 	}
+}
+
+// countError reports whether the request of conversation turn key is
+// still among the first times ones, counting it.
+func (h *Server) countError(key string, times int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.errored == nil {
+		h.errored = map[string]int{}
+	}
+	h.errored[key]++
+	return h.errored[key] <= times
 }
 
 func (h *Server) record(rec Request) int {

@@ -198,3 +198,40 @@ replies: [{text: "default"}]
 		}
 	}
 }
+
+// TestErrorTimesThenTheReply: an error reply with times answers only the
+// first requests of its turn with the error (a 429 a second run of the
+// task does not meet); the later ones get the rest of the reply. Other
+// conversations count apart.
+func TestErrorTimesThenTheReply(t *testing.T) {
+	_, url := start(t, `
+cases:
+  - when: "TASK-A"
+    replies: [{error: {status: 429, times: 1}, text: "after the limit"}]
+replies: [{error: {status: 429, times: 2}, text: "default after two"}]
+`)
+	got := func(body string) (int, string) {
+		resp := post(t, context.Background(), url, body)
+		defer resp.Body.Close()
+		var m struct{ Content []struct{ Text string } }
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		if len(m.Content) == 0 {
+			return resp.StatusCode, ""
+		}
+		return resp.StatusCode, m.Content[0].Text
+	}
+	a := `{"model":"m","messages":[{"role":"user","content":"TASK-A"}]}`
+	o := `{"model":"m","messages":[{"role":"user","content":"other"}]}`
+	for i, c := range []struct {
+		body   string
+		status int
+		text   string
+	}{{a, 429, ""}, {o, 429, ""}, {a, 200, "after the limit"}, {o, 429, ""}, {o, 200, "default after two"}, {a, 200, "after the limit"}} {
+		if st, text := got(c.body); st != c.status || text != c.text {
+			t.Errorf("request %d: %d %q, want %d %q", i, st, text, c.status, c.text)
+		}
+	}
+	if _, err := ParseScript([]byte("replies: [{error: {status: 429, times: -1}}]")); err == nil || !strings.Contains(err.Error(), "replies[0].error.times") {
+		t.Errorf("times -1: %v", err)
+	}
+}
