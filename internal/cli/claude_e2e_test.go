@@ -231,7 +231,7 @@ func deref[T any](p *T) any {
 // the skill arm finds, ending in a 200 KB result line; an image whose /opt
 // is closed to uid 10001 so the skill plugin cannot load (the skill arm
 // errored, "treatment not offered"). The control arm: a 429 before any
-// turn (errored); a 529 at turn 3 (scored); a reply that never ends
+// turn (errored infra, a provider error); a 529 at turn 3 (scored); a reply that never ends
 // (solver_timeout, nothing left running). Each cell's egress.jsonl shows the model host
 // allowed and nothing else allowed; the model got the credential; no
 // stored file holds it; nothing of the run is left.
@@ -282,8 +282,9 @@ func TestClaudeArms(t *testing.T) {
 		fmt.Sprint(c.Metrics.AgentReported["offered_plugins"]) != "[]" {
 		t.Errorf("greet, control arm (built-in plugins off): %s", show(c))
 	}
-	if r := rows["rate-limited docker-claude"]; r.Outcome != "errored" || r.ErrorClass != "solver_error" || !r.Metrics.SolverError {
-		t.Errorf("429 before any turn: %s", show(r))
+	if r := rows["rate-limited docker-claude"]; r.Outcome != "errored" || r.ErrorClass != "infra" || !strings.Contains(r.Error, "provider failed before any attempt") ||
+		r.Metrics.AgentReported["api_error_status"] != 429.0 {
+		t.Errorf("429 before any turn (a provider error, no --retries): %s", show(r))
 	}
 	if r := rows["overloaded docker-claude"]; r.Outcome != "passed" || r.Metrics.AgentReported["is_error"] != true || r.Metrics.AgentReported["api_error_status"] != 529.0 {
 		t.Errorf("529 at turn 3 (scored): %s", show(r))

@@ -80,7 +80,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.Var(&f.harnesses, "harnesses", "harnesses: oracle, agent:<dir>, command:<template> (comma-separated; repeatable; a command: entry runs to the end of its value, commas included)")
 	fl.StringSliceVar(&f.models, "model", []string{"default"}, "model name(s) passed to agent harnesses")
 	fl.IntVar(&f.repeats, "repeats", 1, "attempts per (task, harness, model)")
-	fl.IntVar(&f.retries, "retries", 0, "run a cell errored with class build, sandbox or infra again, up to N times, each a new attempt (never a scored cell, nor solver_error, refused or unresolved_env)")
+	fl.IntVar(&f.retries, "retries", 0, "run a cell errored with class build, sandbox or infra (a model provider failing before any attempt too: a 429, 5xx) again, up to N times, each a new attempt (never a scored cell, nor solver_error, refused or unresolved_env)")
 	fl.StringVar(&f.baseline, "baseline-harness", "", "harness the others are compared with (McNemar, deltas)")
 	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once (2 × CPUs by default, the measured knee of container throughput)")
 	fl.StringVar(&f.outputDir, "output-dir", "proctor-out", "directory for cell outputs; each run gets <output-dir>/<run-id>/")

@@ -22,7 +22,9 @@ const (
 	ClassSandbox ErrorClass = "sandbox"
 	// ClassSolverError: the solver made no attempt (its install failed).
 	ClassSolverError ErrorClass = "solver_error"
-	// ClassInfra: anything else of proctor's own (files, the task changed).
+	// ClassInfra: anything else of proctor's own (files, the task
+	// changed), or the model provider failing before the agent made any
+	// attempt (a 429, an overloaded provider).
 	ClassInfra ErrorClass = "infra"
 )
 

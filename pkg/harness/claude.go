@@ -54,7 +54,8 @@ const (
 	maxStreamBytes = 256 << 20
 )
 
-// ClaudeProviderEnv are the provider variables the Claude arms pass from
+// ClaudeProviderEnv are the provider variables (and the CLI's own output
+// and turn limits) the Claude arms pass from
 // proctor's environment to the CLI (an allowlist: nothing else of
 // proctor's environment reaches the agent; the proxy variables the CLI
 // gets are the sandbox's egress proxy, never the host's).
@@ -65,6 +66,7 @@ var (
 		"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
 		"ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
 		"ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
+		"CLAUDE_CODE_MAX_TURNS",
 	}
 	ClaudeCredentialEnv = []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"}
 )

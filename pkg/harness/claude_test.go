@@ -128,7 +128,7 @@ func TestClaudeStreamSkillInvocations(t *testing.T) {
 	s.line(`{"type":"assistant","message":{"id":"a","model":"m","content":[{"type":"tool_use","id":"t1","name":"Skill","input":{"skill":"abskill:greet"}},{"type":"tool_use","id":"t2","name":"Skill","input":{"skill":"abskill:greet"}},{"type":"tool_use","id":"t3","name":"Skill","input":{"skill":"doctor"}}]}}`)
 	s.line(`{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t2","is_error":true,"content":"rejected"}]}}`)
 	m := s.metrics(false)
-	if m["n_skill_invocations"] != 1 || strings.Join(m["unexpected_skills"].([]string), ",") != "doctor" || !s.pluginOffered() {
+	if m["n_skill_invocations"] != 1 || strings.Join(m["unexpected_skills"].([]string), ",") != "doctor" || !s.treatmentOffered() {
 		t.Fatalf("metrics %v (one accepted call of the treatment; doctor unexpected)", m)
 	}
 }

@@ -30,6 +30,20 @@ const SkillNotice = "A skill named %q is installed for this task. Use it (the Sk
 // skillName is what a skill's name may be: it names a directory.
 var skillName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
+// notOfferedChar are the characters Claude Code 2.1.332 replaces by "-"
+// in the name it offers a plugin skill under.
+var notOfferedChar = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
+
+// SkillOfferedName is the name Claude Code 2.1.332 offers the skill arm's
+// skill name under in its init event and its Skill tool: the plugin's
+// name, ":", and the skill's directory name (the skill's name in the
+// plugin WritePlugin writes) with every character outside [a-zA-Z0-9_-]
+// replaced by "-", as the CLI derives it (a skill My_Skill.v2 is offered
+// as abskill:My_Skill-v2).
+func SkillOfferedName(name string) string {
+	return skillPluginName + ":" + notOfferedChar.ReplaceAllString(name, "-")
+}
+
 // Skill is a loaded skill of a docker-claude-skill:<skill-path> arm.
 type Skill struct {
 	// Dir is the skill directory (the directory of SKILL.md).
@@ -55,8 +69,9 @@ var refusedFrontmatter = []struct {
 
 // LoadSkill reads the skill at p (a directory holding SKILL.md, or the
 // SKILL.md itself), relative paths against baseDir, and checks its
-// frontmatter. Errors name the file and key: a missing SKILL.md, YAML
-// that does not parse, a refused setting (model:, context: fork, hooks:,
+// frontmatter. Errors name the file and key: a missing SKILL.md, no
+// frontmatter, YAML that does not parse, no description (offeredByCLI),
+// a refused setting (model:, context: fork, hooks:,
 // disable-model-invocation: true).
 func LoadSkill(baseDir, p string) (*Skill, error) {
 	if !filepath.IsAbs(p) {
@@ -74,7 +89,7 @@ func LoadSkill(baseDir, p string) (*Skill, error) {
 	s := &Skill{Dir: p, Name: filepath.Base(p)}
 	fm, ok := frontmatter(b)
 	if !ok {
-		return s, nil
+		return nil, fmt.Errorf("%s: no frontmatter (a first line \"---\", YAML with a description, a line \"---\"): Claude Code would load the plugin and never offer the skill", md)
 	}
 	var m map[string]any
 	if err := yaml.Unmarshal(fm, &m); err != nil {
@@ -91,26 +106,46 @@ func LoadSkill(baseDir, p string) (*Skill, error) {
 	if !skillName.MatchString(s.Name) {
 		return nil, fmt.Errorf("%s: skill name %q: want letters, digits, '.', '_' or '-' (it names the skill's directory in the plugin)", md, s.Name)
 	}
+	if !offeredByCLI(m) {
+		return nil, fmt.Errorf("%s: frontmatter: no description (a non-blank description, or a when_to_use): Claude Code would load the plugin and never offer the skill", md)
+	}
 	return s, nil
 }
 
-// frontmatter returns the YAML between a leading "---" line and the next.
+// offeredByCLI reports whether Claude Code 2.1.332 offers a plugin skill
+// of frontmatter m to the model: its description is a non-blank string, a
+// number or a boolean, or its when_to_use is set and not empty (the CLI
+// lists a plugin skill only with a description the author wrote or a
+// when_to_use; a map or list description it drops with a warning).
+func offeredByCLI(m map[string]any) bool {
+	switch d := m["description"].(type) {
+	case string:
+		if strings.TrimSpace(d) != "" {
+			return true
+		}
+	case bool, int, int64, uint64, float64:
+		return true
+	}
+	w, ok := m["when_to_use"]
+	return ok && w != nil && fmt.Sprint(w) != ""
+}
+
+// frontmatter returns the YAML between a leading "---" line and the next
+// (trailing blanks on either line allowed, as the CLI reads them).
 func frontmatter(b []byte) ([]byte, bool) {
 	b = bytes.TrimPrefix(b, []byte("\ufeff"))
-	rest, ok := bytes.CutPrefix(b, []byte("---\n"))
-	if !ok {
-		rest, ok = bytes.CutPrefix(b, []byte("---\r\n"))
-	}
-	if !ok {
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 || strings.TrimRight(string(b[:nl]), "\r \t") != "---" {
 		return nil, false
 	}
+	rest := b[nl+1:]
 	for i := 0; i < len(rest); {
 		j := bytes.IndexByte(rest[i:], '\n')
 		line := rest[i:]
 		if j >= 0 {
 			line = rest[i : i+j]
 		}
-		if strings.TrimRight(string(line), "\r ") == "---" {
+		if strings.TrimRight(string(line), "\r \t") == "---" {
 			return rest[:i], true
 		}
 		if j < 0 {

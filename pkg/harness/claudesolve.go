@@ -26,6 +26,9 @@ type claudeLive struct {
 	s     *claudeStream
 	queue chan rawLine
 	done  chan struct{}
+	// onResult is called with the time a result line was read (from the
+	// worker goroutine, mu held).
+	onResult func(time.Time)
 
 	mu         sync.Mutex
 	started    bool
@@ -34,8 +37,8 @@ type claudeLive struct {
 	publishErr error
 }
 
-func newClaudeLive(ctx context.Context, env Env, treatment string) *claudeLive {
-	l := &claudeLive{ctx: ctx, env: env, s: newClaudeStream(treatment), queue: make(chan rawLine, 4096), done: make(chan struct{})}
+func newClaudeLive(ctx context.Context, env Env, treatment string, onResult func(time.Time)) *claudeLive {
+	l := &claudeLive{ctx: ctx, env: env, s: newClaudeStream(treatment), queue: make(chan rawLine, 4096), done: make(chan struct{}), onResult: onResult}
 	go func() {
 		defer close(l.done)
 		for r := range l.queue {
@@ -59,10 +62,14 @@ func (l *claudeLive) handle(r rawLine) {
 		l.stopped = true
 		return
 	}
+	results := l.s.results
 	for _, ev := range l.s.line(r.text) {
 		l.publish(ev, r.at)
 	}
 	l.emitted++
+	if l.s.results > results && l.onResult != nil {
+		l.onResult(r.at)
+	}
 }
 
 // publish records one event, a Started (the plan's harness and model)
@@ -101,10 +108,13 @@ func (l *claudeLive) wait() {
 // sources and deletes before the CLI starts (never on argv), stdout
 // written to a file in the container and followed live into events. At
 // the deadline the CLI gets SIGTERM, then SIGKILL after the grace period;
-// whatever uid 10001 left is killed, the stream file is read back (the
+// ResultGrace after a result event the live reader saw, everything of
+// uid 10001 still running is killed (resultGrace); whatever uid 10001
+// left is killed, the stream file is read back (the
 // authority: lines the live reader missed are published from it) and
 // stored redacted as claude.stream.jsonl, and the skill plugin is removed
-// before the verifier runs.
+// before the verifier runs. The Finished and the error are claudeEnding's
+// and claudeSolveError's.
 func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	st, ok := p.State.(claudeState)
 	if !ok || st.env == nil {
@@ -126,9 +136,9 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 		}
 	}
 	red := NewRedactor(creds)
-	grace := sandbox.DefaultGrace
+	termGrace := sandbox.DefaultGrace
 	if sp := env.Spec(); sp.AgentGraceSec > 0 {
-		grace = seconds(sp.AgentGraceSec)
+		termGrace = seconds(sp.AgentGraceSec)
 	}
 
 	// The working directory with its symlinks resolved passes the rule
@@ -207,7 +217,12 @@ exit $rc
 		return Outcome{}, err
 	}
 	stderr := red.Writer(logs)
-	live := newClaudeLive(ctx, env, treatment)
+	grace := newResultGrace(ResultGrace, func() {
+		if err := killer.KillAll(ctx, h, AgentUser); err != nil {
+			dir.Logf("claude: kill the agent's processes %s after the result: %v", ResultGrace, err)
+		}
+	})
+	live := newClaudeLive(ctx, env, treatment, grace.result)
 	lines := sandbox.NewLines(live.feed, 0)
 	stdout := red.Writer(lines)
 	budget := t.AgentTimeoutSec
@@ -219,7 +234,8 @@ exit $rc
 	if proxy != nil {
 		egress = "proxy"
 	}
-	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, AgentUser, workdir, budget, grace, egress)
+	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, AgentUser, workdir, budget, termGrace, egress)
+	start := time.Now()
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"sh", "-c", script}, User: AgentUser, Workdir: workdir,
 		Env: withEnv(map[string]string{
@@ -227,11 +243,13 @@ exit $rc
 			"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 			"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": env.CellID(),
 		}, proxy),
-		Timeout: seconds(budget), Grace: grace, Stdout: stdout, Stderr: stderr,
+		Timeout: seconds(budget), Grace: termGrace, Stdout: stdout, Stderr: stderr,
 	})
+	end := time.Now()
 	_ = stdout.Close()
 	_ = lines.Close()
 	live.wait()
+	gr := grace.stop(start, end)
 	_ = stderr.Close()
 	_ = logs.Close(dir, "")
 	if err != nil {
@@ -303,7 +321,131 @@ exit $rc
 	noteGraderLinks(dir, fin.Isolation, links)
 	noteHomeReset(dir, fin.Isolation, reset)
 	fin.AgentReported = s.metrics(truncated && s.result == nil)
+	claudeEnding(&fin, s, res, gr, truncated)
+	if gr.killed {
+		dir.Logf("claude: still running %s after its result event: every process of %s killed (the verdict stands)", ResultGrace, AgentUser)
+	}
+	if u, n := s.unreported(); n > 0 {
+		u.Partial = partialReason(s, n, fin.Reason)
+		dir.Logf("claude: usage partial: %s", u.Partial)
+		live.publish(claudeEvent{events.Usage, u}, time.Time{})
+	}
+	if live.publishErr != nil {
+		return Outcome{Finished: fin}, live.publishErr
+	}
+	if err := claudeSolveError(s, fin, st.skill); err != nil {
+		return Outcome{Finished: fin}, err
+	}
+	dir.Logf("claude ended: %s after %.3fs (tools %v)", fin.Reason, fin.DurationSec, slices.Sorted(maps.Keys(s.tools)))
+	return Outcome{Finished: fin}, nil
+}
+
+// ResultGrace is how long the agent's processes may run on after the
+// CLI's result event before every process of uid 10001 is killed: 2.1.332
+// in print mode waits up to 10 minutes for background tasks after its last
+// turn (a server the agent started keeps it alive), and a background
+// task's notification may start one more turn, which gets this long from
+// the result before it to finish (a later result starts the grace again).
+const ResultGrace = 10 * time.Second
+
+// resultGrace kills the agent's processes a fixed time after the last
+// result event the live reader saw, unless the solve ended first. Its
+// methods are safe for concurrent use.
+type resultGrace struct {
+	after time.Duration
+	kill  func()
+
+	mu       sync.Mutex
+	timer    *time.Timer
+	last     time.Time // when the last result line was read (zero: none)
+	killedAt time.Time // when kill ran (zero: never)
+	stopped  bool
+	firing   sync.WaitGroup
+}
+
+func newResultGrace(after time.Duration, kill func()) *resultGrace {
+	return &resultGrace{after: after, kill: kill}
+}
+
+// result (re)starts the grace at the read time at of a result line.
+func (g *resultGrace) result(at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return
+	}
+	g.last = at
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.timer = time.AfterFunc(g.after-time.Since(at), g.fire)
+}
+
+func (g *resultGrace) fire() {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		return
+	}
+	g.killedAt = time.Now()
+	g.firing.Add(1)
+	g.mu.Unlock()
+	defer g.firing.Done()
+	g.kill()
+}
+
+// graceReport is what the grace saw of a solve whose exec ran from start
+// to end.
+type graceReport struct {
+	start, end time.Time
+	// lastResult is when the live reader read the last result line
+	// (zero: none).
+	lastResult time.Time
+	// killed: the grace ran out while the exec ran, and every process of
+	// the agent was killed at killedAt.
+	killed   bool
+	killedAt time.Time
+}
+
+// stop ends the grace (no kill after it returns) and reports it for the
+// exec that ran from start to end.
+func (g *resultGrace) stop(start, end time.Time) graceReport {
+	g.mu.Lock()
+	g.stopped = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.mu.Unlock()
+	g.firing.Wait()
+	r := graceReport{start: start, end: end, lastResult: g.last}
+	if !g.killedAt.IsZero() && g.killedAt.Before(end) {
+		r.killed, r.killedAt = true, g.killedAt
+	}
+	return r
+}
+
+// claudeEnding sets fin's Reason, TimedOut, NoAttempt and DurationSec from
+// the stream s, the exec's result res and the grace report g (DESIGN
+// §5.3). A solve killed after its result, by the grace or by the budget's
+// end with nothing of the model after the result, keeps the result's
+// verdict: never a timeout, its solve time ending at the result, the
+// kill recorded in isolation.killed_after_result_sec. A timeout is
+// otherwise "timeout", a miss. The solver made no attempt when it did not
+// time out, no assistant turn of the model had output or a tool call
+// (claudeStream.attempted), and no result says it succeeded.
+func claudeEnding(fin *events.FinishedData, s *claudeStream, res sandbox.ExecResult, g graceReport, truncated bool) {
+	_, after := s.unreported()
+	lingered := s.result != nil && !g.lastResult.IsZero() && (g.killed || (res.TimedOut && after == 0))
 	switch {
+	case lingered:
+		at, by := g.killedAt, fmt.Sprintf("%s after its result", ResultGrace)
+		if !g.killed {
+			at, by = g.end, "at the end of the budget"
+		}
+		fin.Reason = resultReason(s) + "; still running after its result: killed " + by
+		fin.TimedOut = false
+		fin.DurationSec = round3(g.lastResult.Sub(g.start).Seconds())
+		fin.Isolation["killed_after_result_sec"] = round3(at.Sub(g.lastResult).Seconds())
 	case res.TimedOut:
 		fin.Reason = "timeout"
 	case s.result == nil:
@@ -311,25 +453,56 @@ exit $rc
 		if truncated {
 			fin.Reason += " (truncated stream)"
 		}
-		fin.NoAttempt = !s.attempted()
-	case s.failed():
-		fin.Reason = fmt.Sprintf("error: %s (terminal_reason %v", sval(s.result["subtype"]), s.result["terminal_reason"])
-		if v := s.result["api_error_status"]; v != nil {
-			fin.Reason += fmt.Sprintf(", API status %v", v)
-		}
-		fin.Reason += ")"
-		fin.NoAttempt = !s.attempted()
 	default:
-		fin.Reason = fmt.Sprintf("%s (terminal_reason %v)", sval(s.result["subtype"]), s.result["terminal_reason"])
+		fin.Reason = resultReason(s)
 	}
-	if live.publishErr != nil {
-		return Outcome{Finished: fin}, live.publishErr
+	fin.NoAttempt = !fin.TimedOut && !s.attempted() && (s.result == nil || s.failed())
+}
+
+// resultReason describes the last result: "<subtype> (terminal_reason
+// R)", or for a failed one "error: <subtype> (terminal_reason R, API
+// status N): <what went wrong>".
+func resultReason(s *claudeStream) string {
+	r := s.result
+	if !s.failed() {
+		return fmt.Sprintf("%s (terminal_reason %v)", sval(r["subtype"]), r["terminal_reason"])
 	}
-	if st.skill != nil && s.init != nil && !s.pluginOffered() {
-		return Outcome{Finished: fin}, events.Classf(events.ClassSolverError,
-			"treatment not offered: the CLI's init event lists no %s plugin (plugins: %s; see agent.stderr.log)",
-			skillPluginName, strings.Join(s.offered("plugins"), ", "))
+	why := fmt.Sprintf("error: %s (terminal_reason %v", sval(r["subtype"]), r["terminal_reason"])
+	if v := r["api_error_status"]; v != nil {
+		why += fmt.Sprintf(", API status %v", v)
 	}
-	dir.Logf("claude ended: %s after %.3fs (tools %v)", fin.Reason, fin.DurationSec, slices.Sorted(maps.Keys(s.tools)))
-	return Outcome{Finished: fin}, nil
+	why += ")"
+	if e := s.errorMessage(); e != "" {
+		why += ": " + e
+	}
+	return why
+}
+
+// partialReason says why the usage of n assistant messages is partial.
+func partialReason(s *claudeStream, n int, reason string) string {
+	where := "no result event"
+	if s.result != nil {
+		where = fmt.Sprintf("%d assistant message(s) after the last result event", n)
+	}
+	return fmt.Sprintf("%s (%s): tokens summed from %d assistant message(s) once each, as the stream carries them (output counts are the stream's first figures, an undercount; no cost)", where, reason, n)
+}
+
+// claudeSolveError is the error a solve ends with instead of a verdict
+// (nil: the verifier scores it, or NoAttemptError decides): a skill arm's
+// treatment the CLI's init event does not offer is solver_error
+// "treatment not offered" (out of the comparison: the cell was not
+// treated); no attempt because of a provider error a new attempt may not
+// meet (claudeStream.transientAPIError: a 429, an overloaded or failing
+// provider, a connection that failed) is infra, which `tasks run
+// --retries N` runs again.
+func claudeSolveError(s *claudeStream, fin events.FinishedData, skill *Skill) error {
+	if skill != nil && s.init != nil && !s.treatmentOffered() {
+		return events.Classf(events.ClassSolverError,
+			"treatment not offered: the CLI's init event does not offer the skill as %s (skills: %s; plugins: %s; see agent.stderr.log)",
+			s.offeredAs, strings.Join(s.offered("skills"), ", "), strings.Join(s.offered("plugins"), ", "))
+	}
+	if fin.NoAttempt && s.transientAPIError() {
+		return events.Classf(events.ClassInfra, "the model provider failed before any attempt (%s): a provider error, not the solver's; --retries runs the cell again", fin.Reason)
+	}
+	return nil
 }

@@ -23,21 +23,52 @@ type claudeEvent struct {
 // fresh state each time, so the events of a line are the same either
 // way. Not safe for concurrent use.
 type claudeStream struct {
-	// treatment is the skill name of the skill arm ("" none).
-	treatment string
+	// treatment is the skill name of the skill arm ("" none); offeredAs
+	// the name the CLI offers it under (SkillOfferedName).
+	treatment, offeredAs string
 
-	init     map[string]any
-	result   map[string]any
-	msgs     map[string]bool // assistant message ids seen
-	skillIDs map[string]string
-	rejected map[string]bool
-	tools    map[string]int
-	lines    int
-	badLines int
+	init   map[string]any
+	result map[string]any // the last result event
+	// results counts the result events: the CLI writes one more after
+	// each turn a background task's notification starts. turns, cost and
+	// latencyMs add up over them (cost is cumulative: the last result's).
+	results   int
+	turns     int64
+	cost      *float64
+	latencyMs float64
+	ttftMs    *float64
+	msgs      map[string]bool // assistant message ids seen
+	skillIDs  map[string]string
+	rejected  map[string]bool
+	tools     map[string]int
+	lines     int
+	badLines  int
+	// attempt is set by the first assistant message of the model with
+	// output: a non-blank text or thinking block, or a tool_use.
+	attempt bool
+	// apiError is the error kind of the last message the CLI made up
+	// for a failed API call (model "<synthetic>", top-level "error":
+	// rate_limit, overloaded, server_error, authentication_failed...).
+	apiError string
+	// pending is the usage of the model's messages since the last result
+	// (none counted them yet), one entry per message id in order.
+	pending []pendingUsage
+}
+
+// pendingUsage is one assistant message's own usage (message_start's, as
+// the CLI repeats it on each of the message's content blocks).
+type pendingUsage struct {
+	id                                   string
+	model                                string
+	input, output, cacheRead, cacheWrite int64
 }
 
 func newClaudeStream(treatment string) *claudeStream {
-	return &claudeStream{treatment: treatment, msgs: map[string]bool{}, skillIDs: map[string]string{}, rejected: map[string]bool{}, tools: map[string]int{}}
+	s := &claudeStream{treatment: treatment, msgs: map[string]bool{}, skillIDs: map[string]string{}, rejected: map[string]bool{}, tools: map[string]int{}}
+	if treatment != "" {
+		s.offeredAs = SkillOfferedName(treatment)
+	}
+	return s
 }
 
 // line folds one (already redacted) line and returns its events: Started
@@ -45,9 +76,13 @@ func newClaudeStream(treatment string) *claudeStream {
 // its model the first time its id appears (token counts come with the
 // result: the streamed assistant events carry message_start's, which
 // undercount output), a Message per text block and a ToolCall per
-// tool_use block; the result event gives the totals as one Usage (tokens,
-// total_cost_usd, num_turns as calls) and its text as the response
-// Message. A line that is not a JSON object is counted and skipped.
+// tool_use block; each result event gives its own totals as one Usage
+// (tokens and num_turns as calls are the result's own, cost the increase
+// of the cumulative total_cost_usd) and its text as the response Message,
+// or as an "error" Message when the result is an error (the text of an
+// API error is the CLI's error message, never the agent's answer); the
+// text of a message the CLI made up for a failed API call is an "error"
+// Message too. A line that is not a JSON object is counted and skipped.
 func (s *claudeStream) line(text string) []claudeEvent {
 	s.lines++
 	var m map[string]any
@@ -55,38 +90,14 @@ func (s *claudeStream) line(text string) []claudeEvent {
 		s.badLines++
 		return nil
 	}
-	var out []claudeEvent
 	switch m["type"] {
 	case "system":
 		if m["subtype"] == "init" && s.init == nil {
 			s.init = m
-			out = append(out, claudeEvent{events.Started, events.StartedData{Model: sval(m["model"])}})
+			return []claudeEvent{{events.Started, events.StartedData{Model: sval(m["model"])}}}
 		}
 	case "assistant":
-		msg, _ := m["message"].(map[string]any)
-		id, model := sval(msg["id"]), sval(msg["model"])
-		if id != "" && !s.msgs[id] && model != "<synthetic>" {
-			s.msgs[id] = true
-			out = append(out, claudeEvent{events.Usage, events.UsageData{Model: model}})
-		}
-		content, _ := msg["content"].([]any)
-		for _, c := range content {
-			b, _ := c.(map[string]any)
-			switch b["type"] {
-			case "text":
-				if t := sval(b["text"]); t != "" {
-					out = append(out, claudeEvent{events.Message, events.MessageData{Role: "assistant", Text: t}})
-				}
-			case "tool_use":
-				name := sval(b["name"])
-				s.tools[name]++
-				if name == "Skill" {
-					in, _ := b["input"].(map[string]any)
-					s.skillIDs[sval(b["id"])] = sval(in["skill"])
-				}
-				out = append(out, claudeEvent{events.ToolCall, events.ToolCallData{Name: name, Input: b["input"]}})
-			}
-		}
+		return s.assistant(m)
 	case "user":
 		msg, _ := m["message"].(map[string]any)
 		content, _ := msg["content"].([]any)
@@ -99,58 +110,181 @@ func (s *claudeStream) line(text string) []claudeEvent {
 			}
 		}
 	case "result":
-		if s.result != nil {
-			return nil
+		return s.resultEvent(m)
+	}
+	return nil
+}
+
+// assistant folds one assistant line (one content block of a message).
+func (s *claudeStream) assistant(m map[string]any) []claudeEvent {
+	var out []claudeEvent
+	msg, _ := m["message"].(map[string]any)
+	id, model := sval(msg["id"]), sval(msg["model"])
+	synthetic := model == "<synthetic>"
+	if synthetic {
+		s.apiError = sval(m["error"])
+	}
+	if id != "" && !synthetic {
+		if !s.msgs[id] {
+			s.msgs[id] = true
+			out = append(out, claudeEvent{events.Usage, events.UsageData{Model: model}})
 		}
-		s.result = m
-		u := events.UsageData{Model: s.model()}
-		if us, ok := m["usage"].(map[string]any); ok {
-			u.PromptTokens = count(us["input_tokens"])
-			u.CompletionTokens = count(us["output_tokens"])
-			u.CacheReadTokens = count(us["cache_read_input_tokens"])
-			u.CacheWriteTokens = count(us["cache_creation_input_tokens"])
-		}
-		if c, ok := m["total_cost_usd"].(float64); ok {
-			u.CostUSD = &c
-		}
-		// Each assistant message's Usage counted one call already (the
-		// projection counts a Usage without calls as one): the result adds
-		// the rest of num_turns, so n_calls is num_turns, and a stream cut
-		// before its result still counts the replies it got.
-		if n := count(m["num_turns"]); n != nil {
-			rest := max(*n-int64(len(s.msgs)), 0)
-			u.Calls = &rest
-		}
-		out = append(out, claudeEvent{events.Usage, u})
-		if r := responseTail(sval(m["result"])); r != "" {
-			out = append(out, claudeEvent{events.Message, events.MessageData{Role: "response", Text: r}})
+		s.notePending(id, model, msg["usage"])
+	}
+	role := "assistant"
+	if synthetic {
+		role = "error"
+	}
+	content, _ := msg["content"].([]any)
+	for _, c := range content {
+		b, _ := c.(map[string]any)
+		switch b["type"] {
+		case "text":
+			t := sval(b["text"])
+			if t != "" {
+				out = append(out, claudeEvent{events.Message, events.MessageData{Role: role, Text: t}})
+			}
+			s.attempt = s.attempt || (!synthetic && strings.TrimSpace(t) != "")
+		case "thinking":
+			s.attempt = s.attempt || (!synthetic && strings.TrimSpace(sval(b["thinking"])) != "")
+		case "tool_use":
+			s.attempt = s.attempt || !synthetic
+			name := sval(b["name"])
+			s.tools[name]++
+			if name == "Skill" {
+				in, _ := b["input"].(map[string]any)
+				s.skillIDs[sval(b["id"])] = sval(in["skill"])
+			}
+			out = append(out, claudeEvent{events.ToolCall, events.ToolCallData{Name: name, Input: b["input"]}})
 		}
 	}
 	return out
 }
 
-// failed reports whether the result says the run failed: is_error true
-// or a subtype starting error_ (error_max_turns, error_during_execution),
-// whatever the exit code.
-func (s *claudeStream) failed() bool {
-	return s.result != nil && (s.result["is_error"] == true || strings.HasPrefix(sval(s.result["subtype"]), "error_"))
+// notePending keeps message id's usage (the largest of each count over
+// its repeated blocks) until a result counts it.
+func (s *claudeStream) notePending(id, model string, usage any) {
+	us, _ := usage.(map[string]any)
+	get := func(k string) int64 {
+		if n := count(us[k]); n != nil {
+			return *n
+		}
+		return 0
+	}
+	i := slices.IndexFunc(s.pending, func(p pendingUsage) bool { return p.id == id })
+	if i < 0 {
+		s.pending = append(s.pending, pendingUsage{id: id, model: model})
+		i = len(s.pending) - 1
+	}
+	p := &s.pending[i]
+	p.input = max(p.input, get("input_tokens"))
+	p.output = max(p.output, get("output_tokens"))
+	p.cacheRead = max(p.cacheRead, get("cache_read_input_tokens"))
+	p.cacheWrite = max(p.cacheWrite, get("cache_creation_input_tokens"))
 }
 
-// attempted reports whether the run made an attempt: some output tokens
-// and more than one turn (DESIGN §5: an error before any attempt, such as
-// rejected credentials or an unknown model, is a solver_error).
-func (s *claudeStream) attempted() bool {
-	if s.result == nil {
-		return len(s.msgs) > 0
+// resultEvent folds one result line (DESIGN §5.3): 2.1.332 writes one per
+// turn it ends, a turn a background task's notification starts included;
+// usage, num_turns and duration_ms are the result's own, total_cost_usd
+// and modelUsage the session's so far.
+func (s *claudeStream) resultEvent(m map[string]any) []claudeEvent {
+	s.results++
+	s.result = m
+	u := events.UsageData{Model: s.model()}
+	if us, ok := m["usage"].(map[string]any); ok {
+		u.PromptTokens = count(us["input_tokens"])
+		u.CompletionTokens = count(us["output_tokens"])
+		u.CacheReadTokens = count(us["cache_read_input_tokens"])
+		u.CacheWriteTokens = count(us["cache_creation_input_tokens"])
 	}
-	out := int64(0)
-	if us, ok := s.result["usage"].(map[string]any); ok {
-		if n := count(us["output_tokens"]); n != nil {
-			out = *n
+	if c, ok := m["total_cost_usd"].(float64); ok && c >= 0 && !math.IsInf(c, 0) {
+		d := c
+		if s.cost != nil {
+			d = max(c-*s.cost, 0)
+		}
+		u.CostUSD, s.cost = &d, &c
+	}
+	// Each assistant message's Usage counted one call already (the
+	// projection counts a Usage without calls as one): the result adds
+	// the rest of its num_turns, so n_calls is the sum of num_turns, and
+	// a stream cut before its result still counts the replies it got.
+	if n := count(m["num_turns"]); n != nil {
+		rest := max(*n-int64(len(s.pending)), 0)
+		u.Calls = &rest
+		s.turns += *n
+	}
+	if v, ok := m["duration_ms"].(float64); ok && v >= 0 {
+		s.latencyMs += v
+	}
+	if v, ok := m["ttft_ms"].(float64); ok && s.ttftMs == nil {
+		s.ttftMs = &v
+	}
+	s.pending = nil
+	out := []claudeEvent{{events.Usage, u}}
+	role := "response"
+	if s.resultFailed(m) {
+		role = "error"
+	}
+	if r := responseTail(sval(m["result"])); r != "" {
+		out = append(out, claudeEvent{events.Message, events.MessageData{Role: role, Text: r}})
+	}
+	return out
+}
+
+// unreported is the usage of the model's messages no result counted (a
+// stream without a result, or messages after the last one), summed once
+// per message id, with no calls (each message's own Usage counted one)
+// and no cost, and the number of such messages (0: nothing unreported).
+// Its output count is the messages' message_start figure, which
+// undercounts: the sum is partial.
+func (s *claudeStream) unreported() (events.UsageData, int) {
+	if len(s.pending) == 0 {
+		return events.UsageData{}, 0
+	}
+	var in, out, cr, cw int64
+	for _, p := range s.pending {
+		in, out, cr, cw = in+p.input, out+p.output, cr+p.cacheRead, cw+p.cacheWrite
+	}
+	u := events.UsageData{Model: s.pending[len(s.pending)-1].model, PromptTokens: &in, CompletionTokens: &out,
+		CacheReadTokens: &cr, CacheWriteTokens: &cw, Calls: events.Count(0)}
+	return u, len(s.pending)
+}
+
+// failed reports whether the last result says the run failed: is_error
+// true or a subtype starting error_ (error_max_turns,
+// error_during_execution), whatever the exit code.
+func (s *claudeStream) failed() bool {
+	return s.result != nil && s.resultFailed(s.result)
+}
+
+func (s *claudeStream) resultFailed(r map[string]any) bool {
+	return r["is_error"] == true || strings.HasPrefix(sval(r["subtype"]), "error_")
+}
+
+// attempted reports whether the model made an attempt, from the stream
+// alone: an assistant message of the model (not one the CLI made up for
+// a failed API call) with output, a non-blank text or thinking block or a
+// tool call. The result's usage does not decide it: a result may carry
+// none (error_max_turns after a turn that did the work).
+func (s *claudeStream) attempted() bool { return s.attempt }
+
+// transientAPIError reports whether the run ended on an API error that a
+// new attempt may not meet: the last result's api_error_status is 408,
+// 429 or 5xx (529 overloaded included), or, without a status (the
+// connection failed), the CLI's own kind of the error is rate_limit,
+// overloaded or server_error. Rejected credentials, an unknown model, a
+// bad request or a billing error would only repeat.
+func (s *claudeStream) transientAPIError() bool {
+	if s.result != nil {
+		if st, ok := s.result["api_error_status"].(float64); ok {
+			return st == 408 || st == 429 || st >= 500
 		}
 	}
-	turns := count(s.result["num_turns"])
-	return out > 0 && (turns == nil || *turns > 1)
+	switch s.apiError {
+	case "rate_limit", "overloaded", "server_error":
+		return true
+	}
+	return false
 }
 
 // model is the run's model: the init event's, else the modelUsage entry
@@ -194,15 +328,22 @@ func (s *claudeStream) offered(key string) []string {
 	return out
 }
 
-// pluginOffered reports whether the init event lists the skill plugin.
-func (s *claudeStream) pluginOffered() bool {
-	return slices.Contains(s.offered("plugins"), skillPluginName)
+// treatmentOffered reports whether the init event lists the treatment
+// among the skills offered to the model, under the name the CLI gives it
+// (SkillOfferedName). A plugin that loaded without offering its skill
+// (a SKILL.md the CLI would not list) does not count; no init event is no
+// offer.
+func (s *claudeStream) treatmentOffered() bool {
+	return s.offeredAs != "" && slices.Contains(s.offered("skills"), s.offeredAs)
 }
 
-// isTreatment reports whether a Skill call's skill names the treatment
-// ("<name>" or "abskill:<name>").
+// isTreatment reports whether a Skill call's skill names the treatment:
+// the name the CLI offers (abskill:My_Skill-v2), or, as the CLI also
+// resolves them, the skill's own name (My_Skill.v2) and
+// abskill:<own name>. Whether the CLI accepted the call is its tool
+// result's to say (a rejected call is not counted).
 func (s *claudeStream) isTreatment(skill string) bool {
-	return s.treatment != "" && (skill == s.treatment || skill == skillPluginName+":"+s.treatment)
+	return s.treatment != "" && (skill == s.offeredAs || skill == s.treatment || skill == skillPluginName+":"+s.treatment)
 }
 
 // metrics are the row's agent_reported values of a Claude Code run.
@@ -234,7 +375,8 @@ func (s *claudeStream) metrics(truncated bool) map[string]any {
 			if !s.rejected[id] {
 				invocations++
 			}
-		case !slices.Contains(unexpected, skill):
+		case !s.rejected[id] && !slices.Contains(unexpected, skill):
+			// A call the CLI rejected (an unknown name) ran no skill.
 			unexpected = append(unexpected, skill)
 		}
 	}
@@ -248,22 +390,53 @@ func (s *claudeStream) metrics(truncated bool) map[string]any {
 		m["terminal_reason"] = r["terminal_reason"]
 		m["subtype"] = r["subtype"]
 		m["is_error"] = r["is_error"]
-		m["n_calls"] = r["num_turns"]
-		m["cost_usd"] = r["total_cost_usd"]
-		if v, ok := r["duration_ms"].(float64); ok {
-			m["latency_sec"] = math.Round(v) / 1000
+		m["n_calls"] = s.turns
+		if s.cost != nil {
+			m["cost_usd"] = *s.cost
 		}
-		if v, ok := r["ttft_ms"].(float64); ok {
-			m["ttft_sec"] = math.Round(v) / 1000
+		m["latency_sec"] = math.Round(s.latencyMs) / 1000
+		if s.ttftMs != nil {
+			m["ttft_sec"] = math.Round(*s.ttftMs) / 1000
+		}
+		if s.results > 1 {
+			m["n_results"] = s.results
 		}
 		if v := r["api_error_status"]; v != nil {
 			m["api_error_status"] = v
+		}
+		if e := s.errorMessage(); e != "" {
+			m["error_message"] = e
 		}
 		mu, _ := r["modelUsage"].(map[string]any)
 		m["models_used"] = slices.Sorted(maps.Keys(mu))
 		m["model"] = s.model()
 	}
+	if s.apiError != "" {
+		m["api_error"] = s.apiError
+	}
 	return m
+}
+
+// errorMessage is what the last result says went wrong, when it failed:
+// its errors (error_max_turns: "Reached maximum number of turns (N)"),
+// else its text (an API error's message), bounded (boundMsg); "" when it
+// did not fail.
+func (s *claudeStream) errorMessage() string {
+	if !s.failed() {
+		return ""
+	}
+	var parts []string
+	if es, ok := s.result["errors"].([]any); ok {
+		for _, e := range es {
+			if t := sval(e); t != "" {
+				parts = append(parts, t)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, sval(s.result["result"]))
+	}
+	return boundMsg(strings.Join(parts, "; "))
 }
 
 func count(v any) *int64 {
