@@ -61,6 +61,7 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		TamperFindings:   []artifact.TamperFinding{{Path: "/app/unittest.py", Change: "created", Shadows: "python module <unittest> & co"}},
 		VerifierFindings: []artifact.VerifierFinding{{Kind: "no_tests_executed", Detail: "Ran 0 tests\u2028"}},
 		LongLines:        2, ResponseTruncated: true,
+		UsagePartial: true, UsagePartialReason: "no result event <&>",
 	}
 	results = append(results, artifact.Result{Metrics: full})
 	for i := range results {
