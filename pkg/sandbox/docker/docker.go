@@ -491,6 +491,12 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 				if !streamClosed {
 					drain()
 				}
+				if ins.Pid == 0 && ins.ExitCode == 0 {
+					// No pid and no exit code (the API's 0 for none): the
+					// engine refused the start after the create (see
+					// runStarted), and nothing ran.
+					return sandbox.ExecResult{}, errors.New("sandbox: docker: exec: the engine did not start the process")
+				}
 				return sandbox.ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
 			case err != nil && cerrdefs.IsNotFound(err):
 				drain()
@@ -559,16 +565,33 @@ func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Du
 // output stream then never closes. The caller goes on (a SIGKILL ends
 // stopped processes as well).
 func (d *Driver) runQuiet(ctx context.Context, cid, user, script string, bound time.Duration) (int, error) {
+	code, _, err := d.runStarted(ctx, cid, user, script, bound)
+	if code == -1 && err == nil {
+		log := d.log.Warn
+		if bound < killWait {
+			log = d.log.Debug // expected: the SIGKILL that follows ends it (signalAs)
+		}
+		log("sandbox: a signal exec did not end (stopped by a process in the container?)", "container", short(cid), "script", script)
+	}
+	return code, err
+}
+
+// runStarted is runQuiet that also says whether the engine started the
+// process: an exec the engine created but then refused to start (it held
+// the container paused at that moment, see settle) ends with no exit
+// code and no pid, which the API reports as exit 0. An exec the engine
+// refuses as paused is an error isPausedRefusal recognises.
+func (d *Driver) runStarted(ctx context.Context, cid, user, script string, bound time.Duration) (code int, started bool, err error) {
 	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{"sh", "-c", script},
 	})
 	if err != nil {
-		return -1, d.execErr(err)
+		return -1, false, d.execErr(err)
 	}
 	resp, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return -1, d.execErr(err)
+		return -1, false, d.execErr(err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -587,42 +610,46 @@ func (d *Driver) runQuiet(ctx context.Context, cid, user, script string, bound t
 	}
 	resp.Close()
 	<-done
-	code, err := d.waitExec(ctx, created.ID, wait)
-	if code == -1 && err == nil {
-		log := d.log.Warn
-		if bound < killWait {
-			log = d.log.Debug // expected: the SIGKILL that follows ends it (signalAs)
-		}
-		log("sandbox: a signal exec did not end (stopped by a process in the container?)", "container", short(cid), "script", script)
+	ins, err := d.inspectExec(ctx, created.ID, wait)
+	if err != nil || ins.Running {
+		return -1, false, err
 	}
-	return code, err
+	return ins.ExitCode, ins.Pid > 0 || ins.ExitCode != 0, nil
 }
 
 // waitExec polls the exec until it is no longer running, for at most max,
 // and returns its exit code (-1 when it was still running).
 func (d *Driver) waitExec(ctx context.Context, execID string, max time.Duration) (int, error) {
+	ins, err := d.inspectExec(ctx, execID, max)
+	if err != nil || ins.Running {
+		return -1, err
+	}
+	return ins.ExitCode, nil
+}
+
+// inspectExec polls the exec until it is no longer running, for at most
+// max, and returns its last inspection (Running when it was still
+// running). A missing exec is ErrDestroyed; ctx's end is its error.
+func (d *Driver) inspectExec(ctx context.Context, execID string, max time.Duration) (container.ExecInspect, error) {
 	end := time.Now().Add(max)
 	interval := 2 * time.Millisecond
 	for {
 		ins, err := d.cli.ContainerExecInspect(ctx, execID)
 		if err != nil {
 			if cerrdefs.IsNotFound(err) {
-				return -1, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
+				return ins, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			}
-			return -1, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
+			return ins, fmt.Errorf("sandbox: docker: exec inspect: %w", err)
 		}
-		if !ins.Running {
-			return ins.ExitCode, nil
-		}
-		if time.Now().After(end) {
-			return -1, nil
+		if !ins.Running || time.Now().After(end) {
+			return ins, nil
 		}
 		t := time.NewTimer(interval)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return -1, ctx.Err()
+			return ins, ctx.Err()
 		}
 		interval = min(interval*2, 100*time.Millisecond)
 	}
@@ -631,6 +658,11 @@ func (d *Driver) waitExec(ctx context.Context, execID string, max time.Duration)
 func (d *Driver) execErr(err error) error {
 	if errors.Is(err, sandbox.ErrEngineTimeout) {
 		return err // it names the request
+	}
+	if isPausedRefusal(err) {
+		// Running, but paused in the engine's view (see settle): not
+		// destroyed.
+		return fmt.Errorf("sandbox: docker: exec: %w", err)
 	}
 	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 		// No such container, or it is not running.

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -68,7 +69,9 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 // processes the verifier's exit hook stopped with SIGSTOP (a server the
 // agent started in an earlier step) run again, as they would in Harbor's
 // one shared environment (from this machine when it can, see hostSignal;
-// else by an exec). A container that is not running is an error.
+// else by an exec). When it returns, the engine will not report the
+// container paused again (see settle). A container that is not running
+// is an error.
 func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 	cid, err := d.container(h)
 	if err != nil {
@@ -86,20 +89,76 @@ func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 			return fmt.Errorf("sandbox: docker: unpause %s: %w", short(cid), err)
 		}
 	}
+	script := "exit 0"
 	if ok, err := d.hostSignal(ctx, cid, "0", unix.SIGCONT); ok {
 		if err != nil {
 			return fmt.Errorf("sandbox: docker: resume the processes of %s: %w", short(cid), err)
 		}
-		return nil
+	} else {
+		// No way from this machine: the exec that settles the engine
+		// sends the SIGCONT.
+		script = "kill -CONT -1 2>/dev/null; exit 0"
 	}
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "kill -CONT -1 2>/dev/null; exit 0"}, Timeout: 30 * time.Second})
-	if err != nil {
-		return fmt.Errorf("sandbox: docker: resume the processes of %s: %w", short(cid), err)
-	}
-	if res.ExitCode != 0 {
-		return fmt.Errorf("sandbox: docker: resume the processes of %s: exit %d", short(cid), res.ExitCode)
+	if err := d.settle(ctx, cid, script); err != nil {
+		return fmt.Errorf("sandbox: docker: resume %s: %w", short(cid), err)
 	}
 	return nil
+}
+
+// settleWait bounds settle: the engine's queue of a container's events
+// can stand still for 2 s per exec whose output a stopped process holds
+// (see settle), and longer on a loaded machine.
+const settleWait = time.Minute
+
+// settle runs script as root in container cid and waits until the engine
+// has handled its exit. The engine (20.10 as today's) applies a
+// container's runtime events in order, one at a time, on its own time: a
+// "paused" event it handles after the unpause marks the running container
+// paused again until the "resumed" event behind it, and refuses an exec
+// then ("container ... is paused"). The queue stands still while the
+// engine waits (2 s each) for the output stream of an exec whose output a
+// stopped process still holds — what a verifier's exit hook leaves — so
+// a step's "paused" event could be handled seconds after Thaw, in the
+// middle of the next step. An exec's exit queues behind both events: once
+// the engine reports the exec ended, its view of the container is the
+// container's. An exec refused as paused meanwhile is asked for again.
+// The error is the engine's, or the bound's (settleWait), or the
+// script's exit code.
+func (d *Driver) settle(ctx context.Context, cid, script string) error {
+	end := time.Now().Add(settleWait)
+	var last error
+	for {
+		code, started, err := d.runStarted(ctx, cid, "0", script, time.Until(end))
+		switch {
+		case err == nil && started && code != 0:
+			return fmt.Errorf("exit %d", code)
+		case err == nil && started:
+			return nil
+		case err == nil && code == -1:
+			return fmt.Errorf("the engine did not report the exec's end within %s", settleWait)
+		case err != nil && !isPausedRefusal(err):
+			return err
+		case err != nil:
+			last = err
+		default:
+			last = errors.New("the engine did not start the exec")
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return fmt.Errorf("the engine still refuses execs after %s: %w", settleWait, last)
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// isPausedRefusal reports whether err is the engine refusing an exec
+// because it holds the container paused.
+func isPausedRefusal(err error) bool {
+	return cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "is paused")
 }
 
 // countAlive counts the rows of a `ps -o pid,stat` listing that are not

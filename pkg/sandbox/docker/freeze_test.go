@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+
 	"github.com/proctor-eval/proctor/internal/testutil"
 
 	"github.com/proctor-eval/proctor/pkg/sandbox"
@@ -287,5 +290,57 @@ func TestDockerThaw(t *testing.T) {
 	}
 	if err := d.Thaw(ctx, h); err == nil {
 		t.Error("Thaw of a destroyed sandbox succeeded")
+	}
+}
+
+// TestThawSettlesThePausedFlag: once Thaw returns, the engine never
+// reports the container paused again. A verifier whose exit hook stops a
+// background process that still holds its output makes the engine handle
+// the exec's exit only after 2 s, and the container's "paused" event
+// waits behind it in the engine's per-container queue; handled after the
+// unpause, it marked the running container paused again (a "pause" event
+// after Thaw) and refused the next step's exec for that moment.
+func TestThawSettlesThePausedFlag(t *testing.T) {
+	t.Parallel()
+	d, cli := newTestDocker(t, nil)
+	h := startLong(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	msgs, errc := cli.Events(ctx, events.ListOptions{Filters: filters.NewArgs(filters.Arg("container", h.ID))})
+	execOK(t, d, h, `trap 'kill -STOP -1 2>/dev/null' EXIT; sleep 1000 &`)
+	t.Logf("%d exec returned", time.Now().UnixNano())
+	if _, err := d.Freeze(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Thaw(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d thawed", time.Now().UnixNano())
+	if _, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"true", "after-thaw"}, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	// The marker exec's exit is handled after every event the engine
+	// had queued before it: read up to its exec_die.
+	late := 0
+	marker := ""
+	for {
+		select {
+		case m := <-msgs:
+			a := string(m.Action)
+			t.Logf("%d %s", m.TimeNano, a)
+			switch {
+			case a == "exec_create: true after-thaw":
+				marker = m.Actor.Attributes["execID"]
+			case marker != "" && a == "pause":
+				late++
+			case marker != "" && a == "exec_die" && m.Actor.Attributes["execID"] == marker:
+				if late > 0 {
+					t.Fatalf("the engine reported the container paused %d time(s) after Thaw returned", late)
+				}
+				return
+			}
+		case err := <-errc:
+			t.Fatal(err)
+		}
 	}
 }
