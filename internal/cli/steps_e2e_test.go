@@ -1,14 +1,22 @@
 package cli
 
 import (
+	"context"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 func stepOutcomes(r artifact.Result) []string {
@@ -23,9 +31,9 @@ func stepOutcomes(r artifact.Result) []string {
 // to end (embedded NATS, real Docker) with the oracle and a cheating agent:
 // early stopping on min_reward with later steps skipped and left out of
 // the mean, per-key means, the final strategy, a failed healthcheck (no
-// verdict anywhere: errored, never a 0), and a background process of one
-// step still running in the next (one shared sandbox, thawed between
-// steps). The cheating agent plants rewards and leaves a writer running;
+// verdict: verifier_error, missing data, never a 0), and a background
+// process of one step still running in the next (one shared sandbox,
+// thawed between steps). A row's verify_sec is its steps' summed. The cheating agent plants rewards and leaves a writer running;
 // every step's verifier starts from a fresh /logs/verifier, so it earns
 // nothing.
 func TestMultiStepTasks(t *testing.T) {
@@ -46,7 +54,7 @@ func TestMultiStepTasks(t *testing.T) {
 		{"early-stop oracle", "partial", f(0.5), nil, []string{"partial", "skipped", "skipped"}},
 		{"mean-keys oracle", "partial", f(0.5), map[string]float64{"reward": 0.5, "style": 0.5}, []string{"passed", "failed"}},
 		{"final oracle", "partial", f(0.25), nil, []string{"passed", "partial"}},
-		{"no-health oracle", "errored", nil, nil, []string{"verifier_error", "skipped"}},
+		{"no-health oracle", "verifier_error", nil, nil, []string{"verifier_error", "skipped"}},
 		{"shared-state oracle", "passed", f(1), nil, []string{"passed", "passed"}},
 		{"early-stop " + cheat, "failed", f(0), nil, []string{"failed", "skipped", "skipped"}},
 	} {
@@ -60,6 +68,18 @@ func TestMultiStepTasks(t *testing.T) {
 		}
 		if c.rewards != nil && !reflect.DeepEqual(r.Rewards, c.rewards) {
 			t.Errorf("%s: rewards %v, want %v", c.cell, r.Rewards, c.rewards)
+		}
+	}
+	for _, cell := range []string{"mean-keys oracle", "shared-state oracle"} {
+		r := rows[cell]
+		sum := 0.0
+		for _, s := range r.Steps {
+			if s.VerifySec != nil {
+				sum += *s.VerifySec
+			}
+		}
+		if v := r.Metrics.VerifySec; v == nil || *v <= 0 || math.Abs(*v-sum) > 0.002*float64(len(r.Steps)) {
+			t.Errorf("%s: verify_sec %v, want the steps' sum %.3f", cell, ptrStr(r.Metrics.VerifySec), sum)
 		}
 	}
 	es := rows["early-stop oracle"]
@@ -88,4 +108,75 @@ func ptrStr(p *float64) any {
 		return "null"
 	}
 	return *p
+}
+
+// TestMultiStepUnverifiedStepIsNoPass: a step whose verifier gives no
+// verdict makes the cell missing data (verifier_error), never a pass. The
+// agent does the first step's work and, in the second, leaves its
+// verifier nothing to score (the test script aborts before it writes a
+// reward); a mean over the verified steps only passed the cell with
+// reward 1. The oracle passes both steps.
+func TestMultiStepUnverifiedStepIsNoPass(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	skip := "agent:" + abs(t, "testdata/agents/step-skip")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/steps-root"), "--tasks", "unverified", "--harnesses", "oracle,"+skip, "--concurrency", "2")
+	rows := byCell(a)
+	if r := rows["unverified oracle"]; r.Outcome != "passed" || !reflect.DeepEqual(stepOutcomes(r), []string{"passed", "passed"}) {
+		t.Errorf("oracle: %s %v (%q), want passed [passed passed]", r.Outcome, stepOutcomes(r), r.Error)
+	}
+	r := rows["unverified "+skip]
+	if r.Outcome != "verifier_error" || r.Passed || r.Reward != nil || !r.Errored() || !reflect.DeepEqual(stepOutcomes(r), []string{"passed", "verifier_error"}) {
+		t.Errorf("agent: outcome %s passed %v reward %v steps %v, want verifier_error (errored, no reward) [passed verifier_error]", r.Outcome, r.Passed, ptrStr(r.Reward), stepOutcomes(r))
+	}
+	if !strings.Contains(r.Error, "step 2 (b) has no verdict") {
+		t.Errorf("agent: error %q does not name step b", r.Error)
+	}
+	if s := a.Summary.PerHarness[skip]; s == nil || s.Passed != 0 || s.Errored != 1 {
+		t.Errorf("agent summary: %+v, want 0 passed, 1 errored", s)
+	}
+}
+
+// TestMultiStepLostSandboxIsErrored: a sandbox that cannot be resumed for
+// the next step (here removed while the launcher resumes it after step
+// a) errors the cell, class sandbox; it stopped the trial as a step would
+// and rolled up the steps before, passing the cell on step a alone.
+func TestMultiStepLostSandboxIsErrored(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	msgs, errc := cli.Events(ctx, events.ListOptions{Filters: filters.NewArgs(filters.Arg("event", "pause"), filters.Arg("label", sandbox.LabelManaged))})
+	removed := make(chan string, 1)
+	go func() {
+		for {
+			select {
+			case m := <-msgs:
+				if strings.HasPrefix(m.Actor.Attributes[sandbox.LabelCell], "lost-sandbox/") {
+					// Step a's freeze: its resume follows.
+					err := cli.ContainerRemove(ctx, m.Actor.ID, container.RemoveOptions{Force: true})
+					removed <- fmt.Sprint(err)
+					return
+				}
+			case err := <-errc:
+				removed <- fmt.Sprint(err)
+				return
+			}
+		}
+	}()
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/steps-fault-root"), "--tasks", "lost-sandbox", "--harnesses", "oracle")
+	select {
+	case got := <-removed:
+		if got != "<nil>" {
+			t.Fatalf("remove the container: %s", got)
+		}
+	default:
+		t.Fatal("the step's pause was never seen")
+	}
+	r := byCell(a)["lost-sandbox oracle"]
+	if r.Outcome != "errored" || r.ErrorClass != "sandbox" || r.Reward != nil || !strings.Contains(r.Error, "resume the sandbox") {
+		t.Errorf("outcome %s class %s reward %v error %q, want errored (sandbox) without a reward, saying the sandbox could not be resumed", r.Outcome, r.ErrorClass, ptrStr(r.Reward), r.Error)
+	}
 }

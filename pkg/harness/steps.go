@@ -12,6 +12,8 @@ import (
 
 // StepScore is one step of a multi-step cell as the roll-up sees it.
 type StepScore struct {
+	// Name is the step's name, for the reasons RollUpSteps gives.
+	Name string
 	// Ran is false for a step skipped after an earlier one stopped the
 	// trial.
 	Ran bool
@@ -19,6 +21,9 @@ type StepScore struct {
 	// {"reward": r}); nil when the step has no verdict (its verifier
 	// failed, or it never ran).
 	Rewards map[string]float64
+	// NoVerdict says why a step that ran has no verdict ("" when
+	// unknown).
+	NoVerdict string
 }
 
 // MissesMinReward reports whether rewards miss the gate min (a step's
@@ -41,17 +46,33 @@ func MissesMinReward(min, rewards map[string]float64) (string, bool) {
 // RollUpSteps makes a multi-step cell's reward map of its steps' as
 // Harbor's multi_step_reward_strategy does:
 //
-//   - mean (the default): per key, the mean over the steps that have a
-//     verdict, a key a step did not write counting 0 for that step; steps
-//     without a verdict — skipped after an early stop, or whose verifier
-//     failed — are left out of the mean, not counted as 0;
+//   - mean (the default): per key, the mean over the steps that ran, a
+//     key a step did not write counting 0 for that step; steps skipped
+//     after an early stop never ran and are left out, as in Harbor;
 //   - final: the last step that ran, its reward map as it is.
+//
+// A step that ran and has no verdict (its verifier wrote no readable
+// reward, its setup.sh or healthcheck failed) leaves the cell without a
+// reward under either strategy: missing data, never a pass. Harbor's mean
+// leaves such a step out of the denominator (documented: "steps without a
+// verifier_result excluded"), which scores a cell by its verified steps
+// only — a cell whose last step's verifier never ran would pass on the
+// steps before it; proctor does not follow it there.
 //
 // The primary reward is the map's "reward" key, else its only key (as
 // ParseReward picks it), and must be a finite number in [0,1]. It returns
-// nil and the reason when there is no primary reward (no step has a
-// verdict; final's last step has none; no primary key).
+// nil and the reason when there is no primary reward (a step that ran has
+// no verdict; no step ran; no primary key).
 func RollUpSteps(strategy string, steps []StepScore) (*float64, map[string]float64, string) {
+	for i, s := range steps {
+		if s.Ran && s.Rewards == nil {
+			why := fmt.Sprintf("step %d (%s) has no verdict", i+1, s.Name)
+			if s.NoVerdict != "" {
+				why += ": " + s.NoVerdict
+			}
+			return nil, nil, why
+		}
+	}
 	var rewards map[string]float64
 	switch strategy {
 	case task.StepRewardFinal:
@@ -64,15 +85,12 @@ func RollUpSteps(strategy string, steps []StepScore) (*float64, map[string]float
 		if last < 0 {
 			return nil, nil, "no step ran"
 		}
-		if steps[last].Rewards == nil {
-			return nil, nil, fmt.Sprintf("the final step that ran (step %d) has no verdict", last+1)
-		}
 		rewards = maps.Clone(steps[last].Rewards)
 	case task.StepRewardMean, "":
 		n := 0
 		sum := map[string]float64{}
 		for _, s := range steps {
-			if s.Rewards == nil {
+			if !s.Ran {
 				continue
 			}
 			n++
@@ -81,7 +99,7 @@ func RollUpSteps(strategy string, steps []StepScore) (*float64, map[string]float
 			}
 		}
 		if n == 0 {
-			return nil, nil, "no step has a verdict"
+			return nil, nil, "no step ran"
 		}
 		rewards = map[string]float64{}
 		for k, v := range sum {

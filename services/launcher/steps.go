@@ -31,8 +31,11 @@ import (
 // step whose reward misses its min_reward, or that has no
 // verdict, stops the trial: each later step is recorded skipped. The cell
 // then gets one Finished (the steps' solve time summed) and one Verdict
-// whose reward is rolled up by multi_step_reward_strategy
-// (harness.RollUpSteps), or CellErrored when no reward can be rolled up.
+// (the steps' verifier time summed) whose reward is rolled up by
+// multi_step_reward_strategy (harness.RollUpSteps); when none can be
+// rolled up (a step that ran has no verdict) the Verdict has no reward
+// and says why: missing data, never a pass. proctor's own failures (the
+// engine, a sandbox that cannot be resumed) error the cell.
 // No verify job is handed over: the steps alternate solve and verify on
 // one sandbox, which one service drives.
 
@@ -87,6 +90,9 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 	}
 	scores := make([]harness.StepScore, len(t.Steps))
 	var fin events.FinishedData
+	// The cell's verdict: the steps' verifier time summed, the last
+	// verifier's exit code, the rolled-up reward.
+	var verdict events.VerdictData
 	stop := ""
 	for i := range t.Steps {
 		s := &t.Steps[i]
@@ -115,15 +121,21 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 			teardown()
 			return c.end(ctx, events.ClassInfra, fmt.Errorf("step %s: %w", s.Name, err))
 		}
-		scores[i].Ran = true
+		scores[i].Name, scores[i].Ran, scores[i].NoVerdict = s.Name, true, sv.Error
 		if sv.Solve != nil {
 			fin.DurationSec += sv.Solve.DurationSec
 			fin.Reason, fin.ExitCode, fin.StdoutTail, fin.Isolation = sv.Solve.Reason, sv.Solve.ExitCode, sv.Solve.StdoutTail, sv.Solve.Isolation
 			fin.TimedOut = fin.TimedOut || sv.Solve.TimedOut
 			fin.OOMKilled = fin.OOMKilled || sv.Solve.OOMKilled
 		}
-		if sv.Verdict != nil && sv.Verdict.Reward != nil {
-			scores[i].Rewards = sv.Verdict.Rewards
+		if v := sv.Verdict; v != nil {
+			verdict.DurationSec += v.DurationSec
+			verdict.ReturnCode = v.ReturnCode
+			if v.Reward != nil {
+				scores[i].Rewards = v.Rewards
+			} else if scores[i].NoVerdict == "" {
+				scores[i].NoVerdict = v.Error
+			}
 		}
 		switch {
 		case scores[i].Rewards == nil:
@@ -137,8 +149,13 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 		c.collectArtifacts(ctx, p.Driver, h, cellfs.Dir(c.Dir().Path("steps", s.Name)))
 		if stop == "" && i+1 < len(t.Steps) {
 			if err := thaw(ctx, p.Driver, h); err != nil {
-				sv.Stop = "the sandbox could not be resumed for the next step: " + err.Error()
-				stop = sv.Stop
+				// proctor's failure, not the step's: the cell has no
+				// verdict, never a roll-up of the steps before.
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				teardown()
+				return c.end(ctx, events.ClassSandbox, fmt.Errorf("step %s: resume the sandbox for the next step: %w", s.Name, err))
 			}
 		}
 		if sv.Stop != "" {
@@ -149,6 +166,7 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 		}
 	}
 	fin.DurationSec = float64(int64(fin.DurationSec*1000+0.5)) / 1000
+	verdict.DurationSec = float64(int64(verdict.DurationSec*1000+0.5)) / 1000
 	if fin.Reason == "" {
 		fin.Reason = "no step solved"
 	}
@@ -158,12 +176,17 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 	}
 	reward, rewards, why := harness.RollUpSteps(t.MultiStepRewardStrategy, scores)
 	if reward == nil {
-		return c.end(ctx, events.ClassInfra, fmt.Errorf("multi-step task (%s): no reward: %s", t.MultiStepRewardStrategy, why))
+		// No reward to roll up (a step that ran has no verdict): the
+		// cell's verifier gave no verdict, missing data as for a
+		// single-step cell whose verifier wrote no reward.
+		verdict.Error = fmt.Sprintf("multi-step task (%s): no reward: %s", t.MultiStepRewardStrategy, why)
+		c.Dir().Logf("steps not rolled up: %s", verdict.Error)
+	} else {
+		verdict.Reward, verdict.Rewards = reward, rewards
+		c.Dir().Logf("steps rolled up (%s): reward %g", t.MultiStepRewardStrategy, *reward)
+		_ = c.Dir().WriteReward(*reward)
 	}
-	v := events.VerdictData{Reward: reward, Rewards: rewards}
-	c.Dir().Logf("steps rolled up (%s): reward %g", t.MultiStepRewardStrategy, *reward)
-	_ = c.Dir().WriteReward(*reward)
-	if err := c.emit(ctx, events.Verdict, v); err != nil {
+	if err := c.emit(ctx, events.Verdict, verdict); err != nil {
 		return err
 	}
 	return c.s.bus.Flush(ctx)

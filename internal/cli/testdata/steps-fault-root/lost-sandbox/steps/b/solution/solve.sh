@@ -1,0 +1,1 @@
+echo done > /app/b
