@@ -112,7 +112,7 @@ func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
 	}
 	return Placement{
 		Driver: env.Driver(), Spec: spec,
-		Networks: n, Workdir: workdir, Image: img,
+		Networks: n, Workdir: workdir, User: AgentUser, Image: img,
 	}, nil
 }
 

@@ -109,6 +109,10 @@ type Placement struct {
 	Networks Networks
 	// Workdir is the directory the solve works in ("" the image's).
 	Workdir string
+	// User is who the solve runs as in the sandbox ("" root): a
+	// multi-step task's step setup.sh runs as this user, as Harbor runs
+	// it as the step's agent user, the one its agent runs as.
+	User string
 	// Image is the task image (zero for a host process).
 	Image sandbox.ImageInfo
 	// State is the arm's own (its loaded agent.toml, its output dir).

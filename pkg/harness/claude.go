@@ -251,7 +251,7 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	// caches, the env file) reaches the image or the verifier's files.
 	spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}
 	return Placement{
-		Driver: env.Driver(), Spec: spec, Networks: n, Workdir: workdir, Image: img, State: st,
+		Driver: env.Driver(), Spec: spec, Networks: n, Workdir: workdir, User: AgentUser, Image: img, State: st,
 	}, nil
 }
 

@@ -31,8 +31,8 @@ func (a oracleArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 	return refusal(t, task.NeedsOracle)
 }
 
-// Prepare builds the task image; the oracle works in the task's workdir
-// (else the image's) on the network plan of oracleNetworks.
+// Prepare builds the task image; the oracle works as root in the task's
+// workdir (else the image's) on the network plan of oracleNetworks.
 func (a oracleArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	img, err := TaskImage(ctx, env)
 	if err != nil {

@@ -20,18 +20,19 @@ import (
 // A multi-step task (Harbor's [[steps]], DESIGN §3) runs here, in the
 // launcher, from the first step to the last in the one sandbox the arm
 // placed: for each step, StepStarted; its workdir/ uploaded to the working
-// directory and its setup.sh run as the solving user, then removed; its
-// healthcheck; the arm's Solve with the step's instruction, solution and
-// budget (the arm sees the task through the step); the step's tests (the
-// task-level tests/ with the step's tests/ over it) scored by the
-// verify.RunTests (the verifier service's own), the sandbox frozen before the reward is read
-// and thawed for the next step; the task's artifacts collected; then
+// directory and its setup.sh run as the user the arm solves as
+// (Placement.User), then removed; its healthcheck; the arm's Solve with
+// the step's instruction, solution and budget (the arm sees the task
+// through the step); the step's tests (the task-level tests/ with the
+// step's tests/ over it) scored by verify.RunTests (the verifier
+// service's own), the sandbox frozen before the reward is read; the
+// task's artifacts collected; the sandbox thawed for the next step; then
 // StepVerdict. A step whose solve made no attempt ends the cell errored
 // by the single-step rule (harness.NoAttemptError), its tests unrun. A
-// step whose reward misses its min_reward, or that has no
-// verdict, stops the trial: each later step is recorded skipped. The cell
-// then gets one Finished (the steps' solve time summed) and one Verdict
-// (the steps' verifier time summed) whose reward is rolled up by
+// step whose reward misses its min_reward, or that has no verdict, stops
+// the trial: each later step is recorded skipped. The cell then gets one
+// Finished (the steps' solve time summed) and one Verdict (the steps'
+// verifier time summed) whose reward is rolled up by
 // multi_step_reward_strategy (harness.RollUpSteps); when none can be
 // rolled up (a step that ran has no verdict) the Verdict has no reward
 // and says why: missing data, never a pass. proctor's own failures (the
@@ -67,16 +68,6 @@ func stepTask(t *task.Task, s *task.Step) *task.Task {
 	v.AgentTimeoutSec, v.AgentUser = s.AgentTimeoutSec, s.AgentUser
 	v.VerifierTimeoutSec, v.VerifierUser, v.VerifierEnv = s.VerifierTimeoutSec, s.VerifierUser, s.VerifierEnv
 	return &v
-}
-
-// stepSolveUser is who runs a step's setup.sh: the user the arm solves as
-// (in-container agents: harness.AgentUser), else the step's agent user
-// ("" = root).
-func stepSolveUser(arm harness.Arm, s *task.Step) string {
-	if arm.Ref().Kind == harness.Agent {
-		return harness.AgentUser
-	}
-	return s.AgentUser
 }
 
 func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placement, h *sandbox.Handle, teardown func()) error {
@@ -211,7 +202,7 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	c.Dir().Logf("step %d/%d %s", i+1, len(c.task.Steps), s.Name)
 	d := p.Driver
 	if s.WorkdirDir != "" {
-		if err := uploadWorkdir(ctx, d, h, s, workdir, stepSolveUser(arm, s), dir); err != nil {
+		if err := uploadWorkdir(ctx, d, h, s, workdir, p.User, dir); err != nil {
 			return sv, err
 		}
 	}

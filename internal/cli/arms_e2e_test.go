@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"testing"
+)
+
+// armsScript answers the tasks of testdata/arms-root as the replay agent
+// does: the commands of the instruction's RUN lines, by tool use.
+const armsScript = `
+cases:
+  - when: "CASE-SETUP-USER"
+    replies:
+      - tool_use: [{name: Bash, input: {command: "id -u > /app/solve_uid"}}]
+        usage: {input_tokens: 100, output_tokens: 10}
+      - text: "Recorded."
+        usage: {input_tokens: 110, output_tokens: 5}
+replies:
+  - text: "I do not know how."
+    usage: {input_tokens: 90, output_tokens: 7}
+`
+
+// TestStepSetupRunsAsTheSolvingUser: a step's setup.sh runs as the user
+// the arm solves as, under every in-container arm: root under the oracle,
+// uid 10001 under agent: and docker-claude (docker-claude ran it as root,
+// and the agent arm as uid 10001: the launcher tested the harness kind).
+// The step's test passes only when setup.sh and the solve ran as one user.
+func TestStepSetupRunsAsTheSolvingUser(t *testing.T) {
+	cli := claudeSetup(t)
+	fakeModel(t, cli, armsScript)
+	replay := "agent:" + abs(t, "testdata/agents/replay")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/arms-root"), "--tasks", "setup-user",
+		"--harnesses", "oracle,"+replay+",docker-claude", "--concurrency", "3", "--agent-grace", "2")
+	rows := byCell(a)
+	for _, h := range []string{"oracle", replay, "docker-claude"} {
+		r := rows["setup-user "+h]
+		if r.Outcome != "passed" {
+			tail := ""
+			if len(r.Steps) == 1 {
+				tail = r.Steps[0].Error
+			}
+			t.Errorf("%s: %s (%q %q), want passed: setup.sh and the solve as one user", h, r.Outcome, r.Error, tail)
+		}
+	}
+}

@@ -1,0 +1,1 @@
+id -u > /app/solve_uid

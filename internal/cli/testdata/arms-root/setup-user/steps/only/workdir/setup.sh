@@ -1,0 +1,1 @@
+id -u > /app/setup_uid
