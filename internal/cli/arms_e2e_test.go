@@ -1,7 +1,12 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
 )
 
 // armsScript answers the tasks of testdata/arms-root as the replay agent
@@ -40,5 +45,33 @@ func TestStepSetupRunsAsTheSolvingUser(t *testing.T) {
 			}
 			t.Errorf("%s: %s (%q %q), want passed: setup.sh and the solve as one user", h, r.Outcome, r.Error, tail)
 		}
+	}
+}
+
+// TestNoNetworkVerifierUnderAgentArms: the verifier of a no-network task
+// has no network at all under an agent arm, as under the oracle: its test
+// looks a name up, which fails at once (reward 1) with no network; on the
+// agent's internal network the lookup went unanswered for 20 s, past the
+// verifier's 12 s budget (verifier_timeout). The multi-step form moves
+// the sandbox for each step's verifier and back: the second step's agent
+// sees a network interface again.
+func TestNoNetworkVerifierUnderAgentArms(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	replay := "agent:" + abs(t, "testdata/agents/replay")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/arms-root"), "--tasks", "no-net-dns,no-net-steps",
+		"--harnesses", "oracle,"+replay, "--concurrency", "4")
+	rows := byCell(a)
+	for _, cell := range []string{"no-net-dns oracle", "no-net-dns " + replay, "no-net-steps oracle", "no-net-steps " + replay} {
+		r := rows[cell]
+		if r.Outcome != "passed" || r.Metrics.VerifySec == nil || *r.Metrics.VerifySec > 10 {
+			t.Errorf("%s: %s after verify_sec %v (%q), want passed at once", cell, r.Outcome, ptrStr(r.Metrics.VerifySec), r.Error)
+		}
+	}
+	r := rows["no-net-steps "+replay]
+	b, err := os.ReadFile(filepath.Join(r.OutputDir, "steps", "two", "artifacts", "app", "nets"))
+	if err != nil || strings.TrimSpace(strings.ReplaceAll(string(b), "lo\n", "")) == "" {
+		t.Errorf("the second step's agent saw the interfaces %q (%v), want its network's back beside lo", b, err)
 	}
 }

@@ -56,7 +56,8 @@ func (a agentArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 // agentNetworks: agent arms never get the open network: a per-cell
 // internal network whose only way out is the egress proxy (an allowlist
 // task; Solve "allowlist"), else none (Solve "internal"); the verifier
-// joins the bridge afterwards when its policy is public.
+// then moves as verifyNetwork says (the bridge when its policy is public,
+// no network when it is no-network).
 func agentNetworks(t *task.Task) Networks {
 	solve := "internal"
 	if t.AgentNetwork.Mode == task.NetworkAllowlist {

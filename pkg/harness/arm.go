@@ -95,8 +95,10 @@ type Networks struct {
 	// Solve is the policy the solve phase runs under, as recorded in
 	// Finished.isolation.network.
 	Solve string
-	// Verify is the network mode the verifier phase runs on: the verifier
-	// joins the bridge when it is NetworkBridge and Start is not.
+	// Verify is the network mode the verifier phase runs on: the
+	// verifier moves the sandbox there when it is on another
+	// (verify.UseNetwork), and a multi-step task's next step moves it
+	// back to Start.
 	Verify string
 }
 
@@ -163,12 +165,22 @@ func Lookup(name string) (Arm, error) {
 	return a, nil
 }
 
-// VerifyNetwork is the network plan rule of the verifier phase shared by
-// the in-container arms: the task's verifier policy public (or unset) is
-// the bridge; anything else stays on the sandbox's start network.
+// verifyNetwork is the network plan rule of the verifier phase shared by
+// the in-container arms, whatever network the solve had: the task's
+// verifier policy public (or unset) is the bridge; no-network is no
+// network at all, as the oracle's no-network sandbox has (name lookups
+// fail at once; on an agent's internal network they went unanswered
+// until they timed out), but with compose services, which the verifier
+// may need, it stays on the cell's network (no way out); allowlist stays
+// on the start network (the egress proxy's, when it has one).
 func verifyNetwork(t *task.Task, start string) string {
-	if t.VerifierNetwork.Mode == task.NetworkPublic || t.VerifierNetwork.Mode == "" {
+	switch t.VerifierNetwork.Mode {
+	case task.NetworkPublic, "":
 		return sandbox.NetworkBridge
+	case task.NetworkNone:
+		if t.Compose == nil {
+			return sandbox.NetworkNone
+		}
 	}
 	return start
 }

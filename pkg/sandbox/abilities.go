@@ -27,6 +27,12 @@ type BridgeJoiner interface {
 	ConnectBridge(ctx context.Context, h *Handle) error
 }
 
+// NetworkMover moves a running sandbox to another network mode for its
+// next phase and back (see Docker.MoveNetwork).
+type NetworkMover interface {
+	MoveNetwork(ctx context.Context, h *Handle, mode string) error
+}
+
 // EgressLogger stops the egress proxy of a sandbox started with
 // Spec.Egress and returns its decision log (see Docker.EgressLog).
 type EgressLogger interface {

@@ -175,6 +175,33 @@ func RunTests(ctx context.Context, driver sandbox.Driver, spec TestSpec, h *sand
 	return v, nil
 }
 
+// UseNetwork puts the sandbox h, now on network current, on network want
+// (a sandbox.Network* mode) and returns the network it is then on: the
+// bridge or no network for a verifier phase (harness.Networks.Verify), or
+// back on its start network for a multi-step task's next solve. Nothing
+// moves when want is current or "". The driver moves it with its
+// sandbox.NetworkMover ability, else joins the bridge from an internal
+// network with sandbox.BridgeJoiner; without them, or when the move
+// fails, the error says so.
+func UseNetwork(ctx context.Context, driver sandbox.Driver, h *sandbox.Handle, current, want string) (string, error) {
+	if want == "" || want == current {
+		return current, nil
+	}
+	if m, ok := driver.(sandbox.NetworkMover); ok {
+		if err := m.MoveNetwork(ctx, h, want); err != nil {
+			return current, fmt.Errorf("move the sandbox from network %s to %s: %w", current, want, err)
+		}
+		return want, nil
+	}
+	if j, ok := driver.(sandbox.BridgeJoiner); ok && want == sandbox.NetworkBridge && current == sandbox.NetworkInternal {
+		if err := j.ConnectBridge(ctx, h); err != nil {
+			return current, fmt.Errorf("join the bridge: %w", err)
+		}
+		return want, nil
+	}
+	return current, fmt.Errorf("move the sandbox from network %s to %s: the sandbox driver %T cannot", current, want, driver)
+}
+
 // Paths of the reward files in the sandbox.
 const (
 	RewardTxt  = "/logs/verifier/reward.txt"

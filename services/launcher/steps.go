@@ -25,18 +25,19 @@ import (
 // the step's instruction, solution and budget (the arm sees the task
 // through the step); the step's tests (the task-level tests/ with the
 // step's tests/ over it) scored by verify.RunTests (the verifier
-// service's own), the sandbox frozen before the reward is read; the
-// task's artifacts collected; the sandbox thawed for the next step; then
-// StepVerdict. A step whose solve made no attempt ends the cell errored
+// service's own) on the network the arm's plan gives the verifier
+// (verify.UseNetwork), the sandbox frozen before the reward is read; the
+// task's artifacts collected; the sandbox thawed and back on its start
+// network for the next step; then StepVerdict. A step whose solve made no attempt ends the cell errored
 // by the single-step rule (harness.NoAttemptError), its tests unrun. A
-// step whose reward misses its min_reward, or that has no verdict, stops
-// the trial: each later step is recorded skipped. The cell then gets one
-// Finished (the steps' solve time summed) and one Verdict (the steps'
-// verifier time summed) whose reward is rolled up by
-// multi_step_reward_strategy (harness.RollUpSteps); when none can be
-// rolled up (a step that ran has no verdict) the Verdict has no reward
-// and says why: missing data, never a pass. proctor's own failures (the
-// engine, a sandbox that cannot be resumed) error the cell.
+// step whose reward misses its min_reward,
+// or that has no verdict, stops the trial: each later step is recorded
+// skipped. The cell then gets one Finished (the steps' solve time summed)
+// and one Verdict (the steps' verifier time summed) whose reward is
+// rolled up by multi_step_reward_strategy (harness.RollUpSteps); when
+// none can be rolled up (a step that ran has no verdict) the Verdict has
+// no reward and says why: missing data, never a pass. proctor's own
+// failures (the engine, a sandbox that cannot be resumed) error the cell.
 // No verify job is handed over: the steps alternate solve and verify on
 // one sandbox, which one service drives.
 
@@ -79,6 +80,9 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 	if workdir == "" {
 		workdir = "/"
 	}
+	// net is the network the sandbox is on: its start network, the
+	// verifier's during a step's verifier (harness.Networks.Verify).
+	net := p.Networks.Start
 	scores := make([]harness.StepScore, len(t.Steps))
 	var fin events.FinishedData
 	// The cell's verdict: the steps' verifier time summed, the last
@@ -96,7 +100,7 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 		if err := c.emit(ctx, events.StepStarted, events.StepStartedData{Index: i, Of: len(t.Steps), Name: s.Name}); err != nil {
 			return err
 		}
-		sv, err := c.runStep(ctx, arm, p, h, i, s, workdir)
+		sv, err := c.runStep(ctx, arm, p, h, i, s, workdir, &net)
 		var sf *stepFailure
 		switch {
 		case err == nil:
@@ -139,7 +143,12 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 		stop = sv.Stop
 		c.collectArtifacts(ctx, p.Driver, h, cellfs.Dir(c.Dir().Path("steps", s.Name)))
 		if stop == "" && i+1 < len(t.Steps) {
-			if err := thaw(ctx, p.Driver, h); err != nil {
+			// Thawed and back on the solve's network for the next step.
+			err := thaw(ctx, p.Driver, h)
+			if err == nil {
+				net, err = verify.UseNetwork(ctx, p.Driver, h, net, p.Networks.Start)
+			}
+			if err != nil {
 				// proctor's failure, not the step's: the cell has no
 				// verdict, never a roll-up of the steps before.
 				if ctx.Err() != nil {
@@ -192,8 +201,9 @@ type stepFailure struct{ msg string }
 func (e *stepFailure) Error() string { return e.msg }
 
 // runStep runs step i in h and returns its StepVerdict data (Stop not
-// decided).
-func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement, h *sandbox.Handle, i int, s *task.Step, workdir string) (events.StepVerdictData, error) {
+// decided). *net is the network h is on; the step's verifier moves it to
+// the arm's verifier network.
+func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement, h *sandbox.Handle, i int, s *task.Step, workdir string, net *string) (events.StepVerdictData, error) {
 	sv := events.StepVerdictData{Index: i, Name: s.Name}
 	dir := cellfs.Dir(c.Dir().Path("steps", s.Name))
 	if err := dir.Ensure(); err != nil {
@@ -224,9 +234,14 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	}
 	fin := out.Finished
 	sv.Solve = &fin
+	network, err := verify.UseNetwork(ctx, d, h, *net, arm.Networks(c.task).Verify)
+	*net = network
+	if err != nil {
+		return sv, fmt.Errorf("verify: %w", err)
+	}
 	v, err := verify.RunTests(ctx, d, verify.TestSpec{
 		TestsDirs: []string{c.task.TestsDir, s.TestsDir}, Script: filepath.Base(s.TestScript),
-		Env: s.VerifierEnv, TimeoutSec: s.VerifierTimeoutSec,
+		Env: s.VerifierEnv, TimeoutSec: s.VerifierTimeoutSec, Network: network,
 	}, h, dir)
 	if err != nil {
 		return sv, fmt.Errorf("verify: %w", err)

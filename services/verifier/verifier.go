@@ -77,7 +77,8 @@ type Service struct {
 // the launchers' driver, with the abilities sandbox.Freezer and
 // sandbox.FileCopier (without them a cell is errored, infra: a reward read
 // from a sandbox that could not be frozen, or through the host, is not
-// trusted) and, for a public verifier of an internal sandbox,
+// trusted) and, for a verifier whose network is not the sandbox's
+// (verify.UseNetwork), sandbox.NetworkMover or, to join the bridge,
 // sandbox.BridgeJoiner.
 func New(cfg Config, b *bus.Bus, driver sandbox.Driver) (*Service, error) {
 	if b == nil || driver == nil {
@@ -238,15 +239,12 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		if network != sandbox.NetworkBridge {
 			network = sandbox.NetworkNone
 		}
-	} else if want := arm.Networks(t).Verify; want == sandbox.NetworkBridge && network == sandbox.NetworkInternal {
-		j, ok := s.driver.(sandbox.BridgeJoiner)
-		if !ok {
-			return fail(fmt.Errorf("join the bridge for a public verifier: the sandbox driver %T cannot", s.driver))
+	} else {
+		// The verifier's own network: the bridge for a public policy,
+		// none at all for no-network (harness.Networks.Verify).
+		if network, err = verify.UseNetwork(ctx, s.driver, h, network, arm.Networks(t).Verify); err != nil {
+			return fail(err)
 		}
-		if err := j.ConnectBridge(ctx, h); err != nil {
-			return fail(fmt.Errorf("join the bridge for a public verifier: %w", err))
-		}
-		network = sandbox.NetworkBridge
 	}
 	if err := s.emit(ctx, job, events.VerifyStarted, events.VerifyStartedData{Node: s.cfg.Node, Network: network}); err != nil {
 		return nil, err

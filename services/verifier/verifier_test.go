@@ -211,7 +211,9 @@ func TestVerifyFreezeFailureIsErrored(t *testing.T) {
 }
 
 // TestVerifyJoinsTheBridge: a public verifier of a sandbox on the internal
-// network joins the bridge first; a no-network verifier never does.
+// network joins the bridge first; a no-network verifier never does, and
+// leaves the internal network for none at all (on it, an agent arm's
+// verifier waited out every name lookup).
 func TestVerifyJoinsTheBridge(t *testing.T) {
 	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{testScript(map[string]sandbox.FileResult{rewardTxt: sandboxfake.Regular("1")})}}
 	evs := newFixture(t, d, nil).verify(t, nil, sandbox.NetworkInternal)
@@ -224,11 +226,11 @@ func TestVerifyJoinsTheBridge(t *testing.T) {
 	d2 := &sandboxfake.Driver{Scripts: d.Scripts}
 	closed := harnesstest.Files{"task.toml": "version = \"1.0\"\n[agent]\nnetwork_mode = \"no-network\"\n[verifier]\nnetwork_mode = \"no-network\"\n"}
 	evs = newFixture(t, d2, nil).verify(t, closed, sandbox.NetworkInternal)
-	if vs := last[events.VerifyStartedData](t, evs, events.VerifyStarted); vs.Network != sandbox.NetworkInternal {
+	if vs := last[events.VerifyStartedData](t, evs, events.VerifyStarted); vs.Network != sandbox.NetworkNone {
 		t.Errorf("no-network verifier on %q", vs.Network)
 	}
-	if c, _, _, _ := d2.Counts(); c != 0 {
-		t.Error("a no-network verifier joined the bridge")
+	if c, _, _, _ := d2.Counts(); c != 0 || !slices.Equal(d2.Moves(), []string{sandbox.NetworkNone}) {
+		t.Errorf("a no-network verifier joined the bridge %d times, moved %v", c, d2.Moves())
 	}
 }
 

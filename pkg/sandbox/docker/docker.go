@@ -80,6 +80,7 @@ var (
 	_ sandbox.ImageBuilder  = (*Driver)(nil)
 	_ sandbox.DerivedImager = (*Driver)(nil)
 	_ sandbox.BridgeJoiner  = (*Driver)(nil)
+	_ sandbox.NetworkMover  = (*Driver)(nil)
 	_ sandbox.Freezer       = (*Driver)(nil)
 	_ sandbox.Thawer        = (*Driver)(nil)
 	_ sandbox.ProcessKiller = (*Driver)(nil)

@@ -81,6 +81,7 @@ type Driver struct {
 	destroyed []string
 	copiedIn  [][2]string
 	connected int
+	moves     []string
 	frozen    int
 	killed    []string
 	derived   []string
@@ -346,6 +347,25 @@ func (d *Driver) CopiedIn() [][2]string {
 	return append([][2]string(nil), d.copiedIn...)
 }
 
+// MoveNetwork records the move; a move to the bridge counts as a join
+// (Counts).
+func (d *Driver) MoveNetwork(ctx context.Context, h *sandbox.Handle, mode string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.moves = append(d.moves, mode)
+	if mode == sandbox.NetworkBridge {
+		d.connected++
+	}
+	return nil
+}
+
+// Moves returns the network modes MoveNetwork was asked for, in order.
+func (d *Driver) Moves() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.moves...)
+}
+
 // Counts returns how often ConnectBridge and Freeze were called, the users
 // KillAll was called for and the derived images made.
 func (d *Driver) Counts() (connected, frozen int, killed, derived []string) {
@@ -386,6 +406,7 @@ var (
 	_ sandbox.ImageBuilder  = (*Driver)(nil)
 	_ sandbox.DerivedImager = (*Driver)(nil)
 	_ sandbox.BridgeJoiner  = (*Driver)(nil)
+	_ sandbox.NetworkMover  = (*Driver)(nil)
 	_ sandbox.Freezer       = (*Driver)(nil)
 	_ sandbox.ProcessKiller = (*Driver)(nil)
 	_ sandbox.OOMCounter    = (*Driver)(nil)
