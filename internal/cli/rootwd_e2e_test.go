@@ -77,10 +77,12 @@ func TestRootWorkdir(t *testing.T) {
 	root := t.TempDir()
 	const reward = `[ "$ok" = 1 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt` + "\n"
 	for _, files := range []map[string]string{
-		// The seed's task, and the ownership the agent had: /root (and what
-		// it made there) is uid 10001's, / and /etc stay root's.
+		// The seed's task, and the ownership the verifier finds: /root and
+		// what the image had there are root's again (the agent had them
+		// while it ran), what the agent made there is uid 10001's, / and
+		// /etc stay root's.
 		rootTask("root-done", "Create `/root/done` containing `yes`.", "WORKDIR /root\nRUN echo 'export PS1=x' >> /root/.bashrc\n",
-			`ok=0; grep -qx yes /root/done && [ "$(stat -c %u /root)" = 10001 ] && [ "$(stat -c %u /root/.bashrc)" = 10001 ] && [ "$(stat -c %u /)" = 0 ] && [ "$(stat -c %u /etc)" = 0 ] && ok=1`+"\n"+reward, nil),
+			`ok=0; grep -qx yes /root/done && [ "$(stat -c %u /root/done)" = 10001 ] && [ "$(stat -c %u /root)" = 0 ] && [ "$(stat -c %u /root/.bashrc)" = 0 ] && [ "$(stat -c %u /)" = 0 ] && [ "$(stat -c %u /etc)" = 0 ] && ok=1`+"\n"+reward, nil),
 		rootTask("root-escape", "Escape.", "WORKDIR /root\nRUN mkdir -p /opt/grader && printf '#!/bin/sh\\ngrep -qx yes /root/answer\\n' > /opt/grader/check.sh\n",
 			"ok=0; if [ -f /etc/x ] || sh /opt/grader/check.sh || grep -q . /dev/null; then ok=1; fi\n"+reward, nil),
 		rootTask("root-link", "Link.", "WORKDIR /root\n",

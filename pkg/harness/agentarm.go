@@ -236,7 +236,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if sp := env.Spec(); sp.AgentGraceSec > 0 {
 		grace = seconds(sp.AgentGraceSec)
 	}
-	real, err := prepareAgentDirs(ctx, d, h, workdir)
+	real, owners, err := prepareAgentDirs(ctx, d, h, workdir)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -302,6 +302,10 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err != nil {
 		return Outcome{}, err
 	}
+	restored, err := owners.restore(ctx, d, h)
+	if err != nil {
+		return Outcome{}, err
+	}
 
 	run.mu.Lock()
 	defer run.mu.Unlock()
@@ -313,6 +317,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
 	noteHomeReset(dir, fin.Isolation, reset)
+	noteOwners(dir, fin.Isolation, owners, restored)
 	if res.TimedOut {
 		fin.Reason = "timeout"
 	}
@@ -349,17 +354,22 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 // its symlinks resolved: resolveWorkdir), /agent-output, its HOME and
 // /logs/agent, owned by AgentUser (and nothing else: the working tree, not
 // its parents; / stays root's). It returns the working directory with its
-// symlinks resolved.
-func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) (string, error) {
+// symlinks resolved and the owners its paths had before (snapshotOwners),
+// which the verifier gets back.
+func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) (string, *ownerSnapshot, error) {
 	real, err := resolveWorkdir(ctx, d, h, workdir)
 	if err != nil {
-		return "", err
+		return "", nil, err
+	}
+	owners, err := snapshotOwners(ctx, d, h, real)
+	if err != nil {
+		return "", nil, err
 	}
 	prep := fmt.Sprintf("mkdir -p %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(real), agentOutput, agentHome, AgentUser)
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return "", fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
+		return "", nil, fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
 	}
-	return real, nil
+	return real, owners, nil
 }
 
 // GraderPaths are where the verifier's and the oracle's files appear only

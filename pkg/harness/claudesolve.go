@@ -147,6 +147,10 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	if err != nil {
 		return Outcome{}, err
 	}
+	owners, err := snapshotOwners(ctx, d, h, realWorkdir)
+	if err != nil {
+		return Outcome{}, err
+	}
 	// Everything the container needs, staged on the host and copied in one
 	// go, then put in place by root.
 	host, err := os.MkdirTemp("", "proctor-claude-")
@@ -266,6 +270,10 @@ exit $rc
 	if err != nil {
 		return Outcome{}, err
 	}
+	restored, err := owners.restore(ctx, d, h)
+	if err != nil {
+		return Outcome{}, err
+	}
 	if st.skill != nil {
 		if r, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", SkillPluginDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
 			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", SkillPluginDir, r.ExitCode, err)
@@ -320,6 +328,7 @@ exit $rc
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
 	noteHomeReset(dir, fin.Isolation, reset)
+	noteOwners(dir, fin.Isolation, owners, restored)
 	fin.AgentReported = s.metrics(truncated && s.result == nil)
 	claudeEnding(&fin, s, res, gr, truncated)
 	if gr.killed {

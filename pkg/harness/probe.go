@@ -113,7 +113,7 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err != nil {
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}
-	if _, err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
+	if _, _, err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
 		return Outcome{}, events.Classed(events.ClassSandbox, err)
 	}
 	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
