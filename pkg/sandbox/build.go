@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -116,13 +117,18 @@ func (e *BuildError) Error() string {
 }
 
 // Build-log lines that say nothing about a failure: the classic builder's
-// own progress lines.
-var buildNoise = []string{"Step ", " ---> ", "Removing intermediate container ", "Successfully built ", "Successfully tagged ", "Sending build context "}
+// own progress lines (a step's header ends the search: stepLine).
+var buildNoise = []string{" ---> ", "Removing intermediate container ", "Successfully built ", "Successfully tagged ", "Sending build context "}
+
+// stepLine is the classic builder's header of a build step.
+var stepLine = regexp.MustCompile(`^Step [0-9]+/[0-9]+ : `)
 
 // LastLogLines returns the last meaningful lines of a build or pull log
-// (at most 5 lines and 1 KiB, each line at most 300 bytes): lines that are
-// not blank, not the builder's own progress (`Step 2/3 : ...`,
-// ` ---> Running in ...`) and not the final error message msg, which the
+// (at most 5 lines and 1 KiB, each line at most 300 bytes) of its last
+// build step (after the last `Step N/M :` line, when the log holds one:
+// an earlier step's output says nothing of the failure of a later one):
+// lines that are not blank, not the builder's own progress
+// (` ---> Running in ...`) and not the final error message msg, which the
 // log repeats. "" when there are none.
 func LastLogLines(log, msg string) string {
 	const maxLines, maxLine, maxBytes = 5, 300, 1024
@@ -131,6 +137,9 @@ func LastLogLines(log, msg string) string {
 	size := 0
 	lines := strings.Split(log, "\n")
 	for i := len(lines) - 1; i >= 0 && len(keep) < maxLines; i-- {
+		if stepLine.MatchString(lines[i]) {
+			break // the failing step's header: what is above is earlier steps'
+		}
 		l := strings.TrimRight(lines[i], " \t\r")
 		t := strings.TrimSpace(l)
 		if t == "" || t == msg || slices.ContainsFunc(buildNoise, func(p string) bool { return strings.HasPrefix(l, p) }) {

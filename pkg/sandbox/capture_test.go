@@ -230,6 +230,15 @@ func TestLastLogLines(t *testing.T) {
 	if got := LastLogLines("Step 1/1 : FROM x\n ---> abc\n", "boom"); got != "" {
 		t.Fatalf("only builder progress: %q", got)
 	}
+	// Only the last step's lines: a step that failed silently borrows
+	// nothing from the one before; a line of its own that starts with
+	// "Step" is kept.
+	if got := LastLogLines("Step 2/3 : RUN echo fine\n ---> Running in 1\nfine\n ---> 2\nStep 3/3 : RUN exit 3\n ---> Running in 3\nboom\n", "boom"); got != "" {
+		t.Fatalf("a silent last step: %q", got)
+	}
+	if got := LastLogLines("Step 3/3 : RUN x\n ---> Running in 3\nStep one failed\nboom\n", "boom"); got != "Step one failed" {
+		t.Fatalf("a step's own Step line: %q", got)
+	}
 	var b strings.Builder
 	for i := range 20 {
 		fmt.Fprintf(&b, "line %d %s\n", i, strings.Repeat("é", 400))

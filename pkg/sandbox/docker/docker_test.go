@@ -402,6 +402,15 @@ func TestEnsureImageBuildFailure(t *testing.T) {
 	if strings.ContainsAny(log.String(), "\x1b\r") || strings.ContainsAny(be.Log, "\x1b\r") || !strings.Contains(log.String(), "\nE: Unable to locate package foo\n") {
 		t.Fatalf("build log not plain: %q", log.String())
 	}
+
+	// A step that fails without a word: the error holds nothing an
+	// earlier step printed (its lines said nothing about this failure).
+	env = writeEnv(t, "FROM "+testImage+"\nRUN echo an earlier step went fine\nRUN exit 3\n")
+	b = sandbox.BuildSpec{Task: "fails", Revision: b.Revision, EnvironmentDir: env}
+	_, err = d.EnsureImage(context.Background(), b)
+	if !errors.As(err, &be) || !strings.HasSuffix(err.Error(), "returned a non-zero code: 3") || strings.Contains(err.Error(), "earlier step") {
+		t.Fatalf("error %q", err)
+	}
 }
 
 func TestEnsureImageBuildTimeout(t *testing.T) {
