@@ -111,7 +111,7 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 		if cells, err = matrix(spec); err != nil {
 			return err
 		}
-		g.warnUnknownKeys(cells)
+		g.warnTasks(cells)
 		rec, err := g.execute(ctx, runID, spec, cells, &f.run)
 		if err != nil {
 			return err

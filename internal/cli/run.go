@@ -261,7 +261,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	if err != nil {
 		return err
 	}
-	g.warnUnknownKeys(cells)
+	g.warnTasks(cells)
 	// Delegated arms check their tools once per run (--dry-run skips it).
 	if err := harness.Preflight(ctx, spec.Harnesses); err != nil {
 		return err
@@ -483,10 +483,12 @@ func matrixError(err error) error {
 	return err
 }
 
-// warnUnknownKeys prints, once per task of the matrix, a warning line on
+// warnTasks prints, once per task of the matrix, a warning line on
 // stderr for each unknown definition key (ignored by the run, listed in
-// its rows' metrics.unknown_keys).
-func (g *globals) warnUnknownKeys(cells []planner.Cell) {
+// its rows' metrics.unknown_keys) and each of its load warnings
+// (task.Task.Warnings: a compose key dropped, a compose variable .env does
+// not set, ...), the task named.
+func (g *globals) warnTasks(cells []planner.Cell) {
 	seen := map[string]bool{}
 	for _, c := range cells {
 		t := c.Task
@@ -497,6 +499,9 @@ func (g *globals) warnUnknownKeys(cells []planner.Cell) {
 		for _, u := range t.UnknownKeys {
 			fmt.Fprintf(g.stderr, "warning: %s: ignored (--strict refuses it)\n", textsafe.Line(t.Name+"/"+filepath.Base(t.DefinitionFile)+": "+u.String()))
 		}
+		for _, w := range t.Warnings {
+			fmt.Fprintf(g.stderr, "warning: %s: %s\n", t.Name, w)
+		}
 	}
 }
 
@@ -505,7 +510,7 @@ func (g *globals) dryRun(spec events.RunSpec) error {
 	if err != nil {
 		return err
 	}
-	g.warnUnknownKeys(cells)
+	g.warnTasks(cells)
 	runnable := 0
 	for _, c := range cells {
 		state := "run"

@@ -244,3 +244,22 @@ func TestConcurrencyAndBaselineFlags(t *testing.T) {
 		t.Fatalf("--baseline-harness oracle: exit %d: %s", code, errOut)
 	}
 }
+
+// TestComposeWarningsNameTheTask: a compose file that uses a variable its
+// .env does not set is warned about on stderr as one of proctor's
+// warnings, the task named, saying where compose variables come from
+// (the compose library's raw log line named no task and called HOME
+// unset; pkg/task TestLoadComposeUnsetVariables checks it is gone).
+func TestComposeWarningsNameTheTask(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	files := harborTask("sidecar-home", "version = \"1.0\"\n", nil)
+	files["sidecar-home/environment/docker-compose.yaml"] = "services:\n  main:\n    environment: {CACHE: \"${HOME}/cache\"}\n"
+	root := writeRoot(t, files)
+	_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--dry-run")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if !strings.Contains(errOut, "warning: sidecar-home: docker-compose.yaml: ${HOME} is blank: environment/.env does not set it") {
+		t.Errorf("stderr:\n%s", errOut)
+	}
+}

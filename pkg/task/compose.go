@@ -6,12 +6,14 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/template"
 	"github.com/compose-spec/compose-go/v2/types"
 )
 
@@ -41,6 +43,10 @@ type Compose struct {
 	// policy decides them (ports, networks, ...), one sentence each; they
 	// are also in Task.Warnings.
 	Rewrites []string `json:"rewrites,omitempty"`
+	// Unset names each variable the file uses bare ($VAR or ${VAR}, no
+	// default) that the environment's .env does not set, so it is blank,
+	// one sentence each (sorted); they are also in Task.Warnings.
+	Unset []string `json:"unset,omitempty"`
 }
 
 // ComposeService is one sidecar service of a compose environment.
@@ -83,6 +89,33 @@ type ComposeHealthcheck struct {
 	Retries     int           `json:"retries,omitempty"`
 }
 
+// noteUnset adds to unset each variable s uses bare ($VAR or ${VAR}, no
+// default, not $$-escaped) that m does not set: those compose
+// interpolates as blank.
+func noteUnset(s string, m template.Mapping, unset map[string]bool) {
+	p := template.DefaultPattern
+	named, braced := p.SubexpIndex("named"), p.SubexpIndex("braced")
+	for _, g := range p.FindAllStringSubmatch(s, -1) {
+		v := ""
+		switch {
+		case named >= 0 && g[named] != "":
+			v = g[named]
+		case braced >= 0 && bareName.MatchString(g[braced]):
+			v = g[braced]
+		}
+		if v == "" {
+			continue
+		}
+		if _, ok := m(v); !ok {
+			unset[v] = true
+		}
+	}
+}
+
+// bareName is a variable name with nothing after it (no default, no
+// required-value message).
+var bareName = regexp.MustCompile(`^[_a-zA-Z][_a-zA-Z0-9]*$`)
+
 // composeBase is the base the task's file is merged over, as Harbor's
 // docker-compose-build.yaml: main is built from the environment directory.
 const composeBase = "services:\n  main:\n    build:\n      context: .\n"
@@ -108,7 +141,10 @@ const composeBase = "services:\n  main:\n    build:\n      context: .\n"
 //     container proctor builds and keeps alive).
 //
 // Variables in the file are interpolated from the file's .env only, never
-// from proctor's own environment.
+// from proctor's own environment; a variable used bare that .env does not
+// set is blank and listed in Compose.Unset (the library's own warning
+// would reach stderr as a raw log line naming no task, and call HOME
+// unset where the user's shell sets it).
 func LoadCompose(file, envDir string) (*Compose, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -124,6 +160,7 @@ func LoadCompose(file, envDir string) (*Compose, error) {
 			}
 		}
 	}
+	unset := map[string]bool{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	proj, err := loader.LoadWithContext(ctx, types.ConfigDetails{
@@ -137,11 +174,18 @@ func LoadCompose(file, envDir string) (*Compose, error) {
 		o.SetProjectName("proctor", true)
 		o.SkipResolveEnvironment = true
 		o.SkipConsistencyCheck = false
+		o.Interpolate.Substitute = func(s string, m template.Mapping) (string, error) {
+			noteUnset(s, m, unset)
+			return template.SubstituteWithOptions(s, m, template.WithoutLogging)
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", name, err)
 	}
 	c := &Compose{File: file}
+	for _, v := range slices.Sorted(maps.Keys(unset)) {
+		c.Unset = append(c.Unset, fmt.Sprintf("%s: ${%s} is blank: environment/.env does not set it (a compose file is interpolated from its task's .env only, never from proctor's environment)", name, v))
+	}
 	names := slices.Sorted(maps.Keys(proj.Services))
 	absEnv, _ := filepath.Abs(envDir)
 	for _, n := range names {

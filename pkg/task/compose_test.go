@@ -1,9 +1,11 @@
 package task
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -100,5 +102,67 @@ networks:
 		if !strings.Contains(got, want) {
 			t.Errorf("rewrites %q lack %q", got, want)
 		}
+	}
+}
+
+// stderrOf runs f with this process's stderr (fd 2) read into the
+// returned string.
+func stderrOf(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := syscall.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Dup2(int(w.Fd()), 2); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	f()
+	_ = syscall.Dup2(saved, 2)
+	_ = syscall.Close(saved)
+	w.Close()
+	return <-done
+}
+
+// TestLoadComposeUnsetVariables: a variable the file uses bare and .env
+// does not set is blank, and the task's warnings say so, naming it and
+// where compose variables come from; nothing reaches stderr (the
+// library's raw "The "HOME" variable is not set" line named no task, and
+// HOME is set in proctor's own environment). Set, defaulted and escaped
+// variables are not listed.
+func TestLoadComposeUnsetVariables(t *testing.T) {
+	dir := writeCompose(t, `services:
+  main:
+    build: .
+    environment:
+      A: "${HOME}/x"
+      B: "$MISSING_TOO"
+      C: "${SET}"
+      D: "${DEFAULTED:-d}"
+      E: "$$ESCAPED"
+`, map[string]string{".env": "SET=1\n"})
+	var c *Compose
+	var err error
+	out := stderrOf(t, func() { c, err = LoadCompose(filepath.Join(dir, "docker-compose.yaml"), dir) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "" {
+		t.Errorf("stderr during the load: %q", out)
+	}
+	if len(c.Unset) != 2 || !strings.Contains(c.Unset[0], "${HOME} is blank: environment/.env does not set it") || !strings.Contains(c.Unset[1], "${MISSING_TOO}") ||
+		!strings.Contains(c.Unset[0], "never from proctor's environment") {
+		t.Errorf("unset %q", c.Unset)
+	}
+	if c.MainEnv["A"] != "/x" || c.MainEnv["C"] != "1" || c.MainEnv["D"] != "d" || c.MainEnv["E"] != "$ESCAPED" {
+		t.Errorf("main env %v", c.MainEnv)
 	}
 }

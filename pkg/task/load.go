@@ -335,6 +335,7 @@ func locateFiles(t *Task, tree *taskTree) {
 			}
 			t.Compose = c
 			t.Warnings = append(t.Warnings, c.Rewrites...)
+			t.Warnings = append(t.Warnings, c.Unset...)
 		}
 	}
 	if t.Dockerfile == "" && t.DockerImage == "" {
