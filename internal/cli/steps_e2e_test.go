@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -178,5 +180,92 @@ func TestMultiStepLostSandboxIsErrored(t *testing.T) {
 	r := byCell(a)["lost-sandbox oracle"]
 	if r.Outcome != "errored" || r.ErrorClass != "sandbox" || r.Reward != nil || !strings.Contains(r.Error, "resume the sandbox") {
 		t.Errorf("outcome %s class %s reward %v error %q, want errored (sandbox) without a reward, saying the sandbox could not be resumed", r.Outcome, r.ErrorClass, ptrStr(r.Reward), r.Error)
+	}
+}
+
+// manyStepsTask writes a task of n steps under root: each step uploads a
+// workdir whose setup.sh runs at once after the step boundary, its
+// solution appends the step's number to /app/log, and its test checks
+// the log so far and leaves a process holding its output, stopped at the
+// test's exit (as a test that starts a server does): the engine then
+// handles the container's pause events seconds late, which refused the
+// next step's exec as "container is paused".
+func manyStepsTask(t *testing.T, root string, n int) {
+	t.Helper()
+	files := map[string]string{
+		"environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
+		"tests/test.sh": `#!/bin/bash
+sleep 600 &
+want=$(seq 1 "$STEP" | tr '\n' ' '); got=$(tr '\n' ' ' < /app/log)
+echo "log: $got"
+[ "$got" = "$want" ] && [ -f "/app/setup-$STEP" ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt
+`,
+	}
+	toml := "[environment]\nworkdir = \"/app\"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n"
+	for i := 1; i <= n; i++ {
+		s := fmt.Sprintf("steps/s%02d/", i)
+		toml += fmt.Sprintf("[[steps]]\nname = \"s%02d\"\nmin_reward = 1.0\n[steps.verifier.env]\nSTEP = \"%d\"\n", i, i)
+		files[s+"instruction.md"] = fmt.Sprintf("Append %d to /app/log.\n", i)
+		files[s+"solution/solve.sh"] = fmt.Sprintf("echo %d >> /app/log\n", i)
+		files[s+"workdir/setup.sh"] = fmt.Sprintf("touch /app/setup-%d\n", i)
+	}
+	files["task.toml"] = toml
+	for rel, body := range files {
+		p := filepath.Join(root, "many-steps", rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStepBoundariesUnderLoad runs 4 multi-step cells of 8 steps at once
+// with every CPU busy: 28 step boundaries, each after a verifier that
+// leaves the engine's event queue standing still. No cell may error:
+// every step passes (a boundary refused as "container is paused" errored
+// 1 or 2 cells of 4 in a loop).
+func TestStepBoundariesUnderLoad(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root := t.TempDir()
+	const steps = 8
+	manyStepsTask(t, root, steps)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.NumCPU() {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := 0; i < 1e6; i++ {
+				}
+			}
+		})
+	}
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--repeats", "4", "--concurrency", "4")
+	close(stop)
+	wg.Wait()
+	if len(a.Results) != 4 {
+		t.Fatalf("%d rows", len(a.Results))
+	}
+	for _, r := range a.Results {
+		passed := 0
+		for _, s := range r.Steps {
+			if s.Outcome == "passed" {
+				passed++
+			}
+		}
+		if r.Outcome != "passed" || passed != steps {
+			t.Errorf("%s: %s (%s %q), %d of %d steps passed %v", r.CellID, r.Outcome, r.ErrorClass, r.Error, passed, steps, stepOutcomes(r))
+		}
+	}
+	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
+		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
 	}
 }
