@@ -579,9 +579,9 @@ func (d *Driver) runQuiet(ctx context.Context, cid, user, script string, bound t
 
 // runStarted is runQuiet that also says whether the engine started the
 // process: an exec the engine created but then refused to start (it held
-// the container paused at that moment, see settle) ends with no exit
-// code and no pid, which the API reports as exit 0. An exec the engine
-// refuses as paused is an error isPausedRefusal recognises.
+// the container paused at that moment, see awaitPauseEvents) ends with
+// no exit code and no pid, which the API reports as exit 0. An exec the
+// engine refuses as paused is an error isPausedRefusal recognises.
 func (d *Driver) runStarted(ctx context.Context, cid, user, script string, bound time.Duration) (code int, started bool, err error) {
 	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
 		User: user, AttachStdout: true, AttachStderr: true,
@@ -661,7 +661,7 @@ func (d *Driver) execErr(err error) error {
 		return err // it names the request
 	}
 	if isPausedRefusal(err) {
-		// Running, but paused in the engine's view (see settle): not
+		// Running, but paused in the engine's view (see awaitPauseEvents): not
 		// destroyed.
 		return fmt.Errorf("sandbox: docker: exec: %w", err)
 	}

@@ -70,8 +70,8 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 // agent started in an earlier step) run again, as they would in Harbor's
 // one shared environment (from this machine when it can, see hostSignal;
 // else by an exec). When it returns, the engine will not report the
-// container paused again (see settle). A container that is not running
-// is an error.
+// container paused again (see awaitPauseEvents). A container that is not
+// running is an error.
 func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 	cid, err := d.container(h)
 	if err != nil {
@@ -95,37 +95,40 @@ func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 			return fmt.Errorf("sandbox: docker: resume the processes of %s: %w", short(cid), err)
 		}
 	} else {
-		// No way from this machine: the exec that settles the engine
+		// No way from this machine: the exec that awaits the engine
 		// sends the SIGCONT.
 		script = "kill -CONT -1 2>/dev/null; exit 0"
 	}
-	if err := d.settle(ctx, cid, script); err != nil {
+	if err := d.awaitPauseEvents(ctx, cid, script); err != nil {
 		return fmt.Errorf("sandbox: docker: resume %s: %w", short(cid), err)
 	}
 	return nil
 }
 
-// settleWait bounds settle: the engine's queue of a container's events
-// can stand still for 2 s per exec whose output a stopped process holds
-// (see settle), and longer on a loaded machine.
-const settleWait = time.Minute
+// pauseEventsWait bounds awaitPauseEvents: the engine's queue of a
+// container's events can stand still for 2 s per exec whose output a
+// stopped process holds (see awaitPauseEvents), and longer on a loaded
+// machine.
+const pauseEventsWait = time.Minute
 
-// settle runs script as root in container cid and waits until the engine
-// has handled its exit. The engine (20.10 as today's) applies a
-// container's runtime events in order, one at a time, on its own time: a
-// "paused" event it handles after the unpause marks the running container
-// paused again until the "resumed" event behind it, and refuses an exec
-// then ("container ... is paused"). The queue stands still while the
-// engine waits (2 s each) for the output stream of an exec whose output a
-// stopped process still holds — what a verifier's exit hook leaves — so
-// a step's "paused" event could be handled seconds after Thaw, in the
-// middle of the next step. An exec's exit queues behind both events: once
-// the engine reports the exec ended, its view of the container is the
-// container's. An exec refused as paused meanwhile is asked for again.
-// The error is the engine's, or the bound's (settleWait), or the
-// script's exit code.
-func (d *Driver) settle(ctx context.Context, cid, script string) error {
-	end := time.Now().Add(settleWait)
+// awaitPauseEvents runs script as root in container cid and returns once
+// the engine has handled its exit, and with it every event of the
+// container it had queued before: after an unpause, the engine no longer
+// reports the container paused. An exec refused as paused meanwhile is
+// asked for again. The error is the engine's, the bound's
+// (pauseEventsWait) or the script's exit code.
+//
+// The engine (20.10, as today's) applies a container's runtime events in
+// order, one at a time, on its own time: a "paused" event it handles
+// after the unpause marks the running container paused again until the
+// "resumed" event behind it, and refuses an exec meanwhile ("container
+// ... is paused"). The queue stands still while the engine waits (2 s
+// each) for the output of an exec that a stopped process still holds —
+// what a verifier's exit hook leaves — so a step's "paused" event could
+// be handled seconds after Thaw, in the middle of the next step. An
+// exec's exit queues behind both events.
+func (d *Driver) awaitPauseEvents(ctx context.Context, cid, script string) error {
+	end := time.Now().Add(pauseEventsWait)
 	var last error
 	for {
 		code, started, err := d.runStarted(ctx, cid, "0", script, time.Until(end))
@@ -135,7 +138,7 @@ func (d *Driver) settle(ctx context.Context, cid, script string) error {
 		case err == nil && started:
 			return nil
 		case err == nil && code == -1:
-			return fmt.Errorf("the engine did not report the exec's end within %s", settleWait)
+			return fmt.Errorf("the engine did not report the exec's end within %s", pauseEventsWait)
 		case err != nil && !isPausedRefusal(err):
 			return err
 		case err != nil:
@@ -144,7 +147,7 @@ func (d *Driver) settle(ctx context.Context, cid, script string) error {
 			last = errors.New("the engine did not start the exec")
 		}
 		if time.Now().After(end) || ctx.Err() != nil {
-			return fmt.Errorf("the engine still refuses execs after %s: %w", settleWait, last)
+			return fmt.Errorf("the engine still refuses execs after %s: %w", pauseEventsWait, last)
 		}
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
