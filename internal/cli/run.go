@@ -500,7 +500,7 @@ func (g *globals) warnTasks(cells []planner.Cell) {
 			fmt.Fprintf(g.stderr, "warning: %s: ignored (--strict refuses it)\n", textsafe.Line(t.Name+"/"+filepath.Base(t.DefinitionFile)+": "+u.String()))
 		}
 		for _, w := range t.Warnings {
-			fmt.Fprintf(g.stderr, "warning: %s: %s\n", t.Name, w)
+			fmt.Fprintf(g.stderr, "warning: %s\n", textsafe.Line(t.Name+": "+w))
 		}
 	}
 }
