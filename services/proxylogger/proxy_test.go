@@ -451,6 +451,9 @@ func TestEgressJSONLLines(t *testing.T) {
 	col := &collector{}
 	proxy := startProxy(t, Config{Policy: policy(t, "127.0.0.1:"+p), Cell: "cell-7", Sink: Tee(j.Record, col.sink), AllowLoopbackUpstreams: true})
 	rawRequest(t, proxy, "GET http://127.0.0.1:"+p+"/ HTTP/1.1\r\nHost: 127.0.0.1:"+p+"\r\n\r\n")
+	// The client has the whole response before the proxy's close record:
+	// wait for it, so the lines come in the order the test reads them.
+	col.waitFor(t, 2)
 	rawRequest(t, proxy, "CONNECT denied.test:443 HTTP/1.1\r\n\r\n")
 	col.waitFor(t, 3)
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
