@@ -58,6 +58,7 @@ var layers = map[string]int{
 	"schemas": 0, "pkg/events": 0, "pkg/stats": 0, "pkg/atomicfile": 0, "pkg/textsafe": 0,
 	"pkg/dockerfile": 0, "pkg/egress": 0, "pkg/firewall": 0, "pkg/llmtest": 0,
 	"internal/layering": 0, "internal/doclinks": 0, "internal/pipeline": 0,
+	"pkg/providers": 0, "pkg/tlsca": 0,
 	// 1: contracts and loaders.
 	"pkg/task": 1, "pkg/sandbox": 1, "pkg/bus": 1, "pkg/isoprobe": 1, "pkg/artifact": 1,
 	// 2: implementations of a contract.
