@@ -40,6 +40,7 @@ const (
 	Usage          Type = "Usage"
 	Operation      Type = "Operation"
 	EgressDecision Type = "EgressDecision"
+	ModelCall      Type = "ModelCall"
 	Finished       Type = "Finished"
 	StepStarted    Type = "StepStarted"
 	StepVerdict    Type = "StepVerdict"
@@ -334,7 +335,7 @@ func IsRunLevel(t Type) bool {
 func Types() []Type {
 	return []Type{RunRequested, RunPlanned, CellPlanned, CellRefused, ImageBuilt,
 		SandboxStarted, Started, Message, Command, FileChange, ToolCall, Usage,
-		Operation, EgressDecision, StepStarted, StepVerdict, Finished, VerifyStarted,
+		Operation, EgressDecision, ModelCall, StepStarted, StepVerdict, Finished, VerifyStarted,
 		Verdict, CellErrored, CellSuperseded, RunFinished, RunResumed}
 }
 
@@ -362,6 +363,7 @@ var dataTypes = map[Type]func() any{
 	Usage:          func() any { return new(UsageData) },
 	Operation:      func() any { return new(OperationData) },
 	EgressDecision: func() any { return new(EgressDecisionData) },
+	ModelCall:      func() any { return new(ModelCallData) },
 	Finished:       func() any { return new(FinishedData) },
 	StepStarted:    func() any { return new(StepStartedData) },
 	StepVerdict:    func() any { return new(StepVerdictData) },

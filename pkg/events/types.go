@@ -39,6 +39,10 @@ type RunSpec struct {
 	// (ErrorClass.Retryable: build, sandbox, infra) is run again, each
 	// time as a new attempt; 0 (the default) runs no cell again.
 	Retries int `json:"retries,omitempty"`
+	// NoIntercept keeps the egress proxy of the arms that reach a model a
+	// plain CONNECT tunnel: no model gateway (DESIGN §6.1), so the
+	// credentials enter the sandbox and no ModelCall is recorded.
+	NoIntercept bool `json:"no_intercept,omitempty"`
 }
 
 // RunRequestedData opens a run.
@@ -222,6 +226,63 @@ type EgressDecisionData struct {
 	BytesUp     int64   `json:"bytes_up,omitempty"`
 	BytesDown   int64   `json:"bytes_down,omitempty"`
 	DurationSec float64 `json:"duration_sec,omitempty"`
+}
+
+// ModelCallData is one call to a model provider's API as the model gateway
+// saw it (DESIGN §6.1): one request the egress proxy intercepted on a
+// provider's host, with the usage its response reported. Bodies are never
+// stored, only these figures. A token count is nil when the response
+// reported none (an error answer, an API the proxy does not parse: a
+// request without usage); a reported 0 is 0.
+//
+// Input tokens exclude cached input (Anthropic's convention; OpenAI's and
+// Gemini's cached tokens are counted in CacheReadTokens); output tokens
+// include reasoning and thinking tokens. Seconds are wall time measured by
+// the proxy; bytes are as read from the client and the upstream
+// (bodies and heads).
+type ModelCallData struct {
+	// Provider is the provider whose host the request went to.
+	Provider string `json:"provider"`
+	// Host and Port are the request's target; Path its URL path (never the
+	// query, which may hold a key); Method its method.
+	Host   string `json:"host"`
+	Port   int    `json:"port,omitempty"`
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	// API names the shape parsed: anthropic.messages, openai.chat,
+	// openai.responses, gemini.generate; "" when the request was none of
+	// them.
+	API string `json:"api,omitempty"`
+	// Model is the response's model, else the request's.
+	Model string `json:"model,omitempty"`
+	// Stream is true for a Server-Sent Events response.
+	Stream bool `json:"stream,omitempty"`
+	// Status is the upstream's HTTP status (0: no response).
+	Status           int    `json:"status"`
+	InputTokens      *int64 `json:"input_tokens,omitempty"`
+	OutputTokens     *int64 `json:"output_tokens,omitempty"`
+	CacheReadTokens  *int64 `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens *int64 `json:"cache_write_tokens,omitempty"`
+	// TTFBSec runs from the request's head read from the client to the
+	// first byte of the upstream's response; DurationSec to the response's
+	// last byte written to the client.
+	TTFBSec     float64 `json:"ttfb_sec"`
+	DurationSec float64 `json:"duration_sec"`
+	// RequestBytes and ResponseBytes count the request and the response
+	// (heads and bodies).
+	RequestBytes  int64 `json:"request_bytes"`
+	ResponseBytes int64 `json:"response_bytes"`
+	// CostUSD is the call priced from the price table dated PriceTable
+	// (pkg/providers); nil with CostNote saying why (a model not in the
+	// table, no model, no usage).
+	CostUSD    *float64 `json:"cost_usd,omitempty"`
+	CostNote   string   `json:"cost_note,omitempty"`
+	PriceTable string   `json:"price_table,omitempty"`
+	// Error says how the exchange failed (the upstream unreachable, the
+	// client gone mid-response); "" when it completed.
+	Error string `json:"error,omitempty"`
+	// Conn is the proxy connection (EgressDecisionData.Conn) it came on.
+	Conn uint64 `json:"conn,omitempty"`
 }
 
 // FinishedData closes a solve. Seconds are wall time.
