@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,18 +17,22 @@ import (
 )
 
 func newServeFakeModel(g *globals) *cobra.Command {
-	var script, listen, requests string
+	var script, listen, requests, tlsCert, tlsKey string
 	cmd := &cobra.Command{
-		Use:   "fake-model --script FILE --listen ADDR [--requests FILE]",
-		Short: "Serve a scripted Anthropic Messages endpoint (the offline model of the docker-claude tests and demo)",
-		Long: `Serve POST /v1/messages on ADDR, answered from the script FILE (YAML or JSON,
-the format of package pkg/llmtest: replies by turn, each a text, tool_use
-blocks of any tool, an HTTP error such as 429 or 529, or a reply that never
-ends, with usage figures), streamed as the Messages API's Server-Sent Events
-when the request asks for a stream. Point a client at it with
-ANTHROPIC_BASE_URL=http://ADDR. Every request is appended to --requests as
-one JSON line. It prints "listening on ADDR" once it accepts connections and
-serves until SIGINT or SIGTERM.`,
+		Use:   "fake-model --script FILE --listen ADDR [--requests FILE] [--tls-cert FILE --tls-key FILE]",
+		Short: "Serve a scripted model endpoint: Anthropic, OpenAI and Gemini shapes (the offline model of the agent tests and demo)",
+		Long: `Serve on ADDR, answered from the script FILE (YAML or JSON, the format of
+package pkg/llmtest: replies by turn, each a text, tool_use blocks of any
+tool, an HTTP error such as 429 or 529, or a reply that never ends, with
+usage figures), the Anthropic Messages API (POST /v1/messages), OpenAI's
+Chat Completions (/v1/chat/completions) and Responses (/v1/responses) and
+Gemini's generateContent and streamGenerateContent
+(/v1beta/models/MODEL:...), each streamed as its API streams when the
+request asks for a stream. Point a client at it with
+ANTHROPIC_BASE_URL=http://ADDR (or OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL).
+With --tls-cert and --tls-key (PEM) it serves HTTPS. Every request is
+appended to --requests as one JSON line. It prints "listening on ADDR" once
+it accepts connections and serves until SIGINT or SIGTERM.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if script == "" || listen == "" {
@@ -56,6 +61,16 @@ serves until SIGINT or SIGTERM.`,
 			if err != nil {
 				return fmt.Errorf("--listen: %w", err)
 			}
+			if (tlsCert == "") != (tlsKey == "") {
+				return usageError{errors.New("--tls-cert and --tls-key go together")}
+			}
+			if tlsCert != "" {
+				cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+				if err != nil {
+					return usageError{fmt.Errorf("--tls-cert/--tls-key: %w", err)}
+				}
+				ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+			}
 			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 			fmt.Fprintln(g.stdout, "listening on", ln.Addr())
 			go func() {
@@ -73,5 +88,7 @@ serves until SIGINT or SIGTERM.`,
 	f.StringVar(&script, "script", "", "the script file (YAML or JSON)")
 	f.StringVar(&listen, "listen", "", "address to listen on, e.g. 0.0.0.0:8080")
 	f.StringVar(&requests, "requests", "", "append every request received to this JSON-lines file")
+	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain)")
+	f.StringVar(&tlsKey, "tls-key", "", "the PEM key of --tls-cert")
 	return cmd
 }

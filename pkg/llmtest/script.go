@@ -1,9 +1,13 @@
-// Package llmtest is a scripted model endpoint: an HTTP server that speaks
-// the Anthropic Messages API (POST /v1/messages, streamed as Server-Sent
-// Events or answered as one JSON message) and answers each request from a
-// script instead of a model, recording every request it got. The
-// docker-claude arms are tested with the real Claude Code CLI against it,
-// and `proctor serve fake-model --script FILE` runs it as a process.
+// Package llmtest is a scripted model endpoint: an HTTP(S) server that
+// speaks the Anthropic Messages API (POST /v1/messages), OpenAI's Chat
+// Completions (/v1/chat/completions) and Responses (/v1/responses) and
+// Gemini's generateContent and streamGenerateContent
+// (/v1beta/models/MODEL:...), each streamed as its API streams or answered
+// as one JSON body, and answers each request from a script instead of a
+// model, recording every request it got. The docker-claude arms and the
+// model gateway are tested with real clients against it, and `proctor
+// serve fake-model --script FILE [--tls-cert F --tls-key F]` runs it as a
+// process.
 //
 // The script (YAML, or JSON, which is YAML) lists the replies of the
 // conversation by turn:
@@ -25,8 +29,9 @@
 //	  - when: "CASE-429"
 //	    replies: [{error: {status: 429}}]
 //
-// The turn of a request is the number of assistant messages in its
-// messages array, so a client's retry of a turn (after a 429 or 529) gets
+// The turn of a request is the number of the model's earlier answers in
+// it (assistant messages; the Responses API's assistant and function_call
+// input items; Gemini's "model" contents), so a client's retry of a turn (after a 429 or 529) gets
 // the same reply again: an error reply is an error for every retry of its
 // turn, unless its times limits it to the first requests of that turn
 // (counted per server, over every client: a second run of the same task

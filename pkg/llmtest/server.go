@@ -2,9 +2,12 @@ package llmtest
 
 import (
 	"bytes"
+	"cmp"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strings"
@@ -18,14 +21,15 @@ type Request struct {
 	At     time.Time `json:"at"`
 	Method string    `json:"method"`
 	Path   string    `json:"path"`
-	// Turn is the number of assistant messages in the body's messages
-	// (-1 for a body that is not a Messages request).
+	// Turn is the number of the model's earlier answers in the body (-1
+	// for a body that is not a request of an API the endpoint speaks).
 	Turn int `json:"turn"`
 	// Model and Stream are the body's.
 	Model  string `json:"model,omitempty"`
 	Stream bool   `json:"stream"`
-	// APIKey is the x-api-key header, or the bearer token of
-	// Authorization; tests check what credential reached the model.
+	// APIKey is the x-api-key header, else the bearer token of
+	// Authorization, else x-goog-api-key, else the ?key= parameter; tests
+	// check what credential reached the model.
 	APIKey string `json:"api_key,omitempty"`
 	// Body is the request body as sent.
 	Body json.RawMessage `json:"body,omitempty"`
@@ -73,26 +77,37 @@ func (h *Server) Requests() []Request {
 // the returned stop function is called; it returns the base URL
 // ("http://127.0.0.1:PORT").
 func (h *Server) Listen(addr string) (baseURL string, stop func(), err error) {
+	return h.ListenTLS(addr, nil, nil)
+}
+
+// ListenTLS is Listen over HTTPS with the PEM certificate (chain) and key
+// (a test's own CA signs them, see tlsca.ServerCert); with no certificate
+// it serves plain HTTP. The base URL is "https://127.0.0.1:PORT".
+func (h *Server) ListenTLS(addr string, certPEM, keyPEM []byte) (baseURL string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if certPEM != nil {
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			ln.Close()
+			return "", nil, err
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+		scheme = "https"
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() { h.Close(); _ = srv.Close() }, nil
+	return scheme + "://" + ln.Addr().String(), func() { h.Close(); _ = srv.Close() }, nil
 }
 
-// messagesBody is the part of a Messages request the endpoint reads.
-type messagesBody struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
-	Messages []struct {
-		Role string `json:"role"`
-	} `json:"messages"`
-}
-
-// ServeHTTP answers POST /v1/messages from the script,
-// /v1/messages/count_tokens with a count, and anything else 404, recording
+// ServeHTTP answers, from the script, POST /v1/messages (Anthropic),
+// /v1/chat/completions and /v1/responses (OpenAI), and
+// /v1beta/models/MODEL:generateContent and :streamGenerateContent
+// (Gemini), each as JSON or streamed as its API streams; it answers
+// /v1/messages/count_tokens with a count and anything else 404, recording
 // every request.
 func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
@@ -100,25 +115,32 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a := r.Header.Get("Authorization"); rec.APIKey == "" && strings.HasPrefix(a, "Bearer ") {
 		rec.APIKey = strings.TrimPrefix(a, "Bearer ")
 	}
+	if rec.APIKey == "" {
+		rec.APIKey = cmp.Or(r.Header.Get("x-goog-api-key"), r.URL.Query().Get("key"))
+	}
 	if json.Valid(body) {
 		rec.Body = json.RawMessage(body)
 	}
-	var mb messagesBody
-	if err := json.Unmarshal(body, &mb); err == nil {
-		rec.Model, rec.Stream = mb.Model, mb.Stream
-		rec.Turn = 0
-		for _, m := range mb.Messages {
-			if m.Role == "assistant" {
-				rec.Turn++
-			}
-		}
+	api := ""
+	if r.Method == http.MethodPost {
+		api = apiOf(r.URL.Path)
+	}
+	var rb requestBody
+	if err := json.Unmarshal(body, &rb); err == nil && api != "" {
+		rec.Model, rec.Stream = rb.Model, rb.Stream
+		rec.Turn = rb.turn(api)
+	}
+	if api == apiGemini {
+		m := strings.TrimPrefix(r.URL.Path, "/v1beta/models/")
+		rec.Model, _, _ = strings.Cut(m, ":")
+		rec.Stream = strings.HasSuffix(r.URL.Path, ":streamGenerateContent")
 	}
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
 		rec.Status = http.StatusOK
 		h.record(rec)
 		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": len(body) / 4})
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages" && rec.Turn >= 0:
+	case api != "" && rec.Turn >= 0:
 		rep, from := h.script.reply(rec.Turn, body)
 		if rep.Error != nil && rep.Error.Times > 0 && !h.countError(fmt.Sprintf("%s/%d", from, rec.Turn), rep.Error.Times) {
 			rep.Error = nil // its times are spent: the rest of the reply
@@ -126,22 +148,25 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if rep.Error != nil {
 			rec.Status = rep.Error.Status
 			h.record(rec)
-			writeError(w, rep.Error)
+			writeShapedError(w, api, rep.Error)
 			return
 		}
 		rec.Status = http.StatusOK
 		id := h.record(rec)
-		model := rep.Model
-		if model == "" {
-			model = h.script.Model
-		}
-		if model == "" {
-			model = mb.Model
-		}
-		if mb.Stream {
-			h.stream(w, r, rep, model, id)
-		} else {
-			writeJSON(w, http.StatusOK, message(rep, model, id, true))
+		model := cmp.Or(rep.Model, h.script.Model, rec.Model)
+		switch api {
+		case apiChat:
+			h.chat(w, r, rb, rep, model, id)
+		case apiResponses:
+			h.responses(w, r, rb, rep, model, id)
+		case apiGemini:
+			h.gemini(w, r, rep, model)
+		default:
+			if rb.Stream {
+				h.stream(w, r, rep, model, id)
+			} else {
+				writeJSON(w, http.StatusOK, message(rep, model, id, true))
+			}
 		}
 	default:
 		rec.Status = http.StatusNotFound
