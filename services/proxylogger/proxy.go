@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +52,20 @@ type Config struct {
 	// loopback address. Only tests set it, so they can run against
 	// loopback servers; the default refuses loopback upstreams.
 	AllowLoopbackUpstreams bool
+	// Gateway, when set, makes the proxy the model gateway: CONNECTs to
+	// its routes' hosts are intercepted (see Gateway). nil: every allowed
+	// CONNECT is a plain tunnel.
+	Gateway *Gateway
+	// UpstreamRoots verify the certificates of the upstreams the gateway
+	// connects to (and of an https upstream proxy); nil means the system
+	// roots.
+	UpstreamRoots *x509.CertPool
+	// Upstream, when set, chains upstream connections through an
+	// operator's proxy (see UpstreamProxy); nil connects directly.
+	Upstream *UpstreamProxy
+	// ModelSink receives every model call of the gateway; nil discards
+	// them.
+	ModelSink ModelSink
 }
 
 // Proxy is the allowlisting proxy. Each client connection carries one
@@ -61,6 +77,9 @@ type Proxy struct {
 	log    *slog.Logger
 	conns  atomic.Uint64
 	sinkMu sync.Mutex
+	callMu sync.Mutex
+	gw     *gateway
+	parent func(*url.URL) (*url.URL, error)
 }
 
 // maxHead bounds a request head (request line and headers), bytes.
@@ -84,7 +103,27 @@ func New(cfg Config) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{cfg: cfg, log: log.With("service", "proxylogger")}, nil
+	p := &Proxy{cfg: cfg, log: log.With("service", "proxylogger")}
+	if cfg.Gateway != nil {
+		gw, err := newGateway(cfg.Gateway)
+		if err != nil {
+			return nil, err
+		}
+		p.gw = gw
+	}
+	if u := cfg.Upstream; u != nil && (u.HTTPProxy != "" || u.HTTPSProxy != "") {
+		for _, raw := range []string{u.HTTPProxy, u.HTTPSProxy} {
+			if raw == "" {
+				continue
+			}
+			pu, err := url.Parse(raw)
+			if err != nil || pu.Hostname() == "" || (pu.Scheme != "http" && pu.Scheme != "https") {
+				return nil, fmt.Errorf("proxylogger: upstream proxy %s is not an http(s) URL with a host", Redact(raw))
+			}
+		}
+		p.parent = u.ProxyFunc()
+	}
+	return p, nil
 }
 
 // Serve accepts connections on ln until ctx ends, then closes ln and every
@@ -304,47 +343,22 @@ func splitAuthority(a string, defPort int) (string, int, error) {
 }
 
 // dial resolves the entry's host, refuses forbidden addresses, records the
-// allowed decision and connects. On refusal or error it has answered the
-// client and returns nil.
-func (c *conn) dial(ctx context.Context, e Entry) (net.Conn, []string) {
-	ctx, cancel := context.WithTimeout(ctx, c.p.cfg.DialTimeout)
-	defer cancel()
-	addrs := []netip.Addr{e.IP}
-	if !e.IP.IsValid() {
-		var err error
-		addrs, err = c.p.cfg.Resolver.LookupNetIP(ctx, "ip", e.Host)
-		if err == nil && len(addrs) == 0 {
-			err = errors.New("no addresses")
-		}
-		if err != nil {
-			c.refuse(Error, http.StatusBadGateway, "resolve: "+err.Error())
-			return nil, nil
-		}
+// allowed decision and connects (through the upstream proxy when one
+// applies: tunnel asks it to CONNECT, else the caller sends it an
+// absolute-form request, viaParent). On refusal or error it has answered
+// the client and returns nil.
+func (c *conn) dial(ctx context.Context, e Entry, tunnel bool) (up net.Conn, resolved []string, viaParent bool) {
+	addrs, resolved, ok := c.resolve(ctx, e, tunnel)
+	if !ok {
+		return nil, nil, false
 	}
-	resolved := make([]string, len(addrs))
-	for i, a := range addrs {
-		resolved[i] = a.Unmap().String()
+	up, err := c.connectUpstream(ctx, e, addrs, tunnel)
+	if err != nil {
+		c.record(Decision{Decision: Error, Status: http.StatusBadGateway, Reason: "connect: " + Redact(err.Error()), Resolved: resolved, Closed: true})
+		c.answer(http.StatusBadGateway, "connect failed")
+		return nil, nil, false
 	}
-	for _, a := range addrs {
-		if why := forbidden(a, e, c.p.cfg.AllowLoopbackUpstreams); why != "" {
-			c.record(Decision{Decision: Denied, Status: http.StatusForbidden, Reason: why, Resolved: resolved})
-			c.answer(http.StatusForbidden, why)
-			return nil, nil
-		}
-	}
-	c.record(Decision{Decision: Allowed, Reason: "allowlist entry " + e.String(), Resolved: resolved})
-	var d net.Dialer
-	var err error
-	for _, a := range addrs {
-		var up net.Conn
-		up, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(e.Port)).String())
-		if err == nil {
-			return up, resolved
-		}
-	}
-	c.record(Decision{Decision: Error, Status: http.StatusBadGateway, Reason: "connect: " + err.Error(), Resolved: resolved, Closed: true})
-	c.answer(http.StatusBadGateway, "connect failed")
-	return nil, nil
+	return up, resolved, c.p.parentFor(e, tunnel) != nil
 }
 
 // sharedSpace is RFC 6598's carrier-grade NAT space, private in practice.
@@ -395,7 +409,11 @@ func (c *conn) connect(ctx context.Context, br *bufio.Reader, hosts []string, re
 	if !ok {
 		return
 	}
-	up, resolved := c.dial(ctx, e)
+	if r := c.p.gw.route(e); r != nil {
+		c.intercept(ctx, br, e, r)
+		return
+	}
+	up, resolved, _ := c.dial(ctx, e, true)
 	if up == nil {
 		return
 	}
@@ -501,7 +519,8 @@ func (c *conn) forward(ctx context.Context, hosts []string, req *http.Request) {
 	if !ok {
 		return
 	}
-	up, resolved := c.dial(ctx, e)
+	r := c.p.gw.route(e)
+	up, resolved, viaParent := c.dial(ctx, e, false)
 	if up == nil {
 		return
 	}
@@ -522,21 +541,51 @@ func (c *conn) forward(ctx context.Context, hosts []string, req *http.Request) {
 	out.RequestURI = ""
 	out.Close = true
 	out.Body = req.Body
+	// A request to a gateway route's host (a provider reached over plain
+	// HTTP, such as a gateway on a private network) gets the route's
+	// credentials and becomes a ModelCall, as an intercepted one does.
+	var cl *call
+	if r != nil {
+		cl = c.newCall(r, e, req.Method, req.URL.Path)
+		cl.reqHead = headSize(req.Method+" "+req.URL.RequestURI()+" HTTP/1.1", req.Header)
+		if out.Body != nil && out.Body != http.NoBody {
+			out.Body = cl.requestBody(out.Body)
+		}
+		r.apply(out.Header, out.URL, cl.d.API)
+	}
 	uw := &countWriter{w: up}
 	dw := &countWriter{w: c.c}
 	fail := func(why string) {
+		if r != nil {
+			why = r.scrub.Replace(why)
+			cl.fail(0, why)
+		}
 		c.record(Decision{Decision: Error, Status: http.StatusBadGateway, Reason: why, Resolved: resolved, Upstream: upstream,
 			Closed: true, BytesUp: uw.n, BytesDown: dw.n})
 		if dw.n == 0 {
 			c.answer(http.StatusBadGateway, why)
 		}
 	}
-	// out.Write writes origin-form (the URL's path and query) and Host.
-	if err := out.Write(uw); err != nil {
+	// out.Write writes origin-form (the URL's path and query) and Host;
+	// an upstream proxy gets absolute-form and its credentials.
+	var err error
+	if viaParent {
+		if a := proxyAuth(c.p.parentFor(e, false)); a != "" {
+			out.Header.Set("Proxy-Authorization", a)
+		}
+		err = out.WriteProxy(uw)
+	} else {
+		err = out.Write(uw)
+	}
+	if err != nil {
 		fail("write request upstream: " + err.Error())
 		return
 	}
-	_ = up.SetReadDeadline(time.Now().Add(c.p.cfg.HeaderTimeout))
+	if r == nil {
+		// A model's answer may take minutes before its head: only other
+		// upstreams get the head timeout.
+		_ = up.SetReadDeadline(time.Now().Add(c.p.cfg.HeaderTimeout))
+	}
 	ubr := bufio.NewReaderSize(up, 32<<10)
 	var resp *http.Response
 	for {
@@ -551,6 +600,9 @@ func (c *conn) forward(ctx context.Context, hosts []string, req *http.Request) {
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
+	}
+	if cl != nil {
+		cl.response(resp)
 	}
 	defer resp.Body.Close()
 	_ = up.SetReadDeadline(time.Time{})

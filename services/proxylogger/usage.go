@@ -1,0 +1,300 @@
+package proxylogger
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// APIs the usage parser knows, as ModelCall.API names them.
+const (
+	APIAnthropicMessages = "anthropic.messages"
+	APIOpenAIChat        = "openai.chat"
+	APIOpenAIResponses   = "openai.responses"
+	APIGeminiGenerate    = "gemini.generate"
+)
+
+// APIOf returns the API a request path is a call of, by its suffix (so a
+// gateway's prefix, /anthropic/v1/messages, is still the Messages API),
+// or "" for any other path (count_tokens, models, files: requests without
+// usage).
+func APIOf(path string) string {
+	switch {
+	case strings.HasSuffix(path, "/messages"):
+		return APIAnthropicMessages
+	case strings.HasSuffix(path, "/chat/completions"):
+		return APIOpenAIChat
+	case strings.HasSuffix(path, "/responses"):
+		return APIOpenAIResponses
+	case strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent"):
+		return APIGeminiGenerate
+	}
+	return ""
+}
+
+// geminiModel returns the model named in a Gemini path
+// (.../models/gemini-2.5-pro:generateContent), or "".
+func geminiModel(path string) string {
+	i := strings.LastIndex(path, "/models/")
+	if i < 0 {
+		return ""
+	}
+	m, _, _ := strings.Cut(path[i+len("/models/"):], ":")
+	return m
+}
+
+// Usage are the figures a response reported; a nil count was not
+// reported.
+type Usage struct {
+	Model                                  string
+	Input, Output, CacheRead, CacheWrite   *int64
+	inputTotal, cachedInput, geminiToolUse *int64 // OpenAI's and Gemini's inputs include the cached ones
+	geminiThoughts, geminiCandidates       *int64
+}
+
+// Limits of the parser: a JSON body beyond maxJSON, or one Server-Sent
+// event beyond maxEvent, is not parsed (the call is recorded without its
+// usage); nothing is ever kept past the parse.
+const (
+	maxJSON  = 32 << 20
+	maxEvent = 1 << 20
+)
+
+// usageParser reads a response body as it streams to the client (Write),
+// and Finish returns its usage. It keeps only a bounded JSON body or the
+// current Server-Sent event, never the whole stream.
+type usageParser struct {
+	api    string
+	sse    bool
+	u      Usage
+	body   bytes.Buffer // a JSON body
+	over   bool         // the JSON body or an event overflowed
+	line   []byte       // the current SSE line, across writes
+	data   []byte       // the current SSE event's data lines
+	hasEvt bool
+}
+
+func newUsageParser(api string, sse bool) *usageParser {
+	return &usageParser{api: api, sse: sse}
+}
+
+// Write feeds response body bytes; it never fails.
+func (p *usageParser) Write(b []byte) (int, error) {
+	if p.api == "" {
+		return len(b), nil
+	}
+	if !p.sse {
+		if !p.over {
+			if p.body.Len()+len(b) > maxJSON {
+				p.over = true
+				p.body = bytes.Buffer{}
+			} else {
+				p.body.Write(b)
+			}
+		}
+		return len(b), nil
+	}
+	rest := b
+	for len(rest) > 0 {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			p.appendLine(rest)
+			break
+		}
+		p.appendLine(rest[:i])
+		p.sseLine(p.line)
+		p.line = p.line[:0]
+		rest = rest[i+1:]
+	}
+	return len(b), nil
+}
+
+func (p *usageParser) appendLine(b []byte) {
+	if len(p.line)+len(b) > maxEvent {
+		p.over = true
+		p.line = p.line[:0]
+		return
+	}
+	p.line = append(p.line, b...)
+}
+
+// sseLine handles one line of an event stream (text/event-stream: "data:"
+// lines accumulate, a blank line dispatches, other fields are ignored).
+func (p *usageParser) sseLine(l []byte) {
+	l = bytes.TrimSuffix(l, []byte("\r"))
+	if len(l) == 0 {
+		if p.hasEvt {
+			p.event(p.data)
+		}
+		p.data, p.hasEvt = p.data[:0], false
+		return
+	}
+	if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+		v = bytes.TrimPrefix(v, []byte(" "))
+		if len(p.data)+len(v)+1 > maxEvent {
+			p.over = true
+			return
+		}
+		if p.hasEvt {
+			p.data = append(p.data, '\n')
+		}
+		p.data = append(p.data, v...)
+		p.hasEvt = true
+	}
+}
+
+// event reads one SSE event's data.
+func (p *usageParser) event(d []byte) {
+	if !gjson.ValidBytes(d) {
+		return // [DONE], a keep-alive, a truncated event
+	}
+	switch p.api {
+	case APIAnthropicMessages:
+		switch gjson.GetBytes(d, "type").String() {
+		case "message_start":
+			m := gjson.GetBytes(d, "message")
+			p.model(m.Get("model"))
+			p.anthropic(m.Get("usage"))
+		case "message_delta":
+			// Cumulative counts: each field present replaces the start's.
+			p.anthropic(gjson.GetBytes(d, "usage"))
+		}
+	case APIOpenAIChat:
+		p.model(gjson.GetBytes(d, "model"))
+		p.openAIChat(gjson.GetBytes(d, "usage"))
+	case APIOpenAIResponses:
+		r := gjson.GetBytes(d, "response")
+		if r.Exists() {
+			p.model(r.Get("model"))
+			p.openAIResponses(r.Get("usage"))
+		}
+	case APIGeminiGenerate:
+		p.gemini(gjson.ParseBytes(d))
+	}
+}
+
+func (p *usageParser) model(v gjson.Result) {
+	if s := v.String(); v.Type == gjson.String && s != "" {
+		p.u.Model = s
+	}
+}
+
+func set(dst **int64, v gjson.Result) {
+	if v.Type == gjson.Number {
+		n := v.Int()
+		*dst = &n
+	}
+}
+
+func (p *usageParser) anthropic(u gjson.Result) {
+	if !u.IsObject() {
+		return
+	}
+	set(&p.u.Input, u.Get("input_tokens"))
+	set(&p.u.Output, u.Get("output_tokens"))
+	set(&p.u.CacheRead, u.Get("cache_read_input_tokens"))
+	set(&p.u.CacheWrite, u.Get("cache_creation_input_tokens"))
+}
+
+func (p *usageParser) openAIChat(u gjson.Result) {
+	if !u.IsObject() {
+		return
+	}
+	set(&p.u.inputTotal, u.Get("prompt_tokens"))
+	set(&p.u.Output, u.Get("completion_tokens"))
+	set(&p.u.cachedInput, u.Get("prompt_tokens_details.cached_tokens"))
+}
+
+func (p *usageParser) openAIResponses(u gjson.Result) {
+	if !u.IsObject() {
+		return
+	}
+	set(&p.u.inputTotal, u.Get("input_tokens"))
+	set(&p.u.Output, u.Get("output_tokens"))
+	set(&p.u.cachedInput, u.Get("input_tokens_details.cached_tokens"))
+}
+
+// gemini reads one GenerateContentResponse (a whole body, or one chunk of
+// a stream: each chunk's usageMetadata is the total so far).
+func (p *usageParser) gemini(r gjson.Result) {
+	p.model(r.Get("modelVersion"))
+	u := r.Get("usageMetadata")
+	if !u.IsObject() {
+		return
+	}
+	set(&p.u.inputTotal, u.Get("promptTokenCount"))
+	set(&p.u.geminiCandidates, u.Get("candidatesTokenCount"))
+	set(&p.u.geminiThoughts, u.Get("thoughtsTokenCount"))
+	set(&p.u.cachedInput, u.Get("cachedContentTokenCount"))
+	set(&p.u.geminiToolUse, u.Get("toolUsePromptTokenCount"))
+}
+
+// Finish parses a JSON body (or the last SSE event, when the stream did
+// not end with a blank line) and returns the usage: input without cached
+// input, cached input as cache reads, 0 cache writes for OpenAI and Gemini
+// (they bill none) once any usage was reported.
+func (p *usageParser) Finish() Usage {
+	if p.api == "" {
+		return Usage{}
+	}
+	if p.sse {
+		if len(p.line) > 0 {
+			p.sseLine(p.line)
+			p.line = p.line[:0]
+		}
+		if p.hasEvt {
+			p.event(p.data)
+			p.hasEvt = false
+		}
+	} else if !p.over && p.body.Len() > 0 {
+		b := p.body.Bytes()
+		switch p.api {
+		case APIAnthropicMessages:
+			p.model(gjson.GetBytes(b, "model"))
+			p.anthropic(gjson.GetBytes(b, "usage"))
+		case APIOpenAIChat:
+			p.model(gjson.GetBytes(b, "model"))
+			p.openAIChat(gjson.GetBytes(b, "usage"))
+		case APIOpenAIResponses:
+			p.model(gjson.GetBytes(b, "model"))
+			p.openAIResponses(gjson.GetBytes(b, "usage"))
+		case APIGeminiGenerate:
+			// generateContent answers one object; streamGenerateContent
+			// without alt=sse a JSON array of them, the last holding the
+			// totals.
+			r := gjson.ParseBytes(b)
+			if r.IsArray() {
+				r.ForEach(func(_, v gjson.Result) bool { p.gemini(v); return true })
+			} else {
+				p.gemini(r)
+			}
+		}
+		p.body = bytes.Buffer{}
+	}
+	u := p.u
+	if u.inputTotal != nil {
+		in := *u.inputTotal
+		cached := int64(0)
+		if u.cachedInput != nil {
+			cached = *u.cachedInput
+		}
+		if u.geminiToolUse != nil {
+			in += *u.geminiToolUse
+		}
+		in -= cached
+		u.Input, u.CacheRead = &in, &cached
+		zero := int64(0)
+		u.CacheWrite = &zero
+	}
+	if u.geminiCandidates != nil || u.geminiThoughts != nil {
+		out := int64(0)
+		for _, v := range []*int64{u.geminiCandidates, u.geminiThoughts} {
+			if v != nil {
+				out += *v
+			}
+		}
+		u.Output = &out
+	}
+	return u
+}
