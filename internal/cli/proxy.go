@@ -2,16 +2,26 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
+	// Roots for a proxy sidecar built FROM scratch, which has no system
+	// bundle: used only when the system has none.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/providers"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/tlsca"
 	"github.com/proctor-eval/proctor/services/proxylogger"
 )
 
@@ -36,10 +46,109 @@ const (
 	// answer a request beyond the budget the request serves
 	// (docker.Options.EngineSlack); unset, 60.
 	EnvEngineSlack = "PROCTOR_ENGINE_SLACK"
+	// EnvUpstreamCA names a PEM file of certificates the egress proxy
+	// trusts beside the system roots when its model gateway verifies an
+	// upstream (a private gateway, a test endpoint).
+	EnvUpstreamCA = "PROCTOR_UPSTREAM_CA"
 )
 
+// upstream is what the operator's environment says of the way out:
+// the proxy the sidecar chains through, the extra roots it trusts, and
+// the proxy variables of image builds.
+type upstream struct {
+	proxy sandbox.UpstreamProxy
+	ca    []byte
+	build map[string]string
+}
+
+// buildProxyVars are the proxy variables a build gets, as the Docker
+// CLI's proxies.default passes them.
+var buildProxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "ALL_PROXY", "NO_PROXY"}
+
+// upstreamFromEnv reads the operator's HTTP_PROXY, HTTPS_PROXY and
+// NO_PROXY (either case, upper first) and EnvUpstreamCA through getenv.
+// The proxies are chained by the egress proxy's sidecar and passed to
+// image builds, credentials included (they never reach a sandbox); the
+// hosts of the providers' base-URL variables (a model gateway) join
+// no_proxy for both. A proxy on a loopback address cannot be reached
+// from a container: it is left out with a warning. A CA file that does
+// not hold a PEM certificate is an error naming it.
+func upstreamFromEnv(getenv func(string) string, warn func(string)) (upstream, error) {
+	var u upstream
+	get := func(k string) string {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
+		return strings.TrimSpace(getenv(strings.ToLower(k)))
+	}
+	usable := func(k, v string) string {
+		if v == "" {
+			return ""
+		}
+		raw := v
+		if !strings.Contains(raw, "://") {
+			raw = "http://" + raw
+		}
+		pu, err := url.Parse(raw)
+		if err != nil || pu.Hostname() == "" {
+			warn(fmt.Sprintf("%s is not a proxy URL with a host: not used", k))
+			return ""
+		}
+		h := pu.Hostname()
+		if ip := net.ParseIP(h); h == "localhost" || ip != nil && ip.IsLoopback() {
+			warn(fmt.Sprintf("%s=%s is a loopback address, which from a container is the container itself: not chained by the egress proxy nor given to builds", k, proxylogger.Redact(raw)))
+			return ""
+		}
+		return raw
+	}
+	u.proxy.HTTPProxy = usable("HTTP_PROXY", get("HTTP_PROXY"))
+	u.proxy.HTTPSProxy = usable("HTTPS_PROXY", get("HTTPS_PROXY"))
+	var noProxy []string
+	if v := get("NO_PROXY"); v != "" {
+		noProxy = append(noProxy, v)
+	}
+	for _, p := range providers.All() {
+		if b := getenv(p.BaseURLEnv); b != "" {
+			if bu, err := url.Parse(b); err == nil && bu.Hostname() != "" {
+				noProxy = append(noProxy, bu.Hostname())
+			}
+		}
+	}
+	if !u.proxy.IsZero() {
+		u.proxy.NoProxy = strings.Join(noProxy, ",")
+		u.build = map[string]string{}
+		for _, k := range buildProxyVars {
+			v := get(k)
+			switch k {
+			case "HTTP_PROXY":
+				v = u.proxy.HTTPProxy
+			case "HTTPS_PROXY":
+				v = u.proxy.HTTPSProxy
+			case "NO_PROXY":
+				v = u.proxy.NoProxy
+			default:
+				v = usable(k, v)
+			}
+			if v != "" {
+				u.build[k], u.build[strings.ToLower(k)] = v, v
+			}
+		}
+	}
+	if f := getenv(EnvUpstreamCA); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return u, fmt.Errorf("%s: %w", EnvUpstreamCA, err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return u, fmt.Errorf("%s=%s holds no PEM certificate", EnvUpstreamCA, f)
+		}
+		u.ca = b
+	}
+	return u, nil
+}
+
 func newProxy(g *globals) *cobra.Command {
-	var listen, egressLog, cell string
+	var listen, egressLog, cell, config, upstreamCA, modelLog string
 	var allow []string
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --allow host[:port],... [--egress-log FILE]",
@@ -60,6 +169,9 @@ are refused. It prints "listening on ADDR" once it accepts connections.`,
 				return usageError{fmt.Errorf("--allow: %w", err)}
 			}
 			cfg := proxylogger.Config{Policy: pol, Cell: cell, Logger: g.logger()}
+			if err := proxyGateway(&cfg, config, upstreamCA); err != nil {
+				return err
+			}
 			var jl *proxylogger.JSONL
 			if egressLog != "" {
 				f, err := os.OpenFile(egressLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -69,6 +181,16 @@ are refused. It prints "listening on ADDR" once it accepts connections.`,
 				defer f.Close()
 				jl = proxylogger.NewJSONL(f)
 				cfg.Sink = jl.Record
+			}
+			var cl *proxylogger.CallJSONL
+			if modelLog != "" {
+				f, err := os.OpenFile(modelLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+				if err != nil {
+					return fmt.Errorf("--model-log: %w", err)
+				}
+				defer f.Close()
+				cl = proxylogger.NewCallJSONL(f)
+				cfg.ModelSink = cl.Record
 			}
 			p, err := proxylogger.New(cfg)
 			if err != nil {
@@ -87,15 +209,64 @@ are refused. It prints "listening on ADDR" once it accepts connections.`,
 					return fmt.Errorf("--egress-log %s: %w", egressLog, err)
 				}
 			}
+			if cl != nil {
+				if err := cl.Err(); err != nil {
+					return fmt.Errorf("--model-log %s: %w", modelLog, err)
+				}
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&config, "config", "", "read the model gateway (CA, routes with their credentials) and the upstream proxy from this sandbox.ProxyConfig JSON file, then remove it")
+	f.StringVar(&upstreamCA, "upstream-ca", "", "PEM file of certificates trusted beside the system roots when the gateway verifies an upstream")
+	f.StringVar(&modelLog, "model-log", "", "append every model call of the gateway to this model_calls.jsonl file")
 	f.StringVar(&listen, "listen", "", "address to listen on, e.g. 172.30.0.2:3128 (the sidecar's internal-network address)")
 	f.StringSliceVar(&allow, "allow", nil, "allowlist entries, comma-separated or repeated: host, host:port, IP literal, private:host[:port]")
 	f.StringVar(&egressLog, "egress-log", "", "append every decision to this egress.jsonl file")
 	f.StringVar(&cell, "cell", "", "cell id written into every record")
 	return cmd
+}
+
+// proxyGateway fills cfg's gateway, upstream proxy and upstream roots from
+// the --config file (sandbox.ProxyConfig, removed once read: its secrets
+// then live in this process only) and the --upstream-ca file.
+func proxyGateway(cfg *proxylogger.Config, config, upstreamCA string) error {
+	if upstreamCA != "" {
+		b, err := os.ReadFile(upstreamCA)
+		if err != nil {
+			return fmt.Errorf("--upstream-ca: %w", err)
+		}
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(b) {
+			return usageError{fmt.Errorf("--upstream-ca %s holds no PEM certificate", upstreamCA)}
+		}
+		cfg.UpstreamRoots = roots
+	}
+	if config == "" {
+		return nil
+	}
+	b, err := os.ReadFile(config)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	if err := os.Remove(config); err != nil {
+		return fmt.Errorf("--config: remove it once read: %w", err)
+	}
+	var pc sandbox.ProxyConfig
+	if err := json.Unmarshal(b, &pc); err != nil {
+		return usageError{fmt.Errorf("--config %s: %w", config, err)}
+	}
+	if len(pc.CACert) > 0 {
+		cfg.Gateway = &proxylogger.Gateway{CA: &tlsca.CA{CertPEM: pc.CACert, KeyPEM: pc.CAKey}, Routes: pc.Routes}
+	}
+	if !pc.Upstream.IsZero() {
+		cfg.Upstream = &proxylogger.UpstreamProxy{HTTPProxy: pc.Upstream.HTTPProxy, HTTPSProxy: pc.Upstream.HTTPSProxy, NoProxy: pc.Upstream.NoProxy}
+	}
+	return nil
 }
 
 // proxyLoggerSource is the envelope source of the EgressDecision events

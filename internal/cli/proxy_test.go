@@ -195,3 +195,37 @@ func TestServeProxyLoggerPublishesDecisions(t *testing.T) {
 		t.Errorf("no --run: exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// TestUpstreamFromEnv: the operator's proxy is chained and given to
+// builds with its credentials, the model gateway's host joins no_proxy,
+// a loopback proxy (unreachable from a container) is left out with a
+// warning that shows no credentials, and a CA file must hold a
+// certificate.
+func TestUpstreamFromEnv(t *testing.T) {
+	env := map[string]string{
+		"HTTPS_PROXY": "http://u:pw-1@proxy.corp:3128", "http_proxy": "proxy.corp:8080", "NO_PROXY": ".corp",
+		"ANTHROPIC_BASE_URL": "https://llm.internal:8443",
+	}
+	var warns []string
+	u, err := upstreamFromEnv(func(k string) string { return env[k] }, func(w string) { warns = append(warns, w) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.proxy.HTTPSProxy != "http://u:pw-1@proxy.corp:3128" || u.proxy.HTTPProxy != "http://proxy.corp:8080" || u.proxy.NoProxy != ".corp,llm.internal" {
+		t.Errorf("proxy %+v", u.proxy)
+	}
+	if u.build["https_proxy"] != "http://u:pw-1@proxy.corp:3128" || u.build["NO_PROXY"] != ".corp,llm.internal" || u.build["HTTP_PROXY"] != "http://proxy.corp:8080" || len(warns) != 0 {
+		t.Errorf("build %v warnings %v", u.build, warns)
+	}
+	u, _ = upstreamFromEnv(func(k string) string {
+		return map[string]string{"HTTPS_PROXY": "http://u:pw-2@127.0.0.1:3128"}[k]
+	}, func(w string) { warns = append(warns, w) })
+	if !u.proxy.IsZero() || u.build != nil || len(warns) != 1 || !strings.Contains(warns[0], "loopback") || strings.Contains(warns[0], "pw-2") {
+		t.Errorf("loopback proxy: %+v %v %v", u.proxy, u.build, warns)
+	}
+	bad := filepath.Join(t.TempDir(), "ca.pem")
+	os.WriteFile(bad, []byte("not a certificate"), 0o644)
+	if _, err := upstreamFromEnv(func(k string) string { return map[string]string{EnvUpstreamCA: bad}[k] }, func(string) {}); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a CA file without a certificate: %v", err)
+	}
+}

@@ -52,7 +52,8 @@ type runFlags struct {
 	resume      string
 	// changed reports whether a flag was given (cobra's Changed); nil
 	// when the flags were set by a caller, not parsed.
-	changed func(flag string) bool
+	changed     func(flag string) bool
+	noIntercept bool
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -92,6 +93,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
+	fl.BoolVar(&f.noIntercept, "no-intercept", false, "keep the egress proxy of the arms that call a model (docker-claude) a plain CONNECT tunnel: no model gateway, so the credentials enter the sandbox and no model call is observed")
 	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply; a flag of the run's spec with another value than the run's is refused)")
 	f.limits.add(fl)
 	return cmd
@@ -148,7 +150,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 		BaseDir:   cwd,
 		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
-		ProbeTargets: f.probeTgts, Retries: f.retries,
+		ProbeTargets: f.probeTgts, Retries: f.retries, NoIntercept: f.noIntercept,
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {
@@ -315,6 +317,7 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 func (g *globals) drive(ctx context.Context, conn *connection, runID string, epoch int, cells []planner.Cell, dead []string, sc stackConfig, begin func(context.Context) error) (bus.RunRecord, error) {
 	runCtx, cancelServices := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelServices()
+	defer harness.ForgetRunCA(runID) // the run's gateway CA lives in this process only
 	grp, gctx := errgroup.WithContext(runCtx)
 	var docker *docker.Driver
 	if g.natsURL == "" {

@@ -66,10 +66,14 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		if err != nil {
 			return nil, err
 		}
+		up, err := upstreamFromEnv(os.Getenv, func(w string) { log.Warn(w) })
+		if err != nil {
+			return nil, err
+		}
 		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults,
 			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork),
 			CgroupRoot: os.Getenv(EnvCgroupRoot), CopyAPIOnly: os.Getenv(EnvCopyAPIOnly) == "1",
-			EngineSlack: slack})
+			EngineSlack: slack, UpstreamProxy: up.proxy, UpstreamCA: up.ca, BuildProxy: up.build})
 		if err != nil {
 			return nil, err
 		}

@@ -41,10 +41,13 @@ const egressFile = "egress.jsonl"
 
 // RecordEgress stops the egress proxy of sandbox h (when it has one),
 // writes its decisions to the cell's egress.jsonl and records each as an
-// EgressDecision event at the time the proxy made it. The launcher calls
-// it when the solve has ended (the agent's processes are gone), before
-// Finished. A line that does not decode is an error naming egress.jsonl
-// and the line (the file is kept as the proxy wrote it).
+// EgressDecision event at the time the proxy made it; with a model
+// gateway, it then writes the gateway's calls to model_calls.jsonl and
+// records each as a priced ModelCall event (DESIGN §6.1). The launcher
+// calls it when the solve has ended (the agent's processes are gone),
+// before Finished: model calls are recorded at the end of the solve, not
+// live. A line that does not decode is an error naming the file and the
+// line (the file is kept as the proxy wrote it).
 func RecordEgress(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle) error {
 	if h == nil || h.State["proxy"] == "" {
 		return nil
@@ -82,5 +85,5 @@ func RecordEgress(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Han
 		n++
 	}
 	dir.Logf("egress: %d proxy records in %s", n, egressFile)
-	return nil
+	return recordCalls(ctx, env, d, h)
 }

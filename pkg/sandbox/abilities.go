@@ -39,6 +39,12 @@ type EgressLogger interface {
 	EgressLog(ctx context.Context, h *Handle) ([]byte, error)
 }
 
+// CallLogger returns the model calls the gateway of a sandbox's egress
+// proxy recorded (see Docker.CallLog); call it after EgressLog.
+type CallLogger interface {
+	CallLog(ctx context.Context, h *Handle) ([]byte, error)
+}
+
 // Freezer stops every process of a sandbox but its keep-alive and returns
 // how many were alive (see Docker.Freeze).
 type Freezer interface {

@@ -258,6 +258,12 @@ type Egress struct {
 	// the sandbox's internal network; "" means NetworkBridge. Tests name a
 	// network they made.
 	Upstream string
+	// Gateway, when set, makes the proxy the model gateway (see Gateway):
+	// the driver puts the run CA's certificate and a bundle at
+	// GatewayCAPath and GatewayBundlePath in the sandbox and records
+	// Handle.State["gateway_ca"], which CAEnv turns into the variables of
+	// an Exec. nil: every allowed CONNECT is a plain tunnel.
+	Gateway *Gateway
 }
 
 // ProxyPort is the port the egress proxy listens on, on its address of the

@@ -60,6 +60,10 @@ type Driver struct {
 	proxyBin  string
 	egressNet string
 	proxyImg  proxyImageCache
+	// upstream, upstreamCA and buildProxy are Options'.
+	upstream   sandbox.UpstreamProxy
+	upstreamCA []byte
+	buildProxy map[string]string
 	// cgroupRoot is where this machine's cgroup filesystem is mounted
 	// (see hostOOMFile); "" reads the OOM counter by exec only.
 	cgroupRoot string
@@ -89,6 +93,7 @@ var (
 	_ sandbox.FileReader    = (*Driver)(nil)
 	_ sandbox.LimitReporter = (*Driver)(nil)
 	_ sandbox.EgressLogger  = (*Driver)(nil)
+	_ sandbox.CallLogger    = (*Driver)(nil)
 )
 
 // Options configures New. The zero value means defaults.
@@ -113,6 +118,19 @@ type Options struct {
 	// EgressNetwork is the network the egress proxy joins for its way out
 	// when Spec.Egress.Upstream is ""; "" means the bridge.
 	EgressNetwork string
+	// UpstreamProxy is the operator's proxy the egress proxy chains its
+	// upstream connections through (credentials included: it reaches the
+	// sidecar in its config file, never a command line, an environment or
+	// a sandbox). Zero: the sidecar connects directly.
+	UpstreamProxy sandbox.UpstreamProxy
+	// UpstreamCA is PEM the egress proxy trusts beside the system roots
+	// when it verifies an upstream (a private gateway, a test endpoint).
+	UpstreamCA []byte
+	// BuildProxy are the proxy variables every image build gets as build
+	// arguments (HTTP_PROXY, HTTPS_PROXY, NO_PROXY, both cases, as the
+	// Docker CLI's proxies.default passes them; the builder keeps them out
+	// of the image's history). nil: none.
+	BuildProxy map[string]string
 	// CgroupRoot is where the engine host's cgroup filesystem is mounted
 	// in this process's view, read for OOM counts and the freeze's process
 	// count (see hostOOMFile, hostAlive); "" means /sys/fs/cgroup. A
@@ -154,6 +172,7 @@ func New(opts Options) (*Driver, error) {
 	}
 	eng := &engine{Client: cli, slack: cmp.Or(opts.EngineSlack, sandbox.DefaultEngineSlack), log: log}
 	return &Driver{cli: eng, log: log, imageMap: opts.ImageMap, defaults: withDefaults(opts.Defaults), proxyBin: opts.ProxyBinary, egressNet: opts.EgressNetwork,
+		upstream: opts.UpstreamProxy, upstreamCA: opts.UpstreamCA, buildProxy: maps.Clone(opts.BuildProxy),
 		cgroupRoot: cmp.Or(opts.CgroupRoot, "/sys/fs/cgroup"), copyAPIOnly: opts.CopyAPIOnly}, nil
 }
 
@@ -325,6 +344,12 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	}
 	h.ID = created.ID
 	h.State["container"] = created.ID
+	if spec.Egress != nil && spec.Egress.Gateway != nil {
+		if err := d.installGatewayCA(ctx, created.ID, spec.Egress.Gateway); err != nil {
+			return fail(err)
+		}
+		h.State["gateway_ca"] = sandbox.GatewayCAPath
+	}
 	if err := d.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		return fail(fmt.Errorf("sandbox: docker: start container: %w", err))
 	}

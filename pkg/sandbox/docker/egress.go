@@ -8,11 +8,13 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,8 +38,15 @@ const (
 	// LabelRole marks the sidecar container (value "egress-proxy") beside
 	// the run, cell and managed labels every container carries.
 	LabelRole = "proctor.role"
-	// proxyLog is the egress.jsonl file inside the sidecar.
+	// proxyLog is the egress.jsonl file inside the sidecar, callLog its
+	// model_calls.jsonl.
 	proxyLog = "/egress.jsonl"
+	callLog  = "/model_calls.jsonl"
+	// proxyConfig is the sidecar's secrets file (sandbox.ProxyConfig,
+	// mode 0600, removed by the proxy once read), upstreamCA the PEM it
+	// trusts beside the system roots.
+	proxyConfig = "/run/proctor/proxy.json"
+	upstreamCA  = "/run/proctor/upstream-ca.pem"
 	// proxyReady bounds the wait for the sidecar to listen.
 	proxyReady = 30 * time.Second
 	// proxyStop is the SIGTERM-to-SIGKILL grace of the sidecar in
@@ -192,6 +201,29 @@ func (d *Driver) startProxy(ctx context.Context, spec sandbox.Spec, netName stri
 	for _, a := range spec.Egress.Allow {
 		cmd = append(cmd, "--allow", a)
 	}
+	// Secrets go in a file the proxy reads and removes, never on its
+	// command line or in its environment (both show in docker inspect).
+	var files []tarFile
+	pc := sandbox.ProxyConfig{Upstream: d.upstream}
+	if g := spec.Egress.Gateway; g != nil {
+		if g.CA == nil {
+			return "", "", fmt.Errorf("%w: a gateway without a CA", sandbox.ErrInvalidSpec)
+		}
+		pc.CACert, pc.CAKey, pc.Routes = g.CA.CertPEM, g.CA.KeyPEM, g.Routes
+		cmd = append(cmd, "--model-log", callLog)
+	}
+	if spec.Egress.Gateway != nil || !d.upstream.IsZero() {
+		b, err := json.Marshal(pc)
+		if err != nil {
+			return "", "", err
+		}
+		files = append(files, tarFile{proxyConfig, 0o600, b})
+		cmd = append(cmd, "--config", proxyConfig)
+	}
+	if len(d.upstreamCA) > 0 {
+		files = append(files, tarFile{upstreamCA, 0o644, d.upstreamCA})
+		cmd = append(cmd, "--upstream-ca", upstreamCA)
+	}
 	clbl := map[string]string{LabelRole: "egress-proxy"}
 	for k, v := range lbl {
 		clbl[k] = v
@@ -209,6 +241,11 @@ func (d *Driver) startProxy(ctx context.Context, spec sandbox.Spec, netName stri
 	created, err := d.cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: cmd, Labels: clbl}, hc, nc, nil, "")
 	if err != nil {
 		return "", "", fmt.Errorf("sandbox: docker: create the egress proxy: %w", err)
+	}
+	if len(files) > 0 {
+		if err := d.writeFiles(ctx, created.ID, files); err != nil {
+			return created.ID, "", fmt.Errorf("sandbox: docker: the egress proxy's configuration: %w", err)
+		}
 	}
 	up := cmp.Or(spec.Egress.Upstream, d.egressNet, sandbox.NetworkBridge)
 	if err := d.cli.NetworkConnect(ctx, up, created.ID, nil); err != nil {
@@ -297,4 +334,102 @@ func (d *Driver) EgressLog(ctx context.Context, h *sandbox.Handle) ([]byte, erro
 			return io.ReadAll(tr)
 		}
 	}
+}
+
+// tarFile is one file written into a container by writeFiles.
+type tarFile struct {
+	path string
+	mode int64
+	data []byte
+}
+
+// writeFiles writes files (absolute paths, owned by root, parents created
+// 0755) into container cid through the engine's copy API, which works on
+// a container that is created and not started.
+func (d *Driver) writeFiles(ctx context.Context, cid string, files []tarFile) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range files {
+		rel := strings.TrimPrefix(f.path, "/")
+		var parents []string
+		for p := filepath.Dir(rel); p != "." && !dirs[p]; p = filepath.Dir(p) {
+			parents = append([]string{p}, parents...)
+			dirs[p] = true
+		}
+		for _, p := range parents {
+			if err := tw.WriteHeader(&tar.Header{Name: p + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+				return err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: rel, Mode: f.mode, Size: int64(len(f.data)), Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return d.cli.CopyToContainer(ctx, cid, "/", &buf, container.CopyToContainerOptions{})
+}
+
+// installGatewayCA puts the run CA's certificate at
+// sandbox.GatewayCAPath in container cid (created, not started) and, at
+// sandbox.GatewayBundlePath, the image's system bundle (the first of
+// sandbox.SystemBundles that is a regular file; none in a slim image)
+// followed by the run CA's certificate.
+func (d *Driver) installGatewayCA(ctx context.Context, cid string, g *sandbox.Gateway) error {
+	if g.CA == nil {
+		return fmt.Errorf("%w: a gateway without a CA", sandbox.ErrInvalidSpec)
+	}
+	var bundle []byte
+	for _, p := range sandbox.SystemBundles {
+		b, err := d.readCreated(ctx, cid, p, 16<<20)
+		if err == nil && len(b) > 0 {
+			bundle = append(b, '\n')
+			break
+		}
+	}
+	bundle = append(bundle, g.CA.CertPEM...)
+	err := d.writeFiles(ctx, cid, []tarFile{
+		{sandbox.GatewayCAPath, 0o644, g.CA.CertPEM},
+		{sandbox.GatewayBundlePath, 0o644, bundle},
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: docker: install the gateway's CA: %w", err)
+	}
+	return nil
+}
+
+// readCreated reads a regular file of at most maxBytes from a container
+// through the copy API (a symbolic link or a missing file is an error).
+func (d *Driver) readCreated(ctx context.Context, cid, p string, maxBytes int64) ([]byte, error) {
+	rc, _, err := d.cli.CopyFromContainer(ctx, cid, p)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return readOneRegular(rc, p, maxBytes)
+}
+
+// CallLog returns the model_calls.jsonl of the gateway of a sandbox
+// started with Spec.Egress.Gateway: one JSON line per call (see
+// proxylogger.CallJSONL). Call it after EgressLog, which stops the proxy
+// and so closes its calls. It returns nil, nil for a sandbox without a
+// proxy or a proxy that recorded no call.
+func (d *Driver) CallLog(ctx context.Context, h *sandbox.Handle) ([]byte, error) {
+	cid := state(h, "proxy_container")
+	if cid == "" {
+		return nil, nil
+	}
+	b, err := d.readCreated(ctx, cid, callLog, 256<<20)
+	if cerrdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: docker: read the model call log: %w", err)
+	}
+	return b, nil
 }

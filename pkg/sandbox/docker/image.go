@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,7 +90,7 @@ func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile
 
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tail, logw := buildLog(b)
+	tail, logw := d.buildLog(b)
 	defer logw.Flush()
 
 	info.Bases = make([]sandbox.BaseImage, 0, len(bases))
@@ -137,6 +138,7 @@ func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile
 		Remove:      true,
 		ForceRemove: true,
 		Version:     build.BuilderV1,
+		BuildArgs:   buildArgs(d.buildProxy),
 	})
 	if err != nil {
 		return info, d.buildErr(bctx, tag, false, err.Error(), tail, err)
@@ -191,6 +193,12 @@ func (d *Driver) resolveBase(ctx context.Context, ref string, log io.Writer) (st
 }
 
 func (d *Driver) buildErr(ctx context.Context, ref string, pull bool, msg string, tail *sandbox.Tail, err error) *sandbox.BuildError {
+	if sc := scrubber(secretsOf(d.buildProxy)); sc != nil {
+		msg = sc.Replace(msg)
+		if err != nil && sc.Replace(err.Error()) != err.Error() {
+			err = errors.New(sc.Replace(err.Error()))
+		}
+	}
 	e := &sandbox.BuildError{Ref: ref, Pull: pull, Message: strings.TrimSpace(msg), Log: tail.String(), Err: err}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		e.TimedOut = true
@@ -214,7 +222,7 @@ func (d *Driver) pullImage(ctx context.Context, b sandbox.BuildSpec, timeout tim
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tail, logw := buildLog(b)
+	tail, logw := d.buildLog(b)
 	defer logw.Flush()
 	rc, err := d.cli.ImagePull(pctx, ref, image.PullOptions{})
 	if err != nil {
@@ -446,11 +454,48 @@ func (k *keyedMutex) lock(key string) func() {
 type plainWriter struct {
 	w   io.Writer
 	buf []byte
+	// scrub, when set, replaces the build proxy's credentials.
+	scrub *strings.Replacer
 }
 
 const maxPlainLine = 64 << 10
 
 func newPlainWriter(w io.Writer) *plainWriter { return &plainWriter{w: w} }
+
+// secretsOf returns the user names and passwords of the proxy URLs in m,
+// which a build log must not show.
+func secretsOf(m map[string]string) []string {
+	var out []string
+	for _, v := range m {
+		raw := v
+		if !strings.Contains(raw, "://") {
+			raw = "http://" + raw
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.User == nil {
+			continue
+		}
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			out = append(out, pw, url.QueryEscape(pw))
+		}
+		if n := u.User.Username(); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// scrubber replaces each secret with "REDACTED"; nil when there is none.
+func scrubber(secrets []string) *strings.Replacer {
+	if len(secrets) == 0 {
+		return nil
+	}
+	var pairs []string
+	for _, s := range secrets {
+		pairs = append(pairs, s, "REDACTED")
+	}
+	return strings.NewReplacer(pairs...)
+}
 
 func (p *plainWriter) Write(b []byte) (int, error) {
 	n := len(b)
@@ -480,6 +525,9 @@ func (p *plainWriter) Flush() {
 func (p *plainWriter) emit(newline bool) {
 	line := ansi.Strip(string(p.buf))
 	p.buf = p.buf[:0]
+	if p.scrub != nil {
+		line = p.scrub.Replace(line)
+	}
 	if strings.Contains(line, "\r") {
 		parts := strings.Split(line, "\r")
 		line = ""
@@ -506,11 +554,29 @@ func (p *plainWriter) emit(newline bool) {
 // buildLog is where a build's or pull's output goes: a tail kept for the
 // error text and, when b.Log is set, that log, both through the writer
 // that strips terminal escape sequences (flush it when done).
-func buildLog(b sandbox.BuildSpec) (*sandbox.Tail, *plainWriter) {
+func (d *Driver) buildLog(b sandbox.BuildSpec) (*sandbox.Tail, *plainWriter) {
 	tail := sandbox.NewTail(0)
 	var out io.Writer = tail
 	if b.Log != nil {
 		out = io.MultiWriter(tail, safeWriter{w: b.Log})
 	}
-	return tail, newPlainWriter(out)
+	w := newPlainWriter(out)
+	w.scrub = scrubber(secretsOf(d.buildProxy))
+	return tail, w
+}
+
+// buildArgs turns the build's proxy variables into build arguments. The
+// builder treats HTTP_PROXY, HTTPS_PROXY, FTP_PROXY, ALL_PROXY, NO_PROXY
+// (both cases) as predefined arguments: a Dockerfile's RUN sees them
+// without declaring them, and they stay out of `docker history` and of the
+// build cache's key.
+func buildArgs(m map[string]string) map[string]*string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]*string, len(m))
+	for k, v := range m {
+		out[k] = &v
+	}
+	return out
 }
