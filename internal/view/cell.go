@@ -47,6 +47,9 @@ type CellPage struct {
 	TranscriptPaging Paging            `json:"transcript_paging"`
 	// Egress is every EgressDecision of the cell.
 	Egress []events.EgressDecisionData `json:"egress"`
+	// ModelCalls is every ModelCall of the cell (the model gateway's
+	// record of each call; the row's metrics.usage_observed sums them).
+	ModelCalls []events.ModelCallData `json:"model_calls"`
 	// Files lists the cell's output directory; FilesPending is true when it
 	// does not exist yet.
 	Files        []CellFile `json:"files"`
@@ -87,7 +90,8 @@ func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string
 		return nil, settle(lg, err)
 	}
 	out := &CellPage{RunID: runID, CellID: cellID, State: "pending", Timeline: []events.Envelope{},
-		Transcript: []events.Envelope{}, Egress: []events.EgressDecisionData{}, Files: []CellFile{}, FilesPending: true}
+		Transcript: []events.Envelope{}, Egress: []events.EgressDecisionData{}, ModelCalls: []events.ModelCallData{},
+		Files: []CellFile{}, FilesPending: true}
 	l.mu.Lock()
 	plan, planned := l.p.Plan(cellID)
 	finished := l.p.Finished()
@@ -121,6 +125,12 @@ func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string
 			var d events.EgressDecisionData
 			if events.Into(e, &d) == nil {
 				out.Egress = append(out.Egress, d)
+			}
+		}
+		if e.Type == events.ModelCall {
+			var d events.ModelCallData
+			if events.Into(e, &d) == nil {
+				out.ModelCalls = append(out.ModelCalls, d)
 			}
 		}
 	}

@@ -389,11 +389,26 @@ func TestViewPendingCell(t *testing.T) {
 		events.Must(events.ToolCall, runID, cells[0], 1, "test", events.ToolCallData{Name: "bash", Input: map[string]any{"cmd": hostile}}),
 		events.Must(events.Command, runID, cells[0], 1, "test", events.CommandData{Command: "ls", Output: "a\nb"}),
 		events.Must(events.EgressDecision, runID, cells[0], 1, "test", events.EgressDecisionData{Host: "pypi.org", Port: 443, Method: "CONNECT", Decision: "denied", Reason: "not in allowlist"}),
+		// The agent over-reports its tokens; the gateway saw one call.
+		events.Must(events.Usage, runID, cells[0], 1, "test", events.UsageData{PromptTokens: events.Count(900), CompletionTokens: events.Count(90)}),
+		events.Must(events.ModelCall, runID, cells[0], 1, "test", events.ModelCallData{Provider: "anthropic", Host: "api.anthropic.com",
+			Method: "POST", Path: "/v1/messages", API: "anthropic.messages", Model: "claude-sonnet-4-5", Status: 200,
+			InputTokens: events.Count(300), OutputTokens: events.Count(30), CacheReadTokens: events.Count(0), CacheWriteTokens: events.Count(0),
+			TTFBSec: 0.2, DurationSec: 1.5, CostUSD: ptrF(0.00135), PriceTable: "2026-12-02"}),
 	); err != nil {
 		t.Fatal(err)
 	}
 	srv := startView(t, b, view.Config{Version: "test"})
 	br.open(t, srv.URL+cellPath(runID, cells[0]), `document.querySelector("#files-pending") && document.querySelector("#transcript")`)
+	if u := br.text(t, "#usage"); !strings.Contains(u, "observed by the gateway") || !strings.Contains(u, "300") || !strings.Contains(u, "900") {
+		t.Errorf("usage table:\n%s", u)
+	}
+	if f := br.text(t, "#usage-differs"); !strings.Contains(f, "differ by more than 1 %") {
+		t.Errorf("no mismatch flag: %q", f)
+	}
+	if mc := br.text(t, "#model-calls"); !strings.Contains(mc, "claude-sonnet-4-5") || !strings.Contains(mc, "POST /v1/messages") {
+		t.Errorf("model calls:\n%s", mc)
+	}
 	if st := br.text(t, "#cell-state"); st != "running" {
 		t.Errorf("state %q", st)
 	}
@@ -484,3 +499,5 @@ func BenchmarkViewRunPage(b *testing.B) {
 	}
 	b.ReportMetric(total.Seconds()/float64(b.N), "s/open")
 }
+
+func ptrF(f float64) *float64 { return &f }

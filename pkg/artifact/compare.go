@@ -363,19 +363,33 @@ func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptio
 	return c, p, lp
 }
 
-// CostOf returns the cost summary of rows in USD (DESIGN §8):
-// total_cost_usd is the sum of metrics.cost_usd over the rows that carry
-// it, null when none does; cost_per_pass_usd = total / passed, set only
-// when every row (errored rows included) carries metrics.cost_usd and at
-// least one row passed (Passed and not errored). The sum is taken in
-// ascending order of the values, so it does not depend on the order of
-// rows. Values are not rounded; callers round as Decimals says.
+// CostOf returns the cost summary of rows in USD (DESIGN §8): when every
+// row carries metrics.usage_observed.cost_usd (the model gateway priced
+// every cell), those are the costs (source "observed"); otherwise
+// metrics.cost_usd, the agent's own (source "reported"). total_cost_usd
+// is the sum over the rows that carry a cost, null when none does;
+// cost_per_pass_usd = total / passed, set only when every row (errored
+// rows included) carries one and at least one row passed (Passed and not
+// errored). The sum is taken in ascending order of the values, so it does
+// not depend on the order of rows. Values are not rounded; callers round
+// as Decimals says.
 func CostOf(rows []Result) CostSummary {
+	observed := len(rows) > 0
+	for _, r := range rows {
+		if u := r.Metrics.UsageObserved; u == nil || u.CostUSD == nil {
+			observed = false
+			break
+		}
+	}
 	var costs []float64
 	passed := 0
 	for _, r := range rows {
-		if r.Metrics.CostUSD != nil {
-			costs = append(costs, *r.Metrics.CostUSD)
+		c := r.Metrics.CostUSD
+		if observed {
+			c = r.Metrics.UsageObserved.CostUSD
+		}
+		if c != nil {
+			costs = append(costs, *c)
 		}
 		if r.Passed && !r.Errored() {
 			passed++
@@ -389,7 +403,10 @@ func CostOf(rows []Result) CostSummary {
 	for _, v := range costs {
 		total += v
 	}
-	s := CostSummary{TotalCostUSD: &total}
+	s := CostSummary{TotalCostUSD: &total, Source: "reported"}
+	if observed {
+		s.Source = "observed"
+	}
 	if len(costs) == len(rows) && passed > 0 {
 		s.CostPerPassUSD = ptr(total / float64(passed))
 	}

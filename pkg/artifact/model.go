@@ -170,10 +170,14 @@ type Metrics struct {
 	SolverError      bool           `json:"solver_error"`
 	// Error is true when the cell has no verdict for an infrastructure or
 	// refusal reason (errored), so statistics treat it as missing data.
-	Error          bool              `json:"error"`
-	UnresolvedEnv  []string          `json:"unresolved_env,omitempty"`
-	UnknownKeys    []string          `json:"unknown_keys,omitempty"` // definition keys neither proctor, Harbor nor BenchFlow defines (ignored), sorted
-	Egress         *EgressCounts     `json:"egress,omitempty"`
+	Error         bool          `json:"error"`
+	UnresolvedEnv []string      `json:"unresolved_env,omitempty"`
+	UnknownKeys   []string      `json:"unknown_keys,omitempty"` // definition keys neither proctor, Harbor nor BenchFlow defines (ignored), sorted
+	Egress        *EgressCounts `json:"egress,omitempty"`
+	// UsageObserved is what the model gateway saw of the cell's model
+	// calls (absent for a cell without a gateway); the agent's own figures
+	// stay in the fields above and in AgentReported.
+	UsageObserved  *UsageObserved    `json:"usage_observed,omitempty"`
 	Isolation      map[string]any    `json:"isolation,omitempty"`
 	IsolationProbe map[string]string `json:"isolation_probe,omitempty"`
 	AgentReported  map[string]any    `json:"agent_reported,omitempty"`
@@ -251,6 +255,38 @@ type Limits struct {
 	CPUsSource      string  `json:"cpus_source,omitempty"`
 }
 
+// UsageObserved is metrics.usage_observed (DESIGN §6.1): the sums of a
+// cell's ModelCall events. Input tokens exclude cached input (cache reads
+// are counted apart, whatever the provider's convention); output tokens
+// include reasoning. CostUSD is the sum of the calls priced from the
+// pinned price table dated PriceTable, null with CostNullReason when a
+// call that was answered (a 2xx of an API whose usage is read) has no
+// price: a model not in the table, or no usage in its response. Calls
+// without usage (count_tokens, listings, errors) cost nothing.
+// ReportedDiffers compares the agent's own token total (prompt,
+// completion, cache reads and writes as it reported them) with the
+// observed one (input, output, cache reads and writes): true when they
+// differ by more than 1 % of the observed; absent when the agent
+// reported no tokens.
+type UsageObserved struct {
+	Requests          int      `json:"requests"`
+	CallsWithoutUsage int      `json:"calls_without_usage"`
+	InputTokens       int64    `json:"input_tokens"`
+	OutputTokens      int64    `json:"output_tokens"`
+	CacheReadTokens   int64    `json:"cache_read_tokens"`
+	CacheWriteTokens  int64    `json:"cache_write_tokens"`
+	CostUSD           *float64 `json:"cost_usd"`
+	CostNullReason    string   `json:"cost_null_reason,omitempty"`
+	PriceTable        string   `json:"price_table,omitempty"`
+	Models            []string `json:"models,omitempty"`
+	ReportedDiffers   *bool    `json:"reported_differs,omitempty"`
+}
+
+// TotalTokens is input + output + cache reads + cache writes.
+func (u *UsageObserved) TotalTokens() int64 {
+	return u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+}
+
 // EgressCounts counts the proxy's decisions for a cell (one per client
 // connection; the close record of an allowed connection is not counted
 // again) and names what was reached and refused.
@@ -325,8 +361,13 @@ type CostSummary struct {
 	// TotalCostUSD is null when no row was priced.
 	TotalCostUSD *float64 `json:"total_cost_usd"`
 	// CostPerPassUSD is set only when every row, errored rows included,
-	// carries metrics.cost_usd and at least one row passed.
+	// carries a cost and at least one row passed.
 	CostPerPassUSD *float64 `json:"cost_per_pass_usd"`
+	// Source is "observed" when every row carries
+	// metrics.usage_observed.cost_usd (the gateway's figures are used),
+	// else "reported" (metrics.cost_usd, the agent's own); absent when no
+	// row was priced.
+	Source string `json:"source,omitempty"`
 }
 
 // TaskStat is summary.per_harness.<h>.per_task.<task>.

@@ -193,6 +193,15 @@ func (r *reporter) harnessTable() {
 			break
 		}
 	}
+	var observed []string
+	for _, h := range hs {
+		if r.a.Summary.PerHarness[h].Cost.Source == "observed" {
+			observed = append(observed, tableCode(h))
+		}
+	}
+	if len(observed) > 0 {
+		r.printf("Cost of %s is what the model gateway observed (every cell priced from the pinned price table); of the others, what the agents reported.\n\n", strings.Join(observed, ", "))
+	}
 	first := true
 	for _, h := range hs {
 		s := r.a.Summary.PerHarness[h]
@@ -442,6 +451,9 @@ func (r *reporter) cells() {
 		r.printf("|---|--:|--:|--:|--:|\n")
 		r.printf("| %s | %s | %s | %s | %s |\n\n",
 			tableText(outcome), reward, rc, secs(row.ElapsedSec), usdPtr(row.Metrics.CostUSD))
+		if u := row.Metrics.UsageObserved; u != nil {
+			r.printf("%s\n\n", UsageLine(row.Metrics))
+		}
 		if len(row.Rewards) > 1 {
 			keys := make([]string, 0, len(row.Rewards))
 			for k := range row.Rewards {
@@ -553,6 +565,33 @@ func num(x float64, prec int) string {
 func pct(x float64) string { return strconv.FormatFloat(x*100, 'f', 1, 64) }
 
 func secs(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
+
+// UsageLine compares a cell's reported and observed usage in one line:
+// the agent's tokens (input / output / cache read / cache write) and
+// cost, the gateway's and its requests, and a flag when they differ by
+// more than 1 % (UsageObserved.ReportedDiffers).
+func UsageLine(m Metrics) string {
+	u := m.UsageObserved
+	count := func(p *int64) string {
+		if p == nil {
+			return dash
+		}
+		return strconv.FormatInt(*p, 10)
+	}
+	rep := fmt.Sprintf("reported %s / %s / %s / %s tokens (in / out / cache read / cache write), cost %s",
+		count(m.PromptTokens), count(m.CompletionTokens), count(m.CacheReadTokens), count(m.CacheWriteTokens), usdPtr(m.CostUSD))
+	cost := usdPtr(u.CostUSD)
+	if u.CostUSD == nil && u.CostNullReason != "" {
+		cost += " (" + u.CostNullReason + ")"
+	}
+	obs := fmt.Sprintf("observed %d / %d / %d / %d in %d requests, cost %s", u.InputTokens, u.OutputTokens,
+		u.CacheReadTokens, u.CacheWriteTokens, u.Requests, cost)
+	line := "Usage: " + rep + "; " + obs + "."
+	if u.ReportedDiffers != nil && *u.ReportedDiffers {
+		line += " **Reported and observed tokens differ by more than 1 %.**"
+	}
+	return line
+}
 
 func usdPtr(p *float64) string {
 	if p == nil {

@@ -213,3 +213,37 @@ func TestReportShowsFindings(t *testing.T) {
 		t.Error("a clean cell is marked suspect")
 	}
 }
+
+// TestReportShowsObservedBesideReported: a cell behind the model gateway
+// shows the agent's figures and the gateway's in one line, flagged when
+// they differ by more than 1 %; an arm whose every cell the gateway
+// priced is costed (and costed per pass) from the observed figures.
+func TestReportShowsObservedBesideReported(t *testing.T) {
+	rows := []Result{scoredRow("t", 0, 1), scoredRow("u", 0, 1)}
+	for i, r := range rows {
+		r.Metrics.CostUSD, r.Metrics.PromptTokens, r.Metrics.CompletionTokens = f64(9), i64(5000), i64(700)
+		r.Metrics.UsageObserved = &UsageObserved{Requests: 2, InputTokens: 1000, OutputTokens: 100, CostUSD: f64(0.5),
+			ReportedDiffers: boolp(i == 0)}
+		rows[i] = r
+	}
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"}, rows, testBuild)
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	s := md.String()
+	for _, want := range []string{
+		"| 1.0000 | 0.5000 |", "Cost of `h` is what the model gateway observed",
+		"Usage: reported 5000 / 700 / — / — tokens (in / out / cache read / cache write), cost 9.0000; observed 1000 / 100 / 0 / 0 in 2 requests, cost 0.5000. **Reported and observed tokens differ by more than 1 %.**",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("no %q in:\n%s", want, s)
+		}
+	}
+	if strings.Count(s, "differ by more than 1 %") != 1 {
+		t.Errorf("one cell is flagged, not %d", strings.Count(s, "differ by more than 1 %"))
+	}
+}
+
+func i64(n int64) *int64 { return &n }
+func boolp(b bool) *bool { return &b }

@@ -10,6 +10,7 @@ import (
 func f64(v float64) *float64 { return &v }
 func i64(v int64) *int64     { return &v }
 func intp(v int) *int        { return &v }
+func boolp(v bool) *bool     { return &v }
 
 // fixtureRun is the run of fixtureResults.
 var fixtureRun = artifact.RunInfo{
@@ -61,6 +62,9 @@ func fixtureResults() []artifact.Result {
 				OperationCount: 2, OperationsByType: map[string]int{"search": 2},
 				Egress:        &artifact.EgressCounts{Allowed: 4, Denied: 1, Errors: 0, AllowedHosts: []string{"pypi.org:443"}, DeniedHosts: []string{"example.com:443"}, ErrorHosts: []string{}, DeniedEntries: []artifact.DeniedEntry{{Target: "example.com:443", Reason: "not in allowlist", Count: 1}}},
 				AgentReported: map[string]any{"inputTokens": float64(1200), "provider": "p"},
+				UsageObserved: &artifact.UsageObserved{Requests: 3, CallsWithoutUsage: 1, InputTokens: 1000, OutputTokens: 340,
+					CacheReadTokens: 0, CacheWriteTokens: 64, CostUSD: f64(0.0081), PriceTable: "2026-12-02", Models: []string{"claude-sonnet-4-5"},
+					ReportedDiffers: boolp(true)},
 			},
 			Operations: []map[string]any{
 				{"op_type": "search", "fields": map[string]any{"q": "a<b", "n": float64(1)}},

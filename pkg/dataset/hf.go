@@ -35,6 +35,7 @@ const (
 	kFloat64
 	kFloat64Ptr
 	kBool
+	kBoolPtr
 	kStrings
 )
 
@@ -71,6 +72,8 @@ func columnsOf(t reflect.Type) []column {
 			k = kFloat64Ptr
 		case reflect.TypeFor[bool]():
 			k = kBool
+		case reflect.TypeFor[*bool]():
+			k = kBoolPtr
 		case reflect.TypeFor[[]string]():
 			k = kStrings
 		default:
@@ -92,7 +95,7 @@ func (k colKind) arrowType() arrow.DataType {
 		return arrow.PrimitiveTypes.Int64
 	case kFloat64, kFloat64Ptr:
 		return arrow.PrimitiveTypes.Float64
-	case kBool:
+	case kBool, kBoolPtr:
 		return arrow.FixedWidthTypes.Boolean
 	default: // kStrings
 		return arrow.ListOf(arrow.BinaryTypes.String)
@@ -110,7 +113,7 @@ func (k colKind) hfFeature() any {
 		return value("int64")
 	case kFloat64, kFloat64Ptr:
 		return value("float64")
-	case kBool:
+	case kBool, kBoolPtr:
 		return value("bool")
 	default: // kStrings
 		return orderedMap{{"feature", value("string")}, {"_type", "Sequence"}}
@@ -238,7 +241,7 @@ func appendArrowRow(rb *array.RecordBuilder, row reflect.Value) {
 			b.(*array.Float64Builder).Append(v.Float())
 		case kBool:
 			b.(*array.BooleanBuilder).Append(v.Bool())
-		case kStringPtr, kInt64Ptr, kFloat64Ptr:
+		case kStringPtr, kInt64Ptr, kFloat64Ptr, kBoolPtr:
 			if v.IsNil() {
 				b.AppendNull()
 				continue
@@ -249,6 +252,8 @@ func appendArrowRow(rb *array.RecordBuilder, row reflect.Value) {
 				b.(*array.StringBuilder).Append(e.String())
 			case kInt64Ptr:
 				b.(*array.Int64Builder).Append(e.Int())
+			case kBoolPtr:
+				b.(*array.BooleanBuilder).Append(e.Bool())
 			default:
 				b.(*array.Float64Builder).Append(e.Float())
 			}

@@ -241,6 +241,7 @@ var metricsFields = []string{
 	"UnresolvedEnv unresolved_env,omitempty",
 	"UnknownKeys unknown_keys,omitempty",
 	"Egress egress,omitempty",
+	"UsageObserved usage_observed,omitempty",
 	"Isolation isolation,omitempty",
 	"IsolationProbe isolation_probe,omitempty",
 	"AgentReported agent_reported,omitempty",
@@ -345,6 +346,15 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 		var b []byte
 		if b, err = json.Marshal(m.Egress); err == nil {
 			key("egress")
+			dst = append(dst, b...)
+		}
+	}
+	if m.UsageObserved != nil && err == nil {
+		// Counts, a cost and a few words: encoding/json's bytes, as the
+		// fallback would write them.
+		var b []byte
+		if b, err = json.Marshal(m.UsageObserved); err == nil {
+			key("usage_observed")
 			dst = append(dst, b...)
 		}
 	}

@@ -75,6 +75,17 @@ type TaskRunRow struct {
 	MetricEgressAllowed *int64 `json:"metric_egress_allowed" parquet:"metric_egress_allowed,optional"`
 	MetricEgressDenied  *int64 `json:"metric_egress_denied" parquet:"metric_egress_denied,optional"`
 	MetricEgressErrors  *int64 `json:"metric_egress_errors" parquet:"metric_egress_errors,optional"`
+	// MetricObserved* are metrics.usage_observed (the model gateway's
+	// figures beside the agent's own above); nil without a gateway.
+	// MetricTokensDiffer is usage_observed.reported_differs: the agent's
+	// and the gateway's token totals differ by more than 1 %.
+	MetricObservedRequests         *int64   `json:"metric_observed_requests" parquet:"metric_observed_requests,optional"`
+	MetricObservedInputTokens      *int64   `json:"metric_observed_input_tokens" parquet:"metric_observed_input_tokens,optional"`
+	MetricObservedOutputTokens     *int64   `json:"metric_observed_output_tokens" parquet:"metric_observed_output_tokens,optional"`
+	MetricObservedCacheReadTokens  *int64   `json:"metric_observed_cache_read_tokens" parquet:"metric_observed_cache_read_tokens,optional"`
+	MetricObservedCacheWriteTokens *int64   `json:"metric_observed_cache_write_tokens" parquet:"metric_observed_cache_write_tokens,optional"`
+	MetricObservedCostUSD          *float64 `json:"metric_observed_cost_usd" parquet:"metric_observed_cost_usd,optional"`
+	MetricTokensDiffer             *bool    `json:"metric_tokens_differ" parquet:"metric_tokens_differ,optional"`
 
 	// MetricsJSON is the whole metrics block, OperationsJSON the operations
 	// list ("[]" when the cell has none) and RewardsJSON the rewards map
@@ -273,6 +284,15 @@ func (c *converter) convert(row *TaskRunRow, r *artifact.Result) error {
 		row.MetricEgressAllowed = c.int64p(int64(e.Allowed))
 		row.MetricEgressDenied = c.int64p(int64(e.Denied))
 		row.MetricEgressErrors = c.int64p(int64(e.Errors))
+	}
+	if u := m.UsageObserved; u != nil {
+		row.MetricObservedRequests = c.int64p(int64(u.Requests))
+		row.MetricObservedInputTokens = c.int64p(u.InputTokens)
+		row.MetricObservedOutputTokens = c.int64p(u.OutputTokens)
+		row.MetricObservedCacheReadTokens = c.int64p(u.CacheReadTokens)
+		row.MetricObservedCacheWriteTokens = c.int64p(u.CacheWriteTokens)
+		row.MetricObservedCostUSD = u.CostUSD
+		row.MetricTokensDiffer = u.ReportedDiffers
 	}
 	var firstErr error
 	jsonCol := func(dst *string, block string, encode func([]byte) ([]byte, error)) {

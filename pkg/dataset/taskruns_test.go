@@ -61,6 +61,13 @@ var wantColumns = []struct{ name, duck, arrow string }{
 	{"metric_egress_allowed", "BIGINT", "Int64"},
 	{"metric_egress_denied", "BIGINT", "Int64"},
 	{"metric_egress_errors", "BIGINT", "Int64"},
+	{"metric_observed_requests", "BIGINT", "Int64"},
+	{"metric_observed_input_tokens", "BIGINT", "Int64"},
+	{"metric_observed_output_tokens", "BIGINT", "Int64"},
+	{"metric_observed_cache_read_tokens", "BIGINT", "Int64"},
+	{"metric_observed_cache_write_tokens", "BIGINT", "Int64"},
+	{"metric_observed_cost_usd", "DOUBLE", "Float64"},
+	{"metric_tokens_differ", "BOOLEAN", "Bool"},
 	{"metrics_json", "VARCHAR", "Utf8"},
 	{"operations_json", "VARCHAR", "Utf8"},
 	{"rewards_json", "VARCHAR", "Utf8"},
@@ -394,6 +401,17 @@ func checkAgainstArtifact(t *testing.T, format string, a *artifact.Artifact, row
 			"metric_build_sec": ptrOrNil(m.BuildSec),
 			"difficulty":       nil, "category": nil, "tags": nil, "task_metadata_json": nil,
 			"metric_tool_call_count": nil, "metric_egress_allowed": nil, "metric_egress_denied": nil, "metric_egress_errors": nil,
+			"metric_observed_requests": nil, "metric_observed_input_tokens": nil, "metric_observed_output_tokens": nil,
+			"metric_observed_cache_read_tokens": nil, "metric_observed_cache_write_tokens": nil, "metric_observed_cost_usd": nil,
+			"metric_tokens_differ": nil,
+		}
+		if u := m.UsageObserved; u != nil {
+			want["metric_observed_requests"], want["metric_observed_input_tokens"] = float64(u.Requests), float64(u.InputTokens)
+			want["metric_observed_output_tokens"], want["metric_observed_cache_read_tokens"] = float64(u.OutputTokens), float64(u.CacheReadTokens)
+			want["metric_observed_cache_write_tokens"], want["metric_observed_cost_usd"] = float64(u.CacheWriteTokens), ptrOrNil(u.CostUSD)
+			if u.ReportedDiffers != nil {
+				want["metric_tokens_differ"] = *u.ReportedDiffers
+			}
 		}
 		if m.ToolCalls != nil {
 			n := 0

@@ -86,7 +86,9 @@ type cellState struct {
 	opsByType map[string]int
 	egress    *artifact.EgressCounts
 	egressSet map[string]map[string]bool // decision → "host:port" set
-	denied    map[[2]string]int          // (target, reason) → count
+	// observed sums the cell's ModelCall events (nil: no gateway).
+	observed *observedState
+	denied   map[[2]string]int // (target, reason) → count
 
 	// usagePartial is the reason of the first Usage marked partial ("":
 	// none).
@@ -212,6 +214,9 @@ func (p *Projector) Apply(e events.Envelope) {
 		if sb.State["proxy"] != "" {
 			c.noteEgress() // a cell behind a proxy has egress counts, 0 or not
 		}
+		if sb.State["gateway_ca"] != "" {
+			c.noteObserved() // a cell behind a gateway has observed usage, 0 or not
+		}
 	case events.Usage:
 		var u events.UsageData
 		p.into(e, &u)
@@ -244,6 +249,12 @@ func (p *Projector) Apply(e events.Envelope) {
 		maps.Copy(op, o.Fields)
 		op["op_type"] = o.OpType
 		c.ops = append(c.ops, op)
+	case events.ModelCall:
+		var mc events.ModelCallData
+		if p.into(e, &mc) == nil {
+			c.noteObserved()
+			c.observed.add(mc)
+		}
 	case events.EgressDecision:
 		var d events.EgressDecisionData
 		p.into(e, &d)
@@ -607,6 +618,7 @@ func (p *Projector) row(id string) artifact.Result {
 	m.OperationCount = len(c.ops)
 	m.OperationsByType = c.opsByType
 	m.Egress = c.egressCounts()
+	m.UsageObserved = c.observed.usage(m)
 	r.Operations = c.ops
 	if c.image != nil {
 		m.BuildSec = ptr(c.image.BuildSec)
@@ -790,6 +802,85 @@ func deref(p *float64) float64 {
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// observedState sums a cell's model calls (metrics.usage_observed).
+type observedState struct {
+	u      artifact.UsageObserved
+	cost   float64
+	noCost string // why the cost is null ("" priced)
+	models map[string]bool
+}
+
+func (c *cellState) noteObserved() {
+	if c.observed == nil {
+		c.observed = &observedState{models: map[string]bool{}}
+	}
+}
+
+// add folds one call: its tokens, its cost, and why the cell's cost is
+// null when an answered call has no price.
+func (o *observedState) add(mc events.ModelCallData) {
+	o.u.Requests++
+	n := func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
+	if mc.InputTokens == nil && mc.OutputTokens == nil && mc.CacheReadTokens == nil && mc.CacheWriteTokens == nil {
+		o.u.CallsWithoutUsage++
+	}
+	o.u.InputTokens += n(mc.InputTokens)
+	o.u.OutputTokens += n(mc.OutputTokens)
+	o.u.CacheReadTokens += n(mc.CacheReadTokens)
+	o.u.CacheWriteTokens += n(mc.CacheWriteTokens)
+	if mc.Model != "" {
+		o.models[mc.Model] = true
+	}
+	if mc.PriceTable != "" {
+		o.u.PriceTable = mc.PriceTable
+	}
+	switch {
+	case mc.CostUSD != nil:
+		o.cost += *mc.CostUSD
+	case mc.API != "" && mc.Status >= 200 && mc.Status < 300 && o.noCost == "":
+		// An answered call of a priced API without a price: the cell's
+		// observed cost is unknown, never a silent 0.
+		o.noCost = fmt.Sprintf("%s %s answered without a price: %s", mc.Method, mc.Path, cmp.Or(mc.CostNote, "not priced"))
+	}
+}
+
+// usage returns the row's metrics.usage_observed (nil without a gateway),
+// comparing it with the agent's own figures in m.
+func (o *observedState) usage(m *artifact.Metrics) *artifact.UsageObserved {
+	if o == nil {
+		return nil
+	}
+	u := o.u
+	u.Models = sortedKeys(o.models)
+	if o.noCost != "" {
+		u.CostNullReason = o.noCost
+	} else {
+		u.CostUSD = ptr(math.Round(o.cost*1e9) / 1e9)
+	}
+	var reported int64
+	hasReported := false
+	for _, p := range []*int64{m.PromptTokens, m.CompletionTokens, m.CacheReadTokens, m.CacheWriteTokens} {
+		if p != nil {
+			reported += *p
+			hasReported = true
+		}
+	}
+	if hasReported {
+		obs := u.TotalTokens()
+		diff := reported - obs
+		if diff < 0 {
+			diff = -diff
+		}
+		u.ReportedDiffers = ptr(float64(diff) > 0.01*float64(obs))
+	}
+	return &u
+}
 
 // noteEgress makes the cell's egress counts exist.
 func (c *cellState) noteEgress() {

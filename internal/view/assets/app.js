@@ -215,7 +215,8 @@ function summaryTable(d) {
       el("td", { class: "num", text: s.scored }), el("td", { class: "num", text: s.passed }),
       el("td", { class: "num", text: pct(s.pass_rate) }), el("td", {}, ciBar(s.pass_rate, s.pass_rate_ci)),
       el("td", { class: "num", text: s.pass_rate_ci ? `${pct(s.pass_rate_ci[0])} – ${pct(s.pass_rate_ci[1])}` : "—" }),
-      el("td", { class: "num", text: usd(s.cost.total_cost_usd) }), el("td", { class: "num", text: usd(s.cost.cost_per_pass_usd) }),
+      el("td", { class: "num", text: usd(s.cost.total_cost_usd) + (s.cost.source === "observed" ? " (observed)" : "") }),
+      el("td", { class: "num", text: usd(s.cost.cost_per_pass_usd) }),
       el("td", { class: "num" + (s.suspect ? " suspect" : ""), text: s.suspect || 0 }));
   });
   return table(["harness", "n", "errored", "scored", "passed", "pass rate", "95 % CI", "interval", "cost", "cost / pass", "suspect"], rows, { id: "summary" });
@@ -443,6 +444,28 @@ async function renderCell(run, cell) {
       d.egress.map((x) => el("tr", {}, el("td", { text: x.host }), el("td", { class: "num", text: x.port }), el("td", { text: x.method }),
         el("td", {}, el("span", { class: "badge st-" + (x.decision === "allowed" ? "passed" : "failed"), text: x.decision })),
         el("td", { text: x.reason || "" })))));
+  }
+  if (row && row.metrics.usage_observed) {
+    // The agent's own figures beside what the model gateway saw.
+    const m = row.metrics, u = m.usage_observed, n = (x) => (x === null || x === undefined ? "—" : String(x));
+    parts.push(el("h2", { text: "Model usage" }),
+      table(["", "input", "output", "cache read", "cache write", "requests", "cost"], [
+        el("tr", {}, el("td", { text: "reported by the agent" }), el("td", { class: "num", text: n(m.prompt_tokens) }),
+          el("td", { class: "num", text: n(m.completion_tokens) }), el("td", { class: "num", text: n(m.cache_read_tokens) }),
+          el("td", { class: "num", text: n(m.cache_write_tokens) }), el("td", { class: "num", text: n(m.n_calls) }), el("td", { class: "num", text: usd(m.cost_usd) })),
+        el("tr", {}, el("td", { text: "observed by the gateway" }), el("td", { class: "num", text: n(u.input_tokens) }),
+          el("td", { class: "num", text: n(u.output_tokens) }), el("td", { class: "num", text: n(u.cache_read_tokens) }),
+          el("td", { class: "num", text: n(u.cache_write_tokens) }), el("td", { class: "num", text: n(u.requests) }),
+          el("td", { class: "num", text: usd(u.cost_usd) + (u.cost_usd === null && u.cost_null_reason ? " (" + u.cost_null_reason + ")" : "") }))], { id: "usage" }));
+    if (u.reported_differs) parts.push(el("p", {}, el("span", { class: "badge st-failed", id: "usage-differs", text: "reported and observed tokens differ by more than 1 %" })));
+  }
+  if (d.model_calls && d.model_calls.length) {
+    parts.push(el("h2", { text: "Model calls" }), table(["provider", "model", "path", "status", "input", "output", "cache read", "cache write", "first byte (s)", "duration (s)", "cost"],
+      d.model_calls.map((c) => el("tr", {}, el("td", { text: c.provider }), el("td", { text: c.model || "" }), el("td", {}, el("code", { text: c.method + " " + c.path })),
+        el("td", { class: "num", text: c.status }), el("td", { class: "num", text: c.input_tokens ?? "—" }), el("td", { class: "num", text: c.output_tokens ?? "—" }),
+        el("td", { class: "num", text: c.cache_read_tokens ?? "—" }), el("td", { class: "num", text: c.cache_write_tokens ?? "—" }),
+        el("td", { class: "num", text: c.ttfb_sec.toFixed(3) }), el("td", { class: "num", text: c.duration_sec.toFixed(3) }),
+        el("td", { class: "num", text: c.cost_usd === undefined ? (c.cost_note || "—") : usd(c.cost_usd) }))), { id: "model-calls" }));
   }
   if (row && row.metrics.isolation) parts.push(el("h2", { text: "Isolation" }), kv(flatten(row.metrics.isolation, "", [])));
   if (row && row.metrics.isolation_probe) parts.push(el("h2", { text: "Isolation probe" }), kv(flatten(row.metrics.isolation_probe, "", [])));
