@@ -76,10 +76,13 @@ var (
 // plugin (DESIGN §5.3).
 type claudeArm struct{ ref Ref }
 
-// claudeState is what Prepare found for Solve.
+// claudeState is what Prepare found for Solve: env is what the CLI gets
+// (placeholders for the credentials behind a model gateway), secrets the
+// real values to redact.
 type claudeState struct {
-	skill *Skill
-	env   map[string]string
+	skill   *Skill
+	env     map[string]string
+	secrets map[string]string
 }
 
 func (a claudeArm) Ref() Ref                       { return a.ref }
@@ -215,7 +218,12 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
-	st := claudeState{env: penv}
+	st := claudeState{env: penv, secrets: map[string]string{}}
+	for _, k := range ClaudeCredentialEnv {
+		if v := penv[k]; v != "" {
+			st.secrets[k] = v
+		}
+	}
 	if a.ref.Kind == DockerClaudeSkill {
 		if st.skill, err = LoadSkill(env.Spec().BaseDir, a.ref.Arg); err != nil {
 			return Placement{}, events.Classed(events.ClassRefused, err)
@@ -241,12 +249,22 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		return Placement{}, err
 	}
 	// The agent reaches the provider only through the egress proxy,
-	// allowlisted from ANTHROPIC_BASE_URL as any provider host is.
+	// allowlisted from ANTHROPIC_BASE_URL as any provider host is; unless
+	// the run says --no-intercept, the proxy is its model gateway and the
+	// CLI holds placeholders, not the credentials (DESIGN §6.1).
 	entry, err := ProviderEgress(penv["ANTHROPIC_BASE_URL"], os.Getenv(ProviderPrivateEnv) == "1")
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
 	spec.Egress = EgressFor(t, entry)
+	if !env.Spec().NoIntercept {
+		gw, err := ModelGateway(env, func(k string) string { return penv[k] }, "anthropic")
+		if err != nil {
+			return Placement{}, events.Classed(events.ClassRefused, err)
+		}
+		spec.Egress = GatewayEgress(env, gw)
+		st.env = GatewayEnv(gw, penv)
+	}
 	// HOME on its own tmpfs: nothing the CLI writes there (settings,
 	// caches, the env file) reaches the image or the verifier's files.
 	spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}

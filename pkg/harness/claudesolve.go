@@ -129,13 +129,7 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	if !ok {
 		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot read the stream file back", d)
 	}
-	creds := map[string]string{}
-	for _, k := range ClaudeCredentialEnv {
-		if v := st.env[k]; v != "" {
-			creds[k] = v
-		}
-	}
-	red := NewRedactor(creds)
+	red := NewRedactor(st.secrets)
 	termGrace := sandbox.DefaultGrace
 	if sp := env.Spec(); sp.AgentGraceSec > 0 {
 		termGrace = seconds(sp.AgentGraceSec)
@@ -238,6 +232,8 @@ exit $rc
 	if proxy != nil {
 		egress = "proxy"
 	}
+	ca := sandbox.CAEnv(h)
+	proxy = withEnv(proxy, ca)
 	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, AgentUser, workdir, budget, termGrace, egress)
 	start := time.Now()
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
@@ -325,6 +321,9 @@ exit $rc
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationSec: round3(res.Duration.Seconds()),
 		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true,
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
+	}
+	if ca != nil {
+		fin.Isolation["gateway"] = "intercept" // the credentials stayed in the proxy
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
 	noteHomeReset(dir, fin.Isolation, reset)
