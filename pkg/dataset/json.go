@@ -350,13 +350,9 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 		}
 	}
 	if m.UsageObserved != nil && err == nil {
-		// Counts, a cost and a few words: encoding/json's bytes, as the
-		// fallback would write them.
-		var b []byte
-		if b, err = json.Marshal(m.UsageObserved); err == nil {
-			key("usage_observed")
-			dst = append(dst, b...)
-		}
+		// Counts, a cost and a few words: the fallback's bytes.
+		key("usage_observed")
+		dst, err = e.marshalFallback(dst, m.UsageObserved)
 	}
 	if len(m.Isolation) > 0 {
 		anyv("isolation", m.Isolation)

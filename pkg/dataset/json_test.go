@@ -62,6 +62,7 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		VerifierFindings: []artifact.VerifierFinding{{Kind: "no_tests_executed", Detail: "Ran 0 tests\u2028"}},
 		LongLines:        2, ResponseTruncated: true,
 		UsagePartial: true, UsagePartialReason: "no result event <&>",
+		UsageObserved: &artifact.UsageObserved{Requests: 2, InputTokens: 3, CostUSD: nil, CostNullReason: "POST /a&b <x> answered without a price"},
 	}
 	results = append(results, artifact.Result{Metrics: full})
 	for i := range results {
