@@ -88,6 +88,10 @@ BEGIN {
   target["BenchmarkProxyDownload/connect ratio_vs_floor"] = ">= 0.8"
   target["BenchmarkProxyDownload/http ratio_vs_floor"] = ">= 0.8"
   target["BenchmarkProxyConnectLatency added_p99_ms"] = "<= 2"
+  target["BenchmarkGatewayStream added_ms_per_call"] = "<= 2"
+  target["BenchmarkGatewayStream ratio_vs_tunnel"] = ">= 0.9"
+  target["BenchmarkGatewayStream events_ratio_vs_tunnel"] = "beside: a model-like stream of small events"
+  target["BenchmarkGatewayStream connect_added_ms"] = "beside: the first call's second handshake"
 }
 /^Benchmark/ {
   name = $1; sub(/-[0-9]+$/, "", name)

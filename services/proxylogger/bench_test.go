@@ -2,6 +2,8 @@ package proxylogger
 
 import (
 	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -10,8 +12,12 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/proctor-eval/proctor/pkg/providers"
+	"github.com/proctor-eval/proctor/pkg/tlsca"
 )
 
 const (
@@ -145,4 +151,160 @@ func BenchmarkProxyConnectLatency(b *testing.B) {
 	b.ReportMetric(ms(pct(via, 0.99)-pct(direct, 0.99)), "added_p99_ms")
 	b.ReportMetric(ms(pct(via, 0.50)-pct(direct, 0.50)), "added_p50_ms")
 	b.ReportMetric(ms(pct(direct, 0.99)), "direct_p99_ms")
+}
+
+// Sizes of BenchmarkGatewayStream.
+const (
+	streamSize   = 64 << 20 // bytes of text deltas in the long stream
+	streamEvent  = 1 << 10  // bytes of text per delta of the long stream
+	streamPairs  = 4        // long streams each way per iteration
+	callPairs    = 200      // short calls each way per iteration
+	streamEvents = 20000    // deltas of the event stream, each flushed by the upstream
+)
+
+// BenchmarkGatewayStream measures streamed Messages API responses through
+// the model gateway (TLS intercepted, the placeholder replaced, the usage
+// parsed, the call recorded) against the same responses through a plain
+// CONNECT tunnel of the same proxy (the floor, measured in the same run,
+// TLS end to end with the upstream):
+//
+//   - added_ms_per_call: short streamed calls (message_start, 8 deltas,
+//     message_delta, message_stop; ~2 KB) on kept-alive connections, one
+//     of each way in turn; median(gateway) - median(tunnel) (target ≤ 2).
+//   - ratio_vs_tunnel: long streams (64 MiB of 1 KiB text deltas), which
+//     way goes first alternating; tunnel time / gateway time, the
+//     gateway's streamed throughput as a fraction of the tunnel's (target
+//     ≥ 0.9).
+//   - events_ratio_vs_tunnel: a stream of 20,000 small deltas, each
+//     flushed by the upstream on its own as a model's are; the same ratio.
+//   - connect_added_ms: the first call's added time (the gateway's second
+//     TLS handshake and its leaf, minted once per host).
+func BenchmarkGatewayStream(b *testing.B) {
+	upCA, _ := tlsca.New("bench upstream")
+	certPEM, keyPEM, _ := tlsca.ServerCert(upCA, "api.anthropic.com")
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	event := func(text string) string {
+		return `event: content_block_delta` + "\n" + `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"` + text + `"}}` + "\n\n"
+	}
+	shortDelta, longDelta := event("Hello, world."), event(strings.Repeat("x", streamEvent))
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if k := r.Header.Get("X-Api-Key"); k != "sk-real" && k != "sk-direct" {
+			http.Error(w, "bad key", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		bw := bufio.NewWriterSize(w, 32<<10)
+		io.WriteString(bw, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n")
+		q := r.URL.Query()
+		switch {
+		case q.Has("long"):
+			for range streamSize / streamEvent {
+				io.WriteString(bw, longDelta)
+				if bw.Buffered() > 16<<10 {
+					bw.Flush()
+					fl.Flush()
+				}
+			}
+		case q.Has("events"):
+			for range streamEvents {
+				io.WriteString(bw, shortDelta)
+				bw.Flush()
+				fl.Flush()
+			}
+		default:
+			for range 8 {
+				io.WriteString(bw, shortDelta)
+			}
+		}
+		io.WriteString(bw, "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":42}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+		bw.Flush()
+	})
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler}
+	go srv.Serve(ln)
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	host := "api.anthropic.com:" + port
+	runCA, _ := tlsca.New("bench run")
+	upRoots, _ := upCA.Pool()
+	runRoots, _ := runCA.Pool()
+	res := mapResolver{"api.anthropic.com": loopback}
+	tunnel := startProxy(b, Config{Policy: policy(b, host), Resolver: res, AllowLoopbackUpstreams: true, Sink: NewJSONL(io.Discard).Record})
+	gateway := startProxy(b, Config{Policy: policy(b, host), Resolver: res, AllowLoopbackUpstreams: true, Sink: NewJSONL(io.Discard).Record,
+		UpstreamRoots: upRoots, ModelSink: NewCallJSONL(io.Discard).Record,
+		Gateway: &Gateway{CA: runCA, Routes: []providers.Route{{Provider: "anthropic", Hosts: []string{host}, AuthHeaders: []string{"x-api-key"},
+			Credentials: []providers.Credential{{Env: "ANTHROPIC_API_KEY", Placeholder: "ph-bench", Value: "sk-real"}}}}}})
+	client := func(proxy string, roots *x509.CertPool) *http.Client {
+		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}),
+			TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	}
+	body := `{"model":"claude-sonnet-4-5","stream":true,"max_tokens":1024,"messages":[{"role":"user","content":"hi"}]}`
+	call := func(c *http.Client, key, query string, want int64) time.Duration {
+		start := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, "https://"+host+"/v1/messages"+query, strings.NewReader(body))
+		req.Header.Set("x-api-key", key)
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || n < want {
+			b.Fatalf("status %d, %d bytes, %v", resp.StatusCode, n, err)
+		}
+		return time.Since(start)
+	}
+	// pair runs one call each way, which first alternating, adding their
+	// times.
+	pair := func(i int, tc, gc *http.Client, query string, want int64, t, g *time.Duration) {
+		if i%2 == 0 {
+			*t += call(tc, "sk-direct", query, want)
+			*g += call(gc, "ph-bench", query, want)
+		} else {
+			*g += call(gc, "ph-bench", query, want)
+			*t += call(tc, "sk-direct", query, want)
+		}
+	}
+	median := func(d []time.Duration) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	var tt, gt, te, ge, tFirst, gFirst time.Duration
+	var tCalls, gCalls []time.Duration
+	b.SetBytes(streamSize * streamPairs)
+	for b.Loop() {
+		// Fresh clients: the first call of each includes its connection.
+		tc, gc := client(tunnel, upRoots), client(gateway, runRoots)
+		tFirst += call(tc, "sk-direct", "", 0)
+		gFirst += call(gc, "ph-bench", "", 0)
+		for i := range callPairs {
+			var t, g time.Duration
+			pair(i, tc, gc, "", 0, &t, &g)
+			tCalls, gCalls = append(tCalls, t), append(gCalls, g)
+		}
+		for i := range streamPairs {
+			pair(i, tc, gc, "?long", streamSize, &tt, &gt)
+			pair(i, tc, gc, "?events", streamEvents*int64(len(shortDelta)), &te, &ge)
+		}
+		tc.CloseIdleConnections()
+		gc.CloseIdleConnections()
+	}
+	mib := float64(streamSize) / (1 << 20) * float64(b.N*streamPairs)
+	b.ReportMetric(ms(median(gCalls)-median(tCalls)), "added_ms_per_call")
+	b.ReportMetric(ms(median(tCalls)), "tunnel_ms_per_call")
+	b.ReportMetric(tt.Seconds()/gt.Seconds(), "ratio_vs_tunnel")
+	b.ReportMetric(mib/tt.Seconds(), "tunnel_MiB/s")
+	b.ReportMetric(mib/gt.Seconds(), "gateway_MiB/s")
+	b.ReportMetric(te.Seconds()/ge.Seconds(), "events_ratio_vs_tunnel")
+	b.ReportMetric(ms(gFirst-tFirst)/float64(b.N), "connect_added_ms")
 }

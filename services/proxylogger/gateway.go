@@ -4,17 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,207 +137,6 @@ func (r *route) apply(h http.Header, u *url.URL, api string) {
 	if api != "" {
 		h.Set("Accept-Encoding", "identity")
 	}
-}
-
-// intercept serves a CONNECT to a route's host: it records the allowed
-// decision, starts the upstream connection, answers 200, and serves the
-// client's requests over TLS terminated with the host's minted leaf (or
-// over plain HTTP when the client does not start TLS), each forwarded to
-// the upstream (TLS verified against the upstream roots), with the route's
-// credentials in place and recorded as a ModelCall. The connection's close
-// record carries the bytes from and to the client.
-func (c *conn) intercept(ctx context.Context, br *bufio.Reader, e Entry, r *route) {
-	addrs, resolved, ok := c.resolve(ctx, e, true)
-	if !ok {
-		return
-	}
-	type dialed struct {
-		c   net.Conn
-		err error
-	}
-	first := make(chan dialed, 1)
-	go func() {
-		up, err := c.connectUpstream(ctx, e, addrs, true)
-		first <- dialed{up, err}
-	}()
-	scheme := "http"
-	x := &exchange{c: c, e: e, r: r}
-	var firstOnce sync.Once
-	dial := func(ctx context.Context) (net.Conn, error) {
-		var d dialed
-		used := true
-		firstOnce.Do(func() { d, used = <-first, false })
-		if used {
-			d.c, d.err = c.connectUpstream(ctx, e, addrs, true)
-		}
-		if d.err != nil {
-			return nil, d.err
-		}
-		x.mu.Lock()
-		x.addr = d.c.RemoteAddr().String()
-		x.mu.Unlock()
-		return d.c, nil
-	}
-	defer func() {
-		firstOnce.Do(func() {
-			if d := <-first; d.c != nil {
-				d.c.Close()
-			}
-		})
-	}()
-	if _, err := io.WriteString(c.c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		c.record(Decision{Decision: Error, Reason: "answer client: " + err.Error(), Resolved: resolved, Closed: true})
-		return
-	}
-	cc := &countConn{Conn: c.c, r: br}
-	var client net.Conn = cc
-	isTLS := false
-	_ = c.c.SetReadDeadline(time.Now().Add(c.p.cfg.HeaderTimeout))
-	if b, err := br.Peek(1); err == nil && b[0] == 0x16 {
-		isTLS, scheme = true, "https"
-		client = tls.Server(cc, &tls.Config{
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.p.gw.minter.Cert(e.Host) },
-			NextProtos:     []string{"http/1.1"},
-			MinVersion:     tls.VersionTLS12,
-		})
-	}
-	_ = c.c.SetReadDeadline(time.Time{})
-	tr := &http.Transport{
-		DisableCompression:  true,
-		MaxIdleConnsPerHost: 1,
-		IdleConnTimeout:     90 * time.Second,
-		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
-	}
-	if isTLS {
-		tr.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := dial(ctx)
-			if err != nil {
-				return nil, err
-			}
-			sn := e.Host
-			tc := tls.Client(raw, &tls.Config{ServerName: sn, RootCAs: c.p.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
-			if err := tc.HandshakeContext(ctx); err != nil {
-				raw.Close()
-				return nil, fmt.Errorf("TLS with the upstream %s: %w", e.Host, err)
-			}
-			return tc, nil
-		}
-	} else {
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }
-	}
-	defer tr.CloseIdleConnections()
-	x.scheme = scheme
-	x.rp = &httputil.ReverseProxy{
-		Transport: tr,
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = scheme
-			pr.Out.URL.Host = net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
-			pr.Out.Host = pr.In.Host
-		},
-		ModifyResponse: x.modifyResponse,
-		ErrorHandler:   x.errorHandler,
-		ErrorLog:       log.New(io.Discard, "", 0),
-	}
-	srv := &http.Server{
-		Handler:           x,
-		ReadHeaderTimeout: c.p.cfg.HeaderTimeout,
-		IdleTimeout:       5 * time.Minute,
-		ErrorLog:          log.New(io.Discard, "", 0),
-	}
-	ln := newOneConn(client)
-	srv.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateClosed || s == http.StateHijacked {
-			ln.done()
-		}
-	}
-	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
-	defer stop()
-	_ = srv.Serve(ln)
-	if !ln.accepted() {
-		client.Close() // closed before it served the connection
-		ln.done()
-	}
-	ln.wait()
-	c.record(Decision{Decision: Allowed, Status: http.StatusOK, Reason: "gateway connection closed", Resolved: resolved,
-		Upstream: x.upstream(), Closed: true, BytesUp: cc.in.Load(), BytesDown: cc.out.Load()})
-}
-
-// exchange serves the requests of one intercepted connection.
-type exchange struct {
-	c      *conn
-	e      Entry
-	r      *route
-	scheme string
-	rp     *httputil.ReverseProxy
-
-	mu   sync.Mutex
-	addr string // the upstream's address, once connected
-}
-
-func (x *exchange) upstream() string {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.addr
-}
-
-type callKey struct{}
-
-// ServeHTTP checks the request names the CONNECT's host, refuses upgrades,
-// substitutes the route's credentials and forwards it.
-func (x *exchange) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	defPort := 443
-	if x.scheme == "http" {
-		defPort = 80
-	}
-	host, port, err := splitAuthority(req.Host, defPort)
-	if err == nil {
-		host, _, err = egress.NormalizeHost(host)
-	}
-	if err != nil || host != x.e.Host || (port != x.e.Port && strings.Contains(req.Host, ":")) {
-		x.c.record(Decision{Decision: Denied, Status: http.StatusMisdirectedRequest,
-			Reason: fmt.Sprintf("Host %q of a request inside the tunnel is not the CONNECT target %s", req.Host, x.e)})
-		http.Error(w, "proctor gateway: the Host header must name the CONNECT target", http.StatusMisdirectedRequest)
-		return
-	}
-	if req.Header.Get("Upgrade") != "" {
-		x.c.record(Decision{Decision: Denied, Status: http.StatusNotImplemented, Reason: "protocol upgrade inside the gateway is not proxied"})
-		http.Error(w, "proctor gateway: protocol upgrades are not proxied", http.StatusNotImplemented)
-		return
-	}
-	cl := x.c.newCall(x.r, x.e, req.Method, req.URL.Path)
-	cl.reqHead = headSize(req.Method+" "+req.URL.RequestURI()+" HTTP/1.1", req.Header) + int64(len("Host: \r\n")+len(req.Host))
-	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = cl.requestBody(req.Body)
-	}
-	x.r.apply(req.Header, req.URL, cl.d.API)
-	x.rp.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), callKey{}, cl)))
-}
-
-func (x *exchange) modifyResponse(resp *http.Response) error {
-	cl, _ := resp.Request.Context().Value(callKey{}).(*call)
-	if cl == nil {
-		return nil
-	}
-	cl.response(resp)
-	return nil
-}
-
-func (x *exchange) errorHandler(w http.ResponseWriter, req *http.Request, err error) {
-	cl, _ := req.Context().Value(callKey{}).(*call)
-	// A *url.Error names the URL, whose query may hold a substituted key:
-	// only its cause is kept, and every real value is scrubbed.
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	msg := x.r.scrub.Replace(Redact(err.Error()))
-	if cl != nil {
-		cl.fail(0, "upstream: "+msg)
-	}
-	if req.Context().Err() != nil {
-		return // the client went
-	}
-	http.Error(w, "proctor gateway: upstream: "+msg, http.StatusBadGateway)
 }
 
 // call is one request on a route's host, becoming a ModelCall.
@@ -511,41 +306,6 @@ func (c *countConn) Write(b []byte) (int, error) {
 	c.out.Add(int64(n))
 	return n, err
 }
-
-// oneConn is a listener that accepts one connection, then blocks until
-// that connection is closed and reports the listener closed.
-type oneConn struct {
-	c      net.Conn
-	mu     sync.Mutex
-	given  bool
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newOneConn(c net.Conn) *oneConn { return &oneConn{c: c, closed: make(chan struct{})} }
-
-func (l *oneConn) Accept() (net.Conn, error) {
-	l.mu.Lock()
-	if !l.given {
-		l.given = true
-		l.mu.Unlock()
-		return l.c, nil
-	}
-	l.mu.Unlock()
-	<-l.closed
-	return nil, net.ErrClosed
-}
-
-func (l *oneConn) accepted() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.given
-}
-
-func (l *oneConn) done()          { l.once.Do(func() { close(l.closed) }) }
-func (l *oneConn) wait()          { <-l.closed }
-func (l *oneConn) Close() error   { l.done(); return nil }
-func (l *oneConn) Addr() net.Addr { return l.c.LocalAddr() }
 
 // resolve resolves the entry's host (unless it goes through the upstream
 // proxy, which resolves it), refuses forbidden addresses and records the

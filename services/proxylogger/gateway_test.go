@@ -683,3 +683,58 @@ replies:
 		}
 	}
 }
+
+// TestGatewayStreamsEachEventAtOnce: an event of a stream reaches the
+// client before the upstream sends the next (which it sends only once the
+// client has the first): the gateway holds nothing back.
+func TestGatewayStreamsEachEventAtOnce(t *testing.T) {
+	ca, _ := tlsca.New("upstream CA")
+	certPEM, keyPEM, _ := tlsca.ServerCert(ca, "api.anthropic.com")
+	cert, _ := tls.X509KeyPair(certPEM, keyPEM)
+	got1 := make(chan struct{})
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-got1:
+		case <-time.After(10 * time.Second):
+			return // the client never got the first event: the test fails below
+		}
+		io.WriteString(w, "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n")
+	}), ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	host := "api.anthropic.com:" + port
+	runCA, _ := tlsca.New("run CA")
+	upRoots, _ := ca.Pool()
+	calls := &callCollector{}
+	proxy := startProxy(t, Config{Policy: policy(t, host), Resolver: mapResolver{"api.anthropic.com": loopback}, AllowLoopbackUpstreams: true,
+		UpstreamRoots: upRoots, ModelSink: calls.sink,
+		Gateway: &Gateway{CA: runCA, Routes: []providers.Route{{Provider: "anthropic", Hosts: []string{host}}}}})
+	roots, _ := runCA.Pool()
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	resp, err := c.Post("https://"+host+"/v1/messages", "application/json", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(first, "message_start") {
+		t.Fatalf("first line %q, %v", first, err)
+	}
+	close(got1)
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), "message_delta") {
+		t.Fatalf("the second event did not follow: %q", rest)
+	}
+	if m := calls.waitFor(t, 1)[0]; *m.InputTokens != 3 || *m.OutputTokens != 9 || !m.Stream {
+		t.Errorf("%+v", m)
+	}
+}

@@ -44,6 +44,11 @@ func geminiModel(path string) string {
 	return m
 }
 
+var (
+	usageWord = []byte(`sage`) // "usage", "usageMetadata"
+	modelWord = []byte(`odel`) // "model", "modelVersion"
+)
+
 // Usage are the figures a response reported; a nil count was not
 // reported.
 type Usage struct {
@@ -144,8 +149,13 @@ func (p *usageParser) sseLine(l []byte) {
 	}
 }
 
-// event reads one SSE event's data.
+// event reads one SSE event's data. Only an event that names usage, or
+// a model while none is known, is parsed: the many content deltas of a
+// stream are skipped with a byte search.
 func (p *usageParser) event(d []byte) {
+	if !bytes.Contains(d, usageWord) && (p.u.Model != "" || !bytes.Contains(d, modelWord)) {
+		return
+	}
 	if !gjson.ValidBytes(d) {
 		return // [DONE], a keep-alive, a truncated event
 	}
