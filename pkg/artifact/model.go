@@ -111,6 +111,10 @@ type Result struct {
 	StdoutTail string `json:"stdout_tail,omitempty"`
 	// Error is a human-readable reason for errored / verifier_error cells.
 	Error string `json:"error,omitempty"`
+	// AgentClaim is the agent's own final word (NewAgentClaim), kept
+	// beside the verdict; absent when the agent left no final message
+	// (the oracle, a command, a silent agent).
+	AgentClaim *AgentClaim `json:"agent_claim,omitempty"`
 	// TaskMeta carries difficulty, category and tags for the dataset export.
 	TaskMeta map[string]any `json:"task_metadata,omitempty"`
 	Metrics  Metrics        `json:"metrics"`
@@ -354,6 +358,10 @@ type HarnessSummary struct {
 	// VerifierFindings counts the rows with each kind of verifier
 	// finding; absent when none.
 	VerifierFindings map[string]int `json:"verifier_findings,omitempty"`
+	// ClaimedButFailed counts the rows whose agent claimed success while
+	// the verifier scored them below 1 (Result.Overclaimed); absent when
+	// none.
+	ClaimedButFailed int `json:"claimed_but_failed,omitempty"`
 }
 
 // CostSummary is summary.per_harness.<h>.cost, in USD.

@@ -15,15 +15,22 @@ import (
 const dash = "—"
 
 // WriteReport writes a's Markdown report to w: a headline per harness
-// (passed/scored with the pass rate and its Wilson 95 % interval, and the
-// errored count), a per-harness table, a per-task table (rows are tasks,
-// columns harnesses, cells "passed/scored" or "errored"), the comparisons
+// (passed/scored with the pass rate and its Wilson 95 % interval, the
+// errored count, and the cells whose agent claimed success while the
+// verifier scored them below 1, flagged ⚠️), a per-harness table, the
+// difficulty rollup (pass rate per harness per task_metadata.difficulty
+// with Wilson intervals, Unrated for tasks without one; left out when no
+// task has a difficulty), a per-task table (rows are tasks,
+// columns harnesses, cells "passed/scored" or "errored"), per task and
+// harness passed/scored with the total and mean cost, the comparisons
 // against the baseline and the paired McNemar table when a has
 // comparisons (naming the interval of the paired difference, Newcombe's
 // hybrid score interval, and with a pseudo-replication caveat giving the
 // task-level bootstrap interval when any comparison pairs repeats of the
-// same task), and a section per cell with its outcome,
-// reward, error and the tail of its stdout in a fenced block whose fence
+// same task), the answers (each cell's verdict beside its agent's final
+// message, ⚠️ on Result.Overclaimed), and a section per cell with its
+// outcome, reward, error, its agent's final message and the tail of its
+// stdout in a fenced block whose fence
 // is longer than any backtick run inside it, so no output can break the
 // document. Every string the report prints is shown through Printable:
 // the report is always valid UTF-8 without control characters except
@@ -37,8 +44,11 @@ func WriteReport(w io.Writer, a *Artifact) error {
 	r.title()
 	r.headlines()
 	r.harnessTable()
+	r.difficultyRollup()
 	r.taskTable()
+	r.taskCost()
 	r.comparisons()
+	r.answers()
 	r.cells()
 	out := append(bytes.TrimRight(buf.Bytes(), "\n"), '\n')
 	if _, err := w.Write(out); err != nil {
@@ -138,18 +148,28 @@ func (r *reporter) harnesses() []string {
 }
 
 // Headline returns the one-line verdict for harness h, e.g.
-// "oracle: 6/7 passed (85.7 %, 95 % CI 48.7–97.4 %), 1 errored", with h
-// shown through Printable.
+// "oracle: 6/7 passed (85.7 %, 95 % CI 48.7–97.4 %), 1 errored", followed
+// by ", N ⚠️ claimed success but scored below 1" when N > 0
+// (HarnessSummary.ClaimedButFailed), with h shown through Printable.
 func Headline(h string, s *HarnessSummary) string {
 	h = Printable(h)
 	if s.PassRate == nil {
-		return fmt.Sprintf("%s: %d/%d passed (no scored cells), %d errored", h, s.Passed, s.Scored, s.Errored)
+		return fmt.Sprintf("%s: %d/%d passed (no scored cells), %d errored%s", h, s.Passed, s.Scored, s.Errored, overclaimText(s))
 	}
 	ci := ""
 	if s.PassRateCI != nil {
 		ci = fmt.Sprintf(", 95 %% CI %s–%s %%", pct(s.PassRateCI[0]), pct(s.PassRateCI[1]))
 	}
-	return fmt.Sprintf("%s: %d/%d passed (%s %%%s), %d errored", h, s.Passed, s.Scored, pct(*s.PassRate), ci, s.Errored)
+	return fmt.Sprintf("%s: %d/%d passed (%s %%%s), %d errored%s", h, s.Passed, s.Scored, pct(*s.PassRate), ci, s.Errored, overclaimText(s))
+}
+
+// overclaimText is the headline's count of cells whose agent claimed
+// success while the verifier scored them below 1; "" when none.
+func overclaimText(s *HarnessSummary) string {
+	if s.ClaimedButFailed == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d ⚠️ claimed success but scored below 1", s.ClaimedButFailed)
 }
 
 func (r *reporter) headlines() {
@@ -434,6 +454,9 @@ func (r *reporter) cells() {
 		if row.Suspect() {
 			r.printf(" · suspect")
 		}
+		if row.Overclaimed() {
+			r.printf(" · ⚠️ claimed success")
+		}
 		r.printf("\n\n")
 		outcome := row.Outcome
 		if row.ErrorClass != "" {
@@ -493,6 +516,7 @@ func (r *reporter) cells() {
 		if row.Error != "" {
 			r.printf("Error:\n\n%s\n", fenced(row.Error))
 		}
+		r.claimBlock(row)
 		if row.StdoutTail != "" {
 			r.printf("Stdout (tail):\n\n%s\n", fenced(row.StdoutTail))
 		}

@@ -108,6 +108,9 @@ func summarizeHarness(rows []Result) *HarnessSummary {
 		if r.Suspect() {
 			s.Suspect++
 		}
+		if r.Overclaimed() {
+			s.ClaimedButFailed++
+		}
 		seen := map[string]bool{}
 		for _, f := range r.Metrics.VerifierFindings {
 			if !seen[f.Kind] {

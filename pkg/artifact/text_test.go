@@ -71,6 +71,8 @@ func hostileArtifact(s string) *Artifact {
 			r.ErrorClass += s
 			r.Rewards = map[string]float64{"reward": 1, "key" + s: 0.5}
 			r.Metrics.UnresolvedEnv = []string{"VAR" + s}
+			r.AgentClaim = &AgentClaim{Text: "All tests pass. " + s, ClaimedSuccess: true}
+			r.TaskMeta = map[string]any{"difficulty": "hard" + s}
 			rows = append(rows, r)
 		}
 	}

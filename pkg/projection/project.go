@@ -100,6 +100,13 @@ type cellState struct {
 	stepAt map[int]time.Time
 	stepIn []time.Time
 
+	// claim is the text of the agent's final message so far
+	// (artifact.ClaimText): the last Message of role response, else the
+	// last of role assistant (or no role); claimResponse is set once a
+	// response was seen.
+	claim         string
+	claimResponse bool
+
 	// decodeErr is the error of this attempt's first outcome event
 	// (Verdict, CellErrored, CellRefused, Finished) whose data did not
 	// decode: the row is errored (infra) with it.
@@ -230,6 +237,11 @@ func (p *Projector) Apply(e events.Envelope) {
 		}
 		if u.Partial != "" && c.usagePartial == "" {
 			c.usagePartial = u.Partial
+		}
+	case events.Message:
+		var msg events.MessageData
+		if p.into(e, &msg) == nil {
+			c.noteMessage(msg)
 		}
 	case events.ToolCall:
 		var t events.ToolCallData
@@ -644,6 +656,7 @@ func (p *Projector) row(id string) artifact.Result {
 			m.ToolCalls = map[string]int{"unnamed": int(n)}
 		}
 	}
+	r.AgentClaim = artifact.NewAgentClaim(c.claim, m.AgentReported)
 	if v := c.verdict; v != nil {
 		r.VerifierReturnCode = v.ReturnCode
 		m.VerifySec = ptr(v.DurationSec)
@@ -880,6 +893,19 @@ func (o *observedState) usage(m *artifact.Metrics) *artifact.UsageObserved {
 		u.ReportedDiffers = ptr(float64(diff) > 0.01*float64(obs))
 	}
 	return &u
+}
+
+// noteMessage keeps the text of the agent's final message (the row's
+// agent_claim): a response (the end of an agent's response text, the
+// Claude CLI's result) wins over the assistant's messages; of each, the
+// last.
+func (c *cellState) noteMessage(m events.MessageData) {
+	switch {
+	case m.Role == "response":
+		c.claim, c.claimResponse = artifact.ClaimText(m.Text), true
+	case (m.Role == "assistant" || m.Role == "") && !c.claimResponse:
+		c.claim = artifact.ClaimText(m.Text)
+	}
 }
 
 // noteEgress makes the cell's egress counts exist.
