@@ -171,7 +171,7 @@ echo '{"_tag":"Finished","reason":"'"$H"'"}'
 			}
 		}
 	}
-	b, err := os.ReadFile(filepath.Join(out, a.Run.ID, "report.md"))
+	b, err := os.ReadFile(filepath.Join(out, "a.md")) // beside --out-json a.json
 	if err != nil {
 		t.Fatal(err)
 	}

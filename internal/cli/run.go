@@ -86,7 +86,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once (2 × CPUs by default, the measured knee of container throughput)")
 	fl.StringVar(&f.outputDir, "output-dir", "proctor-out", "directory for cell outputs; each run gets <output-dir>/<run-id>/")
 	fl.StringVar(&f.outJSON, "out-json", "", "write the task_runs.v1 artifact here (default <output-dir>/<run-id>/task_runs.json)")
-	fl.StringVar(&f.outMD, "out-md", "", "write the Markdown report here (default <output-dir>/<run-id>/report.md)")
+	fl.StringVar(&f.outMD, "out-md", "", "write the Markdown report here (default beside --out-json, .json replaced by .md; without --out-json <output-dir>/<run-id>/report.md)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "show the matrix and every refusal, build and run nothing")
 	fl.StringVar(&f.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")

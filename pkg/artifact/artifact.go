@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 )
 
 // Marshal encodes a as deterministic task_runs.v1 JSON: 2-space indent,
@@ -105,4 +108,16 @@ func Unmarshal(name string, data []byte) (*Artifact, error) {
 		return nil, fmt.Errorf("artifact: read %s: %w", name, err)
 	}
 	return &a, nil
+}
+
+// ReportPath is where the Markdown report of the artifact at path goes
+// unless told otherwise: beside it, its extension replaced by .md
+// (results/x.json → results/x.md; a name without an extension gains .md;
+// an artifact named *.md gets *.md.md, never its own name).
+func ReportPath(path string) string {
+	md := strings.TrimSuffix(path, filepath.Ext(path)) + ".md"
+	if md == path {
+		md = path + ".md"
+	}
+	return md
 }

@@ -355,3 +355,20 @@ func pairedIntervalName(a *Artifact) string {
 	}
 	return "bootstrap"
 }
+
+// ReportWithFigures renders a's report (WriteReport) followed by the links
+// to its figures (Figures, AppendFigureLinks), and returns the figures to
+// write beside it. The aggregator, replay and `proctor report` all render
+// this way, so a report re-rendered from an artifact file equals the one
+// written with it.
+func ReportWithFigures(a *Artifact) ([]byte, []Figure, error) {
+	var buf bytes.Buffer
+	if err := WriteReport(&buf, a); err != nil {
+		return nil, nil, err
+	}
+	figs, err := Figures(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	return AppendFigureLinks(buf.Bytes(), figs), figs, nil
+}

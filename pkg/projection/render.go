@@ -44,24 +44,27 @@ func Render(p *Projector, version string) (js, md []byte, err error) {
 	return js, buf.Bytes(), nil
 }
 
-// RenderWithFigures is Render plus the run's figures (artifact.Figures):
-// the report ends with a "Figures" section linking them by file name,
-// relative to the report, so the report's bytes do not depend on where it
-// is written. WriteResults and replay both render this way, so a replay
-// reproduces the aggregator's report byte for byte.
+// RenderWithFigures is the artifact JSON (validated against task_runs.v1)
+// and the report with its figures (artifact.ReportWithFigures) rendered
+// from that JSON: the report ends with a "Figures" section linking them by
+// file name, relative to the report, so the report's bytes do not depend
+// on where it is written. WriteResults, replay and `proctor report` all
+// render this way, so a replay, or a report re-rendered from the artifact
+// file, reproduces the aggregator's report byte for byte.
 func RenderWithFigures(p *Projector, version string) (js, md []byte, figs []artifact.Figure, err error) {
-	js, md, err = Render(p, version)
+	js, err = artifact.Marshal(p.Artifact(version))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var a artifact.Artifact
+	var a artifact.Artifact // from the validated bytes: no second validation
 	if err := json.Unmarshal(js, &a); err != nil {
 		return nil, nil, nil, err
 	}
-	if figs, err = artifact.Figures(&a); err != nil {
+	md, figs, err = artifact.ReportWithFigures(&a)
+	if err != nil {
 		return nil, nil, nil, err
 	}
-	return js, artifact.AppendFigureLinks(md, figs), figs, nil
+	return js, md, figs, nil
 }
 
 // WriteFigures writes each figure beside the report at mdPath (same
@@ -75,10 +78,15 @@ func WriteFigures(mdPath string, figs []artifact.Figure) error {
 	return nil
 }
 
-// Paths are where a run's artifact and report go: the spec's --out-json and
-// --out-md, else task_runs.json and report.md in the run's output dir.
+// Paths are where a run's artifact and report go: the spec's --out-json
+// and --out-md; without --out-md the report goes beside --out-json
+// (artifact.ReportPath: results/x.json → results/x.md); without either,
+// task_runs.json and report.md in the run's output dir.
 func Paths(spec events.RunSpec) (js, md string) {
 	js, md = spec.OutJSON, spec.OutMD
+	if md == "" && js != "" {
+		md = artifact.ReportPath(js)
+	}
 	if js == "" {
 		js = filepath.Join(spec.OutputDir, "task_runs.json")
 	}
