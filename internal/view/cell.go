@@ -38,6 +38,10 @@ type CellPage struct {
 	// Row is the artifact row the cell projects to so far, with every
 	// metric; nil while pending.
 	Row *artifact.Result `json:"row,omitempty"`
+	// ClaimedButFailed is true when the row's agent claimed success while
+	// the verifier scored the cell below 1 (artifact.Result.Overclaimed):
+	// the page flags it ⚠️ beside the claim.
+	ClaimedButFailed bool `json:"claimed_but_failed,omitempty"`
 	// Timeline is one page of the cell's events, every attempt, in log order.
 	Timeline       []events.Envelope `json:"timeline"`
 	TimelinePaging Paging            `json:"timeline_paging"`
@@ -98,6 +102,7 @@ func (s *Server) cell(ctx context.Context, r *http.Request, runID, cellID string
 	if planned {
 		row, _ := l.p.Row(cellID)
 		out.Plan, out.Row, out.State = &plan, &row, l.p.CellState(cellID)
+		out.ClaimedButFailed = row.Overclaimed()
 	}
 	l.mu.Unlock()
 	if !planned {

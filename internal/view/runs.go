@@ -142,6 +142,9 @@ type HarnessView struct {
 	// Suspect counts the cells whose solve left files that shadow the
 	// verifier's runner or standard modules (scored as they were).
 	Suspect int `json:"suspect"`
+	// ClaimedButFailed counts the cells whose agent claimed success while
+	// the verifier scored them below 1 (artifact.Result.Overclaimed).
+	ClaimedButFailed int `json:"claimed_but_failed"`
 }
 
 // FigureRef names one SVG figure and where the viewer serves it.
@@ -164,6 +167,9 @@ type GridCell struct {
 	Reward *float64 `json:"reward"`
 	// Suspect marks a cell with tamper findings (artifact.Result.Suspect).
 	Suspect bool `json:"suspect,omitempty"`
+	// ClaimedButFailed marks a cell whose agent claimed success while the
+	// verifier scored it below 1 (artifact.Result.Overclaimed): ⚠️.
+	ClaimedButFailed bool `json:"claimed_but_failed,omitempty"`
 }
 
 // runRecord returns the index record of a run, or the record its events
@@ -230,7 +236,7 @@ func (l *live) data() *runData {
 	}
 	for h, hs := range artifact.Summarize(done) {
 		d.summary[h] = &HarnessView{N: hs.N, Errored: hs.Errored, Scored: hs.Scored, Passed: hs.Passed,
-			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost, Suspect: hs.Suspect}
+			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost, Suspect: hs.Suspect, ClaimedButFailed: hs.ClaimedButFailed}
 	}
 	// Harness order: the spec's, then any other by name.
 	seen := map[string]bool{}
@@ -251,7 +257,7 @@ func (l *live) data() *runData {
 			t = map[string][]GridCell{}
 			d.byTask[row.Task] = t
 		}
-		t[row.Harness] = append(t[row.Harness], GridCell{ID: row.CellID, State: states[i], Reward: row.Reward, Suspect: row.Suspect()})
+		t[row.Harness] = append(t[row.Harness], GridCell{ID: row.CellID, State: states[i], Reward: row.Reward, Suspect: row.Suspect(), ClaimedButFailed: row.Overclaimed()})
 	}
 	slices.Sort(rest)
 	d.harnesses = append(d.harnesses, rest...)

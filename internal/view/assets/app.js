@@ -195,11 +195,12 @@ function progressRows(progress) {
 }
 
 function cellTitle(c) {
-  return `${c.id}: ${c.state}` + (c.reward === null || c.reward === undefined ? "" : `, reward ${c.reward}`) + (c.suspect ? ", suspect" : "");
+  return `${c.id}: ${c.state}` + (c.reward === null || c.reward === undefined ? "" : `, reward ${c.reward}`) + (c.suspect ? ", suspect" : "") +
+    (c.claimed_but_failed ? ", ⚠️ the agent claimed success" : "");
 }
 
 function cellClass(c) {
-  return "cell " + c.state + (c.suspect ? " suspect" : "");
+  return "cell " + c.state + (c.suspect ? " suspect" : "") + (c.claimed_but_failed ? " overclaimed" : "");
 }
 
 function cellSquare(run, c) {
@@ -217,9 +218,10 @@ function summaryTable(d) {
       el("td", { class: "num", text: s.pass_rate_ci ? `${pct(s.pass_rate_ci[0])} – ${pct(s.pass_rate_ci[1])}` : "—" }),
       el("td", { class: "num", text: usd(s.cost.total_cost_usd) + (s.cost.source === "observed" ? " (observed)" : "") }),
       el("td", { class: "num", text: usd(s.cost.cost_per_pass_usd) }),
-      el("td", { class: "num" + (s.suspect ? " suspect" : ""), text: s.suspect || 0 }));
+      el("td", { class: "num" + (s.suspect ? " suspect" : ""), text: s.suspect || 0 }),
+      el("td", { class: "num" + (s.claimed_but_failed ? " overclaimed" : ""), text: s.claimed_but_failed ? "⚠️ " + s.claimed_but_failed : 0 }));
   });
-  return table(["harness", "n", "errored", "scored", "passed", "pass rate", "95 % CI", "interval", "cost", "cost / pass", "suspect"], rows, { id: "summary" });
+  return table(["harness", "n", "errored", "scored", "passed", "pass rate", "95 % CI", "interval", "cost", "cost / pass", "suspect", "claimed, failed"], rows, { id: "summary" });
 }
 
 function comparisonTable(d) {
@@ -415,6 +417,16 @@ async function renderCell(run, cell) {
     parts.push(el("h2", { class: "suspect", text: "Suspect" }),
       el("p", { text: "The solve left files that shadow what the verifier runs; the verdict is the verifier's, counted as scored." }),
       el("ul", { id: "tamper-findings" }, tamper.map((f) => el("li", {}, el("code", { text: f.path }), el("span", { text: ` ${f.change} (${f.shadows})` })))));
+  }
+  // The agent's own final word beside the verifier's verdict; ⚠️ when it
+  // claimed success and the verifier scored the cell below 1.
+  const claim = row && row.agent_claim;
+  if (claim) {
+    const over = d.claimed_but_failed;
+    parts.push(el("h2", { class: over ? "overclaimed" : null, text: over ? "⚠️ Agent's claim" : "Agent's claim" }),
+      el("p", { id: "agent-claim-verdict", text: (claim.claimed_success ? "The agent claims success" : "The agent does not claim success") +
+        `; the verifier: ${row.outcome}` + (row.reward === null || row.reward === undefined ? "" : ` (reward ${row.reward})`) + "." }),
+      el("pre", { id: "agent-claim", text: claim.text }));
   }
   const vfind = (row && row.metrics && row.metrics.verifier_findings) || [];
   if (vfind.length) {
