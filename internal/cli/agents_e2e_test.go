@@ -57,7 +57,7 @@ func TestAgentArms(t *testing.T) {
 	rows := byCell(a)
 	s := rows["fix-sum "+scripted]
 	if s.Outcome != "passed" || s.Metrics.PromptTokens == nil || *s.Metrics.PromptTokens == 0 || s.Metrics.CostUSD == nil ||
-		s.Metrics.ToolCalls["bash"] != 1 || s.Metrics.OperationCount != 2 || s.Metrics.OperationsByType["plan"] != 1 {
+		s.Metrics.ToolCalls["bash"] != 1 || s.Metrics.OperationCount != 3 || s.Metrics.OperationsByType["plan"] != 1 || s.Metrics.OperationsByType["harness"] != 1 {
 		t.Errorf("scripted agent row: %+v", s)
 	}
 	if s.Metrics.Isolation["network"] != "internal" {
@@ -81,6 +81,10 @@ func TestAgentArms(t *testing.T) {
 	}
 	if r := rows["home-workdir oracle"]; r.Outcome != "passed" {
 		t.Errorf("home-workdir under the oracle: %+v", r)
+	}
+	// Every cell records its harness invocation: an oracle row is not "0 operations".
+	if r := rows["fix-sum oracle"]; r.Metrics.OperationCount != 1 || r.Metrics.OperationsByType["harness"] != 1 || a.Summary.PerHarness["oracle"].Operations != 4 {
+		t.Errorf("oracle operations: %+v (harness total %d)", r.Metrics, a.Summary.PerHarness["oracle"].Operations)
 	}
 	c := rows["fix-sum "+command]
 	if c.Outcome != "passed" || c.Metrics.OperationsByType["file_found"] != 2 || c.Metrics.OperationsByType["checked"] != 1 {

@@ -222,7 +222,7 @@ func TestViewPages(t *testing.T) {
 	br.noErrors(t, "/runs/RUN/cells/CELL")
 	var cp view.CellPage
 	if code := getJSON(t, srv.URL+cellPath(rec.ID, cell)+".json", &cp); code != 200 || cp.Row == nil || cp.Row.Outcome != "passed" ||
-		cp.Row.Metrics.OperationCount != 1 || cp.FilesPending {
+		cp.Row.Metrics.OperationCount != 2 || cp.Row.Metrics.OperationsByType["step"] != 1 || cp.Row.Metrics.OperationsByType["harness"] != 1 || cp.FilesPending {
 		t.Fatalf("cell JSON: %d %+v", code, cp)
 	}
 	// The whole solve.log, as plain text.

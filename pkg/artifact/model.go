@@ -169,9 +169,19 @@ type Metrics struct {
 	ToolCalls        map[string]int `json:"tool_calls,omitempty"`
 	OperationCount   int            `json:"operation_count"`
 	OperationsByType map[string]int `json:"operations_by_type,omitempty"`
-	SolverTimeout    bool           `json:"solver_timeout"`
-	VerifierTimeout  bool           `json:"verifier_timeout"`
-	SolverError      bool           `json:"solver_error"`
+
+	// LowFidelityOperationCount counts the solve's unstructured output
+	// lines (an agent's response text and stderr, a command's output) that
+	// mention tool, subagent or loop (the Finished's low_fidelity_ops),
+	// kept apart from the structured OperationCount;
+	// LowFidelityOperationsByType counts them by type. Absent when none
+	// was counted.
+	LowFidelityOperationCount   int            `json:"low_fidelity_operation_count,omitempty"`
+	LowFidelityOperationsByType map[string]int `json:"low_fidelity_operations_by_type,omitempty"`
+
+	SolverTimeout   bool `json:"solver_timeout"`
+	VerifierTimeout bool `json:"verifier_timeout"`
+	SolverError     bool `json:"solver_error"`
 	// Error is true when the cell has no verdict for an infrastructure or
 	// refusal reason (errored), so statistics treat it as missing data.
 	Error         bool          `json:"error"`
@@ -358,6 +368,10 @@ type HarnessSummary struct {
 	// VerifierFindings counts the rows with each kind of verifier
 	// finding; absent when none.
 	VerifierFindings map[string]int `json:"verifier_findings,omitempty"`
+	// LowFidelityOperations is the sum of the rows'
+	// metrics.low_fidelity_operation_count, apart from Operations; absent
+	// when 0.
+	LowFidelityOperations int `json:"low_fidelity_operations,omitempty"`
 	// ClaimedButFailed counts the rows whose agent claimed success while
 	// the verifier scored them below 1 (Result.Overclaimed); absent when
 	// none.

@@ -242,6 +242,15 @@ func (r *reporter) harnessTable() {
 	if !first {
 		r.printf("\n")
 	}
+	var low []string
+	for _, h := range hs {
+		if n := r.a.Summary.PerHarness[h].LowFidelityOperations; n > 0 {
+			low = append(low, fmt.Sprintf("%s %d", code(h), n))
+		}
+	}
+	if len(low) > 0 {
+		r.printf("Low-fidelity operations (unstructured output lines that mention tool, subagent or loop; not in the operations column): %s.\n\n", strings.Join(low, ", "))
+	}
 	r.findingsTable(hs)
 }
 

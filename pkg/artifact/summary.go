@@ -41,7 +41,9 @@ func (r Result) Errored() bool {
 // passed/scored and pass_rate_ci = the Wilson 95 % score interval
 // (stats.Wilson with stats.Z95), both null when scored is 0; elapsed_sec =
 // the sum of the rows' elapsed seconds; operations = the sum of
-// metrics.operation_count; cost = CostOf(the harness's rows); per_task
+// metrics.operation_count (structured operations only), and
+// low_fidelity_operations that of metrics.low_fidelity_operation_count;
+// cost = CostOf(the harness's rows); per_task
 // holds the same counts per task plus mean_reward, the mean reward over
 // the task's scored rows where a scored row without a reward (a
 // verifier_error) counts as 0, null when none is scored. Floats are
@@ -105,6 +107,7 @@ func summarizeHarness(rows []Result) *HarnessSummary {
 		t.N++
 		s.ElapsedSec += r.ElapsedSec
 		s.Operations += r.Metrics.OperationCount
+		s.LowFidelityOperations += r.Metrics.LowFidelityOperationCount
 		if r.Suspect() {
 			s.Suspect++
 		}

@@ -234,6 +234,8 @@ var metricsFields = []string{
 	"ToolCalls tool_calls,omitempty",
 	"OperationCount operation_count",
 	"OperationsByType operations_by_type,omitempty",
+	"LowFidelityOperationCount low_fidelity_operation_count,omitempty",
+	"LowFidelityOperationsByType low_fidelity_operations_by_type,omitempty",
 	"SolverTimeout solver_timeout",
 	"VerifierTimeout verifier_timeout",
 	"SolverError solver_error",
@@ -327,6 +329,13 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	dst = strconv.AppendInt(dst, int64(m.OperationCount), 10)
 	if len(m.OperationsByType) > 0 {
 		anyv("operations_by_type", m.OperationsByType)
+	}
+	if m.LowFidelityOperationCount != 0 {
+		key("low_fidelity_operation_count")
+		dst = strconv.AppendInt(dst, int64(m.LowFidelityOperationCount), 10)
+	}
+	if len(m.LowFidelityOperationsByType) > 0 {
+		anyv("low_fidelity_operations_by_type", m.LowFidelityOperationsByType)
 	}
 	boolean("solver_timeout", m.SolverTimeout)
 	boolean("verifier_timeout", m.VerifierTimeout)

@@ -50,7 +50,7 @@ func TestAppendersMatchEncodingJSON(t *testing.T) {
 		CostUSD: f64(1e-7), PromptTokens: i64(1), CompletionTokens: i64(2), TotalTokens: i64(3),
 		CacheReadTokens: i64(0), CacheWriteTokens: i64(-4), NCalls: i64(5),
 		ToolCalls: map[string]int{"z": 1, "a": 2, "é": 3, "A": 4}, OperationCount: 7,
-		OperationsByType: map[string]int{"x": 7}, SolverTimeout: true, VerifierTimeout: true, SolverError: true, Error: true,
+		OperationsByType: map[string]int{"x": 7}, LowFidelityOperationCount: 3, LowFidelityOperationsByType: map[string]int{"tool": 2, "loop": 1}, SolverTimeout: true, VerifierTimeout: true, SolverError: true, Error: true,
 		UnresolvedEnv: []string{"A", "B\n"}, Egress: &artifact.EgressCounts{Allowed: 1, Denied: 2, Errors: 3},
 		Isolation:      map[string]any{"network": "none", "n": 1.5e21, "nested": map[string]any{"b": []any{true, nil, "x"}}},
 		IsolationProbe: map[string]string{"dns": "closed", "env": "open"},

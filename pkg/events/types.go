@@ -324,6 +324,12 @@ type FinishedData struct {
 	// response.txt's cap (64 MiB, cellfs.MaxLogBytes): the file holds its
 	// first 64 MiB and a last line saying so.
 	ResponseTruncated bool `json:"response_truncated,omitempty"`
+	// LowFidelityOps counts, by type (tool, subagent, loop), the solve's
+	// unstructured output lines (stdout response text and stderr) that
+	// mention one of those words (harness.LowFidelityType): operations seen
+	// only in free text, counted apart from the structured Operation
+	// events, as the task-runs seed counts them. Absent when none.
+	LowFidelityOps map[string]int `json:"low_fidelity_ops,omitempty"`
 }
 
 // TamperFinding is one file a solve left that could run instead of what

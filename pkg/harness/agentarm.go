@@ -273,13 +273,13 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		return Outcome{}, err
 	}
 	run := newStream(ctx, env, response)
-	lines := run.lines()
+	lines, errLines := run.lines(), run.stderrLines()
 	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal, egress %s)", ag.Run, AgentUser, workdir, budget, grace, egress)
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", ag.Run}, User: AgentUser, Workdir: workdir, Env: env2,
-		Timeout: seconds(budget), Grace: grace, Stdout: io.MultiWriter(out, lines), Stderr: logs,
+		Timeout: seconds(budget), Grace: grace, Stdout: io.MultiWriter(out, lines), Stderr: io.MultiWriter(logs, errLines),
 	})
-	_ = lines.Close()
+	_, _ = lines.Close(), errLines.Close()
 	run.wait()
 	_ = out.Close(dir, "stdout.tail.txt")
 	_ = logs.Close(dir, "")
@@ -313,7 +313,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: true,
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir},
-		LongLines: run.longLines, ResponseTruncated: response.Capped(),
+		LongLines: run.longLines, ResponseTruncated: response.Capped(), LowFidelityOps: run.lowFidelity(),
 	}
 	noteGraderLinks(dir, fin.Isolation, links)
 	noteHomeReset(dir, fin.Isolation, reset)
@@ -332,6 +332,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		fin.Reason = fmt.Sprintf("exit %d before any event or output", res.ExitCode)
 	}
 	run.ensureStarted(time.Time{})
+	readAgentOperations(ctx, d, h, run, dir)
 	if resp := responseTail(response.Tail.String()); resp != "" {
 		run.publish(events.Message, events.MessageData{Role: "response", Text: resp}, time.Time{})
 	}
@@ -454,6 +455,7 @@ func agentEnv(env Env, workdir string, deadline time.Time, own map[string]string
 		"PROCTOR_DEADLINE":   strconv.FormatInt(deadline.UnixMilli(), 10),
 		"PROCTOR_TASK":       t.Name, "PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
 		"PROCTOR_AGENT_DIR": AgentMount, "HOME": agentHome,
+		"PROCTOR_OPERATIONS_FILE": AgentOperationsFile, "DOKIMI_OPERATIONS_FILE": AgentOperationsFile,
 	} {
 		out[k] = v
 	}

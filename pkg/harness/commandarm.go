@@ -1,9 +1,7 @@
 package harness
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +28,9 @@ func ExpandTemplate(tpl, taskPath, taskName, model, outputDir, jobsDir string) s
 
 // commandArm runs a command:<template> cell (DESIGN §5): a host command in
 // the tasks root's parent directory with the caller's environment plus
-// PROCTOR_OUTPUT_DIR and PROCTOR_OPERATIONS_FILE, stdin closed, its own
+// PROCTOR_OUTPUT_DIR and PROCTOR_OPERATIONS_FILE (and the same absolute
+// paths as DOKIMI_OUTPUT_DIR and DOKIMI_OPERATIONS_FILE, the Dokimi
+// harness's names), stdin closed, its own
 // process group killed at [agent].timeout_sec. It does and scores its own
 // work: reward.txt in {output_dir} is the reward; without one, exit 0 passes
 // and any other exit fails. There is no test script to run.
@@ -65,14 +65,18 @@ func (a commandArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 // driver in the tasks root's parent directory, with no network plan.
 func (a commandArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	dir, t := env.Dir(), env.Task()
-	outDir := dir.Path("output")
+	// Absolute, as the PROCTOR_* and DOKIMI_* variables promise.
+	outDir, err := filepath.Abs(dir.Path("output"))
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassInfra, err)
+	}
 	if err := os.RemoveAll(outDir); err != nil {
 		return Placement{}, events.Classf(events.ClassInfra, "cannot empty {output_dir} %s: %w; the command was not run", outDir, err)
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return Placement{}, events.Classed(events.ClassInfra, err)
 	}
-	opsFile := dir.Path("operations.jsonl")
+	opsFile := filepath.Join(filepath.Dir(outDir), "operations.jsonl")
 	if err := os.Remove(opsFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Placement{}, events.Classed(events.ClassInfra, err)
 	}
@@ -107,18 +111,21 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 		timeout, grace = harborBudget(t), DelegateGrace()
 	}
 	errTail := &tailBuffer{n: stderrKeep}
+	errLines := run.stderrLines()
 	dir.Logf("command: %s (in %s, timeout %s, grace %s)", st.cmdline, st.cwd, timeout, grace)
 	res, err := p.Driver.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"bash", "-c", st.cmdline}, Workdir: st.cwd,
 		Env: map[string]string{
 			"PROCTOR_OUTPUT_DIR": st.outDir, "PROCTOR_OPERATIONS_FILE": st.opsFile,
+			"DOKIMI_OUTPUT_DIR": st.outDir, "DOKIMI_OPERATIONS_FILE": st.opsFile,
 			"PROCTOR_TASK": t.Name, "PROCTOR_TASK_PATH": t.Dir, "PROCTOR_MODEL": plan.Model,
 			"PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
 		},
 		Timeout: timeout, Grace: grace,
-		Stdout: io.MultiWriter(out, lines), Stderr: multiWriter{out, errTail},
+		Stdout: io.MultiWriter(out, lines), Stderr: multiWriter{out, errTail, errLines},
 	})
 	_ = lines.Close()
+	_ = errLines.Close()
 	run.wait()
 	_ = out.Close(dir, "stdout.tail.txt")
 	if err != nil {
@@ -140,7 +147,7 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: run.finished == nil,
-		Isolation: map[string]any{"sandbox": "host process", "cwd": st.cwd},
+		Isolation: map[string]any{"sandbox": "host process", "cwd": st.cwd}, LowFidelityOps: run.lowFidelity(),
 	}
 	if res.TimedOut {
 		fin.Reason = "timeout"
@@ -167,8 +174,7 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 }
 
 // readOperations turns the JSON lines a command appended to
-// PROCTOR_OPERATIONS_FILE into Operation events. Lines that are not JSON
-// objects are skipped and counted in run.log.
+// PROCTOR_OPERATIONS_FILE into Operation events (publishOperationLines).
 func readOperations(run *stream, dir cellfs.Dir, path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -178,21 +184,5 @@ func readOperations(run *stream, dir cellfs.Dir, path string) error {
 		return err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	bad := 0
-	for sc.Scan() {
-		var m map[string]any
-		dec := json.NewDecoder(strings.NewReader(sc.Text()))
-		dec.UseNumber()
-		if err := dec.Decode(&m); err != nil {
-			bad++
-			continue
-		}
-		run.publish(events.Operation, OperationFrom(m), time.Time{})
-	}
-	if bad > 0 {
-		dir.Logf("%d lines of %s were not JSON objects", bad, filepath.Base(path))
-	}
-	return sc.Err()
+	return publishOperationLines(run, dir, filepath.Base(path), f)
 }

@@ -27,6 +27,7 @@ type stream struct {
 	finished   *events.FinishedData
 	response   *cellfs.Capture // response.txt: every response-text line
 	longLines  int             // lines over the line bound: text, never events
+	lowOps     map[string]int  // low-fidelity operations by type (noteLow)
 	publishErr error
 }
 
@@ -117,6 +118,7 @@ func (r *stream) line(text string, readAt time.Time, truncated bool) {
 	r.anything = true
 	switch l.Kind {
 	case LineText:
+		r.noteLow(text)
 		// All of it goes to response.txt (capped like the logs); its tail
 		// keeps the end, where an agent's final answer is.
 		if r.response != nil {

@@ -650,6 +650,14 @@ func (p *Projector) row(id string) artifact.Result {
 			m.TamperFindings = append(m.TamperFindings, artifact.TamperFinding(tf))
 		}
 		m.LongLines, m.ResponseTruncated = f.LongLines, f.ResponseTruncated
+		// Low-fidelity operations (free-text lines) are kept apart from
+		// the structured Operation events in every total.
+		for _, n := range f.LowFidelityOps {
+			m.LowFidelityOperationCount += n
+		}
+		if m.LowFidelityOperationCount > 0 {
+			m.LowFidelityOperationsByType = f.LowFidelityOps
+		}
 		// metrics.json fills a count only when no event carried it; a
 		// reported 0 is 0.
 		if n, ok := f.AgentReported["toolCallCount"].(float64); ok && n >= 0 && len(m.ToolCalls) == 0 {

@@ -365,7 +365,11 @@ func (c *cell) run(ctx context.Context) error {
 	}
 
 	snap := c.snapshotShadows(ctx, p, h)
+	start := time.Now()
 	out, err := arm.Solve(ctx, c, p, h)
+	if oerr := c.recordHarness(ctx, "", start, out, err); oerr != nil && err == nil {
+		err = oerr
+	}
 	// The egress proxy's decisions are recorded before Finished, also
 	// after a failed solve (what the agent tried to reach is kept).
 	if rerr := harness.RecordEgress(ctx, c, p.Driver, h); rerr != nil && err == nil {

@@ -92,8 +92,9 @@ func verifyJobs(t *testing.T, b *bus.Bus) []events.VerifyJob {
 }
 
 // TestLaunchOracleHandsOver: the oracle's cell records its image, sandbox,
-// start and finish, and hands the still-running sandbox to this node's
-// verifier with a verify job.
+// start, its harness invocation as an operation (so an oracle row is not
+// "0 operations") and finish, and hands the still-running sandbox to this
+// node's verifier with a verify job.
 func TestLaunchOracleHandsOver(t *testing.T) {
 	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "solve.sh", Stdout: "ok\n"}}, Limits: sandbox.Limits{MemoryMB: 2048}}
 	f := newFixture(t, d, nil)
@@ -101,9 +102,13 @@ func TestLaunchOracleHandsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []events.Type{events.ImageBuilt, events.SandboxStarted, events.Started, events.Finished}
+	want := []events.Type{events.ImageBuilt, events.SandboxStarted, events.Started, events.Operation, events.Finished}
 	if got := types(evs); !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
+	}
+	op := last[events.OperationData](t, evs, events.Operation)
+	if el, ok := op.Fields["elapsed_sec"].(float64); op.OpType != HarnessOperation || op.Fields["harness"] != "oracle" || !ok || el < 0 || op.Fields["exit_code"] != 0.0 {
+		t.Errorf("harness operation %+v", op)
 	}
 	sb := last[events.SandboxStartedData](t, evs, events.SandboxStarted)
 	if sb.Network != sandbox.NetworkBridge || sb.Limits == nil || sb.Limits.MemoryMB != 2048 || sb.Node != "n1" {
@@ -166,7 +171,8 @@ func TestLaunchEngineTimeoutIsInfra(t *testing.T) {
 }
 
 // TestLaunchSolveFailureDestroysFirst: a solve the sandbox cannot run
-// errors the cell (infra) after its sandbox is gone; no verify job.
+// errors the cell (infra) after its sandbox is gone; no verify job; the
+// harness invocation is recorded as failed.
 func TestLaunchSolveFailureDestroysFirst(t *testing.T) {
 	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "solve.sh", Err: sandbox.ErrDestroyed}}}
 	f := newFixture(t, d, nil)
@@ -176,6 +182,10 @@ func TestLaunchSolveFailureDestroysFirst(t *testing.T) {
 	}
 	if e := last[events.CellErroredData](t, evs, events.CellErrored); e.ErrorClass != string(events.ClassInfra) {
 		t.Errorf("errored %+v", e)
+	}
+	// The invocation happened and failed: it is still the cell's operation.
+	if op := last[events.OperationData](t, evs, events.Operation); op.OpType != HarnessOperation || op.Fields["failed"] != true {
+		t.Errorf("harness operation %+v", op)
 	}
 	if len(d.Destroyed()) != 1 || len(verifyJobs(t, f.b)) != 0 {
 		t.Errorf("destroyed %v", d.Destroyed())
@@ -260,7 +270,7 @@ func TestLaunchCommandScoresItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []events.Type{events.SandboxStarted, events.Started, events.Finished, events.Verdict}
+	want := []events.Type{events.SandboxStarted, events.Started, events.Operation, events.Finished, events.Verdict}
 	if got := types(evs); !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
@@ -310,7 +320,7 @@ func TestLaunchAgentEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []events.Type{events.ImageBuilt, events.SandboxStarted, events.Started, events.ToolCall, events.Finished}
+	want := []events.Type{events.ImageBuilt, events.SandboxStarted, events.Started, events.ToolCall, events.Operation, events.Finished}
 	if got := types(evs); !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}

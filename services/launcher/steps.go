@@ -222,7 +222,11 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 		}
 	}
 	env := &stepEnv{cell: c, t: stepTask(c.task, s), dir: dir, quiet: i > 0}
+	start := time.Now()
 	out, err := arm.Solve(ctx, env, p, h)
+	if oerr := c.recordHarness(ctx, s.Name, start, out, err); oerr != nil && err == nil {
+		return sv, oerr
+	}
 	if err == nil {
 		err = harness.NoAttemptError(out.Finished) // as a single-step cell's
 	}
