@@ -58,10 +58,10 @@ fuzz:
 bench: setup-node setup-browser setup-claude
 	scripts/bench.sh
 
-## demo: run the example tasks through the oracle and the two example agents (report in out/demo), then the Claude arms against the scripted model (out/demo-claude)
+## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude)
 demo: setup setup-claude build
 	./bin/proctor tasks run --tasks-root examples/tasks --all \
-		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics \
+		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics,agent:examples/agents/overclaim \
 		--baseline-harness agent:examples/agents/scripted \
 		--output-dir out/demo --out-json out/demo/task_runs.json --out-md out/demo/report.md
 	@echo
