@@ -29,6 +29,7 @@ func TestClaimsSuccess(t *testing.T) {
 		"Could I do better? Maybe. But it is done.",
 		"Tests failed at first; now everything is fixed.",
 		"- Fixed the parser\n- Added a test",
+		"Done with the task, though it may not work.", // a limit: the hedge comes after the claim
 	}
 	for _, s := range claims {
 		if !ClaimsSuccess(s) {
@@ -65,6 +66,8 @@ func TestClaimsSuccess(t *testing.T) {
 		"fixedly",
 		"Unable to finish; nothing was completed.",
 		"Without network access the task cannot be completed.",
+		"I fixed the failing test.",          // a limit: a failure mentioned
+		"When I ran them, all tests passed.", // a limit: a time clause hedges
 	}
 	for _, s := range none {
 		if ClaimsSuccess(s) {
