@@ -33,7 +33,8 @@ func ExpandTemplate(tpl, taskPath, taskName, model, outputDir, jobsDir string) s
 // harness's names), stdin closed, its own
 // process group killed at [agent].timeout_sec. It does and scores its own
 // work: reward.txt in {output_dir} is the reward; without one, exit 0 passes
-// and any other exit fails. There is no test script to run.
+// and any other exit fails. There is no test script to run. A solver.json
+// it leaves in {output_dir} is its final claim (readSolverClaim).
 //
 // A template that names {jobs_dir} is a Harbor of its own (a local harbor
 // with other flags, a wrapper around one): it keeps Harbor's output
@@ -136,6 +137,12 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 	if err := readOperations(run, dir, st.opsFile); err != nil {
 		dir.Logf("%s: %v", st.opsFile, err)
 	}
+	// A solver.json in {output_dir} is the command's final claim (the
+	// row's agent_claim), as the seed's cell file is.
+	claim, claimReported := readSolverClaim(dir, st.outDir)
+	if claim != "" {
+		run.publish(events.Message, events.MessageData{Role: "response", Text: responseTail(claim)}, time.Time{})
+	}
 	run.mu.Unlock()
 	if run.publishErr != nil {
 		return Outcome{}, run.publishErr
@@ -148,6 +155,7 @@ func (a commandArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: run.finished == nil,
 		Isolation: map[string]any{"sandbox": "host process", "cwd": st.cwd}, LowFidelityOps: run.lowFidelity(),
+		AgentReported: claimReported,
 	}
 	if res.TimedOut {
 		fin.Reason = "timeout"
