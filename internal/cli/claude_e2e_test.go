@@ -282,6 +282,10 @@ func TestClaudeArms(t *testing.T) {
 		fmt.Sprint(c.Metrics.AgentReported["offered_plugins"]) != "[]" {
 		t.Errorf("greet, control arm (built-in plugins off): %s", show(c))
 	}
+	// The CLI's result text is the row's agent_claim, judged by the claim rule.
+	if cl := c.AgentClaim; cl == nil || cl.Text != "I do not know how." || cl.ClaimedSuccess || c.Overclaimed() {
+		t.Errorf("greet, control arm's claim: %+v", cl)
+	}
 	if r := rows["rate-limited docker-claude"]; r.Outcome != "errored" || r.ErrorClass != "infra" || !strings.Contains(r.Error, "provider failed before any attempt") ||
 		r.Metrics.AgentReported["api_error_status"] != 429.0 {
 		t.Errorf("429 before any turn (a provider error, no --retries): %s", show(r))
