@@ -1,6 +1,9 @@
 package sandbox
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // Optional abilities of a Driver. A service holds a Driver and finds what
 // else it can do by type assertion, as database/sql/driver finds optional
@@ -8,6 +11,12 @@ import "context"
 // capabilities: a driver that lacks an ability makes the step that needs it
 // fail with a clear error (or, for OOMCounter, leaves the count unknown).
 // The signatures are those of *Docker; *Process has none of them.
+//
+// Each driver also declares the abilities it has (Capable), so that a run
+// whose harnesses need one the driver lacks is refused before it starts,
+// naming the ability, instead of erroring cell by cell; the conformance
+// suite (sandboxtest.Run) checks that the declaration is exactly what the
+// driver implements and that the security abilities hold what they say.
 
 // ImageBuilder builds or finds a task image (see Docker.EnsureImage).
 type ImageBuilder interface {
@@ -46,7 +55,10 @@ type CallLogger interface {
 }
 
 // Freezer stops every process of a sandbox but its keep-alive and returns
-// how many were alive (see Docker.Freeze).
+// how many were alive (see Docker.Freeze). Nothing of the sandbox runs
+// after it: files read afterwards are what the processes left. Exec is
+// refused on a frozen sandbox; CopyOut, CopyOutFiles, ReadFile and
+// Destroy work.
 type Freezer interface {
 	Freeze(ctx context.Context, h *Handle) (alive int, err error)
 }
@@ -59,7 +71,9 @@ type Thawer interface {
 }
 
 // ProcessKiller kills every process of user in a sandbox (see
-// Docker.KillAll).
+// Docker.KillAll): "" is root, whose kill reaches every process but the
+// keep-alive. It gets through a fork bomb held at the pids limit and
+// leaves the next phase its whole pids budget.
 type ProcessKiller interface {
 	KillAll(ctx context.Context, h *Handle, user string) error
 }
@@ -71,13 +85,18 @@ type OOMCounter interface {
 }
 
 // FileCopier is CopyOut that also reads named regular files from the same
-// stream, never through the host (see Docker.CopyOutFiles).
+// stream, never through the host (see Docker.CopyOutFiles). Symlinks are
+// copied out as symlinks and never followed; a named file that is not a
+// regular file or is over its cap is refused in its FileResult
+// (ErrNotRegular, ErrTooLarge).
 type FileCopier interface {
 	CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]FileResult, error)
 }
 
 // FileReader reads one regular file of at most maxBytes from a sandbox
-// (see Docker.ReadFile).
+// (see Docker.ReadFile): a symlink, a device, a fifo or a directory is
+// ErrNotRegular, a larger file ErrTooLarge, and nothing is resolved on
+// the host.
 type FileReader interface {
 	ReadFile(ctx context.Context, h *Handle, sandboxPath string, maxBytes int64) ([]byte, error)
 }
@@ -92,4 +111,117 @@ type LimitReporter interface {
 // Docker.ImageEnv).
 type ImageEnver interface {
 	ImageEnv(ctx context.Context, ref string) ([]string, error)
+}
+
+// Collector removes what runs left behind, found by their labels
+// (LabelRun, LabelManaged; see Docker.GC): GC everything of one run,
+// GCDead everything of each run isAlive says is dead (objects of no run
+// are left alone). Both return how many sandboxes (containers, sidecars
+// included) and networks they removed.
+type Collector interface {
+	GC(ctx context.Context, runID string) (containers, networks int, err error)
+	GCDead(ctx context.Context, isAlive func(runID string) bool) (containers, networks int, err error)
+}
+
+// Ability names one optional ability: the name of its interface in this
+// file ("ProcessKiller").
+type Ability string
+
+// The abilities, one per interface of this file.
+const (
+	AbilityImageBuilder  Ability = "ImageBuilder"
+	AbilityDerivedImager Ability = "DerivedImager"
+	AbilityBridgeJoiner  Ability = "BridgeJoiner"
+	AbilityEgressLogger  Ability = "EgressLogger"
+	AbilityCallLogger    Ability = "CallLogger"
+	AbilityFreezer       Ability = "Freezer"
+	AbilityThawer        Ability = "Thawer"
+	AbilityProcessKiller Ability = "ProcessKiller"
+	AbilityOOMCounter    Ability = "OOMCounter"
+	AbilityFileCopier    Ability = "FileCopier"
+	AbilityFileReader    Ability = "FileReader"
+	AbilityLimitReporter Ability = "LimitReporter"
+	AbilityImageEnver    Ability = "ImageEnver"
+	AbilityCollector     Ability = "Collector"
+)
+
+// implements holds, for each ability, whether a driver has its interface.
+var implements = map[Ability]func(Driver) bool{
+	AbilityImageBuilder:  is[ImageBuilder],
+	AbilityDerivedImager: is[DerivedImager],
+	AbilityBridgeJoiner:  is[BridgeJoiner],
+	AbilityEgressLogger:  is[EgressLogger],
+	AbilityCallLogger:    is[CallLogger],
+	AbilityFreezer:       is[Freezer],
+	AbilityThawer:        is[Thawer],
+	AbilityProcessKiller: is[ProcessKiller],
+	AbilityOOMCounter:    is[OOMCounter],
+	AbilityFileCopier:    is[FileCopier],
+	AbilityFileReader:    is[FileReader],
+	AbilityLimitReporter: is[LimitReporter],
+	AbilityImageEnver:    is[ImageEnver],
+	AbilityCollector:     is[Collector],
+}
+
+func is[T any](d Driver) bool { _, ok := d.(T); return ok }
+
+// AllAbilities returns every ability, sorted by name.
+func AllAbilities() []Ability {
+	out := make([]Ability, 0, len(implements))
+	for a := range implements {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Capable is implemented by a driver that declares its abilities: the
+// list it returns is a promise that the conformance suite holds it to
+// (every ability declared is implemented and does what its interface
+// says; every one implemented is declared). A driver without it declares
+// none.
+type Capable interface {
+	Abilities() []Ability
+}
+
+// AbilitiesOf returns the abilities d declares and implements, sorted by
+// name and without duplicates: what a run may count on. An ability d
+// declares without implementing its interface is left out.
+func AbilitiesOf(d Driver) []Ability {
+	c, ok := d.(Capable)
+	if !ok {
+		return nil
+	}
+	var out []Ability
+	for _, a := range c.Abilities() {
+		if f := implements[a]; f != nil && f(d) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Implemented returns the abilities whose interface d implements, sorted
+// by name, whatever it declares.
+func Implemented(d Driver) []Ability {
+	var out []Ability
+	for _, a := range AllAbilities() {
+		if implements[a](d) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Missing returns the abilities of need that has lacks, in need's order
+// and without duplicates.
+func Missing(has, need []Ability) []Ability {
+	var out []Ability
+	for _, a := range need {
+		if !slices.Contains(has, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -4,7 +4,9 @@
 // goroutines on different Handles; the calls on one Handle are made one at
 // a time by its owner (phases of a cell run one after another). What only
 // some drivers can do are the small interfaces of abilities.go, found by
-// type assertion.
+// type assertion and declared by each driver (Capable, AbilitiesOf), so a
+// run whose harnesses need an ability the driver lacks is refused before
+// it starts.
 //
 // Beside the contract are the driver-neutral helpers every driver and
 // caller shares: output capture (Tail, Lines), the image map, image keys
@@ -13,7 +15,9 @@
 // host process tree in sandbox/process. Both pass one conformance suite,
 // sandbox/sandboxtest (exit codes, timeouts that kill the whole tree, a
 // grandchild that keeps the output pipe open, output without a final
-// newline, long lines, invalid UTF-8, a process that ignores SIGTERM),
+// newline, long lines, invalid UTF-8, a process that ignores SIGTERM;
+// for the abilities a driver declares, kill-all through a fork bomb,
+// freeze before the reward is read, reads that never follow a link),
 // which a new driver runs with one call to sandboxtest.Run.
 package sandbox
 

@@ -18,7 +18,9 @@ func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, func(t *testing.T) (sandbox.Driver, sandbox.Spec) {
 		cli := testutil.Docker(t)
 		testutil.RequireImage(t, cli, testImage)
-		d, err := New(Options{Client: cli})
+		// A pids limit low enough for the fork bomb of the ProcessKiller
+		// check to reach it quickly.
+		d, err := New(Options{Client: cli, Defaults: sandbox.Limits{PidsLimit: 256}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -94,7 +94,23 @@ var (
 	_ sandbox.LimitReporter = (*Driver)(nil)
 	_ sandbox.EgressLogger  = (*Driver)(nil)
 	_ sandbox.CallLogger    = (*Driver)(nil)
+	_ sandbox.ImageEnver    = (*Driver)(nil)
+	_ sandbox.Collector     = (*Driver)(nil)
+	_ sandbox.Capable       = (*Driver)(nil)
 )
+
+// Abilities declares every optional ability of pkg/sandbox/abilities.go:
+// a container engine gives them all (the conformance suite checks each
+// against the engine).
+func (d *Driver) Abilities() []sandbox.Ability {
+	return []sandbox.Ability{
+		sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager, sandbox.AbilityBridgeJoiner,
+		sandbox.AbilityEgressLogger, sandbox.AbilityCallLogger, sandbox.AbilityFreezer, sandbox.AbilityThawer,
+		sandbox.AbilityProcessKiller, sandbox.AbilityOOMCounter, sandbox.AbilityFileCopier,
+		sandbox.AbilityFileReader, sandbox.AbilityLimitReporter, sandbox.AbilityImageEnver,
+		sandbox.AbilityCollector,
+	}
+}
 
 // Options configures New. The zero value means defaults.
 type Options struct {

@@ -19,6 +19,16 @@
 // (also from a Handle rebuilt from its State, then ErrDestroyed). The
 // commands need a POSIX sh with head, tr, grep, cat, sleep, mkdir, pwd,
 // readlink and test, and a /proc.
+//
+// Run then checks the optional abilities the driver declares (Abilities):
+// that it declares exactly those it implements, and that the security
+// abilities hold what the verifier and the agent arms rely on: KillAll
+// through a fork bomb held at the pids limit, Freeze before the reward is
+// read, CopyOutFiles refusing links and oversized files, ReadFile never
+// following a link, GC of a run's sandboxes. Their state is made with
+// shell commands too (Shell; ln, mknod, mkfifo and stat besides), as root
+// and as the numeric users 10001 to 10003. A driver that cannot run a
+// shell (sandboxfake) runs Abilities alone with a Fixture of its own.
 package sandboxtest
 
 import (
@@ -54,7 +64,9 @@ type HostPather interface {
 // every subtest starts its sandbox from (RunID, CellID, Image, Lifetime,
 // ...; its Workdir is replaced by Workdir). It may skip t (no engine) and
 // register cleanups on it. Every sandbox a subtest starts is destroyed
-// when the subtest ends; a Destroy error fails it.
+// when the subtest ends; a Destroy error fails it. The checks of the
+// abilities the driver declares follow (Abilities, with the Shell
+// fixture).
 func Run(t *testing.T, newDriver func(t *testing.T) (sandbox.Driver, sandbox.Spec)) {
 	t.Helper()
 	d, spec := newDriver(t)
@@ -70,6 +82,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) (sandbox.Driver, sandbox.Spe
 		}
 	}
 	runSuite(t, c)
+	t.Run("Abilities", func(t *testing.T) { Abilities(t, d, spec, Shell{D: d}) })
 }
 
 // conformance describes one driver under the conformance suite.
