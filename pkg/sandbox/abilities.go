@@ -132,6 +132,7 @@ const (
 	AbilityImageBuilder  Ability = "ImageBuilder"
 	AbilityDerivedImager Ability = "DerivedImager"
 	AbilityBridgeJoiner  Ability = "BridgeJoiner"
+	AbilityNetworkMover  Ability = "NetworkMover"
 	AbilityEgressLogger  Ability = "EgressLogger"
 	AbilityCallLogger    Ability = "CallLogger"
 	AbilityFreezer       Ability = "Freezer"
@@ -150,6 +151,7 @@ var implements = map[Ability]func(Driver) bool{
 	AbilityImageBuilder:  is[ImageBuilder],
 	AbilityDerivedImager: is[DerivedImager],
 	AbilityBridgeJoiner:  is[BridgeJoiner],
+	AbilityNetworkMover:  is[NetworkMover],
 	AbilityEgressLogger:  is[EgressLogger],
 	AbilityCallLogger:    is[CallLogger],
 	AbilityFreezer:       is[Freezer],

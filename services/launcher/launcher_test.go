@@ -96,7 +96,7 @@ func verifyJobs(t *testing.T, b *bus.Bus) []events.VerifyJob {
 // "0 operations") and finish, and hands the still-running sandbox to this
 // node's verifier with a verify job.
 func TestLaunchOracleHandsOver(t *testing.T) {
-	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "solve.sh", Stdout: "ok\n"}}, Limits: sandbox.Limits{MemoryMB: 2048}}
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "solve.sh", Stdout: "ok\n"}}, HandleLimits: sandbox.Limits{MemoryMB: 2048}}
 	f := newFixture(t, d, nil)
 	evs, err := f.launch(t, nil, "oracle", 1)
 	if err != nil {

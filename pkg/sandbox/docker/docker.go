@@ -104,7 +104,7 @@ var (
 // against the engine).
 func (d *Driver) Abilities() []sandbox.Ability {
 	return []sandbox.Ability{
-		sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager, sandbox.AbilityBridgeJoiner,
+		sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager, sandbox.AbilityBridgeJoiner, sandbox.AbilityNetworkMover,
 		sandbox.AbilityEgressLogger, sandbox.AbilityCallLogger, sandbox.AbilityFreezer, sandbox.AbilityThawer,
 		sandbox.AbilityProcessKiller, sandbox.AbilityOOMCounter, sandbox.AbilityFileCopier,
 		sandbox.AbilityFileReader, sandbox.AbilityLimitReporter, sandbox.AbilityImageEnver,
