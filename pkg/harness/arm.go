@@ -60,6 +60,12 @@ type Arm interface {
 	Prepare(ctx context.Context, env Env) (Placement, error)
 	// Solve runs the solve phase in the started sandbox h.
 	Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error)
+	// Needs are the optional abilities of the container driver
+	// (Env.Driver; sandbox/abilities.go) that the arm's cells may use,
+	// the verifier phase's (VerifierNeeds) included when the task's
+	// verifier scores them. A run whose driver does not declare one is
+	// refused before it starts (CheckAbilities).
+	Needs() []sandbox.Ability
 }
 
 // Env is what an arm gets of the cell it runs (the launcher implements it;

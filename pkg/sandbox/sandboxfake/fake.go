@@ -186,6 +186,7 @@ type Driver struct {
 	killed    []string
 	derived   []string
 	oomCalls  int
+	refused   []sandbox.Ability
 	boxes     map[string]*box
 	order     []string
 	n, pid    int
@@ -220,12 +221,25 @@ func (d *Driver) Abilities() []sandbox.Ability {
 	return out
 }
 
-// off returns the error of an ability switched off, nil when it is on.
+// off returns the error of an ability switched off, nil when it is on,
+// and records the refusal (Refused).
 func (d *Driver) off(a sandbox.Ability) error {
-	if slices.Contains(d.Off, a) {
-		return fmt.Errorf("%w: %s", ErrOff, a)
+	if !slices.Contains(d.Off, a) {
+		return nil
 	}
-	return nil
+	d.mu.Lock()
+	d.refused = append(d.refused, a)
+	d.mu.Unlock()
+	return fmt.Errorf("%w: %s", ErrOff, a)
+}
+
+// Refused returns the abilities switched off that were called anyway, in
+// order: a caller that needs an ability it did not declare (an error it
+// logged and went on from included).
+func (d *Driver) Refused() []sandbox.Ability {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.refused)
 }
 
 // record appends a call and returns its index; mu held.
