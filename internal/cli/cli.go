@@ -92,6 +92,9 @@ type globals struct {
 	// startServices starts a run's in-process services; nil is
 	// startStack. Tests replace it to run a service that fails.
 	startServices func(context.Context, *errgroup.Group, *bus.Bus, stackConfig) (*stack, error)
+	// sandboxes replaces the sandbox driver registry (sandboxDrivers)
+	// when set; tests add drivers to it.
+	sandboxes []sandboxDriver
 }
 
 func (g *globals) logger() *slog.Logger {

@@ -16,7 +16,6 @@ import (
 	"github.com/proctor-eval/proctor/pkg/firewall"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
-	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 )
 
 func newFirewall(g *globals) *cobra.Command {
@@ -42,7 +41,7 @@ are not covered.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := netip.ParsePrefix(pool)
 			if err != nil || !p.Addr().Is4() {
-				return usageError{fmt.Errorf("--pool %q: want an IPv4 prefix such as %s", pool, docker.InternalPool)}
+				return usageError{fmt.Errorf("--pool %q: want an IPv4 prefix such as %s", pool, defaultPool())}
 			}
 			fw := firewall.Firewall{IPTables: strings.Fields(iptables), Pool: p.Masked()}
 			ctx := cmd.Context()
@@ -75,7 +74,7 @@ are not covered.`,
 			return usageError{fmt.Errorf("unknown action %q (apply, remove, show)", args[0])}
 		},
 	}
-	cmd.Flags().StringVar(&pool, "pool", docker.InternalPool.String(), "address pool of proctor's internal networks")
+	cmd.Flags().StringVar(&pool, "pool", defaultPool().String(), "address pool of proctor's internal networks")
 	cmd.Flags().StringVar(&iptables, "iptables", "iptables", "iptables command (split on spaces), e.g. 'ip netns exec NS iptables'")
 	return cmd
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/pkg/bus"
-	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 // recoverDead ends the runs that the embedded store's index still shows
@@ -36,9 +36,11 @@ func (g *globals) recoverDead(ctx context.Context, conn *connection) []string {
 	return dead
 }
 
-// gcDead removes the containers and networks of the dead runs.
-func (g *globals) gcDead(ctx context.Context, d *docker.Driver, dead []string) {
-	if d == nil {
+// gcDead removes the containers and networks of the dead runs, when the
+// driver can (sandbox.Collector).
+func (g *globals) gcDead(ctx context.Context, driver sandbox.Driver, dead []string) {
+	d, ok := driver.(sandbox.Collector)
+	if !ok {
 		return
 	}
 	for _, id := range dead {
@@ -54,9 +56,9 @@ func (g *globals) gcDead(ctx context.Context, d *docker.Driver, dead []string) {
 // in-process services failed) with status (lifecycle.Abandon: its
 // containers and networks removed, the artifact of what finished written)
 // and prints the result. Errors are printed; the caller returns its own.
-func (g *globals) abandon(b *bus.Bus, d *docker.Driver, runID, status string) {
+func (g *globals) abandon(b *bus.Bus, driver sandbox.Driver, runID, status string) {
 	var gc lifecycle.Collector
-	if d != nil {
+	if d, ok := driver.(sandbox.Collector); ok {
 		gc = d
 	}
 	rec, c, err := lifecycle.Abandon(b, gc, runID, status, version())

@@ -20,6 +20,7 @@ import (
 type resumeFlags struct {
 	outJSON, outMD string
 	node, imageMap string
+	sandbox        string
 	concurrency    int
 	limits         limitFlags
 	// conflicts, when set, lists the flags that differ from the run's
@@ -52,6 +53,7 @@ Nothing is deleted: the log keeps every attempt.`,
 	fl.StringVar(&f.outMD, "out-md", "", "write the Markdown report here (default: the run's own path)")
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
 	fl.StringVar(&f.imageMap, "image-map", "", "image reference map file")
+	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox, sandboxHelp())
 	fl.IntVar(&f.concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once")
 	f.limits.add(fl)
 	return cmd
@@ -92,7 +94,10 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 	if err != nil {
 		return lifecycleError(err)
 	}
-	sc := stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits}
+	if err := g.checkSandbox(f.sandbox, r.Record.Spec.Harnesses); err != nil {
+		return err
+	}
+	sc := stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, sandbox: f.sandbox, services: allServices, limits: f.limits}
 	final, err := g.drive(ctx, conn, runID, r.Epoch, nil, dead, sc, func(ctx context.Context) error {
 		if err := r.Begin(ctx, conn.Bus, lifecycle.Owner(), f.outJSON, f.outMD); err != nil {
 			return err

@@ -21,7 +21,6 @@ import (
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
-	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/pkg/textsafe"
 	"github.com/proctor-eval/proctor/services/launcher"
@@ -44,6 +43,7 @@ type runFlags struct {
 	outMD       string
 	dryRun      bool
 	imageMap    string
+	sandbox     string
 	limits      limitFlags
 	node        string
 	commandTpl  string
@@ -89,12 +89,13 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.outMD, "out-md", "", "write the Markdown report here (default beside --out-json, .json replaced by .md; without --out-json <output-dir>/<run-id>/report.md)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "show the matrix and every refusal, build and run nothing")
 	fl.StringVar(&f.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
+	fl.StringVar(&f.sandbox, "sandbox", defaultSandbox, sandboxHelp()+"; a run whose harnesses need an ability it lacks is refused before it starts")
 	fl.StringVar(&f.node, "node", "", "this machine's node name (default: host name)")
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
 	fl.BoolVar(&f.noIntercept, "no-intercept", false, "keep the egress proxy of the arms that call a model (docker-claude) a plain CONNECT tunnel: no model gateway, so the credentials enter the sandbox and no model call is observed")
-	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map and the limits apply; a flag of the run's spec with another value than the run's is refused)")
+	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map, --sandbox and the limits apply; a flag of the run's spec with another value than the run's is refused)")
 	f.limits.add(fl)
 	return cmd
 }
@@ -247,11 +248,16 @@ func (f *runFlags) taskNames() []string {
 func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	if f.resume != "" {
 		return g.resume(ctx, f.resume, &resumeFlags{outJSON: f.outJSON, outMD: f.outMD, node: f.node,
-			imageMap: f.imageMap, concurrency: f.concurrency, limits: f.limits, conflicts: f.resumeConflicts})
+			imageMap: f.imageMap, sandbox: f.sandbox, concurrency: f.concurrency, limits: f.limits, conflicts: f.resumeConflicts})
 	}
 	runID := events.NewID()
 	spec, err := f.spec(runID)
 	if err != nil {
+		return err
+	}
+	// A driver that lacks an ability the harnesses need refuses the run
+	// here, not cell by cell.
+	if err := g.checkSandbox(f.sandbox, spec.Harnesses); err != nil {
 		return err
 	}
 	if f.dryRun {
@@ -295,7 +301,7 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 	if err != nil {
 		return bus.RunRecord{}, err
 	}
-	return g.drive(ctx, conn, runID, 0, cells, dead, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, services: allServices, limits: f.limits},
+	return g.drive(ctx, conn, runID, 0, cells, dead, stackConfig{node: f.node, concurrency: f.concurrency, imageMap: f.imageMap, sandbox: f.sandbox, services: allServices, limits: f.limits},
 		func(ctx context.Context) error {
 			if err := lifecycle.Start(ctx, conn.Bus, lifecycle.Request{RunID: runID, Spec: spec, Identity: identity,
 				Owner: lifecycle.Owner(), Host: host, Version: version()}); err != nil {
@@ -319,7 +325,7 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	defer cancelServices()
 	defer harness.ForgetRunCA(runID) // the run's gateway CA lives in this process only
 	grp, gctx := errgroup.WithContext(runCtx)
-	var docker *docker.Driver
+	var driver sandbox.Driver
 	if g.natsURL == "" {
 		start := g.startStack
 		if g.startServices != nil {
@@ -329,12 +335,12 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 		if err != nil {
 			return bus.RunRecord{}, err
 		}
-		docker = st.docker
+		driver = st.driver
 		if st.planner != nil && cells != nil {
 			st.planner.Prime(runID, cells) // the matrix is computed once per run
 		}
 	}
-	g.gcDead(ctx, docker, dead)
+	g.gcDead(ctx, driver, dead)
 	if err := begin(ctx); err != nil {
 		return bus.RunRecord{}, err
 	}
@@ -373,7 +379,7 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	if werr := grp.Wait(); werr != nil && !errors.Is(werr, context.Canceled) && err == nil {
 		err = werr
 	}
-	g.settle(docker, runID)
+	g.settle(driver, runID)
 	if err != nil || interrupted {
 		stopProgress() // no RunFinished is coming
 	} else {
@@ -388,12 +394,12 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	<-progressDone
 	switch {
 	case interrupted:
-		g.abandon(conn.Bus, docker, runID, bus.StatusInterrupted)
+		g.abandon(conn.Bus, driver, runID, bus.StatusInterrupted)
 		return rec, ErrInterrupted
 	case serviceFailed:
 		// The services of this process stopped: nothing else will end
 		// the run, so it ends here as failed, with what finished.
-		g.abandon(conn.Bus, docker, runID, bus.StatusFailed)
+		g.abandon(conn.Bus, driver, runID, bus.StatusFailed)
 		return rec, err
 	case err != nil:
 		return rec, err
@@ -406,15 +412,24 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 const progressGrace = 30 * time.Second
 
 // settleWait bounds how long a run that ends waits for the container and
-// network creates its engine has not answered yet (docker.Driver.Settle).
+// network creates its engine has not answered yet (settler).
 const settleWait = time.Minute
+
+// settler is a driver whose engine may answer a create after the cell
+// that asked gave up (the Docker driver): Settle waits until every such
+// create is answered and what it made removed, or ctx ends, and returns
+// how many are still unanswered.
+type settler interface {
+	Settle(ctx context.Context) int
+}
 
 // settle waits, once the services stopped, for the creates the engine
 // answered too late for their cell (a Ctrl-C during a create, a slow
 // engine), so that what they make is removed before this process exits;
 // it says what it waits for and what is left.
-func (g *globals) settle(d *docker.Driver, runID string) {
-	if d == nil {
+func (g *globals) settle(driver sandbox.Driver, runID string) {
+	d, ok := driver.(settler)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleWait)

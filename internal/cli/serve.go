@@ -10,13 +10,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/harness"
-	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
 func newServe(g *globals) *cobra.Command {
-	var node, imageMap string
+	var node, imageMap, sandboxName string
 	var concurrency int
 	var ackWait, nodeLost time.Duration
 	var limits limitFlags
@@ -43,7 +43,7 @@ of the same machine must use the same --node.`,
 			}
 			defer conn.Close()
 			grp, gctx := errgroup.WithContext(ctx)
-			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, services: services, limits: limits, ackWait: ackWait, nodeLost: nodeLost}); err != nil {
+			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, sandbox: sandboxName, services: services, limits: limits, ackWait: ackWait, nodeLost: nodeLost}); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "serving %s on %s\n", strings.Join(services, ", "), g.natsURL)
@@ -57,6 +57,7 @@ of the same machine must use the same --node.`,
 	cmd.Flags().StringVar(&node, "node", "", "this machine's node name (default: host name)")
 	cmd.Flags().IntVar(&concurrency, "concurrency", launcher.DefaultConcurrency(), "cells run at once by the launcher")
 	cmd.Flags().StringVar(&imageMap, "image-map", "", "image reference map file")
+	cmd.Flags().StringVar(&sandboxName, "sandbox", defaultSandbox, sandboxHelp())
 	cmd.Flags().DurationVar(&ackWait, "ack-wait", time.Minute, "how long a launch or verify job may go without a heartbeat before it is redelivered (a dead worker's job); the launcher also reaps leftover sandboxes this often")
 	cmd.Flags().DurationVar(&nodeLost, "node-lost", aggregator.DefaultNodeLost, "the aggregator errors (class infra, so --retries runs it elsewhere) a cell whose verify job waits on a node whose verifier wrote no heartbeat for this long")
 	limits.add(cmd.Flags())
@@ -65,16 +66,24 @@ of the same machine must use the same --node.`,
 }
 
 func newGC(g *globals) *cobra.Command {
-	var runID string
+	var runID, sandboxName string
 	cmd := &cobra.Command{
 		Use:   "gc [--run ID]",
 		Short: "Remove containers and networks left by this store's dead runs (by label)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			d, err := docker.New(docker.Options{Logger: g.logger()})
+			sd, err := g.lookupSandbox(sandboxName)
 			if err != nil {
 				return err
+			}
+			driver, err := sd.open(sandboxConfig{logger: g.logger()})
+			if err != nil {
+				return err
+			}
+			d, ok := driver.(sandbox.Collector)
+			if !ok {
+				return usageError{fmt.Errorf("--sandbox %s: the driver cannot collect what runs left (it lacks %s)", sd.name, sandbox.AbilityCollector)}
 			}
 			report := func(nc, nn int, err error) error {
 				if err == nil {
@@ -108,6 +117,7 @@ func newGC(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&runID, "run", "", "remove everything of this run, alive or not")
+	cmd.Flags().StringVar(&sandboxName, "sandbox", defaultSandbox, "the driver whose sandboxes to remove: "+strings.Join(sandboxNames(), ", "))
 	return cmd
 }
 

@@ -3,18 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
-	"github.com/proctor-eval/proctor/pkg/sandbox/docker"
 	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
 	"github.com/proctor-eval/proctor/services/planner"
@@ -27,8 +23,10 @@ type stackConfig struct {
 	node        string
 	concurrency int
 	imageMap    string
-	services    []string
-	limits      limitFlags
+	// sandbox names the driver of the cells' sandboxes ("" the default).
+	sandbox  string
+	services []string
+	limits   limitFlags
 	// ackWait is the launcher's and verifier's AckWait (0: 60 s).
 	ackWait time.Duration
 	// nodeLost is the aggregator's Config.NodeLost (0: its default).
@@ -36,12 +34,14 @@ type stackConfig struct {
 }
 
 type stack struct {
-	docker  *docker.Driver
+	// driver runs the cells' sandboxes (nil when this process runs no
+	// launcher or verifier).
+	driver  sandbox.Driver
 	planner *planner.Service // nil when this process runs no planner
 }
 
 // startStack starts the named services on b in grp. Services that run
-// sandboxes share one Docker driver.
+// sandboxes share one driver, the one cfg.sandbox selects.
 func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bus, cfg stackConfig) (*stack, error) {
 	log := g.logger()
 	st := &stack{}
@@ -49,11 +49,13 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		h, _ := os.Hostname()
 		cfg.node = launcher.NodeName(h)
 	}
-	needDocker := slices.Contains(cfg.services, "launcher") || slices.Contains(cfg.services, "verifier")
-	if needDocker {
+	if slices.Contains(cfg.services, "launcher") || slices.Contains(cfg.services, "verifier") {
+		sd, err := g.lookupSandbox(cfg.sandbox)
+		if err != nil {
+			return nil, err
+		}
 		var m *sandbox.ImageMap
 		if cfg.imageMap != "" {
-			var err error
 			if m, err = sandbox.LoadImageMap(cfg.imageMap); err != nil {
 				return nil, err
 			}
@@ -62,25 +64,14 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		if err != nil {
 			return nil, err
 		}
-		slack, err := engineSlack()
+		d, err := sd.open(sandboxConfig{logger: log, imageMap: m, defaults: defaults})
 		if err != nil {
 			return nil, err
 		}
-		up, err := upstreamFromEnv(os.Getenv, func(w string) { log.Warn(w) })
-		if err != nil {
+		if err := sd.ready(ctx, d); err != nil {
 			return nil, err
 		}
-		d, err := docker.New(docker.Options{Logger: log, ImageMap: m, Defaults: defaults,
-			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork),
-			CgroupRoot: os.Getenv(EnvCgroupRoot), CopyAPIOnly: os.Getenv(EnvCopyAPIOnly) == "1",
-			EngineSlack: slack, UpstreamProxy: up.proxy, UpstreamCA: up.ca, BuildProxy: up.build})
-		if err != nil {
-			return nil, err
-		}
-		if _, err := d.Client().Ping(ctx); err != nil {
-			return nil, fmt.Errorf("no Docker engine answers (%v); run `make setup` or start dockerd", err)
-		}
-		st.docker = d
+		st.driver = d
 	}
 	// A launcher and a verifier in one process share the node's slots, so
 	// --concurrency bounds the cells holding a container, solve and verify
@@ -104,7 +95,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			st.planner = s
 			run = s.Run
 		case "launcher":
-			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait}, b, st.docker)
+			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait}, b, st.driver)
 			if err != nil {
 				return nil, err
 			}
@@ -114,7 +105,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			if slots != nil {
 				vc.Slots = slots // not a typed nil in the interface
 			}
-			s, err := verifier.New(vc, b, st.docker)
+			s, err := verifier.New(vc, b, st.driver)
 			if err != nil {
 				return nil, err
 			}
@@ -131,18 +122,4 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		grp.Go(func() error { return run(ctx) })
 	}
 	return st, nil
-}
-
-// engineSlack reads PROCTOR_ENGINE_SLACK (seconds; unset: 0, the
-// driver's default).
-func engineSlack() (time.Duration, error) {
-	v := strings.TrimSpace(os.Getenv(EnvEngineSlack))
-	if v == "" {
-		return 0, nil
-	}
-	sec, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(sec > 0) || math.IsInf(sec, 0) {
-		return 0, usageError{fmt.Errorf("%s=%q: want a number of seconds > 0", EnvEngineSlack, v)}
-	}
-	return time.Duration(sec * float64(time.Second)), nil
 }

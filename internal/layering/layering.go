@@ -10,8 +10,8 @@
 //     packages of lower layers, so the graph stays a stack with no sideways
 //     or upward edge; a package without a layer is a violation until it is
 //     given one;
-//   - a sandbox driver imports only the sandbox contract, and only the CLI
-//     wires the Docker driver in;
+//   - a sandbox driver imports only the sandbox contract, and one file of
+//     the CLI, its driver registry, wires the Docker driver in;
 //   - the test kits (bustest, harnesstest, sandboxfake, sandboxtest,
 //     internal/testutil) are imported by _test.go files only.
 //
@@ -83,8 +83,9 @@ var drivers = map[string]bool{
 	"pkg/sandbox/sandboxfake": true, "pkg/sandbox/sandboxtest": true,
 }
 
-// wiredByCLI are packages that only the CLI's wiring imports.
-var wiredByCLI = map[string]bool{"pkg/sandbox/docker": true}
+// wiredAt maps a package to the one file (module-relative) whose
+// non-test code may import it: the CLI's registry of sandbox drivers.
+var wiredAt = map[string]string{"pkg/sandbox/docker": "internal/cli/sandboxes.go"}
 
 // testKits are imported by _test.go files only.
 var testKits = map[string]bool{
@@ -169,8 +170,8 @@ func broken(file, imp string, test bool) string {
 		return imp + " is a test kit: only _test.go files import it"
 	case drivers[dir] && imp != "pkg/sandbox":
 		return "a sandbox driver imports only the sandbox contract (pkg/sandbox)"
-	case wiredByCLI[imp] && dir != "internal/cli" && !strings.HasPrefix(dir, "internal/cli/"):
-		return imp + " is wired in by internal/cli only"
+	case wiredAt[imp] != "" && file != wiredAt[imp]:
+		return imp + " is wired in by " + wiredAt[imp] + " only"
 	}
 	l, ok := layer(dir)
 	if !ok {

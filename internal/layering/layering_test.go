@@ -30,8 +30,9 @@ func TestModuleKeepsTheLayering(t *testing.T) {
 // TestCheckFindsBadImports runs the checker on a fixture module holding one
 // import of each forbidden kind beside allowed ones: across services, from
 // pkg/ to a service or internal/, upward or sideways between layers, from a
-// driver to anything but the contract, the Docker driver outside the CLI, a
-// test kit outside a test, a package without a layer.
+// driver to anything but the contract, the Docker driver outside the CLI's
+// driver registry (internal/cli/sandboxes.go), a test kit outside a test,
+// a package without a layer.
 func TestCheckFindsBadImports(t *testing.T) {
 	vs, err := Check("testdata/bad", "example.com/bad")
 	if err != nil {
@@ -42,6 +43,7 @@ func TestCheckFindsBadImports(t *testing.T) {
 		got = append(got, [2]string{v.File, v.Import})
 	}
 	want := [][2]string{
+		{"internal/cli/serve.go", "pkg/sandbox/docker"},
 		{"pkg/events/events.go", "internal/testutil"},
 		{"pkg/events/events.go", "services/launcher"},
 		{"pkg/events/events_test.go", "internal/atomicfile"},

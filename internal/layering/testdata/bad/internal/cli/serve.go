@@ -1,0 +1,3 @@
+package cli
+
+import _ "example.com/bad/pkg/sandbox/docker"
