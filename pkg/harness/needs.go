@@ -11,11 +11,14 @@ import (
 // VerifierNeeds are the abilities of the container driver the verifier
 // phase of a cell the task's verifier scores may use: Freezer and
 // FileCopier for the reward (frozen before it is read, read from the copy
-// stream), BridgeJoiner for a public verifier after a closed solve,
-// ImageBuilder for a separate verifier's image, and Thawer for a
-// multi-step task's next step. OOMCounter is used when there, not needed.
+// stream), NetworkMover for the verifier's network (the bridge, or none,
+// after the solve's) and a multi-step task's next step back on the
+// solve's, ImageBuilder for a separate verifier's image, and Thawer for
+// that next step. OOMCounter is used when there, not needed; BridgeJoiner
+// is the fallback of a driver without NetworkMover for a public verifier
+// only.
 var VerifierNeeds = []sandbox.Ability{
-	sandbox.AbilityFreezer, sandbox.AbilityFileCopier, sandbox.AbilityBridgeJoiner,
+	sandbox.AbilityFreezer, sandbox.AbilityFileCopier, sandbox.AbilityNetworkMover,
 	sandbox.AbilityImageBuilder, sandbox.AbilityThawer,
 }
 
@@ -33,9 +36,12 @@ func (agentArm) Needs() []sandbox.Ability {
 		sandbox.AbilityProcessKiller, sandbox.AbilityFileCopier, sandbox.AbilityEgressLogger}, VerifierNeeds...)
 }
 
+// docker-claude's model calls are read from the gateway (CallLogger)
+// unless the run has --no-intercept.
 func (claudeArm) Needs() []sandbox.Ability {
 	return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager,
-		sandbox.AbilityProcessKiller, sandbox.AbilityFileReader, sandbox.AbilityEgressLogger}, VerifierNeeds...)
+		sandbox.AbilityProcessKiller, sandbox.AbilityFileReader, sandbox.AbilityEgressLogger,
+		sandbox.AbilityCallLogger}, VerifierNeeds...)
 }
 
 // The probe scores itself: no verifier phase. Without ImageEnver its env

@@ -61,6 +61,9 @@ func TestArmsUseOnlyWhatTheyNeed(t *testing.T) {
 			if len(d.Calls()) == 0 || !slices.ContainsFunc(d.Calls(), func(c sandboxfake.Call) bool { return c.Op == "EgressLog" }) {
 				t.Errorf("%s: the egress proxy's log was not read: %v", name, d.Calls())
 			}
+			if name == string(harness.DockerClaude) && !slices.ContainsFunc(d.Calls(), func(c sandboxfake.Call) bool { return c.Op == "CallLog" }) {
+				t.Errorf("%s: the gateway's model calls were not read", name)
+			}
 		})
 	}
 }

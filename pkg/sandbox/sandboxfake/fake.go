@@ -271,7 +271,8 @@ func handleID(h *sandbox.Handle) string {
 }
 
 // Start records spec and returns a handle "fake-<n>"; with spec.Egress
-// its State holds a "proxy".
+// its State holds a "proxy", and with a gateway a "gateway_ca", as the
+// Docker driver's.
 func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -287,6 +288,9 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	h := &sandbox.Handle{Driver: "fake", ID: id, State: map[string]string{"cell": spec.CellID, "run": spec.RunID}, Limits: d.HandleLimits, Env: spec.Env}
 	if spec.Egress != nil {
 		h.State["proxy"] = "proxy:3128"
+		if spec.Egress.Gateway != nil {
+			h.State["gateway_ca"] = sandbox.GatewayCAPath
+		}
 	}
 	return h, nil
 }
