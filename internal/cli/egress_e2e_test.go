@@ -172,3 +172,83 @@ func TestProbeAllowlistTask(t *testing.T) {
 		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
 	}
 }
+
+// TestPublicEgressTask runs a task whose policy is network_mode = "public"
+// with an egress list (the seed's uxlfoundation pattern; a load error that
+// failed the whole root before) beside one whose egress list holds a URL,
+// with the oracle and an agent arm. The public task's oracle solves on the
+// open network with the host's proxy variables, their credentials
+// dropped; the agent, which never gets the open network, reaches the
+// listed host through the egress proxy (the decision in metrics.egress)
+// and passes. The URL task loads (the root runs): its agent cell is
+// errored refused before any build, naming the key and the entry without
+// its credentials, and its oracle (public: the list does not apply) runs.
+func TestPublicEgressTask(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	upNet := testutil.TestNetwork(t, cli)
+	testutil.HTTPHost(t, cli, upNet, "allowed.test", "the fetched page")
+	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
+	t.Setenv(EnvEgressNetwork, upNet)
+	t.Setenv("HTTPS_PROXY", "http://opuser:op-secret-pw@corp-proxy.test:3128")
+	t.Setenv("NO_PROXY", "internal.test")
+	home, out, tasks, agent := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
+	writeTree(t, filepath.Join(tasks, "public-egress"), map[string]string{
+		"task.toml": "version = \"1.0\"\n\n[agent]\ntimeout_sec = 60\n\n[verifier]\ntimeout_sec = 60\n\n" +
+			"[environment]\nnetwork_mode = \"public\"\negress = [\"private:allowed.test:80\"]\n",
+		"instruction.md":         "Save http://allowed.test/ to /app/out.txt.\n",
+		"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+		// The oracle records the proxy variables it got.
+		"solution/solve.sh": "env | grep -i _proxy= | sort > /app/proxy.txt\n",
+		"tests/test.sh": "if grep -q 'the fetched page' /app/out.txt 2>/dev/null; then echo 1\n" +
+			"elif grep -qx 'HTTPS_PROXY=http://corp-proxy.test:3128' /app/proxy.txt && grep -qx 'NO_PROXY=internal.test' /app/proxy.txt && ! grep -q secret /app/proxy.txt; then echo 1\n" +
+			"else echo 0; fi > /logs/verifier/reward.txt\n",
+	})
+	writeTree(t, filepath.Join(tasks, "url-egress"), map[string]string{
+		"task.toml": "version = \"1.0\"\n\n[environment]\nnetwork_mode = \"public\"\negress = [\"https://tok:url-secret@pkgs.example/simple\"]\n",
+		"instruction.md":         "Do nothing.\n",
+		"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+		"solution/solve.sh":      "true\n",
+		"tests/test.sh":          "echo 1 > /logs/verifier/reward.txt\n",
+	})
+	writeTree(t, agent, map[string]string{
+		"agent.toml": "run = \"bash /opt/proctor/agent/agent.sh\"\n",
+		"agent.sh": "python3 -c \"import urllib.request; " +
+			"open('/app/out.txt','w').write(urllib.request.urlopen('http://allowed.test/', timeout=20).read().decode())\"\necho fetched\n",
+	})
+	js := filepath.Join(out, "a.json")
+	var stdout, stderr bytes.Buffer
+	code := Main([]string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "oracle,agent:" + agent,
+		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
+	a, err := artifact.Read(js)
+	if err != nil {
+		t.Fatalf("exit %d: %v\nstdout: %s\nstderr: %s", code, err, stdout.String(), stderr.String())
+	}
+	rows := map[string]artifact.Result{}
+	for _, r := range a.Results {
+		rows[r.Task+" "+strings.SplitN(r.Harness, ":", 2)[0]] = r
+	}
+	if r := rows["public-egress oracle"]; r.Outcome != "passed" {
+		proxy, _ := os.ReadFile(filepath.Join(r.OutputDir, "solve.log"))
+		t.Errorf("public-egress oracle: %s (%s); want passed on the open network with the host's proxy variables, credentials dropped\n%s", r.Outcome, r.Error, proxy)
+	}
+	r := rows["public-egress agent"]
+	if r.Outcome != "passed" {
+		t.Errorf("public-egress agent: %s (%s); want passed through the egress proxy", r.Outcome, r.Error)
+	}
+	if e := r.Metrics.Egress; e == nil || e.Allowed != 1 || !slices.Equal(e.AllowedHosts, []string{"allowed.test:80"}) {
+		t.Errorf("public-egress agent metrics.egress %+v", e)
+	}
+	r = rows["url-egress agent"]
+	if r.Outcome != "errored" || r.ErrorClass != "refused" || !strings.Contains(r.Error, "environment.egress") ||
+		!strings.Contains(r.Error, "pkgs.example") || strings.Contains(r.Error, "url-secret") {
+		t.Errorf("url-egress agent: %s %s (%s); want errored refused naming environment.egress, without the credentials", r.Outcome, r.ErrorClass, r.Error)
+	}
+	if r := rows["url-egress oracle"]; r.Outcome != "passed" {
+		t.Errorf("url-egress oracle: %s (%s); want passed (a public solve does not apply the list)", r.Outcome, r.Error)
+	}
+	if strings.Contains(stdout.String()+stderr.String(), "url-secret") || strings.Contains(stdout.String()+stderr.String(), "op-secret") {
+		t.Errorf("a credential reached proctor's output:\n%s\n%s", stdout.String(), stderr.String())
+	}
+}

@@ -50,17 +50,20 @@ func (a agentArm) Check(baseDir string) error {
 func (a agentArm) SetupCheck() bool { return false }
 
 func (a agentArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	return refusal(t, task.NeedsContainerAgent)
+	return refusal(t, a.needs(t))
 }
+
+func (a agentArm) needs(*task.Task) task.Needs { return task.NeedsContainerAgent }
 
 // agentNetworks: agent arms never get the open network: a per-cell
 // internal network whose only way out is the egress proxy (an allowlist
-// task; Solve "allowlist"), else none (Solve "internal"); the verifier
-// then moves as verifyNetwork says (the bridge when its policy is public,
-// no network when it is no-network).
+// task, or a public one with an egress list; Solve "allowlist"), else
+// none (Solve "internal"); the verifier then moves as verifyNetwork says
+// (the bridge when its policy is public, no network when it is
+// no-network).
 func agentNetworks(t *task.Task) Networks {
 	solve := "internal"
-	if t.AgentNetwork.Mode == task.NetworkAllowlist {
+	if agentAllowlist(t) != nil {
 		solve = task.NetworkAllowlist
 	}
 	return Networks{Start: sandbox.NetworkInternal, Solve: solve, Verify: verifyNetwork(t, sandbox.NetworkInternal)}

@@ -52,7 +52,9 @@ func TestArmsRefuseBeforeAnyBuild(t *testing.T) {
 		if c, why := a.Refusal(good); c != "" || why != "" {
 			t.Errorf("%s refuses a complete task: %s %s", name, c, why)
 		}
-		if c, why := a.Refusal(env); c != events.ClassUnresolvedEnv || !strings.Contains(why, "TOKEN") {
+	}
+	for _, name := range []string{"oracle", "agent:" + agentDir} {
+		if c, why := arm(t, name).Refusal(env); c != events.ClassUnresolvedEnv || !strings.Contains(why, "TOKEN") {
 			t.Errorf("%s on unresolved env: %q %q", name, c, why)
 		}
 	}
@@ -64,6 +66,47 @@ func TestArmsRefuseBeforeAnyBuild(t *testing.T) {
 	}
 	if c, _ := arm(t, "command:true").Refusal(noSol); c != "" {
 		t.Errorf("a command needs no solution, refused as %q", c)
+	}
+}
+
+// TestEnvScopes: an unresolved env key errors only the cells of arms that
+// get its table: [verifier.env] the arms that run the verifier (oracle,
+// agents), [solution.env] the oracle alone, the sandbox table's env the
+// arms whose solve runs in the task's sandbox; the probe and a command get
+// none of them and run. (Before, one unresolved oracle variable errored
+// every arm, the probe and the command included.)
+func TestEnvScopes(t *testing.T) {
+	agentDir := harnesstest.Agent(t, "run = \"bash /opt/proctor/agent/agent.sh\"\n")
+	agent := "agent:" + agentDir
+	tasks := map[string]string{
+		"verifier": "[verifier.env]\nV_TOKEN = \"${V_TOKEN}\"\n",
+		"oracle":   "[solution.env]\nO_TOKEN = \"${O_TOKEN}\"\n",
+		"sandbox":  "[environment.env]\nS_TOKEN = \"${S_TOKEN}\"\n",
+	}
+	// errored[table] lists the arms whose cells are errored.
+	errored := map[string][]string{
+		"verifier": {"oracle", agent, "docker-claude"},
+		"oracle":   {"oracle"},
+		"sandbox":  {"oracle", agent, "docker-claude"},
+	}
+	key := map[string]string{"verifier": "V_TOKEN", "oracle": "O_TOKEN", "sandbox": "S_TOKEN"}
+	for table, toml := range tasks {
+		tk := harnesstest.Task(t, "env-"+table, harnesstest.Files{"task.toml": "version = \"1.0\"\n\n" + toml})
+		for _, name := range []string{"oracle", agent, "docker-claude", "docker-probe", "command:true"} {
+			ref, err := harness.Parse(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, why := ref.Refusal(tk)
+			keys := ref.UnresolvedEnv(tk)
+			if slices.Contains(errored[table], name) {
+				if c != events.ClassUnresolvedEnv || !strings.Contains(why, key[table]) || !slices.Equal(keys, []string{key[table]}) {
+					t.Errorf("[%s] unresolved: %s gives %q %q, keys %v; want unresolved_env naming %s", table, name, c, why, keys, key[table])
+				}
+			} else if c != "" || keys != nil {
+				t.Errorf("[%s] unresolved: %s gives %q %q, keys %v; want it to run (it does not get that table)", table, name, c, why, keys)
+			}
+		}
 	}
 }
 

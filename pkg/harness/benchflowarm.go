@@ -155,6 +155,9 @@ func (a benchflowArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 		n = task.NeedsOracle
 	}
 	n.Compose, n.Steps = false, false
+	// bench resolves the env tables itself: every unresolved key errors
+	// the cell, as before the tables were scoped by phase.
+	n.VerifierEnv, n.OracleEnv, n.SandboxEnv = true, true, true
 	if c, why := refusal(t, n); c != "" {
 		return c, why
 	}

@@ -90,8 +90,10 @@ func (a claudeArm) SetupCheck() bool               { return false }
 func (a claudeArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
 
 func (a claudeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	return refusal(t, task.NeedsContainerAgent)
+	return refusal(t, a.needs(t))
 }
+
+func (a claudeArm) needs(*task.Task) task.Needs { return task.NeedsContainerAgent }
 
 // Check fails the run before it starts when the CLI binary is missing,
 // the provider environment cannot work (ClaudeEnv) or the skill of a

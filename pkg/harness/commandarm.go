@@ -58,8 +58,10 @@ func (a commandArm) Check(string) error           { return nil }
 func (a commandArm) SetupCheck() bool             { return false }
 
 func (a commandArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	return refusal(t, task.NeedsCommand)
+	return refusal(t, a.needs(t))
 }
+
+func (a commandArm) needs(*task.Task) task.Needs { return task.NeedsCommand }
 
 // Prepare empties {output_dir} (when old files there cannot be deleted the
 // cell is errored, infra, and not run) and places the command on the host

@@ -15,9 +15,9 @@ import (
 
 // EgressFor returns the egress proxy of an in-container arm's sandbox for
 // task t (DESIGN §6): the task's allowlist (`environment.egress` /
-// `sandbox.egress` / `allowed_hosts`, when its agent policy is allowlist)
-// plus extra, or nil when the policy is not allowlist and extra is empty
-// (no proxy: no way out at all).
+// `sandbox.egress` / `allowed_hosts`, when its agent policy is allowlist,
+// or public with an egress list: agentAllowlist) plus extra, or nil when
+// there is no list and extra is empty (no proxy: no way out at all).
 //
 // extra is the hook for an arm's own hosts: an arm whose harness must
 // reach a host whatever the task says (a model provider's API) passes it
@@ -26,14 +26,27 @@ import (
 // use the proxy-logger's syntax (host, host:port, IP literal, "private:"
 // prefix; bare host = port 443).
 func EgressFor(t *task.Task, extra ...string) *sandbox.Egress {
-	if t.AgentNetwork.Mode != task.NetworkAllowlist && len(extra) == 0 {
+	list := agentAllowlist(t)
+	if list == nil && len(extra) == 0 {
 		return nil
 	}
-	var allow []string
-	if t.AgentNetwork.Mode == task.NetworkAllowlist {
-		allow = append(allow, t.AgentNetwork.AllowedHosts...)
+	return &sandbox.Egress{Allow: append(append([]string{}, list...), extra...)}
+}
+
+// agentAllowlist is what an agent's solve may reach through the egress
+// proxy: the hosts of an allowlist policy (possibly none), or the egress
+// list of a public policy (an agent never gets the open network, so
+// public with a list means the list, the seed's uxlfoundation pattern);
+// nil when the agent gets no proxy for the task (public without a list,
+// no-network).
+func agentAllowlist(t *task.Task) []string {
+	switch n := t.AgentNetwork; {
+	case n.Mode == task.NetworkAllowlist:
+		return append([]string{}, n.AllowedHosts...)
+	case n.Mode == task.NetworkPublic && len(n.AllowedHosts) > 0:
+		return n.AllowedHosts
 	}
-	return &sandbox.Egress{Allow: append(allow, extra...)}
+	return nil
 }
 
 // egressFile is the cell's decision log.

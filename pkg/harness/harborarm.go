@@ -61,7 +61,9 @@ func (a harborArm) SetupCheck() bool { return a.agent() == delegatedOracleAgent 
 // differ from task.md (task.Task.SplitDiffers), since Harbor would run the
 // split files and the row would measure another task.
 func (a harborArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	if c, r := refusal(t, task.Needs{Steps: true}); c != "" {
+	// Harbor resolves the env tables itself: every unresolved key errors
+	// the cell, as before the tables were scoped by phase.
+	if c, r := refusal(t, task.Needs{Steps: true, VerifierEnv: true, OracleEnv: true, SandboxEnv: true}); c != "" {
 		return c, r
 	}
 	isFile := func(rel string) bool { return isRegular(filepath.Join(t.Dir, rel)) }

@@ -172,3 +172,27 @@ func (r Ref) Refusal(t *task.Task) (class events.ErrorClass, reason string) {
 	}
 	return a.Refusal(t)
 }
+
+// needer is an arm whose refusal is task.Refusal of its needs alone (the
+// env tables among them): Ref.UnresolvedEnv asks it which env tables its
+// cells get.
+type needer interface{ needs(t *task.Task) task.Needs }
+
+// UnresolvedEnv returns the keys that make this harness's cells of t
+// errored unresolved_env (metrics.unresolved_env): the unresolved keys of
+// the env tables its cells get (task.Task.UnresolvedFor), nil when its
+// cells of t are not errored so. An arm that does not say which tables it
+// gets lists every unresolved key of the task.
+func (r Ref) UnresolvedEnv(t *task.Task) []string {
+	a, err := For(r)
+	if err != nil {
+		return nil
+	}
+	if c, _ := a.Refusal(t); c != events.ClassUnresolvedEnv {
+		return nil
+	}
+	if n, ok := a.(needer); ok {
+		return t.UnresolvedFor(n.needs(t))
+	}
+	return t.UnresolvedEnv
+}

@@ -85,14 +85,17 @@ func environmentDir(t *task.Task) string {
 }
 
 // refusal is the shared refusal rule (DESIGN §5): unsupported and blocked
-// tasks first, then unresolved env, then what the arm needs (task.Refusal).
+// tasks first, then unresolved env of the tables the arm's cells get
+// (task.UnresolvedFor: a [solution.env] variable errors only the oracle,
+// a [verifier.env] one only arms that run the verifier), then what the arm
+// needs (task.Refusal).
 func refusal(t *task.Task, needs task.Needs) (events.ErrorClass, string) {
 	if t.Unsupported != "" || t.Blocked != "" {
 		return events.ClassRefused, t.Refusal(task.Needs{})
 	}
-	if len(t.UnresolvedEnv) > 0 {
+	if keys := t.UnresolvedFor(needs); len(keys) > 0 {
 		return events.ClassUnresolvedEnv, fmt.Sprintf("unresolved env in %s: %s (a ${VAR} reference or a non-scalar value is never forwarded)",
-			path.Base(t.DefinitionFile), strings.Join(t.UnresolvedEnv, ", "))
+			path.Base(t.DefinitionFile), strings.Join(keys, ", "))
 	}
 	if why := t.Refusal(needs); why != "" {
 		return events.ClassRefused, why

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -28,8 +29,13 @@ func (a oracleArm) Check(string) error             { return nil }
 func (a oracleArm) SetupCheck() bool               { return true }
 
 func (a oracleArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	return refusal(t, task.NeedsOracle)
+	return refusal(t, a.needs(t))
 }
+
+// needs: the oracle gets every env table; it applies the task's
+// allowlist only when its solve's policy is allowlist (task.Refusal's
+// rule: public, with or without an egress list, is the open network).
+func (a oracleArm) needs(*task.Task) task.Needs { return task.NeedsOracle }
 
 // Prepare builds the task image; the oracle works as root in the task's
 // workdir (else the image's) on the network plan of oracleNetworks.
@@ -78,6 +84,18 @@ func oracleNetworks(t *task.Task) Networks {
 	return n
 }
 
+// oracleEnv is the reference solution's environment: on the open
+// network (a public solve), the host's proxy variables without their
+// credentials (sandbox.HostProxyEnv, as the public verifier gets them),
+// then the task's [solution.env] / [oracle.env] over them; behind the
+// egress proxy, the task's table with the proxy's variables over it.
+func oracleEnv(t *task.Task, n Networks, h *sandbox.Handle) map[string]string {
+	if n.Start == sandbox.NetworkBridge {
+		return withEnv(sandbox.HostProxyEnv(os.Getenv), t.OracleEnv)
+	}
+	return withEnv(t.OracleEnv, sandbox.ProxyEnv(h))
+}
+
 // Solve copies the reference solution to /solution and /oracle and runs
 // `bash /solution/solve.sh` as root in the task's workdir with
 // [agent].timeout_sec (as Harbor runs solve.sh; most public tasks ship it
@@ -99,7 +117,7 @@ func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
 			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
-		Env:     withEnv(t.OracleEnv, sandbox.ProxyEnv(h)),
+		Env:     oracleEnv(t, p.Networks, h),
 		Timeout: seconds(t.AgentTimeoutSec), Grace: OracleGrace, Stdout: out, Stderr: out,
 	})
 	_ = out.Close(dir, "stdout.tail.txt")

@@ -72,8 +72,10 @@ func (a probeArm) Check(baseDir string) error {
 }
 
 func (a probeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	return refusal(t, task.NeedsProbe)
+	return refusal(t, a.needs(t))
 }
+
+func (a probeArm) needs(*task.Task) task.Needs { return task.NeedsProbe }
 
 func (a probeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	return agentSandbox(ctx, env, a.Networks(env.Task()))

@@ -3,6 +3,8 @@ package task
 import (
 	"fmt"
 	"strings"
+
+	"github.com/proctor-eval/proctor/pkg/egress"
 )
 
 // netSpec is one table's network keys before resolution.
@@ -15,6 +17,10 @@ type netSpec struct {
 	egressSet        bool
 	allowInternetSet bool
 	allowInternet    bool
+	// invalid are the entries of hosts the egress proxy cannot hold (a
+	// URL, a path, a wildcard), each with why: the task still loads, and
+	// the cells that would apply the list are errored (Task.EgressInvalid).
+	invalid []string
 }
 
 func (r *configReader) readNet(n *netSpec, sk string, v any, p string) error {
@@ -45,11 +51,11 @@ func (r *configReader) readNet(n *netSpec, sk string, v any, p string) error {
 		if err != nil {
 			return err
 		}
-		hosts, err := normalizeHosts(l)
-		if err != nil {
-			return r.errf(p, "%v", err)
-		}
+		hosts, invalid := normalizeHosts(l)
 		n.hosts = hosts
+		for _, why := range invalid {
+			n.invalid = append(n.invalid, p+": "+why)
+		}
 		if sk == "egress" {
 			n.egressSet = true
 		} else {
@@ -64,15 +70,22 @@ func (r *configReader) readNet(n *netSpec, sk string, v any, p string) error {
 // allowed_hosts with another mode is an error; the deprecated
 // allow_internet = false means no-network; a table with no network key
 // inherits base.
+//
+// One addition to Harbor's rules, the seed's (and BenchFlow's
+// uxlfoundation tasks'): network_mode = "public" with an egress list is a
+// public policy that keeps the list (AllowedHosts). The open network then
+// applies where Harbor gives it (the oracle, the verifier); an agent arm,
+// which never gets the open network, solves behind the egress proxy with
+// the list.
 func (n netSpec) resolve(base NetworkPolicy) (NetworkPolicy, error) {
 	hasHosts := n.hostsSet || n.egressSet
 	switch {
 	case n.mode != "":
-		if hasHosts && len(n.hosts) > 0 && n.mode != NetworkAllowlist {
+		if hasHosts && len(n.hosts) > 0 && n.mode != NetworkAllowlist && !(n.mode == NetworkPublic && n.egressSet) {
 			return NetworkPolicy{}, fmt.Errorf("allowed hosts are only valid with network_mode = %q, not %q", NetworkAllowlist, n.mode)
 		}
 		p := NetworkPolicy{Mode: n.mode}
-		if n.mode == NetworkAllowlist {
+		if n.mode == NetworkAllowlist || n.mode == NetworkPublic {
 			p.AllowedHosts = n.hosts
 		}
 		return p, nil
@@ -85,10 +98,11 @@ func (n netSpec) resolve(base NetworkPolicy) (NetworkPolicy, error) {
 }
 
 // normalizeHosts lower-cases, trims and de-duplicates allowlist entries
-// (host or host:port, bare host = :443); URLs, paths and blanks inside an
-// entry are errors.
-func normalizeHosts(in []string) ([]string, error) {
-	var out []string
+// (host or host:port, bare host = :443, as the egress proxy reads them:
+// egress.ParseEntry). An entry the proxy cannot hold (a URL, a path, a
+// wildcard) is left out and returned in invalid with the reason; blanks
+// are dropped.
+func normalizeHosts(in []string) (hosts, invalid []string) {
 	seen := map[string]bool{}
 	for _, h := range in {
 		v := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
@@ -96,12 +110,30 @@ func normalizeHosts(in []string) ([]string, error) {
 			continue
 		}
 		if strings.Contains(v, "://") || strings.ContainsAny(v, "/ \t*") {
-			return nil, fmt.Errorf("allowed host %q must be a host or host:port, not a URL, path or wildcard", h)
+			invalid = append(invalid, fmt.Sprintf("entry %q must be a host or host:port, not a URL, path or wildcard", redactEntry(h)))
+			continue
+		}
+		if _, err := egress.ParseEntry(v); err != nil {
+			invalid = append(invalid, err.Error())
+			continue
 		}
 		if !seen[v] {
 			seen[v] = true
-			out = append(out, v)
+			hosts = append(hosts, v)
 		}
 	}
-	return out, nil
+	return hosts, invalid
+}
+
+// redactEntry drops the credentials of an entry written as a URL with a
+// user ("https://user:pw@host/x" -> "https://REDACTED@host/x").
+func redactEntry(s string) string {
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		pre := ""
+		if j := strings.Index(s, "://"); j >= 0 && j < i {
+			pre = s[:j+3]
+		}
+		return pre + egress.Redacted + s[i:]
+	}
+	return s
 }

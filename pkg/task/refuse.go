@@ -98,6 +98,19 @@ type Needs struct {
 	// (task.Compose) beside the task container; a harness without it
 	// refuses a compose task.
 	Compose bool `json:"compose,omitempty"`
+	// VerifierEnv, OracleEnv and SandboxEnv: the harness's cells get the
+	// task's [verifier.env] (it runs the verifier), [solution.env] /
+	// [oracle.env] (it runs the reference solution) or the sandbox table's
+	// env (its solve runs in the task's sandbox with them). An unresolved
+	// key of a table the harness gets errors its cells (UnresolvedFor);
+	// one of another table does not.
+	VerifierEnv bool `json:"verifier_env,omitempty"`
+	OracleEnv   bool `json:"oracle_env,omitempty"`
+	SandboxEnv  bool `json:"sandbox_env,omitempty"`
+	// Egress: the harness applies the task's allowlist (egress,
+	// allowed_hosts) to its sandbox through the egress proxy; an entry the
+	// proxy cannot hold (EgressInvalid) refuses the task.
+	Egress bool `json:"egress,omitempty"`
 }
 
 // What each kind of harness needs (DESIGN §5). Harness names map onto these
@@ -105,14 +118,21 @@ type Needs struct {
 var (
 	// NeedsOracle: the reference solution in the task container, scored by
 	// the task verifier.
-	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true, Steps: true, Compose: true}
+	// It gets every env table; it applies the allowlist only when its
+	// solve's policy is allowlist (Refusal's rule for SolutionScript).
+	NeedsOracle = Needs{SolutionScript: true, TestScript: true, Image: true, Steps: true, Compose: true,
+		VerifierEnv: true, OracleEnv: true, SandboxEnv: true}
 	// NeedsContainerAgent: an agent inside the task container (agent:<dir>),
-	// scored by the task verifier.
-	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true, Compose: true}
+	// scored by the task verifier, behind the egress proxy.
+	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true, Compose: true,
+		VerifierEnv: true, SandboxEnv: true, Egress: true}
 	// NeedsProbe: the isolation probe runs in exactly the sandbox an agent
-	// arm gets; it is not scored by the verifier.
-	NeedsProbe = Needs{Image: true, AgentWorkdir: true, Compose: true}
-	// NeedsCommand: a host command given the task path; it scores itself.
+	// arm gets (its proxy included); it is not scored by the verifier and
+	// runs neither the solution nor the task's own commands, so no env
+	// table decides it.
+	NeedsProbe = Needs{Image: true, AgentWorkdir: true, Compose: true, Egress: true}
+	// NeedsCommand: a host command given the task path; it scores itself
+	// and gets none of the task's env tables.
 	NeedsCommand = Needs{}
 )
 
@@ -146,6 +166,12 @@ func (t *Task) Refusal(n Needs) string {
 	}
 	if t.Blocked != "" {
 		return t.Blocked
+	}
+	// The reference solution runs under the task's own policy: an
+	// allowlist solve applies the list as an agent's does.
+	egress := n.Egress || (n.SolutionScript && t.AgentNetwork.Mode == NetworkAllowlist)
+	if egress && len(t.EgressInvalid) > 0 {
+		return fmt.Sprintf("the egress allowlist cannot be applied: %s (the egress proxy allows hosts, not URLs: write host or host:port)", strings.Join(t.EgressInvalid, "; "))
 	}
 	if t.Compose != nil && !n.Compose {
 		return fmt.Sprintf("compose environment (%s): this harness cannot run compose services", path.Base(t.Compose.File))
@@ -184,6 +210,25 @@ func (t *Task) Refusal(n Needs) string {
 		}
 	}
 	return ""
+}
+
+// UnresolvedFor returns, sorted, the unresolved env keys (UnresolvedEnv)
+// of the tables a harness with needs n gets: [verifier.env] for one that
+// runs the verifier, [solution.env] / [oracle.env] for the oracle, the
+// sandbox table's env for a solve in the task's sandbox. A harness errors
+// a task's cells (unresolved_env) only for these; nil when there are none.
+func (t *Task) UnresolvedFor(n Needs) []string {
+	var lists [][]string
+	if n.VerifierEnv {
+		lists = append(lists, t.UnresolvedVerifierEnv)
+	}
+	if n.OracleEnv {
+		lists = append(lists, t.UnresolvedOracleEnv)
+	}
+	if n.SandboxEnv {
+		lists = append(lists, t.UnresolvedSandboxEnv)
+	}
+	return mergeUnresolved(lists...)
 }
 
 func (t *Task) missingLike(base string) string {

@@ -269,6 +269,7 @@ func (r *configReader) fillSteps(t *Task, c *taskConfig) {
 			}
 			maps.Copy(env, se.values)
 			t.UnresolvedEnv = mergeUnresolved(t.UnresolvedEnv, se.unresolved)
+			t.UnresolvedVerifierEnv = mergeUnresolved(t.UnresolvedVerifierEnv, se.unresolved)
 			r.warnings = append(r.warnings, se.warnings...)
 		}
 		st.VerifierEnv = env

@@ -3,6 +3,7 @@ package task
 import (
 	"fmt"
 	"path"
+	"sort"
 	"strings"
 )
 
@@ -493,10 +494,21 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 		r.warnings = append(r.warnings, fmt.Sprintf("%s.network_mode %q overrides the deprecated allow_internet", s.net.table, s.net.mode))
 	}
 
+	for _, n := range []netSpec{s.net, c.agent.net, c.verifier.net} {
+		t.EgressInvalid = append(t.EgressInvalid, n.invalid...)
+	}
+	if vs := c.verifier.sandbox; vs != nil {
+		t.EgressInvalid = append(t.EgressInvalid, vs.net.invalid...)
+	}
+	sort.Strings(t.EgressInvalid)
+
 	ve := resolveEnv(c.verifier.env, "verifier.env", r.lookup)
 	oe := resolveEnv(c.oracle.env, c.oracle.name+".env", r.lookup)
 	se := resolveEnv(s.env, s.name+".env", r.lookup)
 	t.VerifierEnv, t.OracleEnv, t.SandboxEnv = ve.values, oe.values, se.values
+	t.UnresolvedVerifierEnv = mergeUnresolved(ve.unresolved)
+	t.UnresolvedOracleEnv = mergeUnresolved(oe.unresolved)
+	t.UnresolvedSandboxEnv = mergeUnresolved(se.unresolved)
 	t.UnresolvedEnv = mergeUnresolved(ve.unresolved, oe.unresolved, se.unresolved)
 	r.warnings = append(r.warnings, ve.warnings...)
 	r.warnings = append(r.warnings, oe.warnings...)

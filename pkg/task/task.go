@@ -26,8 +26,10 @@ const (
 type NetworkPolicy struct {
 	// Mode is NetworkPublic, NetworkNone or NetworkAllowlist.
 	Mode string `json:"mode"`
-	// AllowedHosts are host or host:port entries (bare host = :443); only
-	// meaningful for NetworkAllowlist.
+	// AllowedHosts are host or host:port entries (bare host = :443): the
+	// hosts of NetworkAllowlist; with NetworkPublic, the `egress` list an
+	// agent arm's solve gets through the egress proxy (an agent never gets
+	// the open network), the seed's public-plus-egress pattern.
 	AllowedHosts []string `json:"allowed_hosts,omitempty"`
 }
 
@@ -98,9 +100,23 @@ type Task struct {
 	OracleEnv   map[string]string `json:"oracle_env,omitempty"`
 	SandboxEnv  map[string]string `json:"sandbox_env,omitempty"`
 	// UnresolvedEnv lists, sorted, the env keys that are ${VAR} references
-	// (without a usable default) or non-scalar values; a cell of such a task
-	// is errored before any build.
+	// (without a usable default) or non-scalar values: the union of the
+	// three scopes below. A cell is errored before any build only for the
+	// keys of a scope its harness uses (UnresolvedFor).
 	UnresolvedEnv []string `json:"unresolved_env,omitempty"`
+	// UnresolvedVerifierEnv ([verifier.env] and the steps'),
+	// UnresolvedOracleEnv ([solution.env] / [oracle.env]) and
+	// UnresolvedSandboxEnv (the sandbox table's env) split UnresolvedEnv
+	// by the phase that would get the variable.
+	UnresolvedVerifierEnv []string `json:"unresolved_verifier_env,omitempty"`
+	UnresolvedOracleEnv   []string `json:"unresolved_oracle_env,omitempty"`
+	UnresolvedSandboxEnv  []string `json:"unresolved_sandbox_env,omitempty"`
+	// EgressInvalid lists the allowlist entries (egress, allowed_hosts)
+	// the egress proxy cannot hold — a URL, a path, a wildcard — each
+	// naming its key: the task loads (the rest of the root runs), and a
+	// harness that applies the list to its sandbox refuses the task
+	// before any build (Needs.Egress).
+	EgressInvalid []string `json:"egress_invalid,omitempty"`
 
 	// OS is the sandbox table's os as Harbor reads it ("linux" or
 	// "windows"; "" when unset, which Harbor takes as linux): a Windows

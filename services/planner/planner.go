@@ -288,9 +288,11 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 	return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Cells = len(cells) })
 }
 
+// unresolved lists the env keys that errored the cell: those of the env
+// tables its harness gets (harness.Ref.UnresolvedEnv).
 func unresolved(c Cell) []string {
 	if c.RefusalClass == events.ClassUnresolvedEnv {
-		return c.Task.UnresolvedEnv
+		return c.Harness.UnresolvedEnv(c.Task)
 	}
 	return nil
 }

