@@ -206,7 +206,7 @@ func TestPublicEgressTask(t *testing.T) {
 			"else echo 0; fi > /logs/verifier/reward.txt\n",
 	})
 	writeTree(t, filepath.Join(tasks, "url-egress"), map[string]string{
-		"task.toml": "version = \"1.0\"\n\n[environment]\nnetwork_mode = \"public\"\negress = [\"https://tok:url-secret@pkgs.example/simple\"]\n",
+		"task.toml":              "version = \"1.0\"\n\n[environment]\nnetwork_mode = \"public\"\negress = [\"https://tok:url-secret@pkgs.example/simple\"]\n",
 		"instruction.md":         "Do nothing.\n",
 		"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
 		"solution/solve.sh":      "true\n",

@@ -8,19 +8,24 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/egress"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
 // Publish sends an event asynchronously with Nats-Msg-Id = e.ID on the
-// subject events.Subject(e). When too many publishes are outstanding it
-// waits (backpressure, never a lost event) until ctx ends. A publish that
-// the server later rejects is retried by Flush; call Flush before
-// acknowledging the work that produced the events.
+// subject events.Subject(e), the credentials of any proxy address in it
+// redacted (egress.RedactCredentials: "user:pw@proxy:3128" with or
+// without a scheme), so no event of the log holds one. When too many
+// publishes are outstanding it waits (backpressure, never a lost event)
+// until ctx ends. A publish that the server later rejects is retried by
+// Flush; call Flush before acknowledging the work that produced the
+// events.
 func (b *Bus) Publish(ctx context.Context, e events.Envelope) error {
 	data, err := events.Encode(e)
 	if err != nil {
 		return err
 	}
+	data = egress.RedactCredentialsBytes(data)
 	return b.publishRaw(ctx, &nats.Msg{Subject: events.Subject(e), Data: data, Header: nats.Header{}}, e.ID)
 }
 

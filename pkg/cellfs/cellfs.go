@@ -9,9 +9,15 @@
 //	  reward.txt           the reward, when the verifier gave one
 //	  verifier/            /logs/verifier copied out of the sandbox
 //	  logs/agent/, logs/artifacts/  /logs/agent and /logs/artifacts copied out
+//
+// Every log and tail written through this package (run.log, the captures
+// and their tails) has the credentials of proxy addresses redacted
+// (egress.RedactCredentials: "http://user:pw@proxy:3128" and the
+// scheme-less "user:pw@proxy:3128"), whatever process printed them.
 package cellfs
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +27,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/proctor-eval/proctor/pkg/egress"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
@@ -44,18 +51,18 @@ func (d Dir) Path(elem ...string) string {
 	return filepath.Join(append([]string{string(d)}, elem...)...)
 }
 
-// Logf appends a timestamped line to run.log; errors are ignored (the event
-// log is the record, run.log a convenience). The line is shown through
-// textsafe.Line: what an agent wrote into it (a reason, a tool name) can
-// neither act on a terminal that shows the file nor start a line of its
-// own.
+// Logf appends a timestamped line to run.log, credentials redacted;
+// errors are ignored (the event log is the record, run.log a convenience).
+// The line is shown through textsafe.Line: what an agent wrote into it (a
+// reason, a tool name) can neither act on a terminal that shows the file
+// nor start a line of its own.
 func (d Dir) Logf(format string, args ...any) {
 	f, err := os.OpenFile(d.Path("run.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), textsafe.Line(fmt.Sprintf(format, args...)))
+	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339Nano), textsafe.Line(egress.RedactCredentials(fmt.Sprintf(format, args...))))
 }
 
 // WriteReward writes reward.txt.
@@ -63,14 +70,23 @@ func (d Dir) WriteReward(r float64) error {
 	return os.WriteFile(d.Path("reward.txt"), []byte(strconv.FormatFloat(r, 'f', -1, 64)+"\n"), 0o644)
 }
 
-// Capture is the output sink of one phase: a capped log file plus a tail.
-// It is safe for concurrent writes (stdout and stderr).
+// Capture is the output sink of one phase: a capped log file plus a tail,
+// both with credentials redacted. It is safe for concurrent writes
+// (stdout and stderr). Output is passed on line by line (an unfinished
+// line is held back, up to maxPending bytes, so a credential split across
+// two writes is still found); Close passes on the rest, so read Tail
+// after Close.
 type Capture struct {
 	mu      sync.Mutex
 	f       *os.File
 	written int64
+	pending []byte
 	Tail    *sandbox.Tail
 }
+
+// maxPending bounds the unfinished line a Capture holds back: past it, the
+// line is passed on up to its last blank.
+const maxPending = 64 << 10
 
 // OpenCapture creates (truncates) the log file name in the directory.
 func (d Dir) OpenCapture(name string) (*Capture, error) {
@@ -84,29 +100,51 @@ func (d Dir) OpenCapture(name string) (*Capture, error) {
 	return &Capture{f: f, Tail: sandbox.NewTail(0)}, nil
 }
 
-// Write stores p in the file up to MaxLogBytes and always in the tail; it
-// never fails, so a full disk does not stop a solve.
+// Write stores p, redacted, in the file up to MaxLogBytes and always in
+// the tail; it never fails, so a full disk does not stop a solve.
 func (c *Capture) Write(p []byte) (int, error) {
-	c.Tail.Write(p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.pending = append(c.pending, p...)
+	cut := bytes.LastIndexByte(c.pending, '\n') + 1
+	if cut == 0 && len(c.pending) > maxPending {
+		if cut = bytes.LastIndexAny(c.pending, " \t") + 1; cut == 0 {
+			cut = len(c.pending)
+		}
+	}
+	if cut > 0 {
+		c.pass(c.pending[:cut])
+		c.pending = append(c.pending[:0], c.pending[cut:]...)
+	}
+	return len(p), nil
+}
+
+// pass writes b, redacted, to the tail and, up to the cap, the file.
+// c.mu is held.
+func (c *Capture) pass(b []byte) {
+	b = egress.RedactCredentialsBytes(b)
+	c.Tail.Write(b)
 	if room := MaxLogBytes - c.written; room > 0 {
-		q := p
+		q := b
 		if int64(len(q)) > room {
 			q = q[:room]
 		}
 		n, _ := c.f.Write(q)
 		c.written += int64(n)
 	}
-	return len(p), nil
 }
 
 var _ io.Writer = (*Capture)(nil)
 
-// Close closes the file and writes the tail file tailName ("" = none).
+// Close passes on what is held back, closes the file and writes the tail
+// file tailName ("" = none).
 func (c *Capture) Close(d Dir, tailName string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.pending) > 0 {
+		c.pass(c.pending)
+		c.pending = nil
+	}
 	if c.Tail.Total() > MaxLogBytes {
 		fmt.Fprintf(c.f, "\n[proctor: output capped at %d bytes of %d]\n", MaxLogBytes, c.Tail.Total())
 	}

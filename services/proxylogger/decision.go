@@ -3,7 +3,6 @@ package proxylogger
 import (
 	"encoding/json"
 	"io"
-	"regexp"
 	"sync"
 	"time"
 
@@ -149,29 +148,15 @@ func EventData(d Decision) events.EgressDecisionData {
 	}
 }
 
-// userinfo matches the userinfo of a URL with an authority ("scheme://user:pw@")
-// anywhere in a string. The userinfo may not hold '/', '@' or white space.
-var userinfo = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)[^/?#@\s]+@`)
-
 // Redacted replaces the userinfo of a URL.
 const Redacted = egress.Redacted
 
 // Redact replaces the userinfo (user name and password) of every URL in s,
-// "http://user:pw@proxy:3128" → "http://REDACTED@proxy:3128", and returns
-// the rest of s unchanged. Both the user name and the password go: a token
-// is often passed as the user name.
+// "http://user:pw@proxy:3128" → "http://REDACTED@proxy:3128", and of a
+// proxy address written without a scheme, "user:pw@proxy:3128" →
+// "REDACTED@proxy:3128" (egress.RedactCredentials), and returns the rest of
+// s unchanged. Both the user name and the password go: a token is often
+// passed as the user name.
 func Redact(s string) string {
-	if !containsSchemeSep(s) {
-		return s
-	}
-	return userinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
-}
-
-func containsSchemeSep(s string) bool {
-	for i := 0; i+2 < len(s); i++ {
-		if s[i] == ':' && s[i+1] == '/' && s[i+2] == '/' {
-			return true
-		}
-	}
-	return false
+	return egress.RedactCredentials(s)
 }
