@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 	// Roots for a proxy sidecar built FROM scratch, which has no system
@@ -150,6 +151,7 @@ func upstreamFromEnv(getenv func(string) string, warn func(string)) (upstream, e
 func newProxy(g *globals) *cobra.Command {
 	var listen, egressLog, cell, config, upstreamCA, modelLog string
 	var allow []string
+	var lifetime time.Duration
 	cmd := &cobra.Command{
 		Use:   "proxy --listen ADDR --allow host[:port],... [--egress-log FILE]",
 		Short: "Run the allowlisting egress proxy (the proxy-logger) in the foreground",
@@ -158,7 +160,10 @@ host:port and plain-HTTP requests only to the --allow entries (host or
 host:port, bare host = port 443, "private:" before an entry whose name may
 resolve to a private address), every decision appended to --egress-log as
 one JSON line. Upstreams that resolve to loopback or link-local addresses
-are refused. It prints "listening on ADDR" once it accepts connections.`,
+are refused. It prints "listening on ADDR" once it accepts connections.
+With --lifetime it exits on its own (status 0) when that much time has
+passed, as a cell's sidecar does, so one left behind by a proctor that was
+killed does not serve forever.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listen == "" {
@@ -201,8 +206,17 @@ are refused. It prints "listening on ADDR" once it accepts connections.`,
 				return fmt.Errorf("--listen: %w", err)
 			}
 			fmt.Fprintln(g.stdout, "listening on", ln.Addr())
-			if err := p.Serve(cmd.Context(), ln); err != nil {
+			ctx := cmd.Context()
+			if lifetime > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, lifetime)
+				defer cancel()
+			}
+			if err := p.Serve(ctx, ln); err != nil {
 				return err
+			}
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fmt.Fprintln(g.stdout, "lifetime", lifetime, "over: exiting")
 			}
 			if jl != nil {
 				if err := jl.Err(); err != nil {
@@ -225,6 +239,7 @@ are refused. It prints "listening on ADDR" once it accepts connections.`,
 	f.StringSliceVar(&allow, "allow", nil, "allowlist entries, comma-separated or repeated: host, host:port, IP literal, private:host[:port]")
 	f.StringVar(&egressLog, "egress-log", "", "append every decision to this egress.jsonl file")
 	f.StringVar(&cell, "cell", "", "cell id written into every record")
+	f.DurationVar(&lifetime, "lifetime", 0, "exit on its own after this long, e.g. 4h (0: serve until SIGINT or SIGTERM)")
 	return cmd
 }
 

@@ -90,6 +90,29 @@ func TestProxyCommand(t *testing.T) {
 	}
 }
 
+// TestProxyLifetime: with --lifetime the proxy exits on its own, status 0,
+// once that much time has passed (a cell's sidecar gets 4 h, so one a
+// killed proctor left behind does not serve forever).
+func TestProxyLifetime(t *testing.T) {
+	var stdout, stderr testutil.SyncBuffer
+	start := time.Now()
+	done := make(chan int, 1)
+	go func() {
+		done <- Main([]string{"proxy", "--listen", "127.0.0.1:0", "--allow", "allowed.test", "--lifetime", "300ms"}, &stdout, &stderr)
+	}()
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(stdout.String(), "lifetime 300ms over") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+		}
+		if el := time.Since(start); el < 300*time.Millisecond {
+			t.Errorf("exited after %s, before its lifetime", el)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the proxy still serves 30 s after a 300 ms lifetime")
+	}
+}
+
 // TestServeProxyLoggerPublishesDecisions runs `proctor serve proxy-logger`
 // against an in-process NATS server: a plain-HTTP GET to an allowed
 // loopback upstream and a CONNECT to a host not on the list become two

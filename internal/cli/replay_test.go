@@ -20,6 +20,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
@@ -247,10 +248,13 @@ func waitCells(t *testing.T, runID string, ok func(map[string]string) bool) {
 // TestReplayAfterKill kills a run with SIGKILL once one cell has its
 // verdict and another is still solving, then replays the store the dead
 // process left: the finished cell keeps its outcome, the other is an
-// errored row.
+// errored row. gc then removes what the killed run left: its containers
+// and its host staging directory (where a cell stages its provider env
+// file), and nothing of another store's run.
 func TestReplayAfterKill(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("TMPDIR", t.TempDir()) // this test's own staging root
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
 	t.Setenv("PROCTOR_HOME", home)
@@ -309,8 +313,28 @@ func TestReplayAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), oc.ID, container.RemoveOptions{Force: true}) })
-	if gout := mustProctor(t, "gc"); !strings.Contains(gout, "removed 1 containers and 0 networks") {
+	// What a cell of the killed run staged for its sandbox (a provider
+	// env file), and what a run of another store staged.
+	stage, err := harness.StageDir(runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stage, "provider.env"), []byte("export ANTHROPIC_API_KEY='sk-test'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	otherStage, err := harness.StageDir(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gout := mustProctor(t, "gc")
+	if !strings.Contains(gout, "removed 1 containers and 0 networks") {
 		t.Errorf("gc: %q, want the killed run's container removed", gout)
+	}
+	if _, err := os.Stat(stage); !os.IsNotExist(err) || !strings.Contains(gout, "removed 1 host staging directories") {
+		t.Errorf("gc: %q; the killed run's staging directory: %v, want it removed", gout, err)
+	}
+	if _, err := os.Stat(otherStage); err != nil {
+		t.Errorf("gc removed the staging directory of a run this store does not know: %v", err)
 	}
 	if c, n := leftovers(t, cli, runID); c+n != 0 {
 		t.Errorf("%d containers and %d networks of the killed run remain after gc", c, n)

@@ -69,7 +69,7 @@ func newGC(g *globals) *cobra.Command {
 	var runID, sandboxName string
 	cmd := &cobra.Command{
 		Use:   "gc [--run ID]",
-		Short: "Remove containers and networks left by this store's dead runs (by label)",
+		Short: "Remove containers, networks and host staging directories left by this store's dead runs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -92,7 +92,10 @@ func newGC(g *globals) *cobra.Command {
 				return err
 			}
 			if runID != "" {
-				return report(d.GC(ctx, runID))
+				if err := report(d.GC(ctx, runID)); err != nil {
+					return err
+				}
+				return g.gcStaging(func(id string) bool { return id == runID })
 			}
 			conn, err := g.connect(ctx)
 			if err != nil {
@@ -107,18 +110,33 @@ func newGC(g *globals) *cobra.Command {
 			// cluster on the same engine), or cannot be asked about, is
 			// left alone: `gc --run` removes it by name.
 			now := time.Now()
-			return report(d.GCDead(ctx, func(id string) bool {
+			keep := func(id string) bool {
 				r, err := conn.GetRun(ctx, id)
 				if err != nil {
 					return true
 				}
 				return !r.Terminal() && conn.embedded == nil && !r.LeaseExpired(now)
-			}))
+			}
+			if err := report(d.GCDead(ctx, keep)); err != nil {
+				return err
+			}
+			return g.gcStaging(func(id string) bool { return !keep(id) })
 		},
 	}
 	cmd.Flags().StringVar(&runID, "run", "", "remove everything of this run, alive or not")
 	cmd.Flags().StringVar(&sandboxName, "sandbox", defaultSandbox, "the driver whose sandboxes to remove: "+strings.Join(sandboxNames(), ", "))
 	return cmd
+}
+
+// gcStaging removes the host staging directories (harness.StageDir: a
+// cell's provider env file, staged before it is copied into the sandbox)
+// of the dead runs, which a proctor killed with SIGKILL leaves behind.
+func (g *globals) gcStaging(dead func(runID string) bool) error {
+	n, err := harness.GCStaging(dead)
+	if n > 0 {
+		fmt.Fprintf(g.stdout, "removed %d host staging directories\n", n)
+	}
+	return err
 }
 
 func newTasksHarnesses(g *globals) *cobra.Command {

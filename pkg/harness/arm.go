@@ -222,9 +222,26 @@ func withEnv(base, add map[string]string) map[string]string {
 	return out
 }
 
-// lifetime bounds the container: both budgets plus ten minutes of slack.
+// MinLifetime is the least a task container lives (the seed's 1800 s):
+// the budgets plus slack, never less, so a short budget never has the
+// container gone while proctor still copies files out of it.
+const MinLifetime = 30 * time.Minute
+
+// LifetimeSlack is what a task container lives beyond its budgets.
+const LifetimeSlack = 10 * time.Minute
+
+// lifetime bounds the container: the solve and verify budgets (of every
+// step, for a multi-step task: the steps run one after the other in it)
+// plus LifetimeSlack, at least MinLifetime.
 func lifetime(t *task.Task) time.Duration {
-	return seconds(t.AgentTimeoutSec) + seconds(t.VerifierTimeoutSec) + 10*time.Minute
+	budget := seconds(t.AgentTimeoutSec) + seconds(t.VerifierTimeoutSec)
+	if len(t.Steps) > 0 {
+		budget = 0
+		for _, s := range t.Steps {
+			budget += seconds(s.AgentTimeoutSec) + seconds(s.VerifierTimeoutSec)
+		}
+	}
+	return max(budget+LifetimeSlack, MinLifetime)
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

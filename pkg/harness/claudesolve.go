@@ -146,8 +146,10 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 		return Outcome{}, err
 	}
 	// Everything the container needs, staged on the host and copied in one
-	// go, then put in place by root.
-	host, err := os.MkdirTemp("", "proctor-claude-")
+	// go, then put in place by root. The staging directory (the provider
+	// env file above all) is removed as soon as it is copied in; one a
+	// killed proctor leaves is the run's, and `proctor gc` removes it.
+	host, err := StageDir(env.RunID())
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -171,7 +173,9 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 		return Outcome{}, err
 	}
 	stage := StagePath("in")
-	if err := d.CopyIn(ctx, h, host, stage); err != nil {
+	err = d.CopyIn(ctx, h, host, stage)
+	_ = os.RemoveAll(host)
+	if err != nil {
 		return Outcome{}, fmt.Errorf("copy the prompt and provider env in: %w", err)
 	}
 	envPath := agentHome + "/.provider.env"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/cellfs"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/pkg/verify"
@@ -101,7 +102,7 @@ func (s *Service) runSeparate(ctx context.Context, job events.VerifyJob, t *task
 	vh, err := s.driver.Start(ctx, sandbox.Spec{
 		RunID: job.RunID, CellID: job.CellID, Image: img.Ref, Env: t.SandboxEnv, Network: network,
 		CPUs: ve.CPUs, MemoryMB: ve.MemoryMB,
-		Lifetime: time.Duration(t.VerifierTimeoutSec*float64(time.Second)) + 10*time.Minute,
+		Lifetime: max(time.Duration(t.VerifierTimeoutSec*float64(time.Second))+harness.LifetimeSlack, harness.MinLifetime),
 	})
 	if err != nil {
 		if ctx.Err() != nil {

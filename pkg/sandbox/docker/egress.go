@@ -177,9 +177,26 @@ func proxyAddr(subnet netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
 }
 
+// ProxyLifetime is how long an egress sidecar serves before it exits on
+// its own (`proctor proxy --lifetime`), unless its sandbox lives longer:
+// a sidecar a killed proctor left behind does not serve forever, even
+// before `proctor gc` removes it.
+const ProxyLifetime = 4 * time.Hour
+
+// proxyLifetime is the sidecar's lifetime for spec: ProxyLifetime, or the
+// sandbox's own when longer (the proxy must outlive the solve it serves).
+func proxyLifetime(spec sandbox.Spec) time.Duration {
+	life := spec.Lifetime
+	if life <= 0 {
+		life = sandbox.DefaultLifetime
+	}
+	return max(ProxyLifetime, life)
+}
+
 // startProxy starts the egress proxy of spec as a sidecar container
 // (ProxyImage, `proctor proxy --listen IP:ProxyPort --allow ENTRY...
-// --egress-log /egress.jsonl --cell CELL`) on the internal network netName
+// --egress-log /egress.jsonl --cell CELL --lifetime 4h0m0s`, see
+// proxyLifetime) on the internal network netName
 // at the last address of its subnet, joined to spec.Egress.Upstream (else
 // Options.EgressNetwork, else the bridge) for its way out, with the sandbox's labels plus
 // proctor.role=egress-proxy, every capability dropped, no-new-privileges,
@@ -197,7 +214,8 @@ func (d *Driver) startProxy(ctx context.Context, spec sandbox.Spec, netName stri
 	}
 	ip := proxyAddr(subnet)
 	listen = netip.AddrPortFrom(ip, sandbox.ProxyPort).String()
-	cmd := []string{"proxy", "--listen", listen, "--egress-log", proxyLog, "--cell", spec.CellID}
+	cmd := []string{"proxy", "--listen", listen, "--egress-log", proxyLog, "--cell", spec.CellID,
+		"--lifetime", proxyLifetime(spec).String()}
 	for _, a := range spec.Egress.Allow {
 		cmd = append(cmd, "--allow", a)
 	}

@@ -145,6 +145,10 @@ func TestEgressProxySidecar(t *testing.T) {
 	if ins.Config.Labels[sandbox.LabelRun] != run || ins.Config.Labels[LabelRole] != "egress-proxy" {
 		t.Errorf("sidecar labels %v", ins.Config.Labels)
 	}
+	// The sidecar exits on its own after 4 h (its sandbox lives 5 min).
+	if cmd := strings.Join(ins.Config.Cmd, " "); !strings.Contains(cmd, "--lifetime 4h0m0s") {
+		t.Errorf("sidecar command %q lacks --lifetime 4h0m0s", cmd)
+	}
 	upIP := ins.NetworkSettings.Networks[upNet].IPAddress
 	if upIP == "" {
 		t.Fatalf("the sidecar is not on %s: %v", upNet, ins.NetworkSettings.Networks)
@@ -216,5 +220,17 @@ func TestEgressNeedsInternalNetwork(t *testing.T) {
 	}
 	if c, n := labelled(t, cli, run); c != 0 || n != 0 {
 		t.Errorf("%d containers, %d networks left", c, n)
+	}
+}
+
+// TestProxyLifetime: an egress sidecar exits on its own after 4 h, or
+// with its sandbox when that lives longer.
+func TestProxyLifetime(t *testing.T) {
+	for _, c := range []struct{ life, want time.Duration }{
+		{0, 4 * time.Hour}, {5 * time.Minute, 4 * time.Hour}, {6 * time.Hour, 6 * time.Hour},
+	} {
+		if got := proxyLifetime(sandbox.Spec{Lifetime: c.life}); got != c.want {
+			t.Errorf("sandbox lifetime %s: sidecar lifetime %s, want %s", c.life, got, c.want)
+		}
 	}
 }
