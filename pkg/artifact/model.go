@@ -355,10 +355,11 @@ type HarnessSummary struct {
 	PerTask    map[string]*TaskStat `json:"per_task"`
 	// SkillInvocationRate is, for a skill arm (its rows carry
 	// metrics.agent_reported.treatment, or BenchFlow's skill_mode
-	// "with-skill"), the fraction of its scored rows whose
-	// agent_reported.n_skill_invocations is at least 1: how often the
-	// agent used the skill it was offered. SkillInvocationN is that
-	// number of scored rows. Both are absent for other arms; the rate is
+	// "with-skill"), the fraction of its scored rows that report
+	// agent_reported.n_skill_invocations whose count is at least 1: how
+	// often the agent used the skill it was offered (a row that does not
+	// report the count is left out, not counted as 0). SkillInvocationN is
+	// that number of scored, reporting rows. Both are absent for other arms; the rate is
 	// absent when no row is scored (n 0).
 	SkillInvocationRate *float64 `json:"skill_invocation_rate,omitempty"`
 	SkillInvocationN    *int     `json:"skill_invocation_n,omitempty"`

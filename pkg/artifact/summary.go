@@ -64,7 +64,9 @@ func Summarize(results []Result) map[string]*HarnessSummary {
 
 // skillInvocations is the skill invocation rate of a skill arm's rows
 // (HarnessSummary.SkillInvocationRate) and its n; nil, nil when no row
-// is a skill arm's.
+// is a skill arm's. Only the scored rows that report n_skill_invocations
+// count: a row without it (an agent that does not say) is left out, never
+// taken for 0 invocations.
 func skillInvocations(rows []Result) (*float64, *int) {
 	skill, n, used := false, 0, 0
 	for _, r := range rows {
@@ -76,10 +78,19 @@ func skillInvocations(rows []Result) (*float64, *int) {
 		if r.Errored() {
 			continue
 		}
+		var k float64
+		switch v := ar["n_skill_invocations"].(type) {
+		case float64:
+			k = v
+		case int:
+			k = float64(v)
+		case int64:
+			k = float64(v)
+		default:
+			continue // not reported
+		}
 		n++
-		if k, ok := ar["n_skill_invocations"].(float64); ok && k >= 1 {
-			used++
-		} else if k, ok := ar["n_skill_invocations"].(int); ok && k >= 1 {
+		if k >= 1 {
 			used++
 		}
 	}

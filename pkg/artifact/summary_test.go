@@ -169,8 +169,10 @@ func TestBuildDoesNotModifyInput(t *testing.T) {
 }
 
 // TestSkillInvocationRate: a skill arm's rate counts the scored rows whose
-// agent invoked the skill (an errored row is left out of it and of n); a
-// control arm gets neither field, so its JSON has neither key.
+// agent invoked the skill among the rows that report n_skill_invocations
+// (an errored row, and a row that does not report it, are left out of it
+// and of n, never counted as 0 invocations); a control arm gets neither
+// field, so its JSON has neither key.
 func TestSkillInvocationRate(t *testing.T) {
 	skillRow := func(task string, n float64, passed bool) Result {
 		r := scoredRow(task, 0, map[bool]float64{true: 1}[passed])
@@ -184,13 +186,18 @@ func TestSkillInvocationRate(t *testing.T) {
 	control := scoredRow("a", 0, 1)
 	control.Harness = "docker-claude"
 	control.Metrics.AgentReported = map[string]any{"terminal_reason": "completed"}
-	sum := Summarize([]Result{skillRow("a", 2, true), skillRow("b", 0, false), skillRow("c", 1, false), errored, control})
+	unreported := skillRow("e", 0, true)
+	delete(unreported.Metrics.AgentReported, "n_skill_invocations")
+	sum := Summarize([]Result{skillRow("a", 2, true), skillRow("b", 0, false), skillRow("c", 1, false), errored, control, unreported})
 	s := sum["docker-claude-skill:s"]
 	if s.SkillInvocationN == nil || *s.SkillInvocationN != 3 || s.SkillInvocationRate == nil || *s.SkillInvocationRate != 0.666667 {
 		t.Fatalf("skill arm: rate %v n %v; want 0.666667 of 3", deref(s.SkillInvocationRate), deref(s.SkillInvocationN))
 	}
 	if c := sum["docker-claude"]; c.SkillInvocationN != nil || c.SkillInvocationRate != nil {
 		t.Errorf("control arm has a skill invocation rate")
+	}
+	if none := Summarize([]Result{unreported})["docker-claude-skill:s"]; none.SkillInvocationN == nil || *none.SkillInvocationN != 0 || none.SkillInvocationRate != nil {
+		t.Errorf("no row reports invocations: rate %v n %v; want null of 0", deref(none.SkillInvocationRate), deref(none.SkillInvocationN))
 	}
 	only := Summarize([]Result{errored})["docker-claude-skill:s"]
 	if only.SkillInvocationN == nil || *only.SkillInvocationN != 0 || only.SkillInvocationRate != nil {
