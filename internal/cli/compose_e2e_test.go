@@ -12,8 +12,12 @@ import (
 // verifier asks the `keys` sidecar (built from its own context, main
 // waiting until it is healthy, reached by its name on the cell's network
 // under no-network); a cheating agent that forges the answer and plants a
-// reward fails; a compose file with network_mode: host is refused by name
-// before any build; nothing of the run is left behind.
+// reward fails; the oracle passes the task whose `api` sidecar is built as
+// compose builds it (build.dockerfile Dockerfile.api, build.args choosing
+// its base image and baking in the greeting the verifier asks for,
+// build.target a stage before one that cannot be built); a compose file
+// with network_mode: host is refused by name before any build; nothing of
+// the run is left behind.
 func TestComposeTasks(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
@@ -26,6 +30,7 @@ func TestComposeTasks(t *testing.T) {
 		cell, outcome, errPart string
 	}{
 		{"sidecar oracle", "passed", ""},
+		{"built oracle", "passed", ""},
 		{"sidecar " + cheat, "failed", ""},
 		{"refused oracle", "errored", `service keys: network_mode "host" is refused`},
 	} {

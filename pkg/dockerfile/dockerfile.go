@@ -72,7 +72,14 @@ func (s Stage) Replaceable() bool { return s.imageOff >= 0 }
 // Parse parses a Dockerfile. Errors are BuildKit's (an unterminated
 // heredoc, an invalid escape directive, a file with no instructions, a line
 // longer than 64 KiB) with the line number.
-func Parse(src []byte) (*File, error) {
+func Parse(src []byte) (*File, error) { return ParseArgs(src, nil) }
+
+// ParseArgs is Parse for a build given buildArgs (`--build-arg`, compose's
+// build.args): a global ARG the file declares takes the build argument's
+// value instead of its default, as the builder reads it, so a FROM operand
+// with a variable expands as it will be built. A build argument the file
+// does not declare as a global ARG changes nothing.
+func ParseArgs(src []byte, buildArgs map[string]string) (*File, error) {
 	res, err := parser.Parse(bytes.NewReader(src))
 	if err != nil {
 		return nil, fmt.Errorf("dockerfile: %w", err)
@@ -94,6 +101,10 @@ func Parse(src []byte) (*File, error) {
 			}
 			for a := n.Next; a != nil; a = a.Next {
 				name, val, ok := strings.Cut(a.Value, "=")
+				if v, given := buildArgs[name]; given {
+					f.Args[name] = v
+					continue
+				}
 				if !ok {
 					delete(f.Args, name)
 					continue

@@ -126,6 +126,24 @@ func TestGlobalArgs(t *testing.T) {
 	}
 }
 
+// TestBuildArgs: a build argument overrides the default of a global ARG
+// the file declares (with or without a default), so FROM expands as it is
+// built; one the file does not declare changes nothing.
+func TestBuildArgs(t *testing.T) {
+	f, err := ParseArgs([]byte("ARG BASE=debian:bookworm-slim\nARG TAG\nFROM ${BASE} AS one\nFROM python:${TAG}\nFROM ${OTHER:-alpine:3}\n"),
+		map[string]string{"BASE": "python:3.11-slim", "TAG": "3.12", "OTHER": "busybox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, st := range f.Stages {
+		refs = append(refs, st.Ref)
+	}
+	if want := []string{"python:3.11-slim", "python:3.12", "alpine:3"}; !reflect.DeepEqual(refs, want) {
+		t.Errorf("refs %q, want %q", refs, want)
+	}
+}
+
 func TestReplaceImagesKeepsOtherBytes(t *testing.T) {
 	src := "# escape=`\r\n" +
 		"FROM --platform=$BUILDPLATFORM  python:3.11-slim   AS build # not a comment\r\n" +

@@ -104,8 +104,9 @@ func refusal(t *task.Task, needs task.Needs) (events.ErrorClass, string) {
 }
 
 // composeSpec adds the task's compose services (task.Compose) to spec:
-// each sidecar's image built from its build context through the image
-// cache and the image map (EnsureImage, output appended to build.log;
+// each sidecar's image built from its build context, with its
+// build.dockerfile, build.args and build.target, through the image cache
+// and the image map (EnsureImage, output appended to build.log;
 // tagged as the task's name plus "-" and the service name) or its `image:`
 // mapped (and pulled only as a docker_image is), main's depends_on, and
 // main's `environment` under the task's own env. A service image that
@@ -133,6 +134,7 @@ func composeSpec(ctx context.Context, env Env, spec sandbox.Spec) (sandbox.Spec,
 		fmt.Fprintf(logf, "# compose service %s\n", s.Name)
 		img, err := b.EnsureImage(ctx, sandbox.BuildSpec{
 			Task: t.Name + "-" + s.Name, Revision: t.Revision, EnvironmentDir: s.BuildContext,
+			Dockerfile: s.Dockerfile, BuildArgs: s.BuildArgs, Target: s.BuildTarget,
 			DockerImage: s.Image, Timeout: seconds(t.BuildTimeoutSec), Log: logf,
 		})
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -34,6 +35,23 @@ type BuildSpec struct {
 	// Labels are added to a built image (beside proctor.task,
 	// proctor.revision and proctor.managed).
 	Labels map[string]string
+	// Dockerfile is the Dockerfile's path relative to EnvironmentDir, with
+	// forward slashes ("" means "Dockerfile"), as compose's
+	// build.dockerfile names it.
+	Dockerfile string
+	// BuildArgs are the build arguments (`--build-arg`, compose's
+	// build.args); Target is the stage to build ("" the last), compose's
+	// build.target.
+	BuildArgs map[string]string
+	Target    string
+}
+
+// DockerfilePath returns b.Dockerfile, or "Dockerfile" when it is "".
+func (b BuildSpec) DockerfilePath() string {
+	if b.Dockerfile == "" {
+		return "Dockerfile"
+	}
+	return b.Dockerfile
 }
 
 // DefaultBuildTimeout bounds an image build or pull when BuildSpec.Timeout
@@ -209,10 +227,31 @@ func ImageTag(task, key string) string {
 // after a base image was re-tagged to another id, has another key and
 // builds anew; it never reuses an image built from other bases.
 func ImageKey(revision string, dockerfile []byte, bases []BaseImage) string {
+	return BuildKey(BuildSpec{Revision: revision}, dockerfile, bases)
+}
+
+// BuildKey is ImageKey for the build b (its Revision), which may name
+// another Dockerfile, build arguments and a target stage; each of those
+// that is set adds a line after the bases, so a build without them has
+// the key ImageKey gives:
+//
+//	dockerfile-path <path> LF
+//	build-arg <name>=<value> LF      (one per argument, sorted by name)
+//	target <stage> LF
+func BuildKey(b BuildSpec, dockerfile []byte, bases []BaseImage) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "proctor image key v1\nrevision %s\ndockerfile %x\n", revision, sha256.Sum256(dockerfile))
-	for _, b := range bases {
-		fmt.Fprintf(h, "base %s %s\n", b.Ref, b.ID)
+	fmt.Fprintf(h, "proctor image key v1\nrevision %s\ndockerfile %x\n", b.Revision, sha256.Sum256(dockerfile))
+	for _, base := range bases {
+		fmt.Fprintf(h, "base %s %s\n", base.Ref, base.ID)
+	}
+	if b.Dockerfile != "" && b.Dockerfile != "Dockerfile" {
+		fmt.Fprintf(h, "dockerfile-path %s\n", b.Dockerfile)
+	}
+	for _, k := range slices.Sorted(maps.Keys(b.BuildArgs)) {
+		fmt.Fprintf(h, "build-arg %s=%s\n", k, b.BuildArgs[k])
+	}
+	if b.Target != "" {
+		fmt.Fprintf(h, "target %s\n", b.Target)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -348,14 +348,33 @@ func (m *ImageMap) DockerfileBases(src []byte) []string {
 // (BuildKit's parser); one it cannot parse is returned unchanged with no
 // bases, and the build reports the builder's own error.
 func (m *ImageMap) ScanDockerfile(src []byte) ([]byte, []Rewrite, []string) {
-	f, err := dockerfile.Parse(src)
+	return m.ScanBuild(src, nil, "")
+}
+
+// ScanBuild is ScanDockerfile for a build with build arguments (a global
+// ARG takes its argument's value, as the builder expands FROM with
+// `--build-arg`) and a target stage ("" for the last): the stages after
+// the target are not built, so their base images are neither listed nor
+// rewritten. A target no stage is named is ignored here (the builder
+// reports it).
+func (m *ImageMap) ScanBuild(src []byte, args map[string]string, target string) ([]byte, []Rewrite, []string) {
+	f, err := dockerfile.ParseArgs(src, args)
 	if err != nil {
 		return src, nil, nil
+	}
+	stages := f.Stages
+	if target != "" {
+		for i, st := range f.Stages {
+			if st.Name == strings.ToLower(target) {
+				stages = f.Stages[:i+1]
+				break
+			}
+		}
 	}
 	var bases []string
 	var rewrites []Rewrite
 	repl := map[int]string{}
-	for i, st := range f.Stages {
+	for i, st := range stages {
 		if st.FromStage || st.Image == "" {
 			continue
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/template"
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/proctor-eval/proctor/pkg/dockerfile"
 )
 
 // MainService is the compose service that is the task container, as in
@@ -55,9 +57,16 @@ type ComposeService struct {
 	Name string `json:"name"`
 	// Image is `image:` when the service is not built ("" when it is).
 	Image string `json:"image,omitempty"`
-	// BuildContext is the absolute build context directory, holding a
-	// Dockerfile ("" when the service runs Image).
+	// BuildContext is the absolute build context directory ("" when the
+	// service runs Image).
 	BuildContext string `json:"build_context,omitempty"`
+	// Dockerfile is build.dockerfile: the Dockerfile's path relative to
+	// BuildContext, with forward slashes ("" for Dockerfile at its root).
+	Dockerfile string `json:"dockerfile,omitempty"`
+	// BuildArgs are build.args with a value (after the file's variable
+	// interpolation); BuildTarget is build.target, the stage built.
+	BuildArgs   map[string]string `json:"build_args,omitempty"`
+	BuildTarget string            `json:"build_target,omitempty"`
 	// Entrypoint and Command replace the image's (nil: the image's).
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Command    []string `json:"command,omitempty"`
@@ -127,11 +136,18 @@ const composeBase = "services:\n  main:\n    build:\n      context: .\n"
 //   - refused (the error names the file, the service and the key): a
 //     network_mode, privileged, cap_add, devices, pid/ipc/uts/userns_mode,
 //     security_opt, sysctls, cgroup_parent, volumes, volumes_from,
-//     external_links, secrets, configs, env_file, a build with another
-//     Dockerfile name, target, args or dockerfile_inline, a build context outside envDir, scale or
-//     replicas other than 1, and depends_on a service that does not
-//     exist; anything the cell's network policy or isolation could not
-//     hold once the container runs;
+//     external_links, secrets, configs, env_file, a build's
+//     dockerfile_inline, a build context or Dockerfile outside envDir (or
+//     a Dockerfile outside its context), a build.target no stage of the
+//     Dockerfile is named, scale or replicas other than 1, and depends_on
+//     a service that does not exist; anything the cell's network policy
+//     or isolation could not hold once the container runs;
+//   - built as compose builds them: build.dockerfile (another name or a
+//     subdirectory of the context), build.args and build.target, through
+//     the image cache and the image map (sandbox.BuildSpec); an argument
+//     without a value (compose would take it from the shell) is left to
+//     the Dockerfile's default, since proctor's own environment is never
+//     forwarded (the file's .env is);
 //   - rewritten (Compose.Rewrites): ports (nothing is published on the
 //     host), networks and links (every service is on the cell's own
 //     network only, under its service name), container_name and hostname
@@ -274,14 +290,38 @@ func LoadCompose(file, envDir string) (*Compose, error) {
 			if rel, err := filepath.Rel(absEnv, ctxDir); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 				return nil, fmt.Errorf("%s: build.context %s leaves the environment directory", where, svc.Build.Context)
 			}
-			if df := svc.Build.Dockerfile; df != "" && df != "Dockerfile" {
-				return nil, fmt.Errorf("%s: build.dockerfile %q is not supported (only a Dockerfile at the root of the context)", where, df)
+			if svc.Build.DockerfileInline != "" {
+				return nil, fmt.Errorf("%s: build.dockerfile_inline is not supported (write the Dockerfile into the environment directory)", where)
 			}
-			if svc.Build.DockerfileInline != "" || svc.Build.Target != "" || len(svc.Build.Args) > 0 {
-				return nil, fmt.Errorf("%s: build.dockerfile_inline, target and args are not supported", where)
+			df, err := composeDockerfile(ctxDir, svc.Build.Dockerfile)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", where, err)
 			}
-			if !isFile(filepath.Join(ctxDir, "Dockerfile")) {
-				return nil, fmt.Errorf("%s: build.context %s has no Dockerfile", where, svc.Build.Context)
+			dfPath := filepath.Join(ctxDir, filepath.FromSlash(df))
+			if !isFile(dfPath) {
+				if df == "Dockerfile" {
+					return nil, fmt.Errorf("%s: build.context %s has no Dockerfile", where, svc.Build.Context)
+				}
+				return nil, fmt.Errorf("%s: build.dockerfile %s does not exist in the build context", where, svc.Build.Dockerfile)
+			}
+			for _, k := range slices.Sorted(maps.Keys(svc.Build.Args)) {
+				if v := svc.Build.Args[k]; v != nil {
+					if s.BuildArgs == nil {
+						s.BuildArgs = map[string]string{}
+					}
+					s.BuildArgs[k] = *v
+				} else {
+					rewrite("build.args "+k, "it has no value and proctor never forwards its own environment; the Dockerfile's default applies")
+				}
+			}
+			if tg := svc.Build.Target; tg != "" {
+				if err := hasStage(dfPath, tg, s.BuildArgs); err != nil {
+					return nil, fmt.Errorf("%s: build.target %q: %v", where, tg, err)
+				}
+				s.BuildTarget = tg
+			}
+			if df != "Dockerfile" {
+				s.Dockerfile = df
 			}
 			s.BuildContext = ctxDir
 		case svc.Image != "":
@@ -315,6 +355,49 @@ func LoadCompose(file, envDir string) (*Compose, error) {
 	}
 	sort.Strings(c.Rewrites)
 	return c, nil
+}
+
+// composeDockerfile returns build.dockerfile as a slash-separated path
+// relative to the build context ctxDir ("Dockerfile" when df is ""): a
+// relative df is taken in the context, as compose does; an absolute one
+// must lie inside it. A Dockerfile outside the context is refused (the
+// classic builder reads it from the context).
+func composeDockerfile(ctxDir, df string) (string, error) {
+	if df == "" {
+		return "Dockerfile", nil
+	}
+	p := df
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(ctxDir, p)
+	}
+	rel, err := filepath.Rel(ctxDir, filepath.Clean(p))
+	if err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("build.dockerfile %s is outside the build context %s", df, ctxDir)
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// hasStage reports an error unless the Dockerfile at file has a stage named
+// target (FROM ... AS target, compared without case, as the builder does).
+func hasStage(file, target string, args map[string]string) error {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	f, err := dockerfile.ParseArgs(src, args)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, st := range f.Stages {
+		if st.Name == strings.ToLower(target) {
+			return nil
+		}
+		if st.Name != "" {
+			names = append(names, st.Name)
+		}
+	}
+	return fmt.Errorf("%s has no stage of that name (stages: %s)", filepath.Base(file), strings.Join(names, ", "))
 }
 
 // refuseService returns why a service cannot run under proctor's isolation

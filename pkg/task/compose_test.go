@@ -52,10 +52,13 @@ func TestLoadComposeRefusals(t *testing.T) {
 	for _, c := range []struct{ compose, want string }{
 		{"services:\n  main:\n    build: .\n    depends_on:\n      s: {condition: service_healthy}\n  s:\n    image: x\n", "s has no healthcheck"},
 		{"services:\n  main:\n    build: .\n  s:\n    build: ../..\n", "leaves the environment directory"},
-		{"services:\n  main:\n    build: .\n  s:\n    build: {context: ., dockerfile: Other}\n", `build.dockerfile "Other"`},
+		{"services:\n  main:\n    build: .\n  s:\n    build: {context: ., dockerfile: Other}\n", `build.dockerfile Other does not exist`},
+		{"services:\n  main:\n    build: .\n  s:\n    build: {context: ./sub, dockerfile: ../Dockerfile}\n", "outside the build context"},
+		{"services:\n  main:\n    build: .\n  s:\n    build: {context: ., target: nope}\n", `build.target "nope": Dockerfile has no stage of that name`},
+		{"services:\n  main:\n    build: .\n  s:\n    build: {context: ., dockerfile_inline: \"FROM x\"}\n", "dockerfile_inline is not supported"},
 		{"services:\n  main:\n    build: .\n  a:\n    image: x\n    depends_on: [b]\n  b:\n    image: x\n    depends_on: [a]\n", "cycle"},
 	} {
-		dir := writeCompose(t, c.compose, map[string]string{})
+		dir := writeCompose(t, c.compose, map[string]string{"sub/Dockerfile": "FROM x\n"})
 		_, err := LoadCompose(filepath.Join(dir, "docker-compose.yaml"), dir)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: err %v, want %q", c.compose, err, c.want)
@@ -164,5 +167,36 @@ func TestLoadComposeUnsetVariables(t *testing.T) {
 	}
 	if c.MainEnv["A"] != "/x" || c.MainEnv["C"] != "1" || c.MainEnv["D"] != "d" || c.MainEnv["E"] != "$ESCAPED" {
 		t.Errorf("main env %v", c.MainEnv)
+	}
+}
+
+// TestLoadComposeBuild: a sidecar built as compose builds it keeps its
+// build.dockerfile (relative to its context, with forward slashes),
+// build.args (interpolated from .env) and build.target; an argument
+// without a value is left to the Dockerfile's default, never filled from
+// proctor's own environment.
+func TestLoadComposeBuild(t *testing.T) {
+	t.Setenv("FROM_THE_HOST", "leaked")
+	dir := writeCompose(t, `services:
+  main:
+    build: .
+  api:
+    build:
+      context: ./api
+      dockerfile: docker/Dockerfile.api
+      target: Runtime
+      args:
+        VERSION: "${VERSION}"
+        FROM_THE_HOST:
+`, map[string]string{".env": "VERSION=2.1\n",
+		"api/docker/Dockerfile.api": "ARG VERSION=0\nFROM python:${VERSION} AS build\nFROM build AS runtime\nFROM nope AS after\n"})
+	c, err := LoadCompose(filepath.Join(dir, "docker-compose.yaml"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.Services[0]
+	if a.BuildContext != filepath.Join(dir, "api") || a.Dockerfile != "docker/Dockerfile.api" || a.BuildTarget != "Runtime" ||
+		len(a.BuildArgs) != 1 || a.BuildArgs["VERSION"] != "2.1" {
+		t.Errorf("api %+v", a)
 	}
 }

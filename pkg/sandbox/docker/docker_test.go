@@ -488,7 +488,7 @@ func buildTestImage(t *testing.T, cli *client.Client, tag, dockerfile string) st
 	var ctxTar bytes.Buffer
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "Dockerfile"), dockerfile, 0o644)
-	if err := writeBuildContext(&ctxTar, dir, []byte(dockerfile)); err != nil {
+	if err := writeBuildContext(&ctxTar, dir, "Dockerfile", []byte(dockerfile)); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := cli.ImageBuild(ctx, &ctxTar, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1,

@@ -28,10 +28,14 @@ import (
 // EnsureImage makes the image of a task revision available and returns its
 // reference.
 //
-// With a Dockerfile in b.EnvironmentDir, the Dockerfile's FROM lines are
-// rewritten by the image map, its base images resolved to image ids
-// (pulled first when missing), and the image tagged ImageTag(b.Task, key)
-// with key = ImageKey(b.Revision, rewritten Dockerfile, bases); it is built
+// With a Dockerfile in b.EnvironmentDir (b.DockerfilePath(), another name
+// or a subdirectory as compose's build.dockerfile names it; built with
+// b.BuildArgs and up to b.Target), the Dockerfile's FROM lines are
+// rewritten by the image map (variables expanded with the build
+// arguments; the stages after the target left alone), its base images
+// resolved to image ids (pulled first when missing), and the image tagged
+// ImageTag(b.Task, key) with key = BuildKey(b, rewritten Dockerfile,
+// bases); it is built
 // only when that tag does not exist yet (an existing tag costs one
 // ImageInspect per base and one for the tag, and is never rebuilt; builds
 // of one tag are serialised, so concurrent cells of a task build once).
@@ -57,9 +61,15 @@ func (d *Driver) EnsureImage(ctx context.Context, b sandbox.BuildSpec) (sandbox.
 	}
 	dockerfile := ""
 	if b.EnvironmentDir != "" {
-		p := filepath.Join(b.EnvironmentDir, "Dockerfile")
+		rel := filepath.FromSlash(b.DockerfilePath())
+		if !filepath.IsLocal(rel) {
+			return sandbox.ImageInfo{}, fmt.Errorf("%w: task %s: Dockerfile %s is outside the build context", sandbox.ErrInvalidSpec, b.Task, b.Dockerfile)
+		}
+		p := filepath.Join(b.EnvironmentDir, rel)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			dockerfile = p
+		} else if b.Dockerfile != "" {
+			return sandbox.ImageInfo{}, fmt.Errorf("%w: task %s: no Dockerfile %s in %s", sandbox.ErrInvalidSpec, b.Task, b.Dockerfile, b.EnvironmentDir)
 		}
 	}
 	var info sandbox.ImageInfo
@@ -85,7 +95,7 @@ func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile
 	if err != nil {
 		return info, fmt.Errorf("sandbox: %w", err)
 	}
-	rewritten, rw, bases := d.imageMap.ScanDockerfile(src)
+	rewritten, rw, bases := d.imageMap.ScanBuild(src, b.BuildArgs, b.Target)
 	info.Rewrites = rw
 
 	bctx, cancel := context.WithTimeout(ctx, timeout)
@@ -107,7 +117,7 @@ func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile
 		}
 		info.Bases = append(info.Bases, sandbox.BaseImage{Ref: ref, ID: id})
 	}
-	info.Key = sandbox.ImageKey(b.Revision, rewritten, info.Bases)
+	info.Key = sandbox.BuildKey(b, rewritten, info.Bases)
 	tag := sandbox.ImageTag(b.Task, info.Key)
 	info.Ref = tag
 
@@ -128,17 +138,27 @@ func (d *Driver) buildImage(ctx context.Context, b sandbox.BuildSpec, dockerfile
 
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(writeBuildContext(pw, b.EnvironmentDir, rewritten))
+		pw.CloseWithError(writeBuildContext(pw, b.EnvironmentDir, b.DockerfilePath(), rewritten))
 	}()
 	defer pr.CloseWithError(io.ErrClosedPipe)
+	// The build's proxy variables, then the task's own build arguments
+	// (compose's build.args) over them.
+	args := buildArgs(d.buildProxy)
+	for k, v := range b.BuildArgs {
+		if args == nil {
+			args = map[string]*string{}
+		}
+		args[k] = &v
+	}
 	resp, err := d.cli.ImageBuild(bctx, pr, build.ImageBuildOptions{
 		Tags:        []string{tag},
-		Dockerfile:  "Dockerfile",
+		Dockerfile:  b.DockerfilePath(),
+		BuildArgs:   args,
+		Target:      b.Target,
 		Labels:      lbl,
 		Remove:      true,
 		ForceRemove: true,
 		Version:     build.BuilderV1,
-		BuildArgs:   buildArgs(d.buildProxy),
 	})
 	if err != nil {
 		return info, d.buildErr(bctx, tag, false, err.Error(), tail, err)
@@ -324,10 +344,11 @@ func readJSONMessages(r io.Reader, w io.Writer) (string, error) {
 }
 
 // writeBuildContext writes the build context tar of an environment
-// directory: every file as it is, except the Dockerfile (replaced by
-// dockerfile) and skills/ (replaced by an empty directory, as BenchFlow
-// does, so an agent arm never finds the task's skills in the image).
-func writeBuildContext(w io.Writer, dir string, dockerfile []byte) error {
+// directory: every file as it is, except the Dockerfile at dfPath (a
+// slash-separated path relative to dir, replaced by dockerfile) and
+// skills/ (replaced by an empty directory, as BenchFlow does, so an agent
+// arm never finds the task's skills in the image).
+func writeBuildContext(w io.Writer, dir, dfPath string, dockerfile []byte) error {
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
@@ -361,7 +382,7 @@ func writeBuildContext(w io.Writer, dir string, dockerfile []byte) error {
 		}
 		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
 		hdr.Format = tar.FormatPAX
-		if name == "Dockerfile" {
+		if name == dfPath {
 			hdr.Size = int64(len(dockerfile))
 			if err := tw.WriteHeader(hdr); err != nil {
 				return err
