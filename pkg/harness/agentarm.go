@@ -462,6 +462,12 @@ func agentEnv(env Env, workdir string, deadline time.Time, own map[string]string
 	} {
 		out[k] = v
 	}
+	if t.InheritPriorSession {
+		// A step that continues the prior step's session: an agent that
+		// can resume its own session (its state under HOME or
+		// /agent-output, which persist between steps) does.
+		out["PROCTOR_INHERIT_PRIOR_SESSION"] = "1"
+	}
 	return out
 }
 

@@ -234,7 +234,7 @@ const LifetimeSlack = 10 * time.Minute
 // step, for a multi-step task: the steps run one after the other in it)
 // plus LifetimeSlack, at least MinLifetime.
 func lifetime(t *task.Task) time.Duration {
-	budget := seconds(t.AgentTimeoutSec) + seconds(t.VerifierTimeoutSec)
+	budget := seconds(max(t.AgentTimeoutSec, oracleBudget(t))) + seconds(t.VerifierTimeoutSec)
 	if len(t.Steps) > 0 {
 		budget = 0
 		for _, s := range t.Steps {

@@ -83,6 +83,8 @@ type claudeState struct {
 	skill   *Skill
 	env     map[string]string
 	secrets map[string]string
+	// session carries the CLI's session between the steps of a cell.
+	session *claudeSession
 }
 
 func (a claudeArm) Ref() Ref                       { return a.ref }
@@ -220,7 +222,7 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
-	st := claudeState{env: penv, secrets: map[string]string{}}
+	st := claudeState{env: penv, secrets: map[string]string{}, session: &claudeSession{}}
 	for _, k := range ClaudeCredentialEnv {
 		if v := penv[k]; v != "" {
 			st.secrets[k] = v

@@ -201,8 +201,12 @@ cp %[5]s/prompt.md %[2]s/prompt.md && chown %[4]s %[2]s/prompt.md
 	}
 
 	var argv []string
-	for _, a := range ClaudeArgs(plan.Model, st.skill) {
+	args, resumed := sessionArgs(ClaudeArgs(plan.Model, st.skill), t, st.session)
+	for _, a := range args {
 		argv = append(argv, shq(a))
+	}
+	if resumed != "" {
+		dir.Logf("claude: resumes session %s of the step before (inherit_prior_session)", resumed)
 	}
 	script := fmt.Sprintf(`set -a; . %[1]s; set +a; rm -f %[1]s
 %[2]s < %[3]s/prompt.md > %[4]s &
@@ -325,6 +329,12 @@ exit $rc
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationSec: round3(res.Duration.Seconds()),
 		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true,
 		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
+	}
+	if id, _ := s.init["session_id"].(string); id != "" {
+		st.session.set(id)
+	}
+	if resumed != "" {
+		fin.Isolation["resumed_session"] = resumed
 	}
 	if ca != nil {
 		fin.Isolation["gateway"] = "intercept" // the credentials stayed in the proxy

@@ -84,6 +84,16 @@ func oracleNetworks(t *task.Task) Networks {
 	return n
 }
 
+// oracleBudget is the reference solution's budget in seconds: BenchFlow's
+// [oracle].timeout_sec when a single-step task sets it, else the agent's
+// (as Harbor runs solve.sh under [agent].timeout_sec).
+func oracleBudget(t *task.Task) float64 {
+	if t.OracleTimeoutSec > 0 && len(t.Steps) == 0 {
+		return t.OracleTimeoutSec
+	}
+	return t.AgentTimeoutSec
+}
+
 // oracleEnv is the reference solution's environment: on the open
 // network (a public solve), the host's proxy variables without their
 // credentials (sandbox.HostProxyEnv, as the public verifier gets them),
@@ -98,8 +108,9 @@ func oracleEnv(t *task.Task, n Networks, h *sandbox.Handle) map[string]string {
 
 // Solve copies the reference solution to /solution and /oracle and runs
 // `bash /solution/solve.sh` as root in the task's workdir with
-// [agent].timeout_sec (as Harbor runs solve.sh; most public tasks ship it
-// without the execute bit, some without a shebang).
+// [agent].timeout_sec, or BenchFlow's [oracle].timeout_sec (oracleBudget;
+// as Harbor runs solve.sh; most public tasks ship it without the execute
+// bit, some without a shebang).
 func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	t, dir, d := env.Task(), env.Dir(), p.Driver
 	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
@@ -113,12 +124,13 @@ func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	if err != nil {
 		return Outcome{}, err
 	}
-	dir.Logf("solve: bash /solution/solve.sh (timeout %gs, network %s)", t.AgentTimeoutSec, p.Networks.Solve)
+	budget := oracleBudget(t)
+	dir.Logf("solve: bash /solution/solve.sh (timeout %gs, network %s)", budget, p.Networks.Solve)
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
 			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
 		Env:     oracleEnv(t, p.Networks, h),
-		Timeout: seconds(t.AgentTimeoutSec), Grace: OracleGrace, Stdout: out, Stderr: out,
+		Timeout: seconds(budget), Grace: OracleGrace, Stdout: out, Stderr: out,
 	})
 	_ = out.Close(dir, "stdout.tail.txt")
 	if err != nil {

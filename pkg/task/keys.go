@@ -21,19 +21,29 @@ func listOf(entry keySchema) keySchema { return keySchema{"[]": entry} }
 // The known keys are the union of what the loader reads, what Harbor's
 // TaskConfig defines (schema 1.4: PackageInfo, VerifierConfig, AgentConfig,
 // EnvironmentConfig, HealthcheckConfig, TpuSpec, MCPServerConfig,
-// VerifierCollectConfig, SolutionConfig, StepConfig, ArtifactConfig) and
-// what BenchFlow 0.7's task config and task.md document define (the sandbox
-// and oracle names, verifier type/service/judge/pytest_plugins, the
-// document and authoring keys). A key Harbor or BenchFlow defines but
-// proctor does not use is known: it lands in Task.UncheckedKeys, never in
-// Task.UnknownKeys.
+// VerifierCollectConfig, SolutionConfig, StepConfig, ArtifactConfig), what
+// BenchFlow 0.7's TaskConfig and task.md document define (the sandbox and
+// oracle names, verifier type/service/judge/memory/hardening/
+// pytest_plugins/reward_range/sandbox/sandbox_mode, agent.prompt_prefix,
+// sandbox.image/setup_commands/bugswarm_image_tag, the MCP servers' filters,
+// oracle timeout_sec, the document and authoring keys), and the authoring
+// keys of published multi-turn tasks that Harbor reads past ([task]
+// format, workstream, id; [[steps]] dependencies, inherit_prior_session).
+// A key Harbor or BenchFlow defines but proctor does not use is known: it
+// lands in Task.UncheckedKeys, never in Task.UnknownKeys.
+// docs/decisions/2026-12-02-task-keys.md classifies each.
 var (
 	healthcheckKeys = keySchema{
 		"command": nil, "interval_sec": nil, "timeout_sec": nil,
 		"start_period_sec": nil, "start_interval_sec": nil, "retries": nil,
 	}
-	mcpServerKeys = keySchema{"name": nil, "transport": nil, "url": nil, "command": nil, "args": nil}
-	sandboxKeys   = keySchema{
+	mcpServerKeys = keySchema{"name": nil, "transport": nil, "url": nil, "command": nil, "args": nil,
+		// BenchFlow
+		"cwd": nil, "env": nil, "headers": nil, "tools": nil, "include_tags": nil, "exclude_tags": nil}
+	setupCommandKeys = keySchema{"command": nil, "timeout_sec": nil, "cwd": nil, "env": nil, "user": nil, "service": nil,
+		"host_lock": nil, "capture_dir": nil, "capture_dir_b64_env": nil, "capture_dir_b64_env_file_var": nil}
+	artifactKeys = keySchema{"source": nil, "destination": nil, "exclude": nil, "service": nil}
+	sandboxKeys  = keySchema{
 		"build_timeout_sec": nil, "docker_image": nil, "os": nil,
 		"cpus": nil, "memory_mb": nil, "storage_mb": nil, "gpus": nil, "gpu_types": nil,
 		"tpu":            keySchema{"type": nil, "topology": nil},
@@ -43,22 +53,29 @@ var (
 		"healthcheck": healthcheckKeys,
 		"memory":      nil, "storage": nil, // deprecated size strings
 		"docker_flags": nil, // optional in terminal-bench 2's task.toml
+		// BenchFlow
+		"image": nil, "setup_commands": listOf(setupCommandKeys), "bugswarm_image_tag": nil,
 	}
-	agentKeys    = keySchema{"timeout_sec": nil, "user": nil, "network_mode": nil, "allowed_hosts": nil, "egress": nil}
+	agentKeys    = keySchema{"timeout_sec": nil, "user": nil, "network_mode": nil, "allowed_hosts": nil, "egress": nil, "prompt_prefix": nil}
 	verifierKeys = keySchema{
 		"timeout_sec": nil, "env": nil, "user": nil,
 		"network_mode": nil, "allowed_hosts": nil, "egress": nil,
 		"environment_mode": nil, "environment": sandboxKeys,
 		"collect": listOf(keySchema{"command": nil, "service": nil, "timeout_sec": nil, "user": nil}),
 		// BenchFlow
-		"type": nil, "service": nil, "pytest_plugins": nil,
-		"judge": keySchema{"model": nil, "rubric_path": nil, "input_dir": nil, "input_type": nil, "context": nil},
+		"type": nil, "service": nil, "pytest_plugins": nil, "reward_range": nil,
+		"sandbox_mode": nil, "sandbox": sandboxKeys,
+		"judge":     keySchema{"model": nil, "rubric_path": nil, "input_dir": nil, "input_type": nil, "context": nil},
+		"memory":    keySchema{"expected_skills": nil},
+		"hardening": keySchema{"cleanup_conftests": nil},
 	}
 	taskTableKeys = keySchema{
 		"name": nil, "version": nil, "description": nil, "keywords": nil,
 		"authors": listOf(keySchema{"name": nil, "email": nil}),
+		// published multi-turn tasks' authoring keys (Harbor reads past them)
+		"format": nil, "workstream": nil, "id": nil,
 	}
-	solutionKeys = keySchema{"env": nil}
+	solutionKeys = keySchema{"env": nil, "timeout_sec": nil}
 
 	// tomlKeys is a task.toml: Harbor's TaskConfig, plus BenchFlow's names
 	// for the sandbox and oracle tables and its reward key.
@@ -68,11 +85,13 @@ var (
 		"verifier": verifierKeys, "agent": agentKeys,
 		"environment": sandboxKeys, "sandbox": sandboxKeys,
 		"solution": solutionKeys, "oracle": solutionKeys,
-		"multi_step_reward_strategy": nil, "artifacts": nil, "reward": nil,
+		"multi_step_reward_strategy": nil, "artifacts": listOf(artifactKeys), "reward": nil,
 		"steps": listOf(keySchema{
 			"name": nil, "min_reward": nil, "healthcheck": healthcheckKeys,
-			"agent":    keySchema{"timeout_sec": nil, "user": nil},
-			"verifier": keySchema{"timeout_sec": nil, "user": nil, "env": nil},
+			"agent": agentKeys, "verifier": verifierKeys,
+			"artifacts": listOf(artifactKeys),
+			// published multi-turn tasks
+			"dependencies": nil, "inherit_prior_session": nil,
 		}),
 	}
 	// markdownKeys is task.md frontmatter: every top-level key BenchFlow 0.7

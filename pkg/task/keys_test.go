@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -237,4 +238,101 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestEveryModelKeyIsKnown loads a task with every key of Harbor's task
+// model (schema 1.4), one with every key of BenchFlow's (0.7: TaskConfig
+// and the task.md document) and one with the keys published multi-turn
+// tasks add ([task] format, workstream, id; [[steps]] dependencies,
+// inherit_prior_session): none is unknown (no warning), the keys proctor
+// reads past are listed as unchecked (tasks list --verbose shows them),
+// and the keys it uses are applied. (Before, format, workstream, id,
+// dependencies, inherit_prior_session, the steps' artifacts, agent and
+// verifier keys, verifier.hardening and the other BenchFlow additions
+// were warned about as unknown.) docs/decisions/2026-12-02-task-keys.md
+// classifies every key.
+func TestEveryModelKeyIsKnown(t *testing.T) {
+	load := func(name string) *Task {
+		t.Helper()
+		tk, err := Load(filepath.Join("testdata", "keys", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tk.UnknownKeys) > 0 {
+			t.Errorf("%s: unknown keys %v", name, tk.UnknownKeys)
+		}
+		for _, w := range tk.Warnings {
+			if strings.Contains(w, "unknown") {
+				t.Errorf("%s: warning %q", name, w)
+			}
+		}
+		return tk
+	}
+	h := load("harbor")
+	if want := []string{"environment.gpu_types", "environment.os", "environment.tpu", "task.version",
+		"verifier.environment.env", "verifier.environment.gpu_types", "verifier.environment.gpus", "verifier.environment.healthcheck",
+		"verifier.environment.mcp_servers", "verifier.environment.os", "verifier.environment.skills_dir",
+		"verifier.environment.storage_mb", "verifier.environment.tpu", "verifier.environment.workdir"}; !slices.Equal(h.UncheckedKeys, want) {
+		t.Errorf("harbor: unchecked %q, want %q", h.UncheckedKeys, want)
+	}
+	// Used: the artifacts (task and steps), a step's own network policy
+	// refused by name rather than run as the task's.
+	if len(h.Artifacts) != 2 || !reflect.DeepEqual(h.Artifacts[1], Artifact{Source: "/var/log/app", Destination: "logs/app", Exclude: []string{"*.tmp"}, Service: "main"}) ||
+		len(h.Steps) != 2 || h.Steps[1].Artifacts[0].Target() != "second" || h.Steps[0].Artifacts[0].Target() != "app/first.txt" {
+		t.Errorf("harbor: artifacts %+v, steps %+v", h.Artifacts, h.Steps)
+	}
+	if !strings.Contains(h.Unsupported, "steps[0].agent.network_mode") {
+		t.Errorf("harbor: a step's own network policy is not refused: %q", h.Unsupported)
+	}
+	b := load("benchflow")
+	if want := []string{"agent.prompt_prefix", "reward", "sandbox.bugswarm_image_tag", "sandbox.gpu_types", "sandbox.os",
+		"sandbox.setup_commands", "sandbox.tpu", "task.version", "verifier.hardening", "verifier.judge", "verifier.memory",
+		"verifier.pytest_plugins", "verifier.reward_range", "verifier.service", "verifier.type"}; !slices.Equal(b.UncheckedKeys, want) {
+		t.Errorf("benchflow: unchecked %q, want %q", b.UncheckedKeys, want)
+	}
+	// Used: sandbox.image (docker_image), the separate verifier under its
+	// BenchFlow names, the oracle's budget; setup_commands refused.
+	if b.DockerImage != "debian:bookworm-slim" || b.VerifierMode != VerifierSeparate || b.VerifierEnvironment == nil ||
+		b.VerifierEnvironment.DockerImage != "python:3.11-slim" || b.OracleTimeoutSec != 900 || len(b.Artifacts) != 2 {
+		t.Errorf("benchflow: image %q, verifier %q %+v, oracle budget %g, artifacts %v", b.DockerImage, b.VerifierMode, b.VerifierEnvironment, b.OracleTimeoutSec, b.Artifacts)
+	}
+	if !strings.Contains(b.Unsupported, "sandbox.setup_commands") {
+		t.Errorf("benchflow: setup_commands not refused: %q", b.Unsupported)
+	}
+	m := load("multiturn")
+	if want := []string{"task.format", "task.id", "task.workstream"}; !slices.Equal(m.UncheckedKeys, want) {
+		t.Errorf("multiturn: unchecked %q, want %q", m.UncheckedKeys, want)
+	}
+	if m.Unsupported != "" || len(m.Steps) != 2 || m.Steps[0].InheritPriorSession || !m.Steps[1].InheritPriorSession ||
+		!slices.Equal(m.Steps[1].Dependencies, []string{"one"}) {
+		t.Errorf("multiturn: unsupported %q, steps %+v", m.Unsupported, m.Steps)
+	}
+}
+
+// TestStepDependenciesOrder: a dependency on a step not declared before
+// refuses the task (the steps run in declared order); artifacts entries
+// that would escape the cell's artifacts/ are load errors naming the key.
+func TestStepDependenciesOrder(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, root, "t/task.toml", "schema_version = \"1.1\"\n[environment]\ndocker_image = \"x\"\n"+
+		"[[steps]]\nname = \"a\"\ndependencies = [\"b\"]\n[[steps]]\nname = \"b\"\n")
+	tk, err := Load(filepath.Join(root, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tk.Unsupported, `steps[0].dependencies names "b"`) {
+		t.Errorf("unsupported %q", tk.Unsupported)
+	}
+	for _, c := range []struct{ toml, want string }{
+		{"artifacts = [\"/a/../../etc\"]\n", "must not contain '..'"},
+		{"artifacts = [{source = \"/a\", destination = \"/abs\"}]\n", "must be a relative path"},
+		{"artifacts = [{source = \"/a\", destination = \"manifest.json\"}]\n", "reserved"},
+		{"artifacts = [{source = \"rel\", service = \"db\"}]\n", "must be an absolute path"},
+		{"artifacts = [3]\n", "must be a path or a table"},
+	} {
+		writeFile(t, root, "u/task.toml", c.toml)
+		if _, err := Load(filepath.Join(root, "u")); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "artifacts[0]") {
+			t.Errorf("%q: err %v, want %q naming artifacts[0]", c.toml, err, c.want)
+		}
+	}
 }

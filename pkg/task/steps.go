@@ -57,6 +57,19 @@ type Step struct {
 	MinReward map[string]float64 `json:"min_reward,omitempty"`
 	// Healthcheck runs before the step's agent; nil when none.
 	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+	// Artifacts are the step's own artifacts, collected after its
+	// verifier into steps/<name>/artifacts/ with the task-level ones.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// Dependencies are the steps this one builds on (the published
+	// multi-turn tasks' key); proctor runs the steps in declared order, so
+	// each must be declared before it (Refusal otherwise).
+	Dependencies []string `json:"dependencies,omitempty"`
+	// InheritPriorSession asks that the agent of this step continue the
+	// session of the step before (its conversation, not only its files):
+	// arms that can resume a session do (docker-claude resumes the CLI's
+	// session; agent:<dir> is told with PROCTOR_INHERIT_PRIOR_SESSION=1);
+	// the others start a fresh one, as every step does without it.
+	InheritPriorSession bool `json:"inherit_prior_session,omitempty"`
 }
 
 // Healthcheck is a readiness command with Docker HEALTHCHECK semantics, as
@@ -85,6 +98,10 @@ type stepTable struct {
 	verifierEnv        map[string]any
 	minReward          map[string]float64
 	healthcheck        *Healthcheck
+	artifacts          []Artifact
+	dependencies       []string
+	inherit            bool
+	refusals           []string // step content proctor cannot run
 }
 
 var stepFields = map[string]field[stepTable]{
@@ -126,6 +143,37 @@ var stepFields = map[string]field[stepTable]{
 		s.healthcheck, err = r.healthcheck(e)
 		return err
 	},
+	"artifacts": func(r *configReader, s *stepTable, e entry) (err error) {
+		s.artifacts, err = r.artifacts(e.v, e.path)
+		return err
+	},
+	"dependencies": func(r *configReader, s *stepTable, e entry) (err error) {
+		if e.v == nil {
+			return nil
+		}
+		s.dependencies, err = r.strList(e.v, e.path)
+		return err
+	},
+	"inherit_prior_session": func(r *configReader, s *stepTable, e entry) (err error) {
+		if e.v == nil {
+			return nil
+		}
+		s.inherit, err = r.boolean(e.v, e.path)
+		return err
+	},
+}
+
+// stepUnsupported is the reader of a step key Harbor defines that changes
+// how the step runs and that proctor does not run per step (a step's own
+// network policy, separate verifier or collect hooks): the task is
+// refused naming the key, never run as if it were absent.
+func stepUnsupported(what string) field[stepTable] {
+	return func(r *configReader, s *stepTable, e entry) error {
+		if e.v != nil {
+			s.refusals = append(s.refusals, fmt.Sprintf("%s (%s of a single step) is not supported", e.path, what))
+		}
+		return nil
+	}
 }
 
 // healthcheck reads the healthcheck table e (nil when null) with Harbor's
@@ -153,6 +201,9 @@ var stepAgentFields = map[string]field[stepTable]{
 		s.agentUser, err = r.user(e.v, e.path)
 		return err
 	},
+	"network_mode":  stepUnsupported("the network policy"),
+	"allowed_hosts": stepUnsupported("the network policy"),
+	"egress":        stepUnsupported("the network policy"),
 }
 
 var stepVerifierFields = map[string]field[stepTable]{
@@ -168,6 +219,14 @@ var stepVerifierFields = map[string]field[stepTable]{
 		s.verifierEnv, err = r.mapping(e.v, e.path)
 		return err
 	},
+	"network_mode":     stepUnsupported("the verifier's network policy"),
+	"allowed_hosts":    stepUnsupported("the verifier's network policy"),
+	"egress":           stepUnsupported("the verifier's network policy"),
+	"environment_mode": stepUnsupported("a separate verifier"),
+	"environment":      stepUnsupported("a separate verifier"),
+	"sandbox_mode":     stepUnsupported("a separate verifier"),
+	"sandbox":          stepUnsupported("a separate verifier"),
+	"collect":          stepUnsupported("collect hooks"),
 }
 
 // nonNegative reads a finite number >= 0.
@@ -253,13 +312,16 @@ func (r *configReader) fillSteps(t *Task, c *taskConfig) {
 	}
 	for _, s := range c.steps {
 		st := Step{
-			Name:               s.name,
-			AgentTimeoutSec:    firstPositive(s.agentTimeoutSec, t.AgentTimeoutSec),
-			VerifierTimeoutSec: firstPositive(s.verifierTimeoutSec, t.VerifierTimeoutSec),
-			AgentUser:          firstNonEmpty(s.agentUser, t.AgentUser),
-			VerifierUser:       firstNonEmpty(s.verifierUser, t.VerifierUser),
-			MinReward:          s.minReward,
-			Healthcheck:        s.healthcheck,
+			Name:                s.name,
+			AgentTimeoutSec:     firstPositive(s.agentTimeoutSec, t.AgentTimeoutSec),
+			VerifierTimeoutSec:  firstPositive(s.verifierTimeoutSec, t.VerifierTimeoutSec),
+			AgentUser:           firstNonEmpty(s.agentUser, t.AgentUser),
+			VerifierUser:        firstNonEmpty(s.verifierUser, t.VerifierUser),
+			MinReward:           s.minReward,
+			Healthcheck:         s.healthcheck,
+			Artifacts:           s.artifacts,
+			Dependencies:        s.dependencies,
+			InheritPriorSession: s.inherit,
 		}
 		env := maps.Clone(t.VerifierEnv)
 		if s.verifierEnv != nil {
@@ -275,6 +337,26 @@ func (r *configReader) fillSteps(t *Task, c *taskConfig) {
 		st.VerifierEnv = env
 		t.Steps = append(t.Steps, st)
 	}
+}
+
+// stepRefusals are the reasons a multi-step task cannot run as written:
+// step content proctor does not run per step (stepUnsupported), and a
+// dependency on a step not declared before the one that names it (proctor
+// runs the steps in declared order, which must then be an order the
+// dependencies allow).
+func stepRefusals(c *taskConfig) []string {
+	var out []string
+	before := map[string]bool{}
+	for _, s := range c.steps {
+		out = append(out, s.refusals...)
+		for _, d := range s.dependencies {
+			if !before[d] {
+				out = append(out, fmt.Sprintf("%s.dependencies names %q, which is not a step declared before %s: the steps run in declared order", s.path, d, s.name))
+			}
+		}
+		before[s.name] = true
+	}
+	return out
 }
 
 func firstPositive(a, b float64) float64 {

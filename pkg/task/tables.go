@@ -15,20 +15,24 @@ import (
 
 // taskConfig is a definition read into typed tables, before it fills a Task.
 type taskConfig struct {
-	schemaVersion  string // schema_version
-	version        string // Harbor's older version key
-	name           string // task.md's top-level name (BenchFlow)
-	task           taskTable
-	metadata       map[string]any // free-form
-	agent          agentTable
-	verifier       verifierTable
-	sandbox        sandboxTable // [environment] or BenchFlow's sandbox
-	oracle         oracleTable  // [solution] or BenchFlow's oracle
-	source         string
-	artifacts      []any
-	steps          []stepTable // [[steps]], in order
-	rewardStrategy string      // multi_step_reward_strategy
-	multiRole      bool        // task.md with agents, scenes or user
+	schemaVersion string // schema_version
+	version       string // Harbor's older version key
+	name          string // task.md's top-level name (BenchFlow)
+	task          taskTable
+	metadata      map[string]any // free-form
+	agent         agentTable
+	verifier      verifierTable
+	sandbox       sandboxTable // [environment] or BenchFlow's sandbox
+	oracle        oracleTable  // [solution] or BenchFlow's oracle
+	source        string
+	artifacts     []Artifact
+	steps         []stepTable // [[steps]], in order
+	// refusals are the reasons the task cannot run as written (content
+	// proctor cannot run rather than run without): the first becomes
+	// Task.Unsupported.
+	refusals       []string
+	rewardStrategy string // multi_step_reward_strategy
+	multiRole      bool   // task.md with agents, scenes or user
 }
 
 func newTaskConfig() *taskConfig {
@@ -84,13 +88,15 @@ type sandboxTable struct {
 	mcpServers      []map[string]any
 	skillsDir       string
 	healthcheck     *Healthcheck
-	os              string // Harbor's os: "linux", "windows" or ""
+	os              string   // Harbor's os: "linux", "windows" or ""
+	refusals        []string // content proctor cannot run (setup_commands)
 }
 
 // oracleTable is [solution] (Harbor) or oracle (BenchFlow).
 type oracleTable struct {
-	name string         // the key it was read from
-	env  map[string]any // before resolution
+	name       string         // the key it was read from
+	env        map[string]any // before resolution
+	timeoutSec float64        // BenchFlow's [oracle].timeout_sec (0 = the agent's)
 }
 
 // entry is one key of a table being read.
@@ -195,16 +201,9 @@ var topFields = map[string]field[taskConfig]{
 		c.source, err = r.str(e.v, e.path)
 		return err
 	},
-	"artifacts": func(r *configReader, c *taskConfig, e entry) error {
-		if e.v == nil {
-			return nil
-		}
-		l, ok := e.v.([]any)
-		if !ok {
-			return r.errf(e.path, "must be a list, not %s", kindOf(e.v))
-		}
-		c.artifacts = l
-		return nil
+	"artifacts": func(r *configReader, c *taskConfig, e entry) (err error) {
+		c.artifacts, err = r.artifacts(e.v, e.path)
+		return err
 	},
 	"steps": func(r *configReader, c *taskConfig, e entry) error {
 		return r.readSteps(c, e)
@@ -307,6 +306,21 @@ var verifierFields = map[string]field[verifierTable]{
 	},
 }
 
+func init() {
+	// BenchFlow's native names for the separate verifier (task.md:
+	// verifier.sandbox, verifier.sandbox_mode) read as Harbor's; both
+	// spellings at once is an error naming the key.
+	for alias, key := range map[string]string{"sandbox": "environment", "sandbox_mode": "environment_mode"} {
+		read := verifierFields[key]
+		verifierFields[alias] = func(r *configReader, v *verifierTable, e entry) error {
+			if _, both := e.tbl[key]; both {
+				return r.errf(e.path, "both %s and %s are declared; keep one", alias, key)
+			}
+			return read(r, v, e)
+		}
+	}
+}
+
 // verifierSandboxFields read [verifier.environment], the separate
 // verifier's own environment (Harbor's EnvironmentConfig): the keys proctor
 // applies to the verifier's container; the others are read past
@@ -322,6 +336,14 @@ var verifierSandboxFields = func() map[string]field[sandboxTable] {
 var oracleFields = map[string]field[oracleTable]{
 	"env": func(r *configReader, o *oracleTable, e entry) (err error) {
 		o.env, err = r.mapping(e.v, e.path)
+		return err
+	},
+	// BenchFlow's oracle budget (SolutionConfig.timeout_sec).
+	"timeout_sec": func(r *configReader, o *oracleTable, e entry) (err error) {
+		if e.v == nil {
+			return nil
+		}
+		o.timeoutSec, err = r.timeout(e.v, e.path)
 		return err
 	},
 }
@@ -341,6 +363,25 @@ var sandboxFields = map[string]field[sandboxTable]{
 	"docker_image": func(r *configReader, s *sandboxTable, e entry) (err error) {
 		s.dockerImage, err = r.str(e.v, e.path)
 		return err
+	},
+	// BenchFlow's alias of docker_image (SandboxConfig: docker_image or
+	// image); both at once is an error naming the key.
+	"image": func(r *configReader, s *sandboxTable, e entry) (err error) {
+		if _, both := e.tbl["docker_image"]; both {
+			return r.errf(e.path, "both image and docker_image are declared; keep docker_image")
+		}
+		s.dockerImage, err = r.str(e.v, e.path)
+		return err
+	},
+	// BenchFlow's setup commands run after the sandbox starts and before
+	// the agent: proctor does not run them, so the task is refused rather
+	// than run unseeded.
+	"setup_commands": func(r *configReader, s *sandboxTable, e entry) error {
+		if l, ok := e.v.([]any); ok && len(l) > 0 {
+			s.refusals = append(s.refusals, e.path+" (commands run after the sandbox starts and before the agent) is not supported")
+		}
+		r.skip(e.path)
+		return nil
 	},
 	"workdir": func(r *configReader, s *sandboxTable, e entry) error {
 		wd, err := r.str(e.v, e.path)
@@ -466,6 +507,7 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	t.CPUs, t.MemoryMB, t.StorageMB, t.GPUs = s.cpus, s.memoryMB, s.storageMB, s.gpus
 	t.MCPServers, t.SkillsDir, t.Healthcheck, t.OS = s.mcpServers, s.skillsDir, s.healthcheck, s.os
 	t.Source, t.Artifacts = c.source, c.artifacts
+	t.OracleTimeoutSec = c.oracle.timeoutSec
 	t.MultiRole = c.multiRole
 
 	var err error
@@ -514,5 +556,8 @@ func (r *configReader) fill(t *Task, c *taskConfig) error {
 	r.warnings = append(r.warnings, oe.warnings...)
 	r.warnings = append(r.warnings, se.warnings...)
 	r.fillSteps(t, c)
+	if refusals := append(append(c.refusals, s.refusals...), stepRefusals(c)...); len(refusals) > 0 && t.Unsupported == "" {
+		t.Unsupported = refusals[0]
+	}
 	return nil
 }

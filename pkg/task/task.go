@@ -185,8 +185,20 @@ type Task struct {
 	// steps' (StepRewardMean, the default, or StepRewardFinal); "" for a
 	// single-step task.
 	MultiStepRewardStrategy string `json:"multi_step_reward_strategy,omitempty"`
-	// Artifacts is the top-level artifacts list, each entry as written.
-	Artifacts []any `json:"artifacts,omitempty"`
+	// Artifacts is the top-level artifacts list (Harbor's ArtifactConfig;
+	// a bare path is its source): copied into the cell's artifacts/ after
+	// the verifier, or into each step's steps/<name>/artifacts/ after the
+	// step's verifier.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// InheritPriorSession is set on the view of a multi-step task that
+	// one step's solve gets (never on a loaded task): the step declares
+	// inherit_prior_session and a step ran before it, so an arm that can
+	// resume its agent's session of that step does (Step.InheritPriorSession).
+	InheritPriorSession bool `json:"inherit_prior_session,omitempty"`
+	// OracleTimeoutSec is BenchFlow's [oracle].timeout_sec (seconds): the
+	// reference solution's budget; 0 when unset (the agent's budget
+	// applies, as in Harbor).
+	OracleTimeoutSec float64 `json:"oracle_timeout_sec,omitempty"`
 	// DockerfileWorkdir is the WORKDIR the final stage of
 	// environment/Dockerfile sets, when the file alone decides it ("" when
 	// it is the base image's or uses a variable: known only after a build).

@@ -27,7 +27,8 @@ import (
 // step's tests/ over it) scored by verify.RunTests (the verifier
 // service's own) on the network the arm's plan gives the verifier
 // (verify.UseNetwork), the sandbox frozen before the reward is read; the
-// task's artifacts collected; the sandbox thawed and back on its start
+// task's and the step's artifacts collected (verify.CollectArtifacts);
+// the sandbox thawed and back on its start
 // network for the next step; then StepVerdict. A step whose solve made no attempt ends the cell errored
 // by the single-step rule (harness.NoAttemptError), its tests unrun. A
 // step whose reward misses its min_reward,
@@ -141,7 +142,12 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 			}
 		}
 		stop = sv.Stop
-		c.collectArtifacts(ctx, p.Driver, h, cellfs.Dir(c.Dir().Path("steps", s.Name)))
+		// The task's artifacts and the step's own, after its verifier,
+		// into steps/<name>/artifacts/ (as Harbor collects them per step).
+		if _, err := verify.CollectArtifacts(ctx, p.Driver, h, append(append([]task.Artifact{}, t.Artifacts...), s.Artifacts...),
+			workdir, cellfs.Dir(c.Dir().Path("steps", s.Name))); err != nil {
+			c.Dir().Logf("step %s artifacts: %v", s.Name, err)
+		}
 		if stop == "" && i+1 < len(t.Steps) {
 			// Thawed and back on the solve's network for the next step.
 			err := thaw(ctx, p.Driver, h)
@@ -221,7 +227,9 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 			return sv, err
 		}
 	}
-	env := &stepEnv{cell: c, t: stepTask(c.task, s), dir: dir, quiet: i > 0}
+	st := stepTask(c.task, s)
+	st.InheritPriorSession = s.InheritPriorSession && i > 0
+	env := &stepEnv{cell: c, t: st, dir: dir, quiet: i > 0}
 	start := time.Now()
 	out, err := arm.Solve(ctx, env, p, h)
 	if oerr := c.recordHarness(ctx, s.Name, start, out, err); oerr != nil && err == nil {
@@ -358,27 +366,4 @@ func thaw(ctx context.Context, d sandbox.Driver, h *sandbox.Handle) error {
 		return fmt.Errorf("the sandbox driver %T cannot resume a frozen sandbox", d)
 	}
 	return th.Thaw(ctx, h)
-}
-
-// collectArtifacts copies the task's artifacts (each a path in the
-// sandbox, or a table with source) into the step's artifacts/ directory
-// after the step, as Harbor collects them after each step. A path that
-// does not exist is logged, never an error.
-func (c *cell) collectArtifacts(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, dir cellfs.Dir) {
-	for _, a := range c.task.Artifacts {
-		src := ""
-		switch x := a.(type) {
-		case string:
-			src = x
-		case map[string]any:
-			src, _ = x["source"].(string)
-		}
-		if !strings.HasPrefix(src, "/") {
-			continue
-		}
-		dst := dir.Path("artifacts", strings.TrimPrefix(path.Clean(src), "/"))
-		if err := d.CopyOut(ctx, h, src, filepath.Dir(dst)); err != nil {
-			dir.Logf("artifact %s not collected: %v", src, err)
-		}
-	}
 }

@@ -280,6 +280,11 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 		return fail(err)
 	}
 	v.Findings = append(collected, v.Findings...)
+	// The task's artifacts, from the agent's sandbox, after the tests, as
+	// Harbor collects them: into the cell's artifacts/.
+	if _, err := verify.CollectArtifacts(ctx, s.driver, h, t.Artifacts, job.Workdir, dir); err != nil {
+		dir.Logf("artifacts: %v", err)
+	}
 	if oomErr == nil {
 		// Read after the freeze: the docker driver reads it from the
 		// host's cgroup filesystem when the engine runs on this machine;
