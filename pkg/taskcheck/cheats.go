@@ -133,6 +133,12 @@ type TaskHints struct {
 	// not also hold; files under 16 bytes are left out (too common to
 	// identify).
 	Graders []string
+	// Literals are "path<TAB>literal" lines: for each source file the
+	// tests name by absolute path (.py, .js, .go, .c, .rs, ...), the
+	// literals on the same line of a test (quoted strings, a grep
+	// pattern), what a verifier that only greps the agent's source for
+	// them accepts.
+	Literals []string
 }
 
 func (h TaskHints) files() map[string][]byte {
@@ -142,7 +148,42 @@ func (h TaskHints) files() map[string][]byte {
 		}
 		return []byte(strings.Join(s, "\n") + "\n")
 	}
-	return map[string][]byte{"reward_paths": lines(h.RewardPaths), "invoked": lines(h.Invoked), "graders": lines(h.Graders)}
+	return map[string][]byte{"reward_paths": lines(h.RewardPaths), "invoked": lines(h.Invoked), "graders": lines(h.Graders), "literals": lines(h.Literals)}
+}
+
+// sourceExt are the extensions of source files a verifier may grep.
+var sourceExt = map[string]bool{".py": true, ".js": true, ".ts": true, ".go": true, ".c": true, ".h": true, ".cc": true, ".cpp": true,
+	".rs": true, ".java": true, ".rb": true, ".pl": true, ".php": true, ".sql": true, ".sh": true, ".kt": true, ".swift": true, ".cs": true}
+
+var (
+	// commandSep splits a test's text into commands (lines, and the
+	// commands of a line joined by ;, &&, ||, |), so a literal is tied to
+	// the file named in its own command.
+	commandSep = regexp.MustCompile(`\n|;|&&|\|\||\|`)
+	quoted     = regexp.MustCompile(`'([^'\n]*)'|"((?:[^"\\\n]|\\.)*)"`)
+	grepWord   = regexp.MustCompile(`\bgrep\s+(?:-[A-Za-z]+\s+)*([^\s'"|;&<>-][^\s|;&<>]*)`)
+)
+
+// lineLiterals are the literals of one test line that name source file p:
+// its quoted strings (not the path itself, not an expansion) and the bare
+// pattern of a grep, regex anchors and escapes dropped.
+func lineLiterals(line, p string) []string {
+	var out []string
+	add := func(s string) {
+		s = strings.TrimSuffix(strings.TrimPrefix(s, "^"), "$")
+		s = strings.ReplaceAll(strings.ReplaceAll(s, `\b`, ""), `\`, "")
+		if s == "" || strings.Contains(s, p) || strings.ContainsAny(s, "$`") || strings.HasPrefix(s, "/") || len(s) > 200 {
+			return
+		}
+		out = append(out, s)
+	}
+	for _, m := range quoted.FindAllStringSubmatch(line, -1) {
+		add(m[1] + m[2])
+	}
+	for _, m := range grepWord.FindAllStringSubmatch(line, -1) {
+		add(m[1])
+	}
+	return out
 }
 
 var (
@@ -160,10 +201,21 @@ func Hints(t *task.Task) (TaskHints, error) {
 	if t.EnvironmentDir != "" {
 		_ = walkFiles(t.EnvironmentDir, func(rel string, b []byte) { envSums[sum(b)] = true })
 	}
-	rewards, invoked := map[string]bool{}, map[string]bool{}
+	rewards, invoked, literals := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	if t.TestsDir != "" {
 		err := walkFiles(t.TestsDir, func(rel string, b []byte) {
 			text := string(b)
+			for _, line := range commandSep.Split(text, -1) {
+				for _, m := range absPath.FindAllStringSubmatch(line, -1) {
+					p := path.Clean(m[1])
+					if !sourceExt[path.Ext(p)] || underAny(p, verifierOwn) {
+						continue
+					}
+					for _, l := range lineLiterals(line, m[1]) {
+						literals[p+"\t"+l] = true
+					}
+				}
+			}
 			for _, m := range absPath.FindAllStringSubmatch(text, -1) {
 				p := path.Clean(m[1])
 				if strings.Contains(strings.ToLower(p), "reward") {
@@ -197,7 +249,7 @@ func Hints(t *task.Task) (TaskHints, error) {
 			return h, err
 		}
 	}
-	h.RewardPaths, h.Invoked = sortedKeys(rewards), sortedKeys(invoked)
+	h.RewardPaths, h.Invoked, h.Literals = sortedKeys(rewards), sortedKeys(invoked), sortedKeys(literals)
 	sort.Strings(h.Graders)
 	return h, nil
 }

@@ -33,7 +33,9 @@ var graderDirs = []string{"solution", "oracle", "tests", "verifier"}
 //   - a solve.sh that names /tests, /verifier, /logs/verifier, or a file
 //     of the tests directory by its path in the task (tests/x, ../tests/x)
 //     (FAIL: the reference solution reads what only the verifier should
-//     have).
+//     have);
+//   - the verifier's files and the build context for what a run cannot
+//     show (VerifierStatic).
 //
 // It returns one PASS finding when nothing is found.
 func Static(t *task.Task) []Finding {
@@ -74,8 +76,9 @@ func Static(t *task.Task) []Finding {
 			}
 		}
 	}
+	out = append(out, VerifierStatic(t)...)
 	if len(out) == 0 {
-		out = append(out, Finding{Check: CheckStatic, Verdict: Pass, Detail: "required files, timeouts, no grader in the image, solution reads no verifier file"})
+		out = append(out, Finding{Check: CheckStatic, Verdict: Pass, Detail: "required files, timeouts, no grader in the image, solution reads no verifier file, verifier files sound"})
 	}
 	return out
 }

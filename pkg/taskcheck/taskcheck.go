@@ -235,7 +235,8 @@ func Evaluate(p Plan, tasks []*task.Task, static map[string][]Finding, rows []ar
 		}
 		noop := cells[NoopHarness]
 		if p.Noop {
-			fs = append(fs, noopFinding(noop))
+			oracleScored, _ := verdicts(cells[string(harness.Oracle)])
+			fs = append(fs, noopFinding(noop, len(oracleScored) > 0))
 		} else if p.unselected(CheckNoop) {
 			skip(CheckNoop)
 		}
@@ -387,8 +388,13 @@ func describeOr(r *artifact.Result) string {
 	return describe(*r)
 }
 
-// noopFinding: an agent that does nothing must not pass.
-func noopFinding(rs []artifact.Result) Finding {
+// noopFinding: an agent that does nothing must not pass, and must be
+// scored: when the verifier gives the reference solution a verdict
+// (oracleScored) but gives none to an agent that does nothing (its test
+// script stops before it writes the reward, as a `set -e` script does
+// when a check fails), every failing agent is an errored cell, missing
+// data, instead of a 0: FAIL.
+func noopFinding(rs []artifact.Result, oracleScored bool) Finding {
 	f := func(v Verdict, format string, a ...any) Finding {
 		return Finding{Check: CheckNoop, Verdict: v, Detail: fmt.Sprintf(format, a...)}
 	}
@@ -397,6 +403,9 @@ func noopFinding(rs []artifact.Result) Finding {
 	}
 	sc, none := verdicts(rs)
 	if len(sc) == 0 {
+		if oracleScored && none[0].Outcome == artifact.OutcomeVerifierError {
+			return f(Fail, "the verifier gives no reward to an agent that does nothing (%s), while it scores the reference solution: every failing agent is errored, missing data, instead of a 0 (a test script that stops, as with set -e, before it writes the reward?)", describe(none[0]))
+		}
 		return f(Skip, "no verdict: %s", describe(none[0]))
 	}
 	for _, r := range sc {

@@ -100,7 +100,12 @@ func TestEvaluate(t *testing.T) {
 		{"no-op passes", set(1, row(NoopHarness, 1, artifact.OutcomePassed, 1, 1)), Fail, CheckNoop, "no-op passes"},
 		{"no-op partial", set(1, row(NoopHarness, 1, artifact.OutcomePartial, 0.5, 1)), Warn, CheckNoop, "reward 0.5"},
 		{"no-op refused is skipped", set(1, row(NoopHarness, 1, artifact.OutcomeErrored, 0, 0)), Pass, "", ""},
-		{"no-op without a verdict is skipped", set(1, noVerdict(NoopHarness)), Pass, "", ""},
+		{"no-op without a verdict while the oracle is scored fails", set(1, noVerdict(NoopHarness)), Fail, CheckNoop, "the verifier gives no reward to an agent that does nothing"},
+		{"no-op and oracle without a verdict: the oracle decides", func() []artifact.Result {
+			rs := set(1, noVerdict(NoopHarness))
+			rs[0] = noVerdict("oracle")
+			return rs
+		}(), Fail, CheckOracle, "does not pass: verifier_error"},
 		{"cheat without a verdict is skipped", set(2, noVerdict("agent:cheat-reward-files")), Pass, "", ""},
 		{"oracle without a verdict fails", set(0, noVerdict("oracle")), Fail, CheckOracle, "does not pass: verifier_error"},
 		{"cheat passes", set(2, row("agent:cheat-reward-files", 1, artifact.OutcomePassed, 1, 1)), Fail, "cheat:reward-files", "reward-files passes: writes rewards"},
@@ -240,7 +245,7 @@ func TestCheatsRegistry(t *testing.T) {
 			t.Errorf("cheat %s: hack %q, script starts %q", c.Name, c.Hack, c.Script[:min(40, len(c.Script))])
 		}
 	}
-	if got := strings.Join(names, ","); got != "plant-hooks,read-graders,reward-daemon,reward-files,shadow-module,stub-invoked" {
+	if got := strings.Join(names, ","); got != "plant-hooks,read-graders,reward-daemon,reward-files,shadow-module,source-literals,stub-invoked" {
 		t.Fatalf("cheats %s", got)
 	}
 }
@@ -306,6 +311,22 @@ func TestStatic(t *testing.T) {
 		{"environment holds the solution", harbor(map[string]string{"environment/ref.sh": "#!/bin/bash\necho 42 > /app/answer.txt\n"}), Fail, "environment/ref.sh is a copy of solution/solve.sh"},
 		{"solve reads /tests", harbor(map[string]string{"solution/solve.sh": "cp /tests/x.txt /app/answer.txt\n"}), Fail, "solution/solve.sh reads /tests/x.txt"},
 		{"solve reads a tests-only file", harbor(map[string]string{"tests/expected.txt": "42 and more\n", "solution/solve.sh": "cp ../tests/expected.txt /app/answer.txt\n"}), Fail, "reads tests/expected.txt"},
+		// What a run cannot show (VerifierStatic).
+		{"the truth in the image", harbor(map[string]string{"tests/expected.txt": "42\n", "environment/data/expected.txt": "42\n"}), Fail, "tests/expected.txt, the expected answer, is also environment/data/expected.txt"},
+		{"an input the tests re-read is not the truth", harbor(map[string]string{"tests/words.txt": "a b c\n", "environment/words.txt": "a b c\n"}), Pass, ""},
+		{"pyc of the solution", harbor(map[string]string{"solution/gen.py": "print(42)\n", "environment/__pycache__/gen.cpython-311.pyc": "\x00compiled"}), Fail, "environment/__pycache__/gen.cpython-311.pyc is compiled from solution/gen.py"},
+		{"pyc left over", harbor(map[string]string{"environment/util.pyc": "\x00compiled"}), Warn, "compiled Python left in the build context"},
+		{"verifier helper in the image", harbor(map[string]string{"environment/grade.py": "print(1)\n",
+			"tests/test.sh": "#!/bin/bash\nif python3 /usr/local/lib/grade.py; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"}), Warn, "the tests run /usr/local/lib/grade.py, a verifier helper the environment bakes"},
+		{"a helper named in a comment only", harbor(map[string]string{"environment/grade.sh": "echo PASS\n",
+			"tests/test.sh": "#!/bin/bash\n# never runs /app/grade.sh\ngrep -qx 42 /app/answer.txt && echo 1 > /logs/verifier/reward.txt\n"}), Pass, ""},
+		{"grader reads a file the agent can write", harbor(map[string]string{"environment/expected.json": "{\"a\": 1}\n",
+			"tests/test.sh": "#!/bin/bash\ncmp -s /app/out.json /app/expected.json && echo 1 > /logs/verifier/reward.txt\n"}), Warn, "the tests read /app/expected.json, which the image ships (environment/expected.json) where the agent can write"},
+		{"pytest in the work tree", harbor(map[string]string{"tests/test.sh": "#!/bin/bash\ncp /tests/test_x.py /app/\ncd /app && pytest -q test_x.py > /tmp/log 2>&1\n"}), Warn, "the tests run pytest on /app/test_x.py, in the agent's work tree"},
+		{"pytest without a path from the work tree", harbor(map[string]string{"tests/test.sh": "#!/bin/bash\npytest -rA\n"}), Warn, "the tests run pytest on /app,"},
+		{"pytest on /tests", harbor(map[string]string{"tests/test.sh": "#!/bin/bash\ncd /app\npytest /tests/test_outputs.py -rA -k 'not slow'\n"}), Pass, ""},
+		{"the clock", harbor(map[string]string{"tests/check.py": "import time\nok = time.time() % 2 < 1\n"}), Warn, "the tests read the clock: tests/check.py (time.time("},
+		{"a sleep is not the clock", harbor(map[string]string{"tests/check.py": "import time\ntime.sleep(0.1)\n"}), Pass, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -345,6 +366,14 @@ func TestHints(t *testing.T) {
 	}
 	if got := strings.Join(h.Invoked, ","); got != "/app,/app/check.py,run.sh" {
 		t.Errorf("invoked %s", got)
+	}
+	lit, err := Hints(writeTask(t, harbor(map[string]string{"tests/test.sh": "#!/bin/bash\ngrep -q 'def main' /app/solve.py && grep -qE '^import numpy$' /app/solve.py && grep -c numpy /app/x.txt\n" +
+		"[ \"$(cat /app/a.py)\" = \"$want\" ]\n"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(lit.Literals, "|"); got != "/app/solve.py\tdef main|/app/solve.py\timport numpy" {
+		t.Errorf("literals %q", got)
 	}
 	var graders []string
 	for _, g := range h.Graders {
@@ -421,15 +450,22 @@ func TestReportHostileText(t *testing.T) {
 
 // TestNoVerdictIsNoPass: a no-op or a cheat whose verifier gave no reward
 // (verifier_error) is a SKIP "no verdict", not a PASS "fails" / "does not
-// pass": missing data proves nothing either way.
+// pass": missing data proves nothing either way. The one exception is the
+// no-op beside a scored oracle: a verifier that cannot score doing
+// nothing errors every failing agent (TestEvaluate).
 func TestNoVerdictIsNoPass(t *testing.T) {
 	rs := clean()
-	rs[1], rs[2] = noVerdict(NoopHarness), noVerdict("agent:cheat-reward-files")
+	rs[0], rs[1], rs[2] = noVerdict("oracle"), noVerdict(NoopHarness), noVerdict("agent:cheat-reward-files")
 	tr := evaluate(t, rs)
 	for _, check := range []string{CheckNoop, "cheat:reward-files"} {
 		if f := finding(tr, check); f.Verdict != Skip || !strings.HasPrefix(f.Detail, "no verdict: verifier_error") {
 			t.Errorf("%s: %s %q, want SKIP no verdict", check, f.Verdict, f.Detail)
 		}
+	}
+	rs = clean()
+	rs[2] = noVerdict("agent:cheat-reward-files")
+	if f := finding(evaluate(t, rs), "cheat:reward-files"); f.Verdict != Skip {
+		t.Errorf("cheat without a verdict: %s %q, want SKIP", f.Verdict, f.Detail)
 	}
 }
 

@@ -1,0 +1,2 @@
+#!/bin/bash
+wc -w < /app/text.txt | tr -d ' ' > /app/count.txt

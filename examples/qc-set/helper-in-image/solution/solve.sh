@@ -1,0 +1,2 @@
+#!/bin/bash
+echo $((6 * 7)) > /app/answer.txt

@@ -1,0 +1,2 @@
+#!/bin/bash
+python3 /solution/gen_answer.py
