@@ -304,7 +304,7 @@ type FinishedData struct {
 	// Isolation records the sandbox of the solve phase (e.g. network).
 	Isolation map[string]any `json:"isolation,omitempty"`
 	// IsolationProbe is a probe arm's status per leak class (open, closed,
-	// n/a, untested; DESIGN §6), copied to the row's
+	// n/a, untested, expected; DESIGN §6), copied to the row's
 	// metrics.isolation_probe.
 	IsolationProbe map[string]string `json:"isolation_probe,omitempty"`
 	// OOMKilled is true when the kernel killed a process of the sandbox at

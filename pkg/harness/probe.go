@@ -3,17 +3,13 @@ package harness
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -49,9 +45,10 @@ const maxProbeReport = 4 << 20
 // probeArm runs the isolation probe (DESIGN §6) in exactly the sandbox an
 // agent arm gets: the task image, the agent's working directory, uid
 // 10001, the agent's network plan and the agent's environment allowlist
-// (agentSandbox, prepareAgentDirs, agentEnv). No model, no cost. It scores
-// itself: reward 1 when every leak class is closed or n/a, else 0. Its rows
-// check the setup and are never compared.
+// (agentSandbox, prepareAgentDirs, agentEnv). No model, no cost. It scores itself: reward 1 when
+// every leak class is closed, n/a or expected by the task
+// (metadata.probe_expect), else 0. Its rows check the setup and are never
+// compared.
 type probeArm struct{ ref Ref }
 
 func (a probeArm) Ref() Ref                       { return a.ref }
@@ -71,8 +68,22 @@ func (a probeArm) Check(baseDir string) error {
 	return nil
 }
 
+// Refusal refuses what every in-container arm refuses, and a task whose
+// metadata.probe_expect is malformed or names no leak class.
 func (a probeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
-	return refusal(t, a.needs(t))
+	if c, r := refusal(t, a.needs(t)); c != "" {
+		return c, r
+	}
+	expect, err := t.ProbeExpect()
+	if err == nil {
+		if err = isoprobe.CheckExpect(expect); err != nil {
+			err = fmt.Errorf("%s: metadata.%s: %w", path.Base(t.DefinitionFile), task.ProbeExpectKey, err)
+		}
+	}
+	if err != nil {
+		return events.ClassRefused, err.Error()
+	}
+	return "", ""
 }
 
 func (a probeArm) needs(*task.Task) task.Needs { return task.NeedsProbe }
@@ -84,8 +95,12 @@ func (a probeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 // ProbeResult is isolation_probe.json: the statuses, whether the probe
 // passed, the targets and the probe program's whole report.
 type ProbeResult struct {
-	Passed   bool              `json:"passed"`
-	Classes  map[string]string `json:"classes"`
+	Passed  bool              `json:"passed"`
+	Classes map[string]string `json:"classes"`
+	// Expected are the classes the task declares open on purpose
+	// (metadata.probe_expect) and the probe found open, each with its
+	// reason.
+	Expected map[string]string `json:"expected,omitempty"`
 	Targets  isoprobe.Targets  `json:"targets"`
 	Workdir  string            `json:"workdir"`
 	User     string            `json:"user"`
@@ -94,16 +109,13 @@ type ProbeResult struct {
 	Duration float64           `json:"duration_sec"`
 }
 
-// Solve prepares the agent's directories and prompt as an agent arm does,
-// copies the skill in (skill form), copies a static proctor binary and the
-// probe's configuration into a stage directory the walk skips, runs
-// `proctor probe-inside` as uid 10001 in the agent's working directory with
-// the agent's environment, and folds its JSON report (isoprobe.Fold) into
+// Solve runs the probe in the sandbox the agent gets and folds its report
+// (isoprobe.Fold, with the task's metadata.probe_expect) into
 // isolation_probe.json, Finished.isolation_probe and a Verdict. A probe
-// program that does not report is a sandbox error (the cell has no
-// verdict), never a pass.
+// program that does not report is an error (the cell has no verdict),
+// never a pass.
 func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
-	t, dir, d, workdir := env.Task(), env.Dir(), p.Driver, p.Workdir
+	t, dir, d := env.Task(), env.Dir(), p.Driver
 	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
 		return Outcome{}, err
 	}
@@ -115,11 +127,12 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err != nil {
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}
-	if _, _, err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
-		return Outcome{}, events.Classed(events.ClassSandbox, err)
+	expect, err := t.ProbeExpect()
+	if err == nil {
+		err = isoprobe.CheckExpect(expect)
 	}
-	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
-		return Outcome{}, events.Classed(events.ClassSandbox, err)
+	if err != nil {
+		return Outcome{}, events.Classed(events.ClassRefused, err)
 	}
 	skill := ""
 	if a.ref.Arg != "" {
@@ -129,55 +142,26 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 			return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("copy the skill in: %w", err))
 		}
 	}
-	agentVars := withEnv(agentEnv(env, workdir, time.Now().Add(seconds(t.AgentTimeoutSec)), nil), sandbox.ProxyEnv(h))
-	cfg := isoprobe.Config{
-		Root: "/", Workdir: workdir, Home: agentHome, Targets: targets, Skill: skill,
-		Skip: []string{}, TimeoutSec: 3,
-	}
-	if p.Spec.Egress != nil {
-		cfg.Allowlist = p.Spec.Egress.Allow
-	}
-	if cfg.TaskFiles, err = taskFileSigs(t); err != nil {
-		return Outcome{}, events.Classed(events.ClassInfra, err)
-	}
-	if cfg.EnvAllowed, err = allowedEnv(ctx, d, p.Spec, agentVars); err != nil {
-		dir.Logf("probe: env left untested: %v", err)
-	}
 	stage := strings.TrimSuffix(StagePath("probe"), "/probe")
-	cfg.Skip = append(cfg.Skip, stage)
-	cfgFile, err := writeProbeConfig(cfg)
-	if err != nil {
-		return Outcome{}, events.Classed(events.ClassInfra, err)
+	if err := d.CopyIn(ctx, h, bin, stage); err != nil {
+		return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
 	}
-	defer os.RemoveAll(filepath.Dir(cfgFile))
-	for _, f := range []string{bin, cfgFile} {
-		if err := d.CopyIn(ctx, h, f, stage); err != nil {
-			return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
+	pr := probeRun{targets: targets, skill: skill, stage: stage, bin: path.Join(stage, filepath.Base(bin))}
+	rep, res, err := pr.run(ctx, env, p, h, p.User)
+	if err != nil {
+		return Outcome{}, err
+	}
+	statuses, passed := isoprobe.Fold(rep, expect)
+	result := ProbeResult{Passed: passed, Classes: statuses, Targets: targets, Workdir: p.Workdir, User: p.User,
+		Skill: skill, Report: rep, Duration: round3(res.Duration.Seconds())}
+	for c, why := range expect {
+		if statuses[c] == isoprobe.Expected {
+			if result.Expected == nil {
+				result.Expected = map[string]string{}
+			}
+			result.Expected[c] = why
 		}
 	}
-	var stdout bytes.Buffer
-	errLog, err := dir.OpenCapture("probe.stderr.log")
-	if err != nil {
-		return Outcome{}, events.Classed(events.ClassInfra, err)
-	}
-	argv := []string{path.Join(stage, filepath.Base(bin)), "probe-inside", "--config", path.Join(stage, filepath.Base(cfgFile))}
-	dir.Logf("probe: %s as %s in %s (targets %s)", strings.Join(argv, " "), AgentUser, workdir, targets)
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: argv, User: AgentUser, Workdir: workdir, Env: agentVars, Timeout: probeTimeout,
-		Stdout: &capWriter{w: &stdout, n: maxProbeReport}, Stderr: errLog,
-	})
-	_ = errLog.Close(dir, "")
-	if err != nil {
-		return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("run the probe: %w", err))
-	}
-	var rep isoprobe.Report
-	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(stdout.Bytes(), &rep) != nil || rep.Classes == nil {
-		return Outcome{}, events.Classf(events.ClassSandbox, "the probe program did not report (exit %d, timed out %v): %s",
-			res.ExitCode, res.TimedOut, cellfs.Suffix(errLog.Tail.String(), 300))
-	}
-	statuses, passed := isoprobe.Fold(rep)
-	result := ProbeResult{Passed: passed, Classes: statuses, Targets: targets, Workdir: workdir, User: AgentUser,
-		Skill: skill, Report: rep, Duration: round3(res.Duration.Seconds())}
 	b, err := json.MarshalIndent(result, "", "  ")
 	if err != nil {
 		return Outcome{}, events.Classed(events.ClassInfra, err)
@@ -185,16 +169,12 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err := os.WriteFile(dir.Path(ProbeReportFile), append(b, '\n'), 0o644); err != nil {
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}
-	failing := isoprobe.OpenClasses(statuses)
-	reason := "every class closed or n/a"
-	if len(failing) > 0 {
-		reason = "leaks: " + strings.Join(failing, ", ")
-	}
+	reason := probeReason(statuses, expect)
 	dir.Logf("probe: %s", reason)
 	fin := events.FinishedData{
 		Reason: reason, ExitCode: res.ExitCode, DurationSec: round3(res.Duration.Seconds()),
 		StdoutTail: reason, IsolationProbe: statuses,
-		Isolation: map[string]any{"network": p.Networks.Solve, "user": AgentUser, "workdir": workdir},
+		Isolation: map[string]any{"network": p.Networks.Solve, "user": p.User, "workdir": p.Workdir},
 	}
 	reward := 0.0
 	if passed {
@@ -203,6 +183,103 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	v := events.VerdictData{Reward: &reward, Rewards: map[string]float64{"reward": reward}, ReturnCode: &res.ExitCode}
 	_ = dir.WriteReward(reward)
 	return Outcome{Finished: fin, Verdict: &v}, nil
+}
+
+// probeReason is the probe row's reason: the failing classes, else that
+// every class is closed or n/a, with the expected ones and their reasons.
+func probeReason(statuses, expect map[string]string) string {
+	if failing := isoprobe.OpenClasses(statuses); len(failing) > 0 {
+		return "leaks: " + strings.Join(failing, ", ")
+	}
+	if exp := isoprobe.ExpectedClasses(statuses, expect); len(exp) > 0 {
+		return "every class closed, n/a or expected; expected: " + strings.Join(exp, ", ")
+	}
+	return "every class closed or n/a"
+}
+
+// probeRun is what every probe of one cell shares: the targets, the
+// arm's skill, the stage directory (skipped by the walk) and the binary
+// copied there.
+type probeRun struct {
+	targets           isoprobe.Targets
+	skill, stage, bin string
+}
+
+// run probes once as user in the agent's working directory: the agent's
+// directories and prompt prepared as an agent arm prepares them, the
+// probe's configuration (hostConfig) copied into the stage directory, and
+// `proctor probe-inside` run with the agent's environment; it returns the
+// probe program's report.
+func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Handle, user string) (isoprobe.Report, sandbox.ExecResult, error) {
+	t, dir, d, workdir := env.Task(), env.Dir(), p.Driver, p.Workdir
+	var res sandbox.ExecResult
+	if _, _, err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, err)
+	}
+	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, err)
+	}
+	agentVars := withEnv(agentEnv(env, workdir, time.Now().Add(seconds(t.AgentTimeoutSec)), nil), sandbox.ProxyEnv(h))
+	cfg := isoprobe.Config{
+		Root: "/", Workdir: workdir, Home: agentHome, Targets: pr.targets, Skill: pr.skill,
+		Skip: []string{pr.stage}, TimeoutSec: 3,
+	}
+	if p.Spec.Egress != nil {
+		cfg.Allowlist = p.Spec.Egress.Allow
+	}
+	note, err := hostConfig(ctx, env, d, p.Spec, agentVars, &cfg)
+	if err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassInfra, err)
+	}
+	if note != "" {
+		dir.Logf("probe: %s", note)
+	}
+	cfgFile, err := writeProbeConfig(cfg)
+	if err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassInfra, err)
+	}
+	defer os.RemoveAll(filepath.Dir(cfgFile))
+	if err := d.CopyIn(ctx, h, cfgFile, pr.stage); err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
+	}
+	var stdout bytes.Buffer
+	errLog, err := dir.OpenCapture("probe.stderr.log")
+	if err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassInfra, err)
+	}
+	argv := []string{pr.bin, "probe-inside", "--config", path.Join(pr.stage, filepath.Base(cfgFile))}
+	dir.Logf("probe: %s as %s in %s (targets %s)", strings.Join(argv, " "), user, workdir, pr.targets)
+	res, err = d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd: argv, User: user, Workdir: workdir, Env: agentVars, Timeout: probeTimeout,
+		Stdout: &capWriter{w: &stdout, n: maxProbeReport}, Stderr: errLog,
+	})
+	_ = errLog.Close(dir, "")
+	if err != nil {
+		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, fmt.Errorf("run the probe: %w", err))
+	}
+	var rep isoprobe.Report
+	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(stdout.Bytes(), &rep) != nil || rep.Classes == nil {
+		return isoprobe.Report{}, res, events.Classf(events.ClassSandbox, "the probe program did not report (exit %d, timed out %v): %s",
+			res.ExitCode, res.TimedOut, cellfs.Suffix(errLog.Tail.String(), 300))
+	}
+	return rep, res, nil
+}
+
+// writeProbeConfig writes cfg as probe.json in a fresh temp directory.
+func writeProbeConfig(cfg isoprobe.Config) (string, error) {
+	tmp, err := os.MkdirTemp("", "proctor-probe-")
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(tmp, "probe.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		return "", err
+	}
+	return p, nil
 }
 
 // ProbeBinary is the proctor binary the probe copies into the sandbox: the
@@ -228,82 +305,6 @@ func ProbeBinary() (string, error) {
 		if prog.Type == elf.PT_INTERP {
 			return "", fmt.Errorf("the probe needs a static proctor binary and %s (%s) is dynamically linked: build it with CGO_ENABLED=0 (make build does) or set %s", from, p, ProbeBinaryEnv)
 		}
-	}
-	return p, nil
-}
-
-// taskFileSigs lists every regular file of the task's tests and solution
-// directories by size and SHA-256 (symlinks are not followed).
-func taskFileSigs(t *task.Task) ([]isoprobe.FileSig, error) {
-	var out []isoprobe.FileSig
-	for _, root := range []string{t.TestsDir, t.SolutionDir} {
-		if root == "" {
-			continue
-		}
-		err := filepath.WalkDir(root, func(p string, de fs.DirEntry, err error) error {
-			if err != nil || !de.Type().IsRegular() {
-				return err
-			}
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(t.Dir, p)
-			sum := sha256.Sum256(b)
-			out = append(out, isoprobe.FileSig{Name: filepath.ToSlash(rel), Size: int64(len(b)), SHA256: hex.EncodeToString(sum[:])})
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("task %s: %w", t.Name, err)
-		}
-	}
-	return out, nil
-}
-
-// allowedEnv is the agent's environment allowlist: the image's ENV (the
-// driver's ImageEnver ability), the task's declared sandbox env and the
-// arm's own variables. nil (env untested) when the image's ENV cannot be
-// read.
-func allowedEnv(ctx context.Context, d sandbox.Driver, spec sandbox.Spec, own map[string]string) ([]string, error) {
-	ie, ok := d.(sandbox.ImageEnver)
-	if !ok {
-		return nil, fmt.Errorf("the sandbox driver %T cannot read an image's ENV", d)
-	}
-	img, err := ie.ImageEnv(ctx, spec.Image)
-	if err != nil {
-		return nil, err
-	}
-	set := map[string]bool{}
-	for _, kv := range img {
-		k, _, _ := strings.Cut(kv, "=")
-		set[k] = true
-	}
-	for _, m := range []map[string]string{spec.Env, own} {
-		for k := range m {
-			set[k] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out, nil
-}
-
-// writeProbeConfig writes cfg as probe.json in a fresh temp directory.
-func writeProbeConfig(cfg isoprobe.Config) (string, error) {
-	tmp, err := os.MkdirTemp("", "proctor-probe-")
-	if err != nil {
-		return "", err
-	}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(tmp, "probe.json")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		return "", err
 	}
 	return p, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,11 +98,15 @@ type leakyDriver struct {
 	binds      []string
 	execEnv    map[string]string
 	afterStart func(context.Context, *sandbox.Handle) error
+	// containerEnv is put on the container (PID 1, and every exec
+	// inherits it); parentEnv on a shell the driver runs every command
+	// under, which the command does not inherit.
+	containerEnv, parentEnv map[string]string
 }
 
 func (l *leakyDriver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle, error) {
 	var h *sandbox.Handle
-	if l.network == "" && len(l.binds) == 0 {
+	if l.network == "" && len(l.binds) == 0 && len(l.containerEnv) == 0 {
 		var err error
 		if h, err = l.Driver.Start(ctx, spec); err != nil {
 			return nil, err
@@ -110,6 +115,9 @@ func (l *leakyDriver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Ha
 		cli := l.Client()
 		var env []string
 		for k, v := range spec.Env {
+			env = append(env, k+"="+v)
+		}
+		for k, v := range l.containerEnv {
 			env = append(env, k+"="+v)
 		}
 		mode := l.network
@@ -148,6 +156,16 @@ func (l *leakyDriver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.
 			env[k] = v
 		}
 		spec.Env = env
+	}
+	if len(l.parentEnv) > 0 {
+		// env K=V sh -c 'env -u K "$@"; :' sh CMD...: the shell holds K
+		// and stays the command's parent; the command is run without K.
+		pre, unset := []string{"env"}, []string{"env"}
+		for k, v := range l.parentEnv {
+			pre = append(pre, k+"="+v)
+			unset = append(unset, "-u", k)
+		}
+		spec.Cmd = append(append(pre, "sh", "-c", strings.Join(unset, " ")+` "$@"; s=$?; exit $s`, "sh"), spec.Cmd...)
 	}
 	return l.Driver.Exec(ctx, h, spec)
 }
@@ -209,8 +227,13 @@ func TestProbeDockerDefaultSandboxClosed(t *testing.T) {
 		if !passed {
 			t.Fatalf("the default sandbox leaks: %+v", res.Report.Classes)
 		}
-		if res.User != harness.AgentUser || res.Workdir != "/app" || len(res.Report.EnvLeaked) != 0 {
+		if res.User != harness.AgentUser || res.Workdir != "/app" || len(res.Report.EnvLeaked) != 0 || len(res.Report.EnvUnexpected) != 0 {
 			t.Errorf("result %+v", res)
+		}
+		// This process's environment is the host's: its values are
+		// looked for and none is in the sandbox; no skill to protect.
+		if res.Classes[isoprobe.Env] != isoprobe.Closed || res.Classes[isoprobe.Treatment] != isoprobe.NA {
+			t.Errorf("env %+v, treatment %+v", res.Report.Classes[isoprobe.Env], res.Report.Classes[isoprobe.Treatment])
 		}
 	}
 }
@@ -228,12 +251,21 @@ func TestProbeDockerLeaks(t *testing.T) {
 	_ = os.Chmod(operator, 0o755)
 
 	repo := gitRepoWithLaterFix(t)
+	// The host's (this process's) secrets, which no sandbox is given.
+	const hostToken, realKey = "op-token-5d0c8e21f7a94b36", "sk-ant-api03-real-key-for-the-probe-test-0001"
+	t.Setenv("OPERATOR_API_TOKEN", hostToken)
+	t.Setenv("ANTHROPIC_API_KEY", realKey)
+	skillTask := harnesstest.Files{"environment/skills/pdf/SKILL.md": "---\nname: pdf\n---\nUse pdftotext.\n"}
 
 	cases := []struct {
 		name, class string
 		files       harnesstest.Files
 		harness     string
 		driver      *leakyDriver
+		// leaked: the host variable env_leaked must name.
+		leaked string
+		// others: classes that must pass all the same.
+		others []string
 	}{
 		{name: "an image that bakes the tests in", class: isoprobe.TaskFiles,
 			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /tests && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh\nWORKDIR /app\n"}},
@@ -241,10 +273,24 @@ func TestProbeDockerLeaks(t *testing.T) {
 			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /app/skills/pdf /app/task && printf -- '---\\nname: pdf\\n---\\n' > /app/skills/pdf/SKILL.md\nWORKDIR /app/task\n"}},
 		{name: "a .git above the work tree", class: isoprobe.CheckoutWalk,
 			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /app/.git /app/task && echo 'ref: refs/heads/main' > /app/.git/HEAD\nWORKDIR /app/task\n"}},
+		{name: "an operator's CLAUDE.md above the work tree", class: isoprobe.CheckoutWalk,
+			files: harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /srv/task && echo 'The grader is in /srv/grader.' > /srv/CLAUDE.md\nWORKDIR /srv/task\n"}},
+		{name: "a skill in the image's agent skill path", class: isoprobe.Treatment,
+			files:  merge(skillTask, harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nCOPY skills /root/.claude/skills\nRUN mkdir -p /root/.claude/skills/pdf && printf -- '---\\nname: pdf\\n---\\n' > /root/.claude/skills/pdf/SKILL.md\nWORKDIR /root\n"}),
+			others: []string{isoprobe.OperatorConfig}},
+		{name: "operator settings beside the skill paths", class: isoprobe.OperatorConfig,
+			files:  merge(skillTask, harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nCOPY skills /root/.claude/skills\nRUN echo '{\"env\":{}}' > /root/.claude/settings.json\nWORKDIR /root\n"}),
+			others: []string{isoprobe.Treatment}},
 		{name: "the operator's ~/.claude bind-mounted", class: isoprobe.OperatorConfig,
 			driver: &leakyDriver{binds: []string{operator + ":/home/operator/.claude:ro"}}},
-		{name: "a host variable passed to the agent", class: isoprobe.Env,
-			driver: &leakyDriver{execEnv: map[string]string{"OPERATOR_API_TOKEN": "sk-test"}}},
+		{name: "a host variable passed to the agent", class: isoprobe.Env, leaked: "OPERATOR_API_TOKEN",
+			driver: &leakyDriver{execEnv: map[string]string{"OPERATOR_API_TOKEN": hostToken}}},
+		{name: "a host value on the container under another name", class: isoprobe.Env, leaked: "OPERATOR_API_TOKEN",
+			driver: &leakyDriver{containerEnv: map[string]string{"APP_SECRET": hostToken}}},
+		{name: "a host value in the probe's parent only", class: isoprobe.Env, leaked: "OPERATOR_API_TOKEN",
+			driver: &leakyDriver{parentEnv: map[string]string{"OPERATOR_API_TOKEN": hostToken}}},
+		{name: "the provider's real key given to the agent", class: isoprobe.Env, leaked: "ANTHROPIC_API_KEY",
+			driver: &leakyDriver{execEnv: map[string]string{"ANTHROPIC_API_KEY": realKey}}},
 		{name: "the Docker socket mounted", class: isoprobe.DockerAPI,
 			driver: &leakyDriver{binds: []string{"/var/run/docker.sock:/var/run/docker.sock"}}},
 		{name: "a resolver that answers", class: isoprobe.DNS,
@@ -271,8 +317,17 @@ func TestProbeDockerLeaks(t *testing.T) {
 			if passed || res.Classes[c.class] != isoprobe.Open {
 				t.Fatalf("%s = %s (passed %v), want open: %+v", c.class, res.Classes[c.class], passed, res.Report.Classes[c.class])
 			}
-			if c.class == isoprobe.Env && !slices.Contains(res.Report.EnvLeaked, "OPERATOR_API_TOKEN") {
-				t.Errorf("env_leaked %v", res.Report.EnvLeaked)
+			for _, o := range c.others {
+				if !isoprobe.Passing(res.Classes[o]) {
+					t.Errorf("%s = %+v, want closed or n/a", o, res.Report.Classes[o])
+				}
+			}
+			if c.leaked != "" && !slices.Equal(res.Report.EnvLeaked, []string{c.leaked}) {
+				t.Errorf("env_leaked %v, want %s: %+v", res.Report.EnvLeaked, c.leaked, res.Report.Classes[isoprobe.Env])
+			}
+			ev, _ := json.Marshal(res)
+			if strings.Contains(string(ev), hostToken) || strings.Contains(string(ev), realKey) {
+				t.Errorf("isolation_probe.json holds a host value")
 			}
 		})
 	}
@@ -299,6 +354,16 @@ func TestProbeDockerSkillForm(t *testing.T) {
 	if passed, res := runProbe(t, other, "docker-probe:"+skill, d, targets); passed || res.Classes[isoprobe.Treatment] != isoprobe.Open {
 		t.Fatalf("another skill visible: %+v", res.Report.Classes[isoprobe.Treatment])
 	}
+}
+
+func merge(fs ...harnesstest.Files) harnesstest.Files {
+	out := harnesstest.Files{}
+	for _, f := range fs {
+		for k, v := range f {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // gitRepoWithLaterFix makes a repository whose HEAD is the bug and whose

@@ -184,3 +184,47 @@ func TestProbeRefs(t *testing.T) {
 		t.Errorf("a skill without SKILL.md: %v", err)
 	}
 }
+
+// TestProbeExpectedClass: a class the task declares expected
+// (metadata.probe_expect) passes the probe when the program finds it open,
+// marked expected in Finished.isolation_probe and isolation_probe.json with
+// its reason; another open class still fails it. A probe_expect naming no
+// class refuses the task, naming the file and key.
+func TestProbeExpectedClass(t *testing.T) {
+	staticProctor(t)
+	expecting := harnesstest.Files{"task.toml": "version = \"1.0\"\n\n[agent]\ntimeout_sec = 30\n\n[metadata]\nprobe_expect = { git_history = \"the task is to recover history\" }\n"}
+	history := allClosed()
+	history[isoprobe.GitHistory] = isoprobe.Open
+	both := allClosed()
+	both[isoprobe.GitHistory], both[isoprobe.Env] = isoprobe.Open, isoprobe.Open
+	for _, c := range []struct {
+		name   string
+		stdout string
+		passed bool
+		reason string
+	}{
+		{"the expected class open", report(history), true, "every class closed, n/a or expected; expected: git_history (the task is to recover history)"},
+		{"another class open too", report(both), false, "leaks: env=open"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "probe-inside", Stdout: c.stdout}}}
+			env := harnesstest.NewEnv(t, harnesstest.Task(t, "t", expecting), "docker-probe", d)
+			_, out, err := harnesstest.Run(context.Background(), arm(t, "docker-probe"), env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (*out.Verdict.Reward == 1) != c.passed || out.Finished.Reason != c.reason || out.Finished.IsolationProbe[isoprobe.GitHistory] != isoprobe.Expected {
+				t.Fatalf("reward %v, reason %q, classes %v", *out.Verdict.Reward, out.Finished.Reason, out.Finished.IsolationProbe)
+			}
+			var res harness.ProbeResult
+			b, _ := os.ReadFile(env.DirV.Path(harness.ProbeReportFile))
+			if err := json.Unmarshal(b, &res); err != nil || res.Expected[isoprobe.GitHistory] != "the task is to recover history" || res.Report.Classes[isoprobe.GitHistory].Status != isoprobe.Open {
+				t.Fatalf("isolation_probe.json: %v %s", err, b)
+			}
+		})
+	}
+	bad := harnesstest.Task(t, "t", harnesstest.Files{"task.toml": "version = \"1.0\"\n\n[metadata]\nprobe_expect = { git-history = \"x\" }\n"})
+	if c, r := arm(t, "docker-probe").Refusal(bad); c != events.ClassRefused || !strings.HasPrefix(r, `task.toml: metadata.probe_expect: "git-history" is not a leak class (task_files,`) {
+		t.Fatalf("refusal %s %q", c, r)
+	}
+}

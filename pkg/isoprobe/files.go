@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -31,9 +32,11 @@ func (c Config) host(p string) string {
 }
 
 // walkFiles walks the file system once, as the agent, for task_files and
-// treatment: a readable file with the contents of a task file; a readable
+// treatment: a readable file with the contents of a task file (an info
+// line when the task ships that content as input too); a readable
 // SKILL.md outside the allowed skill; a readable entry in a taskDirs
-// directory. /proc, /sys and /dev and cfg.Skip are not entered; symlinks
+// directory. treatment is n/a when there is no skill to protect and none
+// is visible. /proc, /sys and /dev and cfg.Skip are not entered; symlinks
 // are not followed. Unreadable directories are what isolation looks like
 // and are skipped.
 func walkFiles(cfg Config, tf, tr *Finding) int {
@@ -100,7 +103,11 @@ func walkFiles(cfg Config, tf, tr *Finding) int {
 		if sigs := bySize[sizeOf(de)]; len(sigs) > 0 {
 			if sum, ok := hashFile(p); ok {
 				for _, s := range sigs {
-					if s.SHA256 == sum {
+					switch {
+					case s.SHA256 != sum:
+					case s.Input != "":
+						tf.info("%s holds the task's %s, which the task ships as input too (%s): input, not a leak", rel, s.Name, s.Input)
+					default:
 						tf.Status = Open
 						tf.add("%s holds the task's %s", rel, s.Name)
 					}
@@ -125,11 +132,17 @@ func walkFiles(cfg Config, tf, tr *Finding) int {
 		tr.Status = Untested
 		tr.add("the arm's skill is not visible at %s", cfg.Skill)
 	}
-	if tr.Status == "" {
+	switch {
+	case tr.Status != "":
+	case cfg.Skill != "":
 		tr.Status = Closed
-		if cfg.Skill != "" {
-			tr.add("only the arm's skill %s is visible", cfg.Skill)
-		}
+		tr.add("only the arm's skill %s is visible", cfg.Skill)
+	case len(cfg.Protect) > 0:
+		tr.Status = Closed
+		tr.add("no skill is visible (the run's skills: %s)", strings.Join(cfg.Protect, ", "))
+	default:
+		tr.Status = NA
+		tr.add("no skill to protect: the task has none, the run's arms install none, and none is visible")
 	}
 	return n
 }
@@ -176,8 +189,12 @@ var operatorNames = []string{
 // operatorConfig looks for the operator's configuration in every home
 // directory the agent can name: its own HOME, /root, /home/*, the homes of
 // /etc/passwd, and directories named by CLAUDE_CONFIG_DIR,
-// XDG_CONFIG_HOME or CODEX_HOME. Open when one is readable (a directory:
-// listable and not empty).
+// XDG_CONFIG_HOME or CODEX_HOME. What a candidate holds decides, not that
+// it exists: open when it is a readable file that is not empty, or a
+// listable directory holding such a file (or a link) outside its skills/
+// (or skill/) directory. A directory of empty directories (the skill
+// paths an image makes for every agent) is an info line; a skill under
+// skills/ is treatment's (the walk finds its SKILL.md).
 func operatorConfig(cfg Config, env map[string]string) Finding {
 	f := Finding{Status: Closed}
 	homes := map[string]bool{"/root": true}
@@ -217,42 +234,112 @@ func operatorConfig(cfg Config, env map[string]string) Finding {
 			continue
 		}
 		seen[c] = true
-		if what, ok := visible(cfg.host(c)); ok {
+		h := holdings(cfg.host(c))
+		switch {
+		case h.n > 0:
 			f.Status = Open
-			f.add("%s is readable (%s)", c, what)
+			f.add("%s is readable and holds %s", c, h.describe())
+		case h.exists && len(h.skills) > 0:
+			f.info("%s holds only files under skills/ (%s): a skill is treatment's class, not the operator's configuration", c, strings.Join(h.skills, ", "))
+		case h.exists:
+			f.info("%s exists and holds no file: nothing of the operator's", c)
 		}
 	}
 	return f
 }
 
-// visible reports whether p is a readable file or a listable, non-empty
-// directory.
-func visible(p string) (string, bool) {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return "", false
-	}
-	if fi.IsDir() {
-		des, err := os.ReadDir(p)
-		if err != nil || len(des) == 0 {
-			return "", false
-		}
-		return "a directory", true
-	}
-	if readable(p) {
-		return "a file", true
-	}
-	return "", false
+// maxHoldings bounds the walk of one operator directory.
+const maxHoldings = 10_000
+
+// held is what an operator candidate holds, as the agent reads it.
+type held struct {
+	// exists: a readable file or a listable directory.
+	exists bool
+	// files are the first few readable, non-empty files and links outside
+	// skills/ (relative paths; "." for the candidate itself), n their
+	// count.
+	files []string
+	n     int
+	// skills are the first few files under a top-level skills/ or skill/.
+	skills []string
 }
 
-// checkoutWalk walks up from the work tree to the root: a .git, a task
-// definition (task.toml, task.md) or a task suite (a directory beside
-// holding one) in any directory above it opens the class.
+func (h held) describe() string {
+	if len(h.files) == 1 && h.files[0] == "." {
+		return "a file"
+	}
+	s := fmt.Sprintf("%d files: %s", h.n, strings.Join(h.files, ", "))
+	if h.n > len(h.files) {
+		s += ", …"
+	}
+	return s
+}
+
+// holdings walks p (links below it not followed; bounded by maxHoldings
+// entries) for operatorConfig.
+func holdings(p string) held {
+	var h held
+	fi, err := os.Stat(p)
+	if err != nil {
+		return h
+	}
+	if !fi.IsDir() {
+		if readable(p) {
+			h.exists = true
+			if fi.Size() > 0 || !fi.Mode().IsRegular() {
+				h.files, h.n = []string{"."}, 1
+			}
+		}
+		return h
+	}
+	if _, err := os.ReadDir(p); err != nil {
+		return h
+	}
+	h.exists = true
+	n := 0
+	_ = filepath.WalkDir(p, func(q string, de fs.DirEntry, err error) error {
+		if err != nil {
+			if de != nil && de.IsDir() && q != p {
+				return fs.SkipDir // unreadable: closed to the agent
+			}
+			return nil
+		}
+		if n++; n > maxHoldings {
+			return fs.SkipAll
+		}
+		if de.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(p, q)
+		rel = filepath.ToSlash(rel)
+		if top, _, _ := strings.Cut(rel, "/"); top == "skills" || top == "skill" {
+			if len(h.skills) < 5 {
+				h.skills = append(h.skills, rel)
+			}
+			return nil
+		}
+		if de.Type().IsRegular() && (sizeOf(de) == 0 || !readable(q)) {
+			return nil
+		}
+		h.n++
+		if len(h.files) < 5 {
+			h.files = append(h.files, rel)
+		}
+		return nil
+	})
+	return h
+}
+
+// checkoutWalk walks up from the work tree to the root: a .git, an
+// agent's instructions (CLAUDE.md, CLAUDE.local.md: Claude Code reads
+// them from every directory above its own), a task definition (task.toml,
+// task.md) or a task suite (a directory beside holding one) in any
+// directory above it opens the class.
 func checkoutWalk(cfg Config) Finding {
 	f := Finding{Status: Closed}
 	wd := path.Clean("/" + cfg.Workdir)
 	for d := path.Dir(wd); ; d = path.Dir(d) {
-		for _, n := range []string{".git", "task.toml", "task.md"} {
+		for _, n := range []string{".git", "CLAUDE.md", "CLAUDE.local.md", "task.toml", "task.md"} {
 			if _, err := os.Lstat(cfg.host(path.Join(d, n))); err == nil {
 				f.Status = Open
 				f.add("%s is visible above the work tree", path.Join(d, n))

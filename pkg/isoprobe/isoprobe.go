@@ -24,10 +24,15 @@ const (
 	Open = "open"
 	// Closed: looked, and it was not visible or reachable.
 	Closed = "closed"
-	// NA: the class does not apply (no repository in the work tree).
+	// NA: the class does not apply (no repository in the work tree, no
+	// skill to protect, no host value dropped).
 	NA = "n/a"
 	// Untested: the probe could not decide; it fails like Open.
 	Untested = "untested"
+	// Expected: open, and the task declares it open on purpose
+	// (metadata.probe_expect, with a reason); it passes. Only Fold gives
+	// it: the probe program reports open.
+	Expected = "expected"
 )
 
 // The leak classes, in report order: the eight of DESIGN §6 and the
@@ -153,11 +158,17 @@ func (t Targets) String() string {
 
 // FileSig names one file of the task's tests or solution by size in bytes
 // and hex SHA-256: a readable file anywhere in the sandbox with the same
-// contents opens task_files.
+// contents opens task_files, unless Input is set.
 type FileSig struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// Input names a file of the task's input with the same contents (in
+	// the environment's build context, or a step's workdir/): the task
+	// ships this content to the agent, so a copy in the sandbox is input
+	// (an info line of task_files), not a leak. Set only for a tests
+	// file: a solution file shipped as input is the answer in the image.
+	Input string `json:"input,omitempty"`
 }
 
 // Config is what the host tells the probe inside the sandbox.
@@ -175,10 +186,21 @@ type Config struct {
 	// docker-probe:<skill-path> form): it must be visible there and
 	// nowhere else is a skill allowed. "" for a baseline probe.
 	Skill string `json:"skill,omitempty"`
+	// Protect names the skills the run has to keep from a baseline agent
+	// (the task's environment/skills, the run's skill arms'). With no
+	// Skill and nothing to protect, treatment is n/a unless a skill is
+	// visible all the same.
+	Protect []string `json:"protect,omitempty"`
 	// EnvAllowed are the variable names the agent's environment may hold
 	// (the image's ENV, the task's declared env, the arm's own); nil
 	// leaves env untested.
 	EnvAllowed []string `json:"env_allowed,omitempty"`
+	// EnvKey (hex) and EnvValues are the host values the sandbox was not
+	// given (SealEnv); EnvDropped counts the host variables it was not
+	// given. No EnvValues: env is n/a unless a name is beyond EnvAllowed.
+	EnvKey     string     `json:"env_key,omitempty"`
+	EnvValues  []EnvValue `json:"env_values,omitempty"`
+	EnvDropped int        `json:"env_dropped,omitempty"`
 	// Allowlist is the sandbox's egress allowlist (egress.ParsePolicy
 	// syntax; empty without a proxy): a target on it that the proxy lets
 	// through is the policy as declared, not a leak (see network).
@@ -194,17 +216,25 @@ type Config struct {
 }
 
 // Finding is one class's result: its status and what was seen (at most
-// maxEvidence lines; paths, addresses, errors).
+// maxEvidence lines; paths, addresses, errors). Info lines are what was
+// seen and is not a leak (a grader file's contents the task also ships
+// as input, an operator's directory holding nothing): shown, never
+// deciding the status.
 type Finding struct {
 	Status   string   `json:"status"`
 	Evidence []string `json:"evidence,omitempty"`
+	Info     []string `json:"info,omitempty"`
 }
 
 // Report is the probe's whole answer, as `proctor probe-inside` prints it.
 type Report struct {
 	Classes map[string]Finding `json:"classes"`
-	// EnvLeaked are the names of variables beyond Config.EnvAllowed.
+	// EnvLeaked are the host variables whose values the probe saw in an
+	// environment it could read (Config.EnvValues).
 	EnvLeaked []string `json:"env_leaked,omitempty"`
+	// EnvUnexpected are the names of the probe's variables beyond
+	// Config.EnvAllowed.
+	EnvUnexpected []string `json:"env_unexpected,omitempty"`
 	// GatewayReached are the gateway addresses (ip:port) that accepted a
 	// connection: services of the host the sandbox reaches (they open
 	// network; `proctor firewall apply` closes them).
@@ -222,38 +252,10 @@ func (f *Finding) add(format string, a ...any) {
 	}
 }
 
-// Fold decides the probe row: the status of every class (a class the
-// report lacks is untested) and whether it passed, which it does only
-// when every class is closed or n/a.
-func Fold(r Report) (statuses map[string]string, passed bool) {
-	statuses = map[string]string{}
-	passed = true
-	for _, c := range Classes {
-		st := Untested
-		if f, ok := r.Classes[c]; ok {
-			switch f.Status {
-			case Open, Closed, NA, Untested:
-				st = f.Status
-			}
-		}
-		statuses[c] = st
-		if st != Closed && st != NA {
-			passed = false
-		}
+func (f *Finding) info(format string, a ...any) {
+	if len(f.Info) < maxEvidence {
+		f.Info = append(f.Info, fmt.Sprintf(format, a...))
 	}
-	return statuses, passed
-}
-
-// OpenClasses lists the classes of statuses that fail (open or untested),
-// in report order, as "class=status".
-func OpenClasses(statuses map[string]string) []string {
-	var out []string
-	for _, c := range Classes {
-		if st := statuses[c]; st != Closed && st != NA {
-			out = append(out, c+"="+st)
-		}
-	}
-	return out
 }
 
 func sorted(m map[string]bool) []string {

@@ -71,18 +71,21 @@ func TestRunClosedSandbox(t *testing.T) {
 	root := fsRoot(t, map[string]string{"app/main.py": "print('hi')\n", "tmp/home/": "", "etc/passwd": "root:x:0:0:root:/root:/bin/bash\n"})
 	cfg := closedCfg(t, root)
 	rep := Run(context.Background(), cfg, []string{"PATH=/bin", "LANG=C", "HOME=/tmp/home"})
-	for _, c := range []string{TaskFiles, Treatment, OperatorConfig, CheckoutWalk, Network, Env, DockerAPI} {
+	for _, c := range []string{TaskFiles, OperatorConfig, CheckoutWalk, Network, DockerAPI} {
 		if got := rep.Classes[c].Status; got != Closed {
 			t.Errorf("%s = %s, want closed: %v", c, got, rep.Classes[c].Evidence)
 		}
 	}
-	if got := rep.Classes[GitHistory].Status; got != NA {
-		t.Errorf("git_history = %s, want n/a", got)
+	// No repository, no skill to protect, no host value dropped.
+	for _, c := range []string{GitHistory, Treatment, Env} {
+		if got := rep.Classes[c].Status; got != NA {
+			t.Errorf("%s = %s, want n/a: %v", c, got, rep.Classes[c].Evidence)
+		}
 	}
 	if got := rep.Classes[DNS].Status; got != Untested {
 		t.Errorf("dns without a target = %s, want untested", got)
 	}
-	st, passed := Fold(rep)
+	st, passed := Fold(rep, nil)
 	if passed || st[DNS] != Untested {
 		t.Fatalf("an untested class must fail the probe: %v %v", st, passed)
 	}
@@ -102,6 +105,7 @@ func TestRunOpensEachClass(t *testing.T) {
 		{"operator ~/.claude readable", OperatorConfig, map[string]string{"root/.claude/.credentials.json": "{}"}, nil, nil},
 		{"CLAUDE_CONFIG_DIR pointing at the operator's", OperatorConfig, map[string]string{"mnt/op/settings.json": "{}"}, []string{"CLAUDE_CONFIG_DIR=/mnt/op"}, func(c *Config) { c.EnvAllowed = append(c.EnvAllowed, "CLAUDE_CONFIG_DIR") }},
 		{"a .git above the work tree", CheckoutWalk, map[string]string{".git/HEAD": "ref: refs/heads/main\n"}, nil, nil},
+		{"an operator's CLAUDE.md above the work tree", CheckoutWalk, map[string]string{"CLAUDE.md": "Always run the hidden tests in /srv/grader first.\n"}, nil, nil},
 		{"the task suite beside the work tree", CheckoutWalk, map[string]string{"other-task/task.toml": "version = \"1.0\"\n"}, nil, nil},
 		{"a host variable leaked", Env, nil, []string{"ANTHROPIC_API_KEY=sk-x"}, nil},
 	}
@@ -120,27 +124,30 @@ func TestRunOpensEachClass(t *testing.T) {
 				t.Fatalf("%s = %+v, want open with evidence", c.class, got)
 			}
 			for _, other := range []string{TaskFiles, Treatment, OperatorConfig, CheckoutWalk, Env} {
-				if other != c.class && rep.Classes[other].Status != Closed {
-					t.Errorf("%s = %+v, want closed", other, rep.Classes[other])
+				if other != c.class && !Passing(rep.Classes[other].Status) {
+					t.Errorf("%s = %+v, want closed or n/a", other, rep.Classes[other])
 				}
 			}
-			if st, passed := Fold(rep); passed || st[c.class] != Open {
+			if st, passed := Fold(rep, nil); passed || st[c.class] != Open {
 				t.Fatalf("Fold = %v %v", st, passed)
 			}
 		})
 	}
 }
 
-func TestEnvLeakedNames(t *testing.T) {
+// TestEnvUnexpectedNames: a variable beyond the allowlist opens env
+// whatever its value; without an allowlist the names are not checked.
+func TestEnvUnexpectedNames(t *testing.T) {
 	cfg := closedCfg(t, fsRoot(t, map[string]string{"app/": ""}))
 	cfg.EnvAllowed = []string{"PROCTOR_PROMPT"}
 	rep := Run(context.Background(), cfg, []string{"PROCTOR_PROMPT=x", "AWS_SECRET_ACCESS_KEY=y", "GITHUB_TOKEN=z", "PATH=/bin"})
-	if !slices.Equal(rep.EnvLeaked, []string{"AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"}) {
-		t.Fatalf("env_leaked = %v", rep.EnvLeaked)
+	if !slices.Equal(rep.EnvUnexpected, []string{"AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"}) || rep.Classes[Env].Status != Open {
+		t.Fatalf("env_unexpected = %v, env %+v", rep.EnvUnexpected, rep.Classes[Env])
 	}
 	cfg.EnvAllowed = nil
-	if got := Run(context.Background(), cfg, nil).Classes[Env].Status; got != Untested {
-		t.Fatalf("env with an unknown allowlist = %s, want untested", got)
+	got := Run(context.Background(), cfg, []string{"GITHUB_TOKEN=z"}).Classes[Env]
+	if got.Status != NA || !strings.Contains(strings.Join(got.Evidence, "\n"), "names were not checked") {
+		t.Fatalf("env with an unknown allowlist and nothing dropped = %+v, want n/a saying so", got)
 	}
 }
 
@@ -329,12 +336,12 @@ func TestFoldMissingClassIsUntested(t *testing.T) {
 	for _, c := range Classes {
 		rep.Classes[c] = Finding{Status: Closed}
 	}
-	if _, passed := Fold(rep); !passed {
+	if _, passed := Fold(rep, nil); !passed {
 		t.Fatal("all closed must pass")
 	}
 	delete(rep.Classes, DNS)
 	rep.Classes[GitHistory] = Finding{Status: "weird"}
-	st, passed := Fold(rep)
+	st, passed := Fold(rep, nil)
 	if passed || st[DNS] != Untested || st[GitHistory] != Untested {
 		t.Fatalf("%v %v", st, passed)
 	}

@@ -422,34 +422,6 @@ func joinFindings(fs ...Finding) Finding {
 	return out
 }
 
-// alwaysAllowed are the variables the engine and a process set themselves.
-var alwaysAllowed = []string{"PATH", "HOSTNAME", "HOME", "TERM", "PWD", "OLDPWD", "SHLVL", "_"}
-
-// envClass names the variables of env that are not allowed: open when
-// there is one; untested when the host could not say what is allowed.
-func envClass(allowed []string, env map[string]string) (Finding, []string) {
-	if allowed == nil {
-		return Finding{Status: Untested, Evidence: []string{"the allowed variables are unknown"}}, nil
-	}
-	ok := map[string]bool{}
-	for _, k := range append(allowed, alwaysAllowed...) {
-		ok[k] = true
-	}
-	leaked := map[string]bool{}
-	for k := range env {
-		if !ok[k] {
-			leaked[k] = true
-		}
-	}
-	names := sorted(leaked)
-	if len(names) == 0 {
-		return Finding{Status: Closed}, nil
-	}
-	f := Finding{Status: Open}
-	f.add("%d variables beyond the allowlist: %s", len(names), strings.Join(names, " "))
-	return f, names
-}
-
 // redact drops the userinfo of a proxy URL.
 func redact(s string) string {
 	u, err := url.Parse(s)

@@ -60,9 +60,9 @@ func Run(ctx context.Context, cfg Config, environ []string) Report {
 	set(OperatorConfig, operatorConfig(cfg, env))
 	set(CheckoutWalk, checkoutWalk(cfg))
 	set(GitHistory, gitHistory(cfg))
-	ef, leaked := envClass(cfg.EnvAllowed, env)
-	set(Env, ef)
+	er := envClass(cfg, env)
+	set(Env, er.f)
 	wg.Wait()
-	rep.EnvLeaked, rep.Walked = leaked, walked
+	rep.EnvLeaked, rep.EnvUnexpected, rep.Walked = er.leaked, er.unexpected, walked
 	return rep
 }

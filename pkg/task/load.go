@@ -278,6 +278,9 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 		}
 	}
 	t.Warnings = append(r.warnings, warnings...)
+	if _, err := t.ProbeExpect(); err != nil {
+		t.Warnings = append(t.Warnings, err.Error()+" (the isolation probe refuses the task)")
+	}
 	t.UncheckedKeys = r.unchecked
 
 	locateFiles(t, tree)

@@ -1,0 +1,52 @@
+package isoprobe
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func reportOf(statuses map[string]string) Report {
+	r := Report{Classes: map[string]Finding{}}
+	for _, c := range Classes {
+		r.Classes[c] = Finding{Status: Closed}
+	}
+	for c, s := range statuses {
+		r.Classes[c] = Finding{Status: s, Evidence: []string{c + " was " + s}}
+	}
+	return r
+}
+
+// TestFoldExpected: a class the task expects open passes as expected and
+// is listed with its reason; an expectation never turns untested or
+// closed into expected, and an open class it does not name still fails.
+func TestFoldExpected(t *testing.T) {
+	expect := map[string]string{GitHistory: "the task is to recover history", Network: "the task downloads"}
+	st, passed := Fold(reportOf(map[string]string{GitHistory: Open}), expect)
+	if !passed || st[GitHistory] != Expected || st[Network] != Closed {
+		t.Fatalf("%v %v", st, passed)
+	}
+	if got := ExpectedClasses(st, expect); !slices.Equal(got, []string{"git_history (the task is to recover history)"}) {
+		t.Fatalf("expected classes %v", got)
+	}
+	if got := OpenClasses(st); len(got) != 0 {
+		t.Fatalf("open classes %v", got)
+	}
+	st, passed = Fold(reportOf(map[string]string{GitHistory: Untested, DNS: Open}), expect)
+	if passed || st[GitHistory] != Untested || st[DNS] != Open {
+		t.Fatalf("%v %v", st, passed)
+	}
+	if got := OpenClasses(st); !slices.Equal(got, []string{"dns=open", "git_history=untested"}) {
+		t.Fatalf("open classes %v", got)
+	}
+}
+
+func TestCheckExpect(t *testing.T) {
+	if err := CheckExpect(map[string]string{GitHistory: "x", Network: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckExpect(map[string]string{"git-history": "x"})
+	if err == nil || !strings.Contains(err.Error(), `"git-history" is not a leak class (task_files, `) {
+		t.Fatalf("%v", err)
+	}
+}
