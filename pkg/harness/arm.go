@@ -108,6 +108,20 @@ type Networks struct {
 	Verify string
 }
 
+// StepSolver is the ability of an arm whose one Solve covers every step
+// of a multi-step task (the probe: it runs no verifier between steps and
+// probes each step's sandbox itself). The launcher then calls Solve once,
+// as for a single-step task, instead of running the steps.
+type StepSolver interface {
+	SolvesSteps() bool
+}
+
+// SolvesSteps reports whether a has the StepSolver ability.
+func SolvesSteps(a Arm) bool {
+	s, ok := a.(StepSolver)
+	return ok && s.SolvesSteps()
+}
+
 // Placement is where and how an arm's solve runs: the driver (Env.Driver or
 // Env.Host), the sandbox spec and the network plan, and what Prepare found
 // on the way that Solve needs.

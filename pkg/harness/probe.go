@@ -45,7 +45,8 @@ const maxProbeReport = 4 << 20
 // probeArm runs the isolation probe (DESIGN §6) in exactly the sandbox an
 // agent arm gets: the task image, the agent's working directory, uid
 // 10001, the agent's network plan and the agent's environment allowlist
-// (agentSandbox, prepareAgentDirs, agentEnv). No model, no cost. It scores itself: reward 1 when
+// (agentSandbox, prepareAgentDirs, agentEnv); each probed step's for a
+// multi-step task. No model, no cost. It scores itself: reward 1 when
 // every leak class is closed, n/a or expected by the task
 // (metadata.probe_expect), else 0. Its rows check the setup and are never
 // compared.
@@ -88,6 +89,11 @@ func (a probeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 
 func (a probeArm) needs(*task.Task) task.Needs { return task.NeedsProbe }
 
+// SolvesSteps: the probe's one Solve covers a multi-step task (probeRuns).
+func (a probeArm) SolvesSteps() bool { return true }
+
+var _ StepSolver = probeArm{}
+
 func (a probeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	return agentSandbox(ctx, env, a.Networks(env.Task()))
 }
@@ -105,15 +111,31 @@ type ProbeResult struct {
 	Workdir  string            `json:"workdir"`
 	User     string            `json:"user"`
 	Skill    string            `json:"skill,omitempty"`
-	Report   isoprobe.Report   `json:"report"`
-	Duration float64           `json:"duration_sec"`
+	// Report is the probe program's report; for a multi-step task, the
+	// Merge of its probed steps' (Steps).
+	Report   isoprobe.Report `json:"report"`
+	Steps    []ProbeStep     `json:"steps,omitempty"`
+	Duration float64         `json:"duration_sec"`
+}
+
+// ProbeStep is one probed step of a multi-step task.
+type ProbeStep struct {
+	Name string `json:"name"`
+	User string `json:"user"`
+	// Uploaded are the steps whose workdir/ was uploaded (and setup.sh
+	// run) before this probe, in order.
+	Uploaded []string        `json:"uploaded,omitempty"`
+	Report   isoprobe.Report `json:"report"`
 }
 
 // Solve runs the probe in the sandbox the agent gets and folds its report
 // (isoprobe.Fold, with the task's metadata.probe_expect) into
-// isolation_probe.json, Finished.isolation_probe and a Verdict. A probe
-// program that does not report is an error (the cell has no verdict),
-// never a pass.
+// isolation_probe.json, Finished.isolation_probe and a Verdict. A
+// multi-step task is probed in the sandbox of each step probeRuns names,
+// each step's workdir/ uploaded and its setup.sh run first as the
+// launcher does, and the reports merged (isoprobe.Merge). A probe program
+// that does not report, or a step's sandbox that cannot be made, is an
+// error (the cell has no verdict), never a pass.
 func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	t, dir, d := env.Task(), env.Dir(), p.Driver
 	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
@@ -147,13 +169,45 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
 	}
 	pr := probeRun{targets: targets, skill: skill, stage: stage, bin: path.Join(stage, filepath.Base(bin))}
-	rep, res, err := pr.run(ctx, env, p, h, p.User)
-	if err != nil {
-		return Outcome{}, err
+	var (
+		labels []string
+		reps   []isoprobe.Report
+		steps  []ProbeStep
+		last   sandbox.ExecResult
+		total  time.Duration
+	)
+	for _, r := range probeRuns(t, func(*task.Step) string { return p.User }) {
+		for _, s := range r.upload {
+			if s.WorkdirDir == "" {
+				continue
+			}
+			if err := UploadStepWorkdir(ctx, d, h, s, p.Workdir, p.User, dir); err != nil {
+				return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("the sandbox of step %s: %w", r.step.Name, err))
+			}
+		}
+		view := env
+		if r.step != nil {
+			view = stepView{env, r.step}
+		}
+		rep, res, err := pr.run(ctx, view, p, h, r.user)
+		if err != nil {
+			return Outcome{}, err
+		}
+		last, total = res, total+res.Duration
+		reps = append(reps, rep)
+		if r.step != nil {
+			labels = append(labels, "step "+r.step.Name)
+			ps := ProbeStep{Name: r.step.Name, User: r.user, Report: rep}
+			for _, s := range r.upload {
+				ps.Uploaded = append(ps.Uploaded, s.Name)
+			}
+			steps = append(steps, ps)
+		}
 	}
+	rep := isoprobe.Merge(labels, reps)
 	statuses, passed := isoprobe.Fold(rep, expect)
 	result := ProbeResult{Passed: passed, Classes: statuses, Targets: targets, Workdir: p.Workdir, User: p.User,
-		Skill: skill, Report: rep, Duration: round3(res.Duration.Seconds())}
+		Skill: skill, Report: rep, Steps: steps, Duration: round3(total.Seconds())}
 	for c, why := range expect {
 		if statuses[c] == isoprobe.Expected {
 			if result.Expected == nil {
@@ -172,7 +226,7 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	reason := probeReason(statuses, expect)
 	dir.Logf("probe: %s", reason)
 	fin := events.FinishedData{
-		Reason: reason, ExitCode: res.ExitCode, DurationSec: round3(res.Duration.Seconds()),
+		Reason: reason, ExitCode: last.ExitCode, DurationSec: round3(total.Seconds()),
 		StdoutTail: reason, IsolationProbe: statuses,
 		Isolation: map[string]any{"network": p.Networks.Solve, "user": p.User, "workdir": p.Workdir},
 	}
@@ -180,7 +234,7 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if passed {
 		reward = 1
 	}
-	v := events.VerdictData{Reward: &reward, Rewards: map[string]float64{"reward": reward}, ReturnCode: &res.ExitCode}
+	v := events.VerdictData{Reward: &reward, Rewards: map[string]float64{"reward": reward}, ReturnCode: &last.ExitCode}
 	_ = dir.WriteReward(reward)
 	return Outcome{Finished: fin, Verdict: &v}, nil
 }
@@ -263,6 +317,55 @@ func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Han
 			res.ExitCode, res.TimedOut, cellfs.Suffix(errLog.Tail.String(), 300))
 	}
 	return rep, res, nil
+}
+
+// probeRuns are the probes of task t: one for a single-step task; for a
+// multi-step task, one in the sandbox of its first step and one for each
+// later step whose agent runs as another user (user says who) than the
+// step probed before it. Every step shares the one sandbox and image, so
+// what else differs between steps is what their workdir/ and setup.sh
+// add: each probe comes after the uploads of every step up to its own.
+// A later step that keeps the user is not probed again (its grader files
+// are looked for from the first step on).
+func probeRuns(t *task.Task, user func(*task.Step) string) []probeStepRun {
+	if len(t.Steps) == 0 {
+		return []probeStepRun{{user: user(nil)}}
+	}
+	var out []probeStepRun
+	var pending []*task.Step
+	for i := range t.Steps {
+		s := &t.Steps[i]
+		pending = append(pending, s)
+		u := user(s)
+		if i == 0 || u != out[len(out)-1].user {
+			out = append(out, probeStepRun{step: s, user: u, upload: pending})
+			pending = nil
+		}
+	}
+	return out
+}
+
+// probeStepRun is one probe of probeRuns: the step (nil for a
+// single-step task), its user, and the steps whose workdir/ is uploaded
+// before it (those with none are skipped by the upload).
+type probeStepRun struct {
+	step   *task.Step
+	user   string
+	upload []*task.Step
+}
+
+// stepView is the task as a step's agent sees it (its instruction and
+// budget), for the probe of that step.
+type stepView struct {
+	Env
+	s *task.Step
+}
+
+func (v stepView) Task() *task.Task {
+	t := *v.Env.Task()
+	t.Prompt, t.InstructionFile = v.s.Prompt, v.s.InstructionFile
+	t.AgentTimeoutSec, t.AgentUser = v.s.AgentTimeoutSec, v.s.AgentUser
+	return &t
 }
 
 // writeProbeConfig writes cfg as probe.json in a fresh temp directory.

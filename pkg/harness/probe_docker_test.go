@@ -397,3 +397,55 @@ func gitRepoWithLaterFix(t *testing.T) string {
 	}
 	return dir
 }
+
+// stepsTask is a two-step task; files add to or override it.
+func stepsTask(files harnesstest.Files) harnesstest.Files {
+	return merge(harnesstest.Files{
+		"task.toml":                    "schema_version = \"1.1\"\n\n[agent]\ntimeout_sec = 30\n\n[verifier]\ntimeout_sec = 30\n\n[[steps]]\nname = \"one\"\n\n[[steps]]\nname = \"two\"\n",
+		"instruction.md":               "",
+		"solution/solve.sh":            "",
+		"steps/one/instruction.md":     "Write the parser.\n",
+		"steps/one/solution/solve.sh":  "echo parser > /app/parser.txt\n",
+		"steps/two/instruction.md":     "Extend it.\n",
+		"steps/two/solution/solve.sh":  "cp /app/parser.txt /app/extended.txt\n",
+		"steps/two/tests/expected.txt": "the extended parser counts 42 apples\n",
+		"steps/one/workdir/README.md":  "Start from here.\n",
+	}, files)
+}
+
+// TestProbeDockerSteps: the probe runs on a multi-step task, in the
+// sandbox of its first step (its workdir/ uploaded and its setup.sh run
+// as the agent's user first), looking for every step's grader and answer
+// files. A clean task passes; a first step whose workdir/ ships a later
+// step's answer, or whose setup.sh writes a later step's expected output,
+// opens task_files.
+func TestProbeDockerSteps(t *testing.T) {
+	d := dockerDriver(t)
+	_, name, ip := targetHost(t, d.Client())
+	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
+	passed, res := runProbe(t, stepsTask(nil), "docker-probe", d, targets)
+	if !passed || len(res.Steps) != 1 || res.Steps[0].Name != "one" || !slices.Equal(res.Steps[0].Uploaded, []string{"one"}) || res.Steps[0].User != harness.AgentUser {
+		t.Fatalf("a clean multi-step task: passed %v, steps %+v, classes %v", passed, res.Steps, res.Classes)
+	}
+	for _, c := range []struct {
+		name  string
+		files harnesstest.Files
+		says  string
+	}{
+		{"step one's workdir ships step two's answer", harnesstest.Files{
+			"steps/two/solution/extended.txt": "the finished extended parser source\n",
+			"steps/one/workdir/hint.txt":      "the finished extended parser source\n",
+		}, "/app/hint.txt holds the task's steps/two/solution/extended.txt"},
+		{"step one's setup.sh writes step two's expected output", harnesstest.Files{
+			"steps/one/workdir/setup.sh": "printf 'the extended parser counts 42 apples\\n' > notes.txt\n",
+		}, "/app/notes.txt holds the task's steps/two/tests/expected.txt"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			passed, res := runProbe(t, stepsTask(c.files), "docker-probe", d, targets)
+			ev := strings.Join(res.Report.Classes[isoprobe.TaskFiles].Evidence, "\n")
+			if passed || res.Classes[isoprobe.TaskFiles] != isoprobe.Open || !strings.Contains(ev, c.says) {
+				t.Fatalf("task_files %s: %s", res.Classes[isoprobe.TaskFiles], ev)
+			}
+		})
+	}
+}

@@ -81,3 +81,59 @@ func CheckExpect(expect map[string]string) error {
 	}
 	return nil
 }
+
+// rank orders statuses for Merge: the one that says most wins.
+var rank = map[string]int{NA: 0, Closed: 1, Untested: 2, Open: 3}
+
+// Merge is one report of several probes of the same cell (a multi-step
+// task's probed steps, labels naming each): a class's status is the
+// worst of its statuses (open, then untested, then closed, then n/a; a
+// class missing from one report is untested), its evidence and info
+// lines each prefixed with the label of the report they come from; the
+// names and addresses are the union, the walked entries the sum.
+func Merge(labels []string, reps []Report) Report {
+	if len(reps) == 1 {
+		return reps[0]
+	}
+	out := Report{Classes: map[string]Finding{}}
+	leaked, unexpected, reached := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for i, r := range reps {
+		for _, c := range Classes {
+			f, ok := r.Classes[c]
+			if !ok || rank[f.Status] == 0 && f.Status != NA {
+				f = Finding{Status: Untested, Evidence: []string{"not reported"}}
+			}
+			m, seen := out.Classes[c]
+			if !seen || rank[f.Status] > rank[m.Status] {
+				m.Status = f.Status
+			}
+			for _, e := range f.Evidence {
+				m.add("%s: %s", labels[i], e)
+			}
+			for _, e := range f.Info {
+				m.info("%s: %s", labels[i], e)
+			}
+			out.Classes[c] = m
+		}
+		for _, n := range r.EnvLeaked {
+			leaked[n] = true
+		}
+		for _, n := range r.EnvUnexpected {
+			unexpected[n] = true
+		}
+		for _, a := range r.GatewayReached {
+			reached[a] = true
+		}
+		out.Walked += r.Walked
+	}
+	if len(leaked) > 0 {
+		out.EnvLeaked = sorted(leaked)
+	}
+	if len(unexpected) > 0 {
+		out.EnvUnexpected = sorted(unexpected)
+	}
+	if len(reached) > 0 {
+		out.GatewayReached = sorted(reached)
+	}
+	return out
+}

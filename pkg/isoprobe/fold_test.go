@@ -50,3 +50,23 @@ func TestCheckExpect(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestMerge: a multi-step task's probes are one report: each class its
+// worst status, evidence labelled by step, names unioned.
+func TestMerge(t *testing.T) {
+	a := reportOf(map[string]string{GitHistory: NA, Env: NA})
+	a.Walked = 10
+	b := reportOf(map[string]string{GitHistory: Open, Env: Closed})
+	b.EnvLeaked, b.Walked = []string{"X"}, 5
+	delete(b.Classes, DNS)
+	m := Merge([]string{"step a", "step b"}, []Report{a, b})
+	if m.Classes[GitHistory].Status != Open || m.Classes[Env].Status != Closed || m.Classes[DNS].Status != Untested || m.Classes[Network].Status != Closed {
+		t.Fatalf("%+v", m.Classes)
+	}
+	if ev := strings.Join(m.Classes[GitHistory].Evidence, "\n"); ev != "step a: git_history was n/a\nstep b: git_history was open" {
+		t.Fatalf("evidence %q", ev)
+	}
+	if !slices.Equal(m.EnvLeaked, []string{"X"}) || m.Walked != 15 {
+		t.Fatalf("%+v", m)
+	}
+}

@@ -127,10 +127,11 @@ var (
 	NeedsContainerAgent = Needs{TestScript: true, Image: true, Prompt: true, AgentWorkdir: true, Steps: true, Compose: true,
 		VerifierEnv: true, SandboxEnv: true, Egress: true}
 	// NeedsProbe: the isolation probe runs in exactly the sandbox an agent
-	// arm gets (its proxy included); it is not scored by the verifier and
-	// runs neither the solution nor the task's own commands, so no env
-	// table decides it.
-	NeedsProbe = Needs{Image: true, AgentWorkdir: true, Compose: true, Egress: true}
+	// arm gets (its proxy included; each probed step's, for a multi-step
+	// task); it is not scored by the verifier and runs neither the
+	// solution nor the task's own commands but a step's setup.sh, which
+	// gets no env table, so no env table decides it.
+	NeedsProbe = Needs{Image: true, AgentWorkdir: true, Steps: true, Compose: true, Egress: true}
 	// NeedsCommand: a host command given the task path; it scores itself
 	// and gets none of the task's env tables.
 	NeedsCommand = Needs{}

@@ -360,7 +360,7 @@ func (c *cell) run(ctx context.Context) error {
 		teardown() // before the terminal event: an ended cell owns no container
 		return c.end(ctx, events.ClassInfra, err)
 	}
-	if len(c.task.Steps) > 0 {
+	if len(c.task.Steps) > 0 && !harness.SolvesSteps(arm) {
 		return c.runSteps(ctx, arm, p, h, teardown)
 	}
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/cellfs"
@@ -218,7 +216,11 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	c.Dir().Logf("step %d/%d %s", i+1, len(c.task.Steps), s.Name)
 	d := p.Driver
 	if s.WorkdirDir != "" {
-		if err := uploadWorkdir(ctx, d, h, s, workdir, p.User, dir); err != nil {
+		if err := harness.UploadStepWorkdir(ctx, d, h, s, workdir, p.User, dir); err != nil {
+			var se *harness.StepSetupError
+			if errors.As(err, &se) {
+				return sv, &stepFailure{se.Error()}
+			}
 			return sv, err
 		}
 	}
@@ -263,65 +265,6 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 		_ = dir.WriteReward(*v.Reward)
 	}
 	return sv, nil
-}
-
-// uploadWorkdir copies the step's workdir/ into the working directory
-// (each top-level entry replacing one of the same name; the entries and
-// the directory itself owned by user when set), then runs its setup.sh there as user and removes it, as Harbor
-// does. A failing setup.sh is the step's error.
-func uploadWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, s *task.Step, workdir, user string, dir cellfs.Dir) error {
-	stage := harness.StagePath("workdir")
-	if err := d.CopyIn(ctx, h, s.WorkdirDir, stage); err != nil {
-		return fmt.Errorf("upload steps/%s/workdir: %w", s.Name, err)
-	}
-	chown, own := "", ""
-	if user != "" {
-		// The solving user owns what is uploaded and the working
-		// directory itself (as the agent arm makes it), so setup.sh can
-		// write there.
-		chown, own = ` && chown -R "$3" "$2/$n"`, `chown "$3" "$2" || exit 1
-`
-	}
-	script := `mkdir -p "$2" || exit 1
-` + own + `for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
-  [ -e "$f" ] || [ -L "$f" ] || continue
-  n=$(basename "$f")
-  rm -rf "$2/$n" && cp -a "$f" "$2/$n"` + chown + ` || exit 1
-done
-rm -rf "$(dirname "$1")"`
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", script, "sh", stage, workdir, user}, Timeout: 5 * time.Minute})
-	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exit %d", res.ExitCode)
-	}
-	if err != nil {
-		return fmt.Errorf("upload steps/%s/workdir to %s: %w", s.Name, workdir, err)
-	}
-	dir.Logf("steps/%s/workdir uploaded to %s", s.Name, workdir)
-	if s.SetupScript == "" {
-		return nil
-	}
-	out, err := dir.OpenCapture("setup.log")
-	if err != nil {
-		return err
-	}
-	setup := path.Join(workdir, task.StepSetupScript)
-	res, err = d.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: []string{"bash", setup}, User: user, Workdir: workdir,
-		Timeout: time.Duration(s.AgentTimeoutSec * float64(time.Second)), Grace: time.Second, Stdout: out, Stderr: out,
-	})
-	_ = out.Close(dir, "")
-	// The reserved script is removed whatever it did, as root.
-	if _, rerr := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-f", setup}, Timeout: time.Minute}); rerr != nil && err == nil {
-		err = rerr
-	}
-	if err != nil {
-		return fmt.Errorf("steps/%s/workdir/%s: %w", s.Name, task.StepSetupScript, err)
-	}
-	if res.ExitCode != 0 || res.TimedOut {
-		return &stepFailure{fmt.Sprintf("steps/%s/workdir/%s exited %d: %s", s.Name, task.StepSetupScript, res.ExitCode, strings.TrimSpace(cellfs.Suffix(out.Tail.String(), 300)))}
-	}
-	dir.Logf("steps/%s/workdir/%s ran as %q and was removed", s.Name, task.StepSetupScript, user)
-	return nil
 }
 
 // healthcheck runs hc until it exits 0, with Docker HEALTHCHECK semantics
