@@ -269,3 +269,34 @@ func TestStepBoundariesUnderLoad(t *testing.T) {
 		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
 	}
 }
+
+// TestMultiStepGradersGoneBeforeNextStep: a step's verifier copies the
+// tests to /tests and /verifier and writes /logs/verifier; none of it is
+// left for the next step's agent, which lists those directories into its
+// work tree. The second step's test scores 0 when the listing shows a
+// grader file (the task-level tests/ grade every step, so step one's copy
+// held step two's own test).
+func TestMultiStepGradersGoneBeforeNextStep(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root, agent := t.TempDir(), t.TempDir()
+	writeTaskFiles(t, agent, map[string]string{
+		"agent.toml": "run = \"ls -la /tests /verifier /logs/verifier > /app/seen.txt 2>&1; echo looked\"\n",
+	})
+	writeTaskFiles(t, filepath.Join(root, "look"), map[string]string{
+		"task.toml":                "schema_version = \"1.1\"\n\n[agent]\ntimeout_sec = 60\n\n[verifier]\ntimeout_sec = 60\n\n[[steps]]\nname = \"one\"\n\n[[steps]]\nname = \"two\"\n",
+		"environment/Dockerfile":   "FROM debian:bookworm-slim\nWORKDIR /app\n",
+		"steps/one/instruction.md": "Look around.\n",
+		"steps/two/instruction.md": "Look again.\n",
+		"tests/test.sh":            "#!/bin/bash\nmkdir -p /logs/verifier\nif grep -qs -e test.sh -e reward.txt /app/seen.txt; then echo 0 > /logs/verifier/reward.txt; else echo 1 > /logs/verifier/reward.txt; fi\nrm -f /app/seen.txt\n",
+	})
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "agent:"+agent)
+	if len(a.Results) != 1 {
+		t.Fatalf("%d rows", len(a.Results))
+	}
+	r := a.Results[0]
+	if r.Outcome != "passed" || !reflect.DeepEqual(stepOutcomes(r), []string{"passed", "passed"}) {
+		t.Fatalf("outcome %s, steps %v (%s): the second step's agent saw the first step's grader files", r.Outcome, stepOutcomes(r), r.Error)
+	}
+}

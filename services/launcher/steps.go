@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/cellfs"
@@ -26,8 +27,9 @@ import (
 // service's own) on the network the arm's plan gives the verifier
 // (verify.UseNetwork), the sandbox frozen before the reward is read; the
 // task's and the step's artifacts collected (verify.CollectArtifacts);
-// the sandbox thawed and back on its start
-// network for the next step; then StepVerdict. A step whose solve made no attempt ends the cell errored
+// the sandbox thawed, the step's /tests, /verifier and /logs/verifier
+// removed (the next step's agent must not read its grader), and back on
+// its start network for the next step; then StepVerdict. A step whose solve made no attempt ends the cell errored
 // by the single-step rule (harness.NoAttemptError), its tests unrun. A
 // step whose reward misses its min_reward,
 // or that has no verdict, stops the trial: each later step is recorded
@@ -147,8 +149,12 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 			c.Dir().Logf("step %s artifacts: %v", s.Name, err)
 		}
 		if stop == "" && i+1 < len(t.Steps) {
-			// Thawed and back on the solve's network for the next step.
+			// Thawed, the step's grader files gone, and back on the
+			// solve's network for the next step.
 			err := thaw(ctx, p.Driver, h)
+			if err == nil {
+				err = removeGraders(ctx, p.Driver, h)
+			}
 			if err == nil {
 				net, err = verify.UseNetwork(ctx, p.Driver, h, net, p.Networks.Start)
 			}
@@ -300,6 +306,24 @@ func healthcheck(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, hc *t
 		case <-time.After(time.Duration(wait * float64(time.Second))):
 		}
 	}
+}
+
+// graderDirs are what a step's verifier leaves in the sandbox: the tests
+// it copied in and its logs (already copied out).
+var graderDirs = []string{"/tests", "/verifier", "/logs/verifier"}
+
+// removeGraders removes graderDirs before the next step's solve, as root:
+// the task-level tests grade every step, so the next step's agent would
+// otherwise read its own grader.
+func removeGraders(ctx context.Context, d sandbox.Driver, h *sandbox.Handle) error {
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: append([]string{"rm", "-rf"}, graderDirs...), Timeout: time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d", res.ExitCode)
+	}
+	if err != nil {
+		return fmt.Errorf("remove the step's grader files (%s): %w", strings.Join(graderDirs, " "), err)
+	}
+	return nil
 }
 
 // thaw resumes the sandbox after a step's verifier froze it.
