@@ -49,8 +49,8 @@ func TestImportReplayFixture(t *testing.T) {
 	dir := t.TempDir()
 	exported := filepath.Join(dir, "ev.jsonl")
 	mustProctor(t, "events", "export", fixtureRun, "--out", exported)
-	if b, _ := os.ReadFile(exported); bytes.Count(b, []byte("\n")) != 103 {
-		t.Errorf("export has %d lines, want the 103 stored events (two duplicated ids dropped)", bytes.Count(b, []byte("\n")))
+	if b, _ := os.ReadFile(exported); bytes.Count(b, []byte("\n")) != 108 {
+		t.Errorf("export has %d lines, want the 108 stored events (two duplicated ids dropped)", bytes.Count(b, []byte("\n")))
 	}
 	t.Setenv("PROCTOR_HOME", t.TempDir())
 	mustProctor(t, "events", "import", exported)
