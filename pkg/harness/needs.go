@@ -31,9 +31,13 @@ func (oracleArm) Needs() []sandbox.Ability {
 	return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityEgressLogger}, VerifierNeeds...)
 }
 
+// An agent's operations file is read straight from the sandbox
+// (FileReader: readAgentOperations) and its metrics.json from a copy of
+// /agent-output (FileCopier).
 func (agentArm) Needs() []sandbox.Ability {
 	return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager,
-		sandbox.AbilityProcessKiller, sandbox.AbilityFileCopier, sandbox.AbilityEgressLogger}, VerifierNeeds...)
+		sandbox.AbilityProcessKiller, sandbox.AbilityFileCopier, sandbox.AbilityFileReader,
+		sandbox.AbilityEgressLogger}, VerifierNeeds...)
 }
 
 // docker-claude's model calls are read from the gateway (CallLogger)
