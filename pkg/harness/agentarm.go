@@ -217,110 +217,109 @@ func AgentImageRef(taskImageID, agentHash string) string {
 	return "proctor-agent:" + id[:min(12, len(id))] + "-" + agentHash[:min(12, len(agentHash))]
 }
 
-// Solve runs the agent (DESIGN §5.1): the agent directory at
-// /opt/proctor/agent, the agent as uid 10001 in its workdir (chowned to it
-// with /agent-output), the Anpord, Archal and proctor environment
-// variables, stdin closed, SIGTERM at the deadline and SIGKILL after the
-// grace period. Its stdout is parsed line by line into events as it runs;
-// metrics.json is read back afterwards. Whatever the agent left running is
-// killed (the driver's ProcessKiller ability) before the verifier starts.
+// Solve runs the agent (DESIGN §5.1) through RunUntrusted: the agent
+// directory at /opt/proctor/agent and the prompt in /agent-output
+// (agentSolve.Stage), the agent as uid 10001 in its workdir with the
+// Anpord, Archal and proctor environment variables, stdin closed, SIGTERM
+// at the deadline and SIGKILL after the grace period. Its stdout is parsed
+// line by line into events as it runs; after RunUntrusted's epilogue its
+// operations file and metrics.json are read back (agentSolve.finish).
 func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	st, _ := p.State.(agentState)
 	if st.spec == nil {
 		return Outcome{}, errors.New("agent arm: Solve without Prepare")
 	}
-	ag, t, dir, d, workdir := st.spec, env.Task(), env.Dir(), p.Driver, p.Workdir
-	killer, ok := d.(sandbox.ProcessKiller)
-	if !ok {
-		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot kill an agent's leftover processes", d)
-	}
-	budget := ag.Budget(t.AgentTimeoutSec)
-	grace := sandbox.DefaultGrace
-	if sp := env.Spec(); sp.AgentGraceSec > 0 {
-		grace = seconds(sp.AgentGraceSec)
-	}
-	real, owners, err := prepareAgentDirs(ctx, d, h, workdir)
+	s := &agentSolve{env: env, ag: st.spec}
+	defer s.close()
+	r, err := RunUntrusted(ctx, env, p, h, s)
 	if err != nil {
 		return Outcome{}, err
 	}
-	home, err := snapshotHome(ctx, d, h, real, t.VerifierEnv["HOME"])
-	if err != nil {
-		return Outcome{}, err
-	}
-	if err := d.CopyIn(ctx, h, ag.Dir, AgentMount); err != nil {
-		return Outcome{}, fmt.Errorf("copy the agent in: %w", err)
-	}
-	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
-		return Outcome{}, err
-	}
-	dir.Logf("agent directory, prompt and /agent-output ready")
-	deadline := time.Now().Add(seconds(budget))
-	env2 := agentEnv(env, workdir, deadline, ag.Env)
-	// Behind an egress proxy the agent's traffic goes through it; these win
-	// over agent.toml (the proxy is the only way out anyway).
-	env2 = withEnv(env2, sandbox.ProxyEnv(h))
-	egress := "none"
-	if h.State["proxy"] != "" {
-		egress = "proxy"
-	}
-	out, err := dir.OpenCapture("solve.log")
-	if err != nil {
-		return Outcome{}, err
-	}
-	logs, err := dir.OpenCapture("agent.stderr.log")
-	if err != nil {
-		return Outcome{}, err
-	}
-	response, err := dir.OpenCapture("response.txt")
-	if err != nil {
-		return Outcome{}, err
-	}
-	run := newStream(ctx, env, response)
-	lines, errLines := run.lines(), run.stderrLines()
-	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal, egress %s)", ag.Run, AgentUser, workdir, budget, grace, egress)
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: []string{"bash", "-c", ag.Run}, User: AgentUser, Workdir: workdir, Env: env2,
-		Timeout: seconds(budget), Grace: grace, Stdout: io.MultiWriter(out, lines), Stderr: io.MultiWriter(logs, errLines),
-	})
-	_, _ = lines.Close(), errLines.Close()
-	run.wait()
-	_ = out.Close(dir, "stdout.tail.txt")
-	_ = logs.Close(dir, "")
-	_ = response.Close(dir, "")
-	if err != nil {
-		return Outcome{}, fmt.Errorf("run the agent: %w", err)
-	}
-	// Whatever the agent left running goes before the verifier starts: a
-	// process of uid 10001 signalling -1 reaches every process of that uid.
-	// KillAll also gets through a fork bomb holding the pids limit, and
-	// gives the verifier the sandbox's whole pids budget back.
-	if err := killer.KillAll(ctx, h, AgentUser); err != nil {
-		return Outcome{}, fmt.Errorf("stop the agent's processes: %w", err)
-	}
-	links, err := RemoveGraderLinks(ctx, d, h, workdir)
-	if err != nil {
-		return Outcome{}, err
-	}
-	reset, err := home.reset(ctx, d, h)
-	if err != nil {
-		return Outcome{}, err
-	}
-	restored, err := owners.restore(ctx, d, h)
-	if err != nil {
-		return Outcome{}, err
-	}
+	return s.finish(ctx, p, h, r)
+}
 
+// agentSolve is an agent:<dir> arm's part of RunUntrusted: its captures
+// (solve.log, agent.stderr.log, response.txt) and its event-line stream.
+type agentSolve struct {
+	env Env
+	ag  *AgentSpec
+
+	out, logs, resp *cellfs.Capture
+	run             *stream
+	lines, errLines *sandbox.Lines
+	closed          bool
+}
+
+func (s *agentSolve) Stage(ctx context.Context, u *UntrustedRun) error {
+	if err := u.Driver.CopyIn(ctx, u.Handle, s.ag.Dir, AgentMount); err != nil {
+		return fmt.Errorf("copy the agent in: %w", err)
+	}
+	if err := copyPrompt(ctx, u.Driver, u.Handle, s.env.Task().Prompt); err != nil {
+		return err
+	}
+	s.env.Dir().Logf("agent directory, prompt and /agent-output ready")
+	return nil
+}
+
+func (s *agentSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.ExecSpec, error) {
+	dir := s.env.Dir()
+	budget := s.ag.Budget(s.env.Task().AgentTimeoutSec)
+	var err error
+	for _, c := range []struct {
+		name string
+		to   **cellfs.Capture
+	}{{"solve.log", &s.out}, {"agent.stderr.log", &s.logs}, {"response.txt", &s.resp}} {
+		if *c.to, err = dir.OpenCapture(c.name); err != nil {
+			return sandbox.ExecSpec{}, err
+		}
+	}
+	s.run = newStream(ctx, s.env, s.resp)
+	s.lines, s.errLines = s.run.lines(), s.run.stderrLines()
+	deadline := time.Now().Add(seconds(budget))
+	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal, egress %s)", s.ag.Run, u.User, u.Workdir, budget, u.Grace, u.Egress)
+	return sandbox.ExecSpec{
+		Cmd: []string{"bash", "-c", s.ag.Run}, Env: agentEnv(s.env, u.Workdir, deadline, s.ag.Env),
+		Timeout: seconds(budget), Stdout: io.MultiWriter(s.out, s.lines), Stderr: io.MultiWriter(s.logs, s.errLines),
+	}, nil
+}
+
+func (s *agentSolve) Ended(sandbox.ExecResult) { s.close() }
+
+// close ends the stream and closes the captures, once.
+func (s *agentSolve) close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.run != nil {
+		_, _ = s.lines.Close(), s.errLines.Close()
+		s.run.wait()
+	}
+	dir := s.env.Dir()
+	for _, c := range []struct {
+		c    *cellfs.Capture
+		tail string
+	}{{s.out, "stdout.tail.txt"}, {s.logs, ""}, {s.resp, ""}} {
+		if c.c != nil {
+			_ = c.c.Close(dir, c.tail)
+		}
+	}
+}
+
+// finish builds the Finished of a solve RunUntrusted ended (r): the
+// agent's own Finished line folded in, no attempt when it printed nothing,
+// its operations file and metrics.json read back.
+func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
+	run, res, dir, d := s.run, r.Exec, s.env.Dir(), p.Driver
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	r.Isolation["network"] = sandbox.NetworkInternal
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
-		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(), Synthesized: true,
-		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir},
-		LongLines: run.longLines, ResponseTruncated: response.Capped(), LowFidelityOps: run.lowFidelity(),
+		DurationSec: round3(res.Duration.Seconds()), StdoutTail: s.out.RowTail(), Synthesized: true,
+		Isolation: r.Isolation,
+		LongLines: run.longLines, ResponseTruncated: s.resp.Capped(), LowFidelityOps: run.lowFidelity(),
 	}
-	noteGraderLinks(dir, fin.Isolation, links)
-	noteHomeReset(dir, fin.Isolation, reset)
-	noteOwners(dir, fin.Isolation, owners, restored)
 	if res.TimedOut {
 		fin.Reason = "timeout"
 	}
@@ -330,13 +329,13 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 			fin.Reason = run.finished.Reason
 		}
 	}
-	fin.NoAttempt = !res.TimedOut && !run.anything && out.Tail.Total() == 0
+	fin.NoAttempt = !res.TimedOut && !run.anything && s.out.Tail.Total() == 0
 	if fin.NoAttempt {
 		fin.Reason = fmt.Sprintf("exit %d before any event or output", res.ExitCode)
 	}
 	run.ensureStarted(time.Time{})
 	readAgentOperations(ctx, d, h, run, dir)
-	if resp := responseTail(response.Tail.String()); resp != "" {
+	if resp := responseTail(s.resp.Tail.String()); resp != "" {
 		run.publish(events.Message, events.MessageData{Role: "response", Text: resp}, time.Time{})
 	}
 	if m := readMetrics(ctx, d, h, dir); m != nil {
@@ -352,28 +351,6 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	dir.Logf("agent ended: %s after %.3fs", fin.Reason, fin.DurationSec)
 	return Outcome{Finished: fin}, nil
-}
-
-// prepareAgentDirs creates the agent's working directory (checked with
-// its symlinks resolved: resolveWorkdir), /agent-output, its HOME and
-// /logs/agent, owned by AgentUser (and nothing else: the working tree, not
-// its parents; / stays root's). It returns the working directory with its
-// symlinks resolved and the owners its paths had before (snapshotOwners),
-// which the verifier gets back.
-func prepareAgentDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) (string, *ownerSnapshot, error) {
-	real, err := resolveWorkdir(ctx, d, h, workdir)
-	if err != nil {
-		return "", nil, err
-	}
-	owners, err := snapshotOwners(ctx, d, h, real)
-	if err != nil {
-		return "", nil, err
-	}
-	prep := fmt.Sprintf("mkdir -p %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent", shq(real), agentOutput, agentHome, AgentUser)
-	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return "", nil, fmt.Errorf("prepare the agent's directories: exit %d: %v", res.ExitCode, err)
-	}
-	return real, owners, nil
 }
 
 // GraderPaths are where the verifier's and the oracle's files appear only

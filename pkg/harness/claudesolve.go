@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -102,110 +103,133 @@ func (l *claudeLive) wait() {
 	<-l.done
 }
 
-// Solve runs the CLI (DESIGN §5.3) as uid 10001 in the working directory:
-// the prompt (after the skill notice, for the skill arm) on stdin, the
-// provider variables from an env file on the tmpfs HOME that the wrapper
-// sources and deletes before the CLI starts (never on argv), stdout
-// written to a file in the container and followed live into events. At
-// the deadline the CLI gets SIGTERM, then SIGKILL after the grace period;
-// ResultGrace after a result event the live reader saw, everything of
-// uid 10001 still running is killed (resultGrace); whatever uid 10001
-// left is killed, the stream file is read back (the
-// authority: lines the live reader missed are published from it) and
-// stored redacted as claude.stream.jsonl, and the skill plugin is removed
-// before the verifier runs. The Finished and the error are claudeEnding's
-// and claudeSolveError's.
+// Solve runs the CLI (DESIGN §5.3) through RunUntrusted as uid 10001 in
+// the working directory: the prompt (after the skill notice, for the
+// skill arm) on stdin, the provider variables from an env file on the
+// agent's HOME that the wrapper sources and deletes before the CLI starts
+// (never on argv), stdout written to a file in the container and followed
+// live into events (claudeSolve). At the deadline the CLI gets SIGTERM,
+// then SIGKILL after the grace period; ResultGrace after a result event
+// the live reader saw, everything of uid 10001 still running is killed
+// (resultGrace). After RunUntrusted's epilogue the skill plugin is
+// removed before the verifier runs, and the stream file is read back
+// (the authority: lines the live reader missed are published from it)
+// and stored redacted as claude.stream.jsonl (claudeSolve.finish). The
+// Finished and the error are claudeEnding's and claudeSolveError's.
 func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	st, ok := p.State.(claudeState)
 	if !ok || st.env == nil {
 		return Outcome{}, errors.New("claude arm: Solve without Prepare")
 	}
-	t, dir, d, workdir, plan := env.Task(), env.Dir(), p.Driver, p.Workdir, env.Plan()
-	killer, ok := d.(sandbox.ProcessKiller)
+	reader, ok := p.Driver.(sandbox.FileReader)
 	if !ok {
-		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot kill an agent's leftover processes", d)
+		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot read the stream file back", p.Driver)
 	}
-	reader, ok := d.(sandbox.FileReader)
-	if !ok {
-		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot read the stream file back", d)
+	s := &claudeSolve{env: env, st: st, red: NewRedactor(st.secrets)}
+	if st.skill != nil {
+		s.treatment = st.skill.Name
 	}
-	red := NewRedactor(st.secrets)
-	termGrace := sandbox.DefaultGrace
-	if sp := env.Spec(); sp.AgentGraceSec > 0 {
-		termGrace = seconds(sp.AgentGraceSec)
+	defer s.close()
+	r, err := RunUntrusted(ctx, env, p, h, s)
+	if err != nil {
+		return Outcome{}, err
 	}
+	if st.skill != nil {
+		if r, err := p.Driver.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", SkillPluginDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
+			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", SkillPluginDir, r.ExitCode, err)
+		}
+	}
+	return s.finish(ctx, reader, h, r)
+}
 
-	// The working directory with its symlinks resolved passes the rule
-	// before anything (the provider env above all) is copied in.
-	realWorkdir, err := resolveWorkdir(ctx, d, h, workdir)
+// claudeSolve is the Claude arms' part of RunUntrusted: the staged files,
+// the wrapper script, the live reader of the stream and the result grace.
+type claudeSolve struct {
+	env       Env
+	st        claudeState
+	red       *Redactor
+	treatment string
+	resumed   string // the session of the step before this one resumes
+
+	logs    *cellfs.Capture
+	stderr  io.WriteCloser
+	stdout  io.WriteCloser
+	lines   *sandbox.Lines
+	live    *claudeLive
+	grace   *resultGrace
+	gr      graceReport
+	ca      map[string]string
+	started time.Time
+	closed  bool
+}
+
+// Stage copies in, in one go, everything the container needs, staged on
+// the host (the provider env file above all, removed as soon as it is
+// copied in; one a killed proctor leaves is the run's, and `proctor gc`
+// removes it), and puts it in place as root: the provider env file on the
+// agent's HOME (0600, the agent's), the prompt, an empty stream file and
+// the skill plugin (root's, read-only).
+func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
+	t, d, h, dir := s.env.Task(), u.Driver, u.Handle, s.env.Dir()
+	host, err := StageDir(s.env.RunID())
 	if err != nil {
-		return Outcome{}, err
-	}
-	owners, err := snapshotOwners(ctx, d, h, realWorkdir)
-	if err != nil {
-		return Outcome{}, err
-	}
-	// Everything the container needs, staged on the host and copied in one
-	// go, then put in place by root. The staging directory (the provider
-	// env file above all) is removed as soon as it is copied in; one a
-	// killed proctor leaves is the run's, and `proctor gc` removes it.
-	host, err := StageDir(env.RunID())
-	if err != nil {
-		return Outcome{}, err
+		return err
 	}
 	defer os.RemoveAll(host)
-	prompt, treatment := t.Prompt, ""
-	if st.skill != nil {
-		treatment = st.skill.Name
-		prompt = fmt.Sprintf(SkillNotice, st.skill.Name) + prompt
-		skipped, err := st.skill.WritePlugin(filepath.Join(host, "abskill"))
+	prompt := t.Prompt
+	if s.st.skill != nil {
+		prompt = fmt.Sprintf(SkillNotice, s.st.skill.Name) + prompt
+		skipped, err := s.st.skill.WritePlugin(filepath.Join(host, "abskill"))
 		if err != nil {
-			return Outcome{}, fmt.Errorf("write the skill plugin: %w", err)
+			return fmt.Errorf("write the skill plugin: %w", err)
 		}
-		for _, s := range skipped {
-			dir.Logf("skill plugin: left out %s", s)
+		for _, sk := range skipped {
+			dir.Logf("skill plugin: left out %s", sk)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(host, "prompt.md"), []byte(prompt), 0o644); err != nil {
-		return Outcome{}, err
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(st.env), 0o600); err != nil {
-		return Outcome{}, err
+	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(s.st.env), 0o600); err != nil {
+		return err
 	}
 	stage := StagePath("in")
 	err = d.CopyIn(ctx, h, host, stage)
 	_ = os.RemoveAll(host)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("copy the prompt and provider env in: %w", err)
+		return fmt.Errorf("copy the prompt and provider env in: %w", err)
 	}
-	envPath := agentHome + "/.provider.env"
 	prep := fmt.Sprintf(`set -e
-mkdir -p %[1]s %[2]s /logs/agent
-chown -R %[4]s %[1]s %[2]s /logs/agent
-chown %[4]s %[3]s && chmod 0700 %[3]s
-cp %[5]s/provider.env %[6]s && chown %[4]s %[6]s && chmod 0600 %[6]s
-cp %[5]s/prompt.md %[2]s/prompt.md && chown %[4]s %[2]s/prompt.md
-: > %[7]s && chown %[4]s %[7]s
-`, shq(realWorkdir), agentOutput, agentHome, AgentUser, stage, envPath, claudeStreamPath)
-	if st.skill != nil {
+cp %[3]s/provider.env %[4]s && chown %[2]s %[4]s && chmod 0600 %[4]s
+cp %[3]s/prompt.md %[1]s/prompt.md && chown %[2]s %[1]s/prompt.md
+: > %[5]s && chown %[2]s %[5]s
+`, agentOutput, u.User, stage, claudeEnvPath, claudeStreamPath)
+	if s.st.skill != nil {
 		prep += fmt.Sprintf("rm -rf %[1]s && cp -R %[2]s/abskill %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n", SkillPluginDir, stage)
 	}
 	prep += "rm -rf " + shq(parentOf(stage)) + "\n"
-	var prepOut bytes.Buffer
-	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &prepOut, Stderr: &prepOut, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return Outcome{}, fmt.Errorf("prepare the agent's directories: exit %d: %v: %s", res.ExitCode, err, red.String(prepOut.String()))
+	var out bytes.Buffer
+	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &out, Stderr: &out, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
+		return fmt.Errorf("stage the CLI's files: exit %d: %v: %s", res.ExitCode, err, s.red.String(out.String()))
 	}
-	home, err := snapshotHome(ctx, d, h, realWorkdir, t.VerifierEnv["HOME"])
-	if err != nil {
-		return Outcome{}, err
-	}
+	return nil
+}
 
+// claudeEnvPath is the provider env file the wrapper sources and deletes.
+const claudeEnvPath = agentHome + "/.provider.env"
+
+// Command is the wrapper: it sources and deletes the provider env file,
+// runs the CLI with the prompt on stdin and its stdout to the stream
+// file, and follows that file to its own stdout (the live reader) until
+// the CLI ends.
+func (s *claudeSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.ExecSpec, error) {
+	t, dir, plan := s.env.Task(), s.env.Dir(), s.env.Plan()
 	var argv []string
-	args, resumed := sessionArgs(ClaudeArgs(plan.Model, st.skill), t, st.session)
+	args, resumed := sessionArgs(ClaudeArgs(plan.Model, s.st.skill), t, s.st.session)
 	for _, a := range args {
 		argv = append(argv, shq(a))
 	}
-	if resumed != "" {
+	if s.resumed = resumed; resumed != "" {
 		dir.Logf("claude: resumes session %s of the step before (inherit_prior_session)", resumed)
 	}
 	script := fmt.Sprintf(`set -a; . %[1]s; set +a; rm -f %[1]s
@@ -216,150 +240,139 @@ tpid=$!
 wait $pid; rc=$?
 wait $tpid
 exit $rc
-`, envPath, strings.Join(argv, " "), agentOutput, claudeStreamPath)
-
-	logs, err := dir.OpenCapture("agent.stderr.log")
-	if err != nil {
-		return Outcome{}, err
+`, claudeEnvPath, strings.Join(argv, " "), agentOutput, claudeStreamPath)
+	var err error
+	if s.logs, err = dir.OpenCapture("agent.stderr.log"); err != nil {
+		return sandbox.ExecSpec{}, err
 	}
-	stderr := red.Writer(logs)
-	grace := newResultGrace(ResultGrace, func() {
-		if err := killer.KillAll(ctx, h, AgentUser); err != nil {
+	s.stderr = s.red.Writer(s.logs)
+	s.grace = newResultGrace(ResultGrace, func() {
+		if err := u.Killer.KillAll(ctx, u.Handle, u.User); err != nil {
 			dir.Logf("claude: kill the agent's processes %s after the result: %v", ResultGrace, err)
 		}
 	})
-	live := newClaudeLive(ctx, env, treatment, grace.result)
-	lines := sandbox.NewLines(live.feed, 0)
-	stdout := red.Writer(lines)
-	budget := t.AgentTimeoutSec
+	s.live = newClaudeLive(ctx, s.env, s.treatment, s.grace.result)
+	s.lines = sandbox.NewLines(s.live.feed, 0)
+	s.stdout = s.red.Writer(s.lines)
 	// The provider is reached through the sandbox's egress proxy (the
-	// only way out of its internal network): its variables, never the
-	// host's.
-	proxy := sandbox.ProxyEnv(h)
-	egress := "none"
-	if proxy != nil {
-		egress = "proxy"
-	}
-	ca := sandbox.CAEnv(h)
-	proxy = withEnv(proxy, ca)
-	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, AgentUser, workdir, budget, termGrace, egress)
-	start := time.Now()
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: []string{"sh", "-c", script}, User: AgentUser, Workdir: workdir,
+	// only way out of its internal network; RunUntrusted lays its
+	// variables over these), with the gateway's CA when it intercepts.
+	s.ca = sandbox.CAEnv(u.Handle)
+	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, u.User, u.Workdir, t.AgentTimeoutSec, u.Grace, u.Egress)
+	s.started = time.Now()
+	return sandbox.ExecSpec{
+		Cmd: []string{"sh", "-c", script},
 		Env: withEnv(map[string]string{
 			"HOME": agentHome, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-			"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": env.CellID(),
-		}, proxy),
-		Timeout: seconds(budget), Grace: termGrace, Stdout: stdout, Stderr: stderr,
-	})
-	end := time.Now()
-	_ = stdout.Close()
-	_ = lines.Close()
-	live.wait()
-	gr := grace.stop(start, end)
-	_ = stderr.Close()
-	_ = logs.Close(dir, "")
-	if err != nil {
-		return Outcome{}, fmt.Errorf("run the Claude Code CLI: %w", err)
-	}
-	if err := killer.KillAll(ctx, h, AgentUser); err != nil {
-		return Outcome{}, fmt.Errorf("stop the agent's processes: %w", err)
-	}
-	links, err := RemoveGraderLinks(ctx, d, h, workdir)
-	if err != nil {
-		return Outcome{}, err
-	}
-	reset, err := home.reset(ctx, d, h)
-	if err != nil {
-		return Outcome{}, err
-	}
-	restored, err := owners.restore(ctx, d, h)
-	if err != nil {
-		return Outcome{}, err
-	}
-	if st.skill != nil {
-		if r, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", SkillPluginDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
-			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", SkillPluginDir, r.ExitCode, err)
-		}
-	}
+			"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": s.env.CellID(),
+		}, s.ca),
+		Timeout: seconds(t.AgentTimeoutSec), Stdout: s.stdout, Stderr: s.stderr,
+	}, nil
+}
 
-	// The file is the authority: replay it with a fresh state and publish
-	// what the live reader did not.
+// Ended stops the live reader and the result grace.
+func (s *claudeSolve) Ended(sandbox.ExecResult) { s.close() }
+
+// close ends the live reader and the grace and closes the captures, once.
+func (s *claudeSolve) close() {
+	if s.closed || s.live == nil {
+		return
+	}
+	s.closed = true
+	end := time.Now()
+	_ = s.stdout.Close()
+	_ = s.lines.Close()
+	s.live.wait()
+	s.gr = s.grace.stop(s.started, end)
+	_ = s.stderr.Close()
+	_ = s.logs.Close(s.env.Dir(), "")
+}
+
+// finish reads the stream file back (the authority: replayed with a fresh
+// state, publishing what the live reader did not), stores it redacted and
+// builds the Finished.
+func (s *claudeSolve) finish(ctx context.Context, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
+	dir, res := s.env.Dir(), r.Exec
 	raw, rerr := reader.ReadFile(ctx, h, claudeStreamPath, maxStreamBytes)
 	if rerr != nil {
 		dir.Logf("claude: read %s back: %v (the live lines stand)", claudeStreamPath, rerr)
 	}
-	text := red.String(string(raw))
+	text := s.red.String(string(raw))
 	if err := os.WriteFile(dir.Path("claude.stream.jsonl"), []byte(text), 0o644); err != nil {
 		return Outcome{}, err
 	}
+	live := s.live
 	live.mu.Lock()
 	defer live.mu.Unlock()
-	s := live.s
-	truncated := false
+	st, truncated := live.s, false
 	if rerr == nil {
-		truncated = text != "" && !strings.HasSuffix(text, "\n")
-		all := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-		if truncated {
-			all = all[:len(all)-1] // an unterminated last line is never read as an event
-		}
-		if text == "" {
-			all = nil
-		}
-		s = newClaudeStream(treatment)
-		now := time.Now()
-		for i, l := range all {
-			evs := s.line(l)
-			if i >= live.emitted {
-				for _, ev := range evs {
-					live.publish(ev, now)
-				}
-			}
-		}
+		st, truncated = s.replay(text)
 	}
 	if !live.started {
 		live.publish(claudeEvent{Type: events.Started}, time.Time{})
 	}
-	if truncated && s.result != nil {
+	if truncated && st.result != nil {
 		truncated = false // the result line ended; only a partial line after it
 	}
-
+	iso := r.Isolation
+	iso["network"], iso["home"] = sandbox.NetworkInternal, "tmpfs"
 	fin := events.FinishedData{
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationSec: round3(res.Duration.Seconds()),
-		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true,
-		Isolation: map[string]any{"network": sandbox.NetworkInternal, "egress": egress, "user": AgentUser, "workdir": workdir, "home": "tmpfs"},
+		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true, Isolation: iso,
 	}
-	if id, _ := s.init["session_id"].(string); id != "" {
-		st.session.set(id)
+	if id, _ := st.init["session_id"].(string); id != "" {
+		s.st.session.set(id)
 	}
-	if resumed != "" {
-		fin.Isolation["resumed_session"] = resumed
+	if s.resumed != "" {
+		iso["resumed_session"] = s.resumed
 	}
-	if ca != nil {
-		fin.Isolation["gateway"] = "intercept" // the credentials stayed in the proxy
+	if s.ca != nil {
+		iso["gateway"] = "intercept" // the credentials stayed in the proxy
 	}
-	noteGraderLinks(dir, fin.Isolation, links)
-	noteHomeReset(dir, fin.Isolation, reset)
-	noteOwners(dir, fin.Isolation, owners, restored)
-	fin.AgentReported = s.metrics(truncated && s.result == nil)
-	claudeEnding(&fin, s, res, gr, truncated)
-	if gr.killed {
-		dir.Logf("claude: still running %s after its result event: every process of %s killed (the verdict stands)", ResultGrace, AgentUser)
+	fin.AgentReported = st.metrics(truncated && st.result == nil)
+	claudeEnding(&fin, st, res, s.gr, truncated)
+	if s.gr.killed {
+		dir.Logf("claude: still running %s after its result event: every process of %s killed (the verdict stands)", ResultGrace, iso["user"])
 	}
-	if u, n := s.unreported(); n > 0 {
-		u.Partial = partialReason(s, n, fin.Reason)
+	if u, n := st.unreported(); n > 0 {
+		u.Partial = partialReason(st, n, fin.Reason)
 		dir.Logf("claude: usage partial: %s", u.Partial)
 		live.publish(claudeEvent{events.Usage, u}, time.Time{})
 	}
 	if live.publishErr != nil {
 		return Outcome{Finished: fin}, live.publishErr
 	}
-	if err := claudeSolveError(s, fin, st.skill); err != nil {
+	if err := claudeSolveError(st, fin, s.st.skill); err != nil {
 		return Outcome{Finished: fin}, err
 	}
-	dir.Logf("claude ended: %s after %.3fs (tools %v)", fin.Reason, fin.DurationSec, slices.Sorted(maps.Keys(s.tools)))
+	dir.Logf("claude ended: %s after %.3fs (tools %v)", fin.Reason, fin.DurationSec, slices.Sorted(maps.Keys(st.tools)))
 	return Outcome{Finished: fin}, nil
+}
+
+// replay folds the stream file's text with a fresh state and publishes
+// the events of the lines the live reader did not (live.mu held); an
+// unterminated last line is never read as an event (truncated).
+func (s *claudeSolve) replay(text string) (*claudeStream, bool) {
+	truncated := text != "" && !strings.HasSuffix(text, "\n")
+	all := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if truncated {
+		all = all[:len(all)-1]
+	}
+	if text == "" {
+		all = nil
+	}
+	st := newClaudeStream(s.treatment)
+	now := time.Now()
+	for i, l := range all {
+		evs := st.line(l)
+		if i >= s.live.emitted {
+			for _, ev := range evs {
+				s.live.publish(ev, now)
+			}
+		}
+	}
+	return st, truncated
 }
 
 // ResultGrace is how long the agent's processes may run on after the

@@ -49,9 +49,12 @@ func (claudeArm) Needs() []sandbox.Ability {
 }
 
 // The probe scores itself: no verifier phase. Without ImageEnver its env
-// class would be untested, which fails the probe.
+// class would be untested, which fails the probe. It runs through
+// RunUntrusted as an agent does, so its epilogue kills what the probe
+// left (ProcessKiller).
 func (probeArm) Needs() []sandbox.Ability {
-	return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityImageEnver, sandbox.AbilityEgressLogger}
+	return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityImageEnver, sandbox.AbilityEgressLogger,
+		sandbox.AbilityProcessKiller}
 }
 
 func (commandArm) Needs() []sandbox.Ability   { return nil }

@@ -45,7 +45,7 @@ const maxProbeReport = 4 << 20
 // probeArm runs the isolation probe (DESIGN §6) in exactly the sandbox an
 // agent arm gets: the task image, the agent's working directory, uid
 // 10001, the agent's network plan and the agent's environment allowlist
-// (agentSandbox, prepareAgentDirs, agentEnv); each probed step's for a
+// (agentSandbox, RunUntrusted, agentEnv); each probed step's for a
 // multi-step task. No model, no cost. It scores itself: reward 1 when
 // every leak class is closed, n/a or expected by the task
 // (metadata.probe_expect), else 0. Its rows check the setup and are never
@@ -249,64 +249,108 @@ type probeRun struct {
 	skill, stage, bin string
 }
 
-// run probes once as user in the agent's working directory: the agent's
-// directories and prompt prepared as an agent arm prepares them, the
-// probe's configuration (hostConfig) copied into the stage directory, and
-// `proctor probe-inside` run with the agent's environment; it returns the
-// probe program's report.
+// run probes once as user in the agent's working directory through
+// RunUntrusted, so the probe sees what an agent sees and leaves what an
+// agent's solve leaves: the agent's directories prepared, the prompt and
+// the probe's configuration (hostConfig) staged, and `proctor
+// probe-inside` run with the agent's environment; it returns the probe
+// program's report.
 func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Handle, user string) (isoprobe.Report, sandbox.ExecResult, error) {
-	t, dir, d, workdir := env.Task(), env.Dir(), p.Driver, p.Workdir
-	var res sandbox.ExecResult
-	if _, _, err := prepareAgentDirs(ctx, d, h, workdir); err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, err)
-	}
-	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, err)
-	}
-	agentVars := withEnv(agentEnv(env, workdir, time.Now().Add(seconds(t.AgentTimeoutSec)), nil), sandbox.ProxyEnv(h))
-	cfg := isoprobe.Config{
-		Root: "/", Workdir: workdir, Home: agentHome, Targets: pr.targets, Skill: pr.skill,
-		Skip: []string{pr.stage}, TimeoutSec: 3,
-	}
-	if p.Spec.Egress != nil {
-		cfg.Allowlist = p.Spec.Egress.Allow
-	}
-	note, err := hostConfig(ctx, env, d, p.Spec, agentVars, &cfg)
+	s := &probeSolve{pr: pr, env: env, p: p}
+	defer s.close()
+	p.User = user
+	r, err := RunUntrusted(ctx, env, p, h, s)
 	if err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassInfra, err)
+		if _, ok := events.ClassOf(err); !ok {
+			err = events.Classed(events.ClassSandbox, err)
+		}
+		return isoprobe.Report{}, r.Exec, err
 	}
-	if note != "" {
-		dir.Logf("probe: %s", note)
-	}
-	cfgFile, err := writeProbeConfig(cfg)
-	if err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassInfra, err)
-	}
-	defer os.RemoveAll(filepath.Dir(cfgFile))
-	if err := d.CopyIn(ctx, h, cfgFile, pr.stage); err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
-	}
-	var stdout bytes.Buffer
-	errLog, err := dir.OpenCapture("probe.stderr.log")
-	if err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassInfra, err)
-	}
-	argv := []string{pr.bin, "probe-inside", "--config", path.Join(pr.stage, filepath.Base(cfgFile))}
-	dir.Logf("probe: %s as %s in %s (targets %s)", strings.Join(argv, " "), user, workdir, pr.targets)
-	res, err = d.Exec(ctx, h, sandbox.ExecSpec{
-		Cmd: argv, User: user, Workdir: workdir, Env: agentVars, Timeout: probeTimeout,
-		Stdout: &capWriter{w: &stdout, n: maxProbeReport}, Stderr: errLog,
-	})
-	_ = errLog.Close(dir, "")
-	if err != nil {
-		return isoprobe.Report{}, res, events.Classed(events.ClassSandbox, fmt.Errorf("run the probe: %w", err))
-	}
+	res := r.Exec
 	var rep isoprobe.Report
-	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(stdout.Bytes(), &rep) != nil || rep.Classes == nil {
+	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(s.stdout.Bytes(), &rep) != nil || rep.Classes == nil {
 		return isoprobe.Report{}, res, events.Classf(events.ClassSandbox, "the probe program did not report (exit %d, timed out %v): %s",
-			res.ExitCode, res.TimedOut, cellfs.Suffix(errLog.Tail.String(), 300))
+			res.ExitCode, res.TimedOut, cellfs.Suffix(s.errLog.Tail.String(), 300))
 	}
 	return rep, res, nil
+}
+
+// probeSolve is one probe's part of RunUntrusted.
+type probeSolve struct {
+	pr      probeRun
+	env     Env
+	p       Placement
+	cfgFile string
+	stdout  bytes.Buffer
+	errLog  *cellfs.Capture
+	closed  bool
+}
+
+// Stage copies the prompt in as an agent arm does, and the probe's
+// configuration (with the agent's variables: the probe's env class
+// compares them with the image's) into the stage directory.
+func (s *probeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
+	t, d, h := s.env.Task(), u.Driver, u.Handle
+	if err := copyPrompt(ctx, d, h, t.Prompt); err != nil {
+		return events.Classed(events.ClassSandbox, err)
+	}
+	cfg := isoprobe.Config{
+		Root: "/", Workdir: u.Workdir, Home: agentHome, Targets: s.pr.targets, Skill: s.pr.skill,
+		Skip: []string{s.pr.stage}, TimeoutSec: 3,
+	}
+	if s.p.Spec.Egress != nil {
+		cfg.Allowlist = s.p.Spec.Egress.Allow
+	}
+	note, err := hostConfig(ctx, s.env, d, s.p.Spec, s.agentVars(u), &cfg)
+	if err != nil {
+		return events.Classed(events.ClassInfra, err)
+	}
+	if note != "" {
+		s.env.Dir().Logf("probe: %s", note)
+	}
+	if s.cfgFile, err = writeProbeConfig(cfg); err != nil {
+		return events.Classed(events.ClassInfra, err)
+	}
+	if err := d.CopyIn(ctx, h, s.cfgFile, s.pr.stage); err != nil {
+		return events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
+	}
+	return nil
+}
+
+// agentVars is the environment an agent of this cell gets, the egress
+// proxy's variables over it (as RunUntrusted lays them).
+func (s *probeSolve) agentVars(u *UntrustedRun) map[string]string {
+	t := s.env.Task()
+	return withEnv(agentEnv(s.env, u.Workdir, time.Now().Add(seconds(t.AgentTimeoutSec)), nil), sandbox.ProxyEnv(u.Handle))
+}
+
+func (s *probeSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.ExecSpec, error) {
+	dir := s.env.Dir()
+	var err error
+	if s.errLog, err = dir.OpenCapture("probe.stderr.log"); err != nil {
+		return sandbox.ExecSpec{}, events.Classed(events.ClassInfra, err)
+	}
+	argv := []string{s.pr.bin, "probe-inside", "--config", path.Join(s.pr.stage, filepath.Base(s.cfgFile))}
+	dir.Logf("probe: %s as %s in %s (targets %s)", strings.Join(argv, " "), u.User, u.Workdir, s.pr.targets)
+	return sandbox.ExecSpec{
+		Cmd: argv, Env: s.agentVars(u), Timeout: probeTimeout,
+		Stdout: &capWriter{w: &s.stdout, n: maxProbeReport}, Stderr: s.errLog,
+	}, nil
+}
+
+func (s *probeSolve) Ended(sandbox.ExecResult) { s.close() }
+
+func (s *probeSolve) close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.errLog != nil {
+		_ = s.errLog.Close(s.env.Dir(), "")
+	}
+	if s.cfgFile != "" {
+		_ = os.RemoveAll(filepath.Dir(s.cfgFile))
+	}
 }
 
 // writeProbeConfig writes cfg as probe.json in a fresh temp directory.
