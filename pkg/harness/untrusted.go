@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +84,8 @@ type UntrustedResult struct {
 // program that is not proctor's own, and what the verifier's trust in the
 // sandbox rests on. In order:
 //
-//  1. the driver must kill processes by user (ProcessKiller), else an
+//  1. the driver must kill processes by user (ProcessKiller, implemented
+//     and, by a driver that declares its abilities, declared), else an
 //     error and nothing runs;
 //  2. the working directory is created and checked with its symlinks
 //     resolved (resolveWorkdir: refused when it resolves to a system
@@ -110,6 +112,9 @@ type UntrustedResult struct {
 func RunUntrusted(ctx context.Context, env Env, p Placement, h *sandbox.Handle, arm Untrusted) (UntrustedResult, error) {
 	d := p.Driver
 	killer, ok := d.(sandbox.ProcessKiller)
+	if c, capable := d.(sandbox.Capable); capable && !slices.Contains(c.Abilities(), sandbox.AbilityProcessKiller) {
+		ok = false // implemented but not declared: not counted on
+	}
 	if !ok {
 		return UntrustedResult{}, fmt.Errorf("the sandbox driver %T cannot kill a solver's leftover processes (%s)", d, sandbox.AbilityProcessKiller)
 	}
