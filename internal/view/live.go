@@ -219,9 +219,10 @@ func (l *live) artifact(version string) (*artifact.Artifact, []artifact.Figure, 
 		l.artAt = time.Now()
 		run, rows := l.p.Input(version)
 		rows = detach(rows)
+		opts := l.p.BuildOptions()
 		ver := l.version
 		go func() {
-			a := artifact.Build(run, rows, projection.BuildOptions())
+			a := artifact.Build(run, rows, opts)
 			figs, _ := artifact.Figures(a) // a figure that cannot be drawn is left out
 			l.mu.Lock()
 			defer l.mu.Unlock()

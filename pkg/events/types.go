@@ -76,6 +76,12 @@ type CellPlannedData struct {
 	// UnknownKeys are the dotted definition keys of the task that neither
 	// proctor, Harbor nor BenchFlow defines (ignored; see task.UnknownKey).
 	UnknownKeys []string `json:"unknown_keys,omitempty"`
+	// SetupCheck: the cell's harness checks the setup (the oracle, the
+	// probe; harness.Arm.SetupCheck): its rows are never compared against
+	// a baseline, never one and never in Holm's family. The planner records
+	// the arm's word so that a projection compares as the run was planned,
+	// whichever build replays the log.
+	SetupCheck bool `json:"setup_check,omitempty"`
 }
 
 // CellRefusedData ends a cell that was never launched: a harness refusal or

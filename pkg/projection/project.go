@@ -13,7 +13,6 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/events"
-	"github.com/proctor-eval/proctor/pkg/harness"
 )
 
 // Projector folds one run's events, in log order, into run state and the
@@ -555,18 +554,25 @@ func (p *Projector) Counts() map[string]int {
 
 // Artifact projects the run. Cells without a terminal event are errored
 // rows (class infra): missing data, never a 0 and never a pass. Which
-// harnesses are setup checks (never compared) is the arms' word
+// harnesses are setup checks (never compared) is what the log says
 // (BuildOptions).
 func (p *Projector) Artifact(version string) *artifact.Artifact {
 	run, rows := p.Input(version)
-	return artifact.Build(run, rows, BuildOptions())
+	return artifact.Build(run, rows, p.BuildOptions())
 }
 
-// BuildOptions are the options every projection builds its artifact with:
-// the harness arms say which harnesses are setup checks
-// (harness.IsSetupCheck).
-func BuildOptions() artifact.BuildOptions {
-	return artifact.BuildOptions{Compare: artifact.CompareOptions{SetupCheck: harness.IsSetupCheck}}
+// BuildOptions are the options the run's artifact is built with: the
+// harnesses whose CellPlanned says setup_check (the arms' word when the
+// run was planned) are setup checks. A log that predates the key has
+// none. The options hold a copy: they stay valid after the next Apply.
+func (p *Projector) BuildOptions() artifact.BuildOptions {
+	checks := map[string]bool{}
+	for _, c := range p.cells {
+		if c.plan.SetupCheck {
+			checks[c.plan.Harness] = true
+		}
+	}
+	return artifact.BuildOptions{Compare: artifact.CompareOptions{SetupCheck: func(h string) bool { return checks[h] }}}
 }
 
 // Input returns what Artifact builds the artifact from: the run's info and

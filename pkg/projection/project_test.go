@@ -221,3 +221,33 @@ func TestProgress(t *testing.T) {
 		t.Errorf("unknown cell state %q", s)
 	}
 }
+
+// TestSetupCheckIsTheLogs: which harnesses are setup checks is what
+// their CellPlanned says (setup_check), not what this build's arms would
+// say of their names: a harness planned as a setup check gets no
+// comparison whatever its name, and one named "oracle" whose log predates
+// the key, or says otherwise, is compared like any other.
+func TestSetupCheckIsTheLogs(t *testing.T) {
+	const run = "run-setup-check"
+	one := 1.0
+	spec := events.RunSpec{TasksRoot: "/t", Harnesses: []string{"base", "oracle", "chk"}, Models: []string{"m"}, Repeats: 1, BaselineHarness: "base"}
+	evs := []events.Envelope{
+		events.Must(events.RunRequested, run, "", 0, "cli", events.RunRequestedData{Spec: spec}),
+		events.Must(events.RunPlanned, run, "", 0, "planner", events.RunPlannedData{Cells: 3}),
+	}
+	for _, h := range spec.Harnesses {
+		id := events.CellID("a", h, "m", 1)
+		evs = append(evs,
+			events.Must(events.CellPlanned, run, id, 1, "planner", events.CellPlannedData{Task: "a", Harness: h, Model: "m", Repeat: 1, SetupCheck: h == "chk"}),
+			events.Must(events.Started, run, id, 1, "launcher", events.StartedData{Harness: h, Model: "m"}),
+			events.Must(events.Verdict, run, id, 1, "verifier", events.VerdictData{Reward: &one}),
+		)
+	}
+	a := fold(run, evs).Artifact("test")
+	if _, ok := a.Summary.Comparisons["chk"]; ok {
+		t.Errorf("chk, planned as a setup check, was compared: %v", a.Summary.Comparisons)
+	}
+	if _, ok := a.Summary.Comparisons["oracle"]; !ok {
+		t.Errorf("oracle, planned without setup_check, was not compared (the name decided, not the log): %v", a.Summary.Comparisons)
+	}
+}

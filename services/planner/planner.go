@@ -262,6 +262,7 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 			Task: c.Task.Name, Harness: c.Harness.Name, Model: c.Model, Repeat: c.Repeat,
 			TaskDir: c.Task.Dir, TaskRevision: c.Task.Revision, TaskMeta: meta,
 			OutputDir: CellDir(spec.OutputDir, c), UnknownKeys: unknownKeys(c.Task),
+			SetupCheck: !c.Harness.Comparable(),
 		})); err != nil {
 			return err
 		}

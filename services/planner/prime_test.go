@@ -13,7 +13,8 @@ import (
 // TestPlanUsesPrimedMatrixOnce: a primed matrix is what Plan publishes
 // (the tasks are not loaded again: the spec's root is moved away after
 // priming), once; a second Plan of the same run computes the matrix from
-// the spec and fails on the missing root.
+// the spec and fails on the missing root. Each oracle cell is recorded as
+// a setup check (setup_check), as its arm says.
 func TestPlanUsesPrimedMatrixOnce(t *testing.T) {
 	b, _ := bustest.Bus(t)
 	ctx := context.Background()
@@ -42,6 +43,10 @@ func TestPlanUsesPrimedMatrixOnce(t *testing.T) {
 		switch e.Type {
 		case events.CellPlanned:
 			planned++
+			var d events.CellPlannedData
+			if err := events.Into(e, &d); err != nil || !d.SetupCheck {
+				t.Errorf("CellPlanned of the oracle without setup_check (the arm's word): %+v %v", d, err)
+			}
 		case events.RunPlanned:
 			var d events.RunPlannedData
 			if err := events.Into(e, &d); err != nil || d.Error != "" {
