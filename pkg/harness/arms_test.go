@@ -501,3 +501,34 @@ func TestIsSetupCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestCoverageColumnsAreTheArms: `tasks coverage` has a column for every
+// form of every registered kind (an optional part both ways, aliases
+// left out), and each answers as the arm of that form refuses: a task
+// without tests/test.sh is refused by the verifier-scored arms, not by
+// the probe or a command.
+func TestCoverageColumnsAreTheArms(t *testing.T) {
+	cols := harness.CoverageRefusers()
+	for _, in := range harness.Registry() {
+		if strings.HasPrefix(in.Description, "an alias") {
+			continue
+		}
+		syn := strings.NewReplacer("[", "", "]", "").Replace(in.Syntax)
+		if cols[syn] == nil {
+			t.Errorf("no coverage column %s for the registered %s", syn, in.Syntax)
+		}
+	}
+	tk := harnesstest.Task(t, "t", harnesstest.Files{"tests/test.sh": ""})
+	for col, name := range map[string]string{
+		"oracle": "oracle", "agent:<dir>": "agent:x", "docker-claude": "docker-claude",
+		"docker-claude-skill:<skill-path>": "docker-claude-skill:s", "docker-probe": "docker-probe", "command:<template>": "command:true",
+	} {
+		_, want := arm(t, name).Refusal(tk)
+		if got := cols[col](tk); got != want {
+			t.Errorf("%s: coverage %q, the arm's refusal %q", col, got, want)
+		}
+	}
+	if cols["oracle"](tk) == "" || cols["docker-probe"](tk) != "" {
+		t.Errorf("without tests/test.sh: oracle %q, docker-probe %q", cols["oracle"](tk), cols["docker-probe"](tk))
+	}
+}

@@ -322,25 +322,23 @@ func Preflight(ctx context.Context, names []string) error {
 	return nil
 }
 
-// CoverageRefusers are the refusal columns of the Harbor- and
-// BenchFlow-backed arms for `tasks coverage` (task.Loader.Refusers), one
-// per form of their names, each the arm's own Refusal so coverage and
+// CoverageRefusers are the refusal columns of `tasks coverage`
+// (task.Loader.Refusers): one per form of every registered harness kind
+// (Registry's syntax, an optional part both without and with it; an alias
+// left out) and per setup-check form of the delegated kinds
+// (coverageExtraForms), each the arm's own Refusal so coverage and
 // --dry-run agree. Reasons of class unresolved_env are left out: coverage
 // lists those tasks on their own.
 func CoverageRefusers() map[string]func(*task.Task) string {
 	out := map[string]func(*task.Task) string{}
-	for _, name := range []string{
-		"claude-code", "codex", "terminal-bench:<agent>", "terminal-bench:oracle",
-		"benchflow:<agent>", "benchflow:oracle", "benchflow-skill:<agent>", "benchflow-skill:<agent>:<path>",
-		"benchflow-selfgen:<agent>",
-	} {
-		ref, err := Parse(strings.NewReplacer("<agent>", "agent", "<path>", "skills").Replace(name))
+	for _, name := range coverageForms() {
+		ref, err := Parse(placeholder.ReplaceAllString(name, "x"))
 		if err != nil {
-			panic(err) // the names above are this package's own
+			panic(fmt.Sprintf("coverage column %s: %v", name, err)) // the registry's own forms
 		}
 		a, err := For(ref)
 		if err != nil {
-			panic(err)
+			panic(fmt.Sprintf("coverage column %s: %v", name, err))
 		}
 		out[name] = func(t *task.Task) string {
 			if c, why := a.Refusal(t); c == events.ClassRefused {
@@ -350,6 +348,31 @@ func CoverageRefusers() map[string]func(*task.Task) string {
 		}
 	}
 	return out
+}
+
+// placeholder is a <name> of a Registry syntax.
+var placeholder = regexp.MustCompile(`<[^>]+>`)
+
+// coverageExtraForms are the forms whose arm refuses by other rules than
+// its kind's other forms: the delegated kinds' oracle, a setup check.
+var coverageExtraForms = []string{"terminal-bench:oracle", "benchflow:oracle"}
+
+// coverageForms are Registry's syntaxes, "[...]" parts expanded (without,
+// then with), aliases left out, then coverageExtraForms.
+func coverageForms() []string {
+	var out []string
+	for _, in := range Registry() {
+		if strings.HasPrefix(in.Description, "an alias of ") || !in.Available {
+			continue
+		}
+		syn := in.Syntax
+		if i := strings.Index(syn, "["); i >= 0 {
+			out = append(out, syn[:i])
+			syn = strings.NewReplacer("[", "", "]", "").Replace(syn)
+		}
+		out = append(out, syn)
+	}
+	return append(out, coverageExtraForms...)
 }
 
 func baseNames(dirs []string) []string {

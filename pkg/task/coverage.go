@@ -38,9 +38,9 @@ type CoverageReport struct {
 	// environment?)"): ignored when run, refused by a strict Loader (whose
 	// Coverage lists such a task under Malformed instead).
 	UnknownKeys map[string][]string `json:"unknown_keys,omitempty"`
-	// Refusals maps each harness of HarnessNeeds and of the Loader's
-	// Refusers to the tasks it refuses, with the reason (an empty list when
-	// it refuses none).
+	// Refusals maps each harness column (the Loader's Refusers, else
+	// HarnessNeeds') to the tasks it refuses, with the reason (an empty
+	// list when it refuses none).
 	Refusals map[string][]TaskReason `json:"refusals"`
 	// Runnable maps each harness to how many loaded tasks it can run.
 	Runnable map[string]int `json:"runnable"`
@@ -72,7 +72,11 @@ func (l *Loader) Coverage(root string) (*CoverageReport, error) {
 		Refusals:  map[string][]TaskReason{},
 		Runnable:  map[string]int{},
 	}
-	for h := range HarnessNeeds {
+	needs := HarnessNeeds
+	if l.Refusers != nil {
+		needs = nil // the arms' own columns
+	}
+	for h := range needs {
 		rep.Refusals[h] = []TaskReason{}
 	}
 	for h := range l.Refusers {
@@ -105,7 +109,7 @@ func (l *Loader) Coverage(root string) (*CoverageReport, error) {
 			}
 			rep.UnknownKeys[t.Name] = append(rep.UnknownKeys[t.Name], u.String())
 		}
-		for h, n := range HarnessNeeds {
+		for h, n := range needs {
 			if r := t.Refusal(n); r != "" {
 				rep.Refusals[h] = append(rep.Refusals[h], TaskReason{Task: t.Name, Reason: r})
 			} else {

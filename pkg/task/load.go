@@ -43,11 +43,11 @@ type Loader struct {
 	// key neither proctor, Harbor nor BenchFlow defines) an *Error naming
 	// the file, the first such key and its line, instead of a warning.
 	Strict bool
-	// Refusers adds refusal columns to Coverage beside HarnessNeeds':
-	// harness name -> why it refuses a task ("" when it runs it). The CLI
-	// fills it with the arms whose rules are not a Needs (the Harbor and
-	// BenchFlow arms of pkg/harness), so `tasks coverage` and `--dry-run`
-	// give one answer.
+	// Refusers are Coverage's refusal columns: harness name -> why it
+	// refuses a task ("" when it runs it); nil, HarnessNeeds' columns.
+	// The CLI fills it with every registered arm's own Refusal
+	// (harness.CoverageRefusers), so `tasks coverage` and `--dry-run` give
+	// one answer.
 	Refusers map[string]func(*Task) string
 }
 
