@@ -35,16 +35,13 @@ func (h *harnessList) Set(v string) error {
 	return nil
 }
 
-// commandPrefix starts a command harness reference.
-const commandPrefix = string(harness.Command) + ":"
-
 // splitHarnesses splits one --harnesses value (see harnessList).
 func splitHarnesses(v string) ([]string, error) {
 	var out []string
 	rest := v
 	for rest != "" {
 		item, tail, more := strings.Cut(rest, ",")
-		if trimmed := strings.TrimSpace(item); strings.HasPrefix(trimmed, commandPrefix) {
+		if harness.ArgRunsToEnd(item) {
 			cmd := strings.TrimSpace(rest)
 			if more {
 				for _, seg := range strings.Split(tail, ",") {

@@ -128,6 +128,14 @@ func Parse(s string) (Ref, error) {
 	return r, fmt.Errorf("%w %q (available: %s)", ErrUnknown, s, strings.Join(known, ", "))
 }
 
+// ArgRunsToEnd reports whether the harness reference s (blanks around it
+// ignored) has an argument that runs to the end of a comma-separated list
+// of references: a command template (command:<template>) may hold commas.
+func ArgRunsToEnd(s string) bool {
+	kind, _, ok := strings.Cut(strings.TrimSpace(s), ":")
+	return ok && Kind(kind) == Command
+}
+
 // AgentDir is the absolute agent directory of an agent:<dir> reference,
 // resolved against base when relative.
 func (r Ref) AgentDir(base string) string {
