@@ -66,7 +66,8 @@ func UntrustedConformance(t *testing.T, c UntrustedCase) {
 //   - cheat: the solver leaves processes running, a symlink from its
 //     working tree into the graders' /tests and a changed .bashrc in the
 //     verifier's HOME, on a driver with only the arm's Needs: it must run
-//     as a user that is not root; after it, and before the arm returns,
+//     as a user that is not root, the placement's (Placement.User, whom
+//     the launcher runs a step's setup.sh as); after it, and before the arm returns,
 //     a KillAll of that user must end every process it left, the grader
 //     link must be removed and the HOME reset, in that order; the arm
 //     calls no ability its Needs lack; a verifier-scored arm's Finished
@@ -215,7 +216,7 @@ func untrustedCheat(t testing.TB, c UntrustedCase) []string {
 		},
 	}))
 	env := NewEnv(t, Task(t, "cheat", nil), c.Harness, d)
-	_, out, err := Run(context.Background(), a, env)
+	p, out, err := Run(context.Background(), a, env)
 	var vs []string
 	if err != nil {
 		vs = append(vs, fmt.Sprintf("the solve failed: %v", err))
@@ -229,6 +230,11 @@ func untrustedCheat(t testing.TB, c UntrustedCase) []string {
 	}
 	if isRoot(solver.Spec.User) {
 		vs = append(vs, fmt.Sprintf("the solver ran as root (user %q)", solver.Spec.User))
+	}
+	if solver.Spec.User != p.User {
+		// The launcher runs a step's setup.sh as Placement.User: the user
+		// the solve runs as, one rule for every in-container arm.
+		vs = append(vs, fmt.Sprintf("the solver ran as %q, not as the placement's user %q (whom a step's setup.sh runs as)", solver.Spec.User, p.User))
 	}
 	calls := d.Calls()
 	kill := firstCall(calls, solver.Call, func(k sandboxfake.Call) bool {
