@@ -131,34 +131,10 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
 		return Outcome{}, err
 	}
-	targets, err := isoprobe.ParseTargets(env.Spec().ProbeTargets)
+	pr, expect, err := a.stageProbe(ctx, env, d, h)
 	if err != nil {
-		return Outcome{}, events.Classed(events.ClassRefused, err)
+		return Outcome{}, err
 	}
-	bin, err := ProbeBinary()
-	if err != nil {
-		return Outcome{}, events.Classed(events.ClassInfra, err)
-	}
-	expect, err := t.ProbeExpect()
-	if err == nil {
-		err = isoprobe.CheckExpect(expect)
-	}
-	if err != nil {
-		return Outcome{}, events.Classed(events.ClassRefused, err)
-	}
-	skill := ""
-	if a.ref.Arg != "" {
-		src := a.ref.AgentDir(env.Spec().BaseDir)
-		skill = path.Join(SkillMount, filepath.Base(src))
-		if err := d.CopyIn(ctx, h, src, skill); err != nil {
-			return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("copy the skill in: %w", err))
-		}
-	}
-	stage := strings.TrimSuffix(StagePath("probe"), "/probe")
-	if err := d.CopyIn(ctx, h, bin, stage); err != nil {
-		return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
-	}
-	pr := probeRun{targets: targets, skill: skill, stage: stage, bin: path.Join(stage, filepath.Base(bin))}
 	var (
 		labels []string
 		reps   []isoprobe.Report
@@ -196,8 +172,8 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	rep := isoprobe.Merge(labels, reps)
 	statuses, passed := isoprobe.Fold(rep, expect)
-	result := ProbeResult{Passed: passed, Classes: statuses, Targets: targets, Workdir: p.Workdir, User: p.User,
-		Skill: skill, Report: rep, Steps: steps, Duration: round3(total.Seconds())}
+	result := ProbeResult{Passed: passed, Classes: statuses, Targets: pr.targets, Workdir: p.Workdir, User: p.User,
+		Skill: pr.skill, Report: rep, Steps: steps, Duration: round3(total.Seconds())}
 	for c, why := range expect {
 		if statuses[c] == isoprobe.Expected {
 			if result.Expected == nil {
@@ -227,6 +203,41 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	v := events.VerdictData{Reward: &reward, Rewards: map[string]float64{"reward": reward}, ReturnCode: &last.ExitCode}
 	_ = dir.WriteReward(reward)
 	return Outcome{Finished: fin, Verdict: &v}, nil
+}
+
+// stageProbe reads the probe's targets and the task's expected classes
+// and copies the skill of docker-probe:<skill-path> and the probe binary
+// into the sandbox: what every probe of the cell shares.
+func (a probeArm) stageProbe(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle) (probeRun, map[string]string, error) {
+	t := env.Task()
+	targets, err := isoprobe.ParseTargets(env.Spec().ProbeTargets)
+	if err != nil {
+		return probeRun{}, nil, events.Classed(events.ClassRefused, err)
+	}
+	bin, err := ProbeBinary()
+	if err != nil {
+		return probeRun{}, nil, events.Classed(events.ClassInfra, err)
+	}
+	expect, err := t.ProbeExpect()
+	if err == nil {
+		err = isoprobe.CheckExpect(expect)
+	}
+	if err != nil {
+		return probeRun{}, nil, events.Classed(events.ClassRefused, err)
+	}
+	skill := ""
+	if a.ref.Arg != "" {
+		src := a.ref.AgentDir(env.Spec().BaseDir)
+		skill = path.Join(SkillMount, filepath.Base(src))
+		if err := d.CopyIn(ctx, h, src, skill); err != nil {
+			return probeRun{}, nil, events.Classed(events.ClassSandbox, fmt.Errorf("copy the skill in: %w", err))
+		}
+	}
+	stage := strings.TrimSuffix(StagePath("probe"), "/probe")
+	if err := d.CopyIn(ctx, h, bin, stage); err != nil {
+		return probeRun{}, nil, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
+	}
+	return probeRun{targets: targets, skill: skill, stage: stage, bin: path.Join(stage, filepath.Base(bin))}, expect, nil
 }
 
 // probeReason is the probe row's reason: the failing classes, else that
