@@ -93,6 +93,16 @@ type FileCopier interface {
 	CopyOutFiles(ctx context.Context, h *Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]FileResult, error)
 }
 
+// TreeCopier copies a directory tree out of a sandbox within limits (see
+// Docker.CopyOutTree): as CopyOut (symlinks copied as symlinks and never
+// followed, nothing written through a link or outside hostDir, devices
+// and fifos left out), except that a regular file larger than what is
+// left of lim.MaxBytes, and every entry past lim.MaxEntries, is left out
+// and recorded in the TreeCopy it returns, never half copied.
+type TreeCopier interface {
+	CopyOutTree(ctx context.Context, h *Handle, sandboxPath, hostDir string, lim TreeLimits) (TreeCopy, error)
+}
+
 // FileReader reads one regular file of at most maxBytes from a sandbox
 // (see Docker.ReadFile): a symlink, a device, a fifo or a directory is
 // ErrNotRegular, a larger file ErrTooLarge, and nothing is resolved on
@@ -141,6 +151,7 @@ const (
 	AbilityOOMCounter    Ability = "OOMCounter"
 	AbilityFileCopier    Ability = "FileCopier"
 	AbilityFileReader    Ability = "FileReader"
+	AbilityTreeCopier    Ability = "TreeCopier"
 	AbilityLimitReporter Ability = "LimitReporter"
 	AbilityImageEnver    Ability = "ImageEnver"
 	AbilityCollector     Ability = "Collector"
@@ -160,6 +171,7 @@ var implements = map[Ability]func(Driver) bool{
 	AbilityOOMCounter:    is[OOMCounter],
 	AbilityFileCopier:    is[FileCopier],
 	AbilityFileReader:    is[FileReader],
+	AbilityTreeCopier:    is[TreeCopier],
 	AbilityLimitReporter: is[LimitReporter],
 	AbilityImageEnver:    is[ImageEnver],
 	AbilityCollector:     is[Collector],

@@ -129,6 +129,98 @@ type FileResult struct {
 	Err  error
 }
 
+// TreeLimits bound a TreeCopier's copy: MaxBytes the contents of the
+// regular files copied, in total (bytes, > 0); MaxEntries the entries
+// copied (files, directories, symlinks, the top directory included; > 0).
+type TreeLimits struct {
+	MaxBytes   int64
+	MaxEntries int
+}
+
+// TreeCopy is what a TreeCopier copied out and what it left out.
+type TreeCopy struct {
+	// Files, Dirs and Links count the regular files (a second name of a
+	// hard-linked file included), directories and symlinks copied; Bytes
+	// is the regular files' size in total.
+	Files int   `json:"files"`
+	Dirs  int   `json:"dirs"`
+	Links int   `json:"symlinks"`
+	Bytes int64 `json:"bytes"`
+	// Truncated is true when anything was left out: SkippedEntries
+	// entries (a directory left out counts once, whatever it holds), of
+	// which regular files of SkippedBytes bytes in total; Skipped names
+	// the first MaxSkippedNames of them, "PATH (N bytes)" or "PATH (over
+	// the entry cap)", PATH the sandbox's absolute path.
+	Truncated      bool     `json:"truncated,omitempty"`
+	SkippedEntries int      `json:"skipped_entries,omitempty"`
+	SkippedBytes   int64    `json:"skipped_bytes,omitempty"`
+	Skipped        []string `json:"skipped,omitempty"`
+}
+
+// MaxSkippedNames is how many left-out entries a TreeCopy names.
+const MaxSkippedNames = 20
+
+// TreeBudget keeps a TreeCopy within its TreeLimits while a driver copies
+// a tree entry by entry (drivers share it). Not safe for concurrent use.
+type TreeBudget struct {
+	Lim  TreeLimits
+	Copy TreeCopy
+}
+
+// Entry kinds Admit takes.
+const (
+	TreeDir  = 'd'
+	TreeFile = 'f'
+	TreeLink = 'l'
+	// TreeHardLink is a second name of a regular file already copied: no
+	// bytes of its own.
+	TreeHardLink = 'h'
+)
+
+// Admit decides whether the entry at the sandbox path abs, of kind
+// (TreeDir, TreeFile, TreeLink, TreeHardLink) and size (bytes, regular
+// files), is copied, and records it: false, and it is recorded as left
+// out, when the entry cap is reached or a regular file is larger than
+// what is left of the byte budget.
+func (b *TreeBudget) Admit(abs string, kind byte, size int64) bool {
+	entries := b.Copy.Files + b.Copy.Dirs + b.Copy.Links
+	switch {
+	case entries >= b.Lim.MaxEntries:
+		b.Skip(abs, -1)
+		return false
+	case kind == TreeFile && size > b.Lim.MaxBytes-b.Copy.Bytes:
+		b.Skip(abs, size)
+		return false
+	}
+	switch kind {
+	case TreeDir:
+		b.Copy.Dirs++
+	case TreeLink:
+		b.Copy.Links++
+	case TreeFile:
+		b.Copy.Files++
+		b.Copy.Bytes += size
+	default:
+		b.Copy.Files++
+	}
+	return true
+}
+
+// Skip records the entry at abs as left out: a regular file of size
+// bytes, or (size < 0) an entry past the entry cap.
+func (b *TreeBudget) Skip(abs string, size int64) {
+	b.Copy.Truncated = true
+	b.Copy.SkippedEntries++
+	why := "over the entry cap"
+	if size >= 0 {
+		b.Copy.SkippedBytes += size
+		why = fmt.Sprintf("%d bytes", size)
+	}
+	if len(b.Copy.Skipped) < MaxSkippedNames {
+		b.Copy.Skipped = append(b.Copy.Skipped, fmt.Sprintf("%s (%s)", strings.ToValidUTF8(abs, "\uFFFD"), why))
+	}
+}
+
 // Timeouts every driver applies, whatever the caller's context says.
 const (
 	// DestroyTimeout bounds Destroy (and the Docker driver's kill steps of

@@ -272,7 +272,7 @@ func (d *Driver) CopyOutFiles(ctx context.Context, h *sandbox.Handle, sandboxPat
 		}
 		return nil, false
 	}
-	if err := extractTar(rc, hostDir, capture); err != nil {
+	if err := extractTar(rc, hostDir, capture, nil); err != nil {
 		return nil, fmt.Errorf("sandbox: copy out %s: %w", sandboxPath, err)
 	}
 	return got, nil
@@ -382,8 +382,9 @@ func boundText(s string, n int) string {
 // dir or pass through a symlink. Directory modes are applied last. capture,
 // when not nil, sees every entry first; when it returns ok, the entry is a
 // regular file whose contents it has read and returned, and they are
-// written from that.
-func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([]byte, bool)) error {
+// written from that. admit, when not nil, decides next whether the entry
+// is extracted at all (its error ends the extraction with that error).
+func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([]byte, bool), admit func(*tar.Header) (bool, error)) error {
 	tr := tar.NewReader(r)
 	var dirs dirModes
 	defer func() { dirs.apply() }() // the modes of the dirs made by then
@@ -398,6 +399,15 @@ func extractTar(r io.Reader, dir string, capture func(*tar.Header, io.Reader) ([
 		target, err := safeJoin(dir, hdr.Name)
 		if err != nil {
 			return err
+		}
+		if admit != nil {
+			ok, err := admit(hdr)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
 		}
 		mode := fs.FileMode(hdr.Mode).Perm()
 		var src io.Reader = tr

@@ -108,7 +108,7 @@ func (d *Driver) Abilities() []sandbox.Ability {
 		sandbox.AbilityEgressLogger, sandbox.AbilityCallLogger, sandbox.AbilityFreezer, sandbox.AbilityThawer,
 		sandbox.AbilityProcessKiller, sandbox.AbilityOOMCounter, sandbox.AbilityFileCopier,
 		sandbox.AbilityFileReader, sandbox.AbilityLimitReporter, sandbox.AbilityImageEnver,
-		sandbox.AbilityCollector,
+		sandbox.AbilityCollector, sandbox.AbilityTreeCopier,
 	}
 }
 

@@ -480,6 +480,9 @@ type outCopy struct {
 	got     map[string]sandbox.FileResult
 	seen    map[fileID]string // files with more links: the first name copied
 	dirs    dirModes
+	// budget, when set, bounds the copy (CopyOutTree): an entry it does
+	// not admit is left out, a directory with what it holds.
+	budget *sandbox.TreeBudget
 }
 
 // entry copies the container's entry rel (described by fi, not followed)
@@ -497,6 +500,11 @@ func (c *outCopy) entry(rel string, fi fs.FileInfo) error {
 	}
 	limit, wanted := c.want[abs]
 	mode := fi.Mode()
+	if c.budget != nil {
+		if kind, size := c.treeKind(fi); kind != 0 && !c.budget.Admit(abs, kind, size) {
+			return nil
+		}
+	}
 	switch {
 	case mode.IsDir():
 		if wanted {
@@ -558,6 +566,26 @@ func (c *outCopy) entry(rel string, fi fs.FileInfo) error {
 	}
 }
 
+// treeKind is the sandbox.TreeBudget kind and size of an entry (0: an
+// entry no copy makes, a device, a fifo or a socket).
+func (c *outCopy) treeKind(fi fs.FileInfo) (byte, int64) {
+	mode := fi.Mode()
+	switch {
+	case mode.IsDir():
+		return sandbox.TreeDir, 0
+	case mode&fs.ModeSymlink != 0:
+		return sandbox.TreeLink, 0
+	case mode.IsRegular():
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			if _, seen := c.seen[fileID{uint64(st.Dev), st.Ino}]; seen {
+				return sandbox.TreeHardLink, 0
+			}
+		}
+		return sandbox.TreeFile, fi.Size()
+	}
+	return 0, 0
+}
+
 // file copies one regular file, capturing it when wanted.
 func (c *outCopy) file(rel, abs, target string, fi fs.FileInfo, limit int64, wanted bool) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
@@ -582,6 +610,9 @@ func (c *outCopy) file(rel, abs, target string, fi fs.FileInfo, limit int64, wan
 	}
 	defer f.Close()
 	var src io.Reader = f
+	if c.budget != nil {
+		src = io.LimitReader(f, fi.Size()) // what was admitted, even if it grows
+	}
 	if wanted {
 		if fi.Size() > limit {
 			c.got[abs] = sandbox.FileResult{Err: fmt.Errorf("%w: %s is %d bytes, over the cap of %d", sandbox.ErrTooLarge, abs, fi.Size(), limit)}

@@ -469,8 +469,26 @@ func (d *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandbo
 // followed), directories as directories; nothing else. Nothing there is
 // sandbox.ErrNotFound.
 func (d *Driver) CopyOut(ctx context.Context, h *sandbox.Handle, sandboxPath, hostDir string) error {
-	_, err := d.copyOut(ctx, "CopyOut", h, sandboxPath, hostDir, nil)
+	_, err := d.copyOut(ctx, "CopyOut", h, sandboxPath, hostDir, nil, nil)
 	return err
+}
+
+// CopyOutTree is CopyOut within lim, as the Docker driver's: in path
+// order, a regular file over what is left of lim.MaxBytes is left out,
+// and every entry once lim.MaxEntries are copied (a directory left out
+// with what it holds); what was left out is in the TreeCopy. Directories
+// the model holds only implicitly (as the parents of its files) are
+// made but not counted.
+func (d *Driver) CopyOutTree(ctx context.Context, h *sandbox.Handle, sandboxPath, hostDir string, lim sandbox.TreeLimits) (sandbox.TreeCopy, error) {
+	if err := d.off(sandbox.AbilityTreeCopier); err != nil {
+		return sandbox.TreeCopy{}, err
+	}
+	if lim.MaxBytes <= 0 || lim.MaxEntries <= 0 {
+		return sandbox.TreeCopy{}, fmt.Errorf("%w: CopyOutTree needs positive limits", sandbox.ErrInvalidSpec)
+	}
+	b := &sandbox.TreeBudget{Lim: lim}
+	_, err := d.copyOut(ctx, "CopyOutTree", h, sandboxPath, hostDir, nil, b)
+	return b.Copy, err
 }
 
 // CopyOutFiles is CopyOut returning the files named in files, each as
@@ -483,10 +501,10 @@ func (d *Driver) CopyOutFiles(ctx context.Context, h *sandbox.Handle, sandboxPat
 	if err := d.off(sandbox.AbilityFileCopier); err != nil {
 		return nil, err
 	}
-	return d.copyOut(ctx, "CopyOutFiles", h, sandboxPath, hostDir, files)
+	return d.copyOut(ctx, "CopyOutFiles", h, sandboxPath, hostDir, files, nil)
 }
 
-func (d *Driver) copyOut(ctx context.Context, op string, h *sandbox.Handle, sandboxPath, hostDir string, files map[string]int64) (map[string]sandbox.FileResult, error) {
+func (d *Driver) copyOut(ctx context.Context, op string, h *sandbox.Handle, sandboxPath, hostDir string, files map[string]int64, budget *sandbox.TreeBudget) (map[string]sandbox.FileResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	id := handleID(h)
@@ -515,10 +533,34 @@ func (d *Driver) copyOut(ctx context.Context, op string, h *sandbox.Handle, sand
 	}
 	sort.Strings(paths)
 	base := filepath.Join(hostDir, path.Base(root))
+	var left []string // directories the budget left out
 	for _, p := range paths {
 		n := all[p]
 		if linkedParent(all, root, p) != "" {
 			continue // under a symlink: the link was copied, not what it points at
+		}
+		if budget != nil {
+			if slices.ContainsFunc(left, func(l string) bool { return strings.HasPrefix(p, l+"/") }) {
+				continue
+			}
+			var le *LinkError
+			var kind byte
+			switch {
+			case n.dir:
+				kind = sandbox.TreeDir
+			case errors.As(n.res.Err, &le):
+				kind = sandbox.TreeLink
+			case n.res.Err == nil:
+				kind = sandbox.TreeFile
+			default:
+				continue // a special file: never made
+			}
+			if !budget.Admit(p, kind, int64(len(n.res.Data))) {
+				if n.dir {
+					left = append(left, p)
+				}
+				continue
+			}
 		}
 		dst := base
 		if p != root {
@@ -1164,6 +1206,7 @@ var (
 	_ sandbox.EgressLogger  = (*Driver)(nil)
 	_ sandbox.CallLogger    = (*Driver)(nil)
 	_ sandbox.Freezer       = (*Driver)(nil)
+	_ sandbox.TreeCopier    = (*Driver)(nil)
 	_ sandbox.Thawer        = (*Driver)(nil)
 	_ sandbox.ProcessKiller = (*Driver)(nil)
 	_ sandbox.OOMCounter    = (*Driver)(nil)

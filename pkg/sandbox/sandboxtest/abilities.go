@@ -79,6 +79,11 @@ type Fixture interface {
 //     out (a file under a linked directory is ErrNotRegular; a name
 //     outside the tree ErrInvalidSpec), and the copy keeps links as
 //     links and makes no device or fifo on the host;
+//   - TreeCopier: CopyOutTree keeps links as links (to /etc, to a host
+//     path, to a directory: never followed), makes no device or fifo,
+//     leaves out a file over what is left of the byte budget but copies
+//     smaller ones after it, leaves out every entry past the entry cap,
+//     and records what it left out;
 //   - Collector: GC removes every sandbox of its run (Exec is then
 //     ErrDestroyed, Destroy still nil), GCDead those of a dead run only,
 //     and GC of no run is ErrInvalidSpec.
@@ -368,6 +373,74 @@ func Abilities(t *testing.T, d sandbox.Driver, spec sandbox.Spec, fx Fixture) {
 		}
 		if _, err := fc.CopyOutFiles(ctx, h, "/r", t.TempDir(), map[string]int64{"/etc/passwd": 1}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 			t.Errorf("CopyOutFiles of a file outside the tree: %v, want ErrInvalidSpec", err)
+		}
+	})
+
+	ability("CopyOutTreeBoundedKeepsLinks", sandbox.AbilityTreeCopier, func(t *testing.T) {
+		ctx := context.Background()
+		h := start(t, spec)
+		secret := hostile(t, h)
+		if err := fx.Plant(ctx, h, []Entry{
+			{Path: "/r/etc-link", Link: "/etc"},
+			{Path: "/r/tests-link", Link: "/tests/test.sh"},
+			{Path: "/r/zz-small", Data: "tail"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tc := d.(sandbox.TreeCopier)
+		dst := t.TempDir()
+		// at-cap (64 KiB) fits; over-cap (one byte more) does not fit
+		// what is left; the small files after it still do.
+		got, err := tc.CopyOutTree(ctx, h, "/r", dst, sandbox.TreeLimits{MaxBytes: 64<<10 + 100, MaxEntries: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Truncated || got.SkippedBytes != 64<<10+1 || len(got.Skipped) == 0 || !strings.HasPrefix(got.Skipped[0], "/r/over-cap (") {
+			t.Errorf("the cut: %+v, want /r/over-cap left out", got)
+		}
+		if got.Bytes > 64<<10+100 {
+			t.Errorf("copied %d bytes, over the cap", got.Bytes)
+		}
+		if fi, err := os.Stat(filepath.Join(dst, "r", "over-cap")); err == nil {
+			t.Errorf("the file over the budget was copied (%d bytes)", fi.Size())
+		}
+		for name, want := range map[string]string{"ok": "1", "zz-small": "tail"} {
+			if b, err := os.ReadFile(filepath.Join(dst, "r", name)); err != nil || string(b) != want {
+				t.Errorf("the copy of %s: %q %v, want %q", name, b, err, want)
+			}
+		}
+		for link, target := range map[string]string{"etc-link": "/etc", "tests-link": "/tests/test.sh", "host-link": secret, "dir-link": "/r2", "zero-link": "/dev/zero"} {
+			p := filepath.Join(dst, "r", link)
+			fi, err := os.Lstat(p)
+			if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("the copy of %s: %v %v, want a symlink", link, fi, err)
+				continue
+			}
+			if got, _ := os.Readlink(p); got != target {
+				t.Errorf("the copy of %s points at %q, want %q", link, got, target)
+			}
+		}
+		for _, name := range []string{"zero", "fifo"} {
+			if _, err := os.Lstat(filepath.Join(dst, "r", name)); err == nil {
+				t.Errorf("CopyOutTree made %s on the host", name)
+			}
+		}
+		if got.Links < 5 || got.Files < 3 {
+			t.Errorf("counts: %+v", got)
+		}
+		// The entry cap: three entries, the rest left out and counted.
+		few, err := tc.CopyOutTree(ctx, h, "/r", t.TempDir(), sandbox.TreeLimits{MaxBytes: 1 << 30, MaxEntries: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := few.Files + few.Dirs + few.Links; n > 3 || !few.Truncated || few.SkippedEntries == 0 {
+			t.Errorf("the entry cap of 3: %+v", few)
+		}
+		if _, err := tc.CopyOutTree(ctx, h, "/no-such-dir", t.TempDir(), sandbox.TreeLimits{MaxBytes: 1, MaxEntries: 1}); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("CopyOutTree of a missing path: %v, want ErrNotFound", err)
+		}
+		if _, err := tc.CopyOutTree(ctx, h, "/r", t.TempDir(), sandbox.TreeLimits{}); !errors.Is(err, sandbox.ErrInvalidSpec) {
+			t.Errorf("CopyOutTree without limits: %v, want ErrInvalidSpec", err)
 		}
 	})
 
