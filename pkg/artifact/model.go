@@ -235,6 +235,46 @@ type Metrics struct {
 	// UsagePartialReason says why.
 	UsagePartial       bool   `json:"usage_partial,omitempty"`
 	UsagePartialReason string `json:"usage_partial_reason,omitempty"`
+	// WorkTree is what the cell's work/ holds of the agent's final
+	// working tree (in-container agent arms): counts, the cap and what it
+	// left out. From the cell's Finished.
+	WorkTree *WorkTree `json:"work_tree,omitempty"`
+	// Recompile is the task's build command run again after the solve;
+	// RecompileFailed is its Failed, under the task-runs seed's name. The
+	// outcome is still the verifier's.
+	Recompile       *Recompile `json:"recompile,omitempty"`
+	RecompileFailed bool       `json:"recompile_failed,omitempty"`
+}
+
+// WorkTree is metrics.work_tree (events.WorkTree): the copy of an agent's
+// final working tree in the cell's work/, links as links, within a cap of
+// CapBytes of file contents and CapEntries entries; what the cap left out
+// is counted and its first names listed.
+type WorkTree struct {
+	Path           string   `json:"path"`
+	Files          int      `json:"files"`
+	Dirs           int      `json:"dirs"`
+	Symlinks       int      `json:"symlinks"`
+	Bytes          int64    `json:"bytes"`
+	CapBytes       int64    `json:"cap_bytes"`
+	CapEntries     int      `json:"cap_entries"`
+	Truncated      bool     `json:"truncated,omitempty"`
+	SkippedEntries int      `json:"skipped_entries,omitempty"`
+	SkippedBytes   int64    `json:"skipped_bytes,omitempty"`
+	Skipped        []string `json:"skipped,omitempty"`
+	Error          string   `json:"error,omitempty"`
+}
+
+// Recompile is metrics.recompile (events.Recompile): the instruction's
+// build commands run again as root after the solve; OutputTail is the end
+// of the compiler's output when they failed.
+type Recompile struct {
+	Commands    []string `json:"commands"`
+	ExitCode    int      `json:"exit_code"`
+	TimedOut    bool     `json:"timed_out,omitempty"`
+	DurationSec float64  `json:"duration_sec"`
+	Failed      bool     `json:"failed"`
+	OutputTail  string   `json:"output_tail,omitempty"`
 }
 
 // TamperFinding is metrics.tamper_findings[]: a file the solve left that

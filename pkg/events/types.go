@@ -336,6 +336,51 @@ type FinishedData struct {
 	// only in free text, counted apart from the structured Operation
 	// events, as the task-runs seed counts them. Absent when none.
 	LowFidelityOps map[string]int `json:"low_fidelity_ops,omitempty"`
+	// WorkTree is what the cell's work/ holds of the agent's working tree,
+	// copied out after the solve and before anything else touched it
+	// (an in-container agent arm's; nil for other arms).
+	WorkTree *WorkTree `json:"work_tree,omitempty"`
+	// Recompile is the task's build command run again as root after the
+	// solve and before the verifier (nil when the instruction names none
+	// or the arm is not an agent's).
+	Recompile *Recompile `json:"recompile,omitempty"`
+}
+
+// WorkTree is the copy of an agent's final working tree in the cell's
+// work/: symlinks stored as symlinks (never followed), devices and fifos
+// left out, within a cap of CapBytes of file contents and CapEntries
+// entries. What the cap left out is counted (SkippedEntries,
+// SkippedBytes) and its first names listed (Skipped, "PATH (N bytes)" or
+// "PATH (over the entry cap)"). Error says why nothing was copied.
+type WorkTree struct {
+	Path           string   `json:"path"`
+	Files          int      `json:"files"`
+	Dirs           int      `json:"dirs"`
+	Symlinks       int      `json:"symlinks"`
+	Bytes          int64    `json:"bytes"`
+	CapBytes       int64    `json:"cap_bytes"`
+	CapEntries     int      `json:"cap_entries"`
+	Truncated      bool     `json:"truncated,omitempty"`
+	SkippedEntries int      `json:"skipped_entries,omitempty"`
+	SkippedBytes   int64    `json:"skipped_bytes,omitempty"`
+	Skipped        []string `json:"skipped,omitempty"`
+	Error          string   `json:"error,omitempty"`
+}
+
+// Recompile is the task's build command (a g++, gcc, clang or clang++
+// line of its instruction) run again as root in the working directory
+// after the agent's solve, the program it builds removed first, so the
+// verifier scores a fresh build of what the agent left. Failed is true
+// when a command exited non-zero or timed out; OutputTail is then the
+// end of the compiler's output (recompile.log holds all of it). The cell
+// is scored as the verifier finds it either way.
+type Recompile struct {
+	Commands    []string `json:"commands"`
+	ExitCode    int      `json:"exit_code"`
+	TimedOut    bool     `json:"timed_out,omitempty"`
+	DurationSec float64  `json:"duration_sec"`
+	Failed      bool     `json:"failed"`
+	OutputTail  string   `json:"output_tail,omitempty"`
 }
 
 // TamperFinding is one file a solve left that could run instead of what

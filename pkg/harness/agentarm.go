@@ -308,7 +308,8 @@ func (s *agentSolve) close() {
 
 // finish builds the Finished of a solve RunUntrusted ended (r): the
 // agent's own Finished line folded in, no attempt when it printed nothing,
-// its operations file and metrics.json read back.
+// its operations file and metrics.json read back; then AfterSolve (work/,
+// the recompile) and the cell's prompt.txt and solver.json.
 func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
 	run, res, dir, d := s.run, r.Exec, s.env.Dir(), p.Driver
 	run.mu.Lock()
@@ -333,6 +334,9 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 	if fin.NoAttempt {
 		fin.Reason = fmt.Sprintf("exit %d before any event or output", res.ExitCode)
 	}
+	if err := AfterSolve(ctx, s.env, d, h, r.RealWorkdir, &fin); err != nil {
+		return Outcome{}, err
+	}
 	run.ensureStarted(time.Time{})
 	readAgentOperations(ctx, d, h, run, dir)
 	if resp := responseTail(s.resp.Tail.String()); resp != "" {
@@ -349,8 +353,25 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 	if run.publishErr != nil {
 		return Outcome{Finished: fin}, run.publishErr
 	}
+	if err := writeAgentCellFiles(dir, s.env.Task().Prompt, responseTail(s.resp.Tail.String()), fin); err != nil {
+		return Outcome{}, err
+	}
 	dir.Logf("agent ended: %s after %.3fs", fin.Reason, fin.DurationSec)
 	return Outcome{Finished: fin}, nil
+}
+
+// writeAgentCellFiles writes an agent: arm's prompt.txt (the prompt it
+// was given) and solver.json: its final claim (the end of its response
+// text, as the row's agent_claim takes it; "" when it said nothing), the
+// solve's ending and what its metrics.json reported.
+func writeAgentCellFiles(dir cellfs.Dir, prompt, claim string, fin events.FinishedData) error {
+	if err := writeCellFile(dir, PromptFile, []byte(prompt)); err != nil {
+		return err
+	}
+	return writeSolverJSON(dir, map[string]any{
+		"result": claim, "reason": fin.Reason, "exit_code": fin.ExitCode,
+		"timed_out": fin.TimedOut, "duration_sec": fin.DurationSec, "metrics": fin.AgentReported,
+	})
 }
 
 // GraderPaths are where the verifier's and the oracle's files appear only

@@ -114,7 +114,9 @@ func (l *claudeLive) wait() {
 // (resultGrace). After RunUntrusted's epilogue the skill plugin is
 // removed before the verifier runs, and the stream file is read back
 // (the authority: lines the live reader missed are published from it)
-// and stored redacted as claude.stream.jsonl (claudeSolve.finish). The
+// and stored redacted as solver.jsonl, claude.stream.jsonl a link to it
+// (claudeSolve.finish); then AfterSolve (work/, the recompile) and the
+// cell's prompt.txt and solver.json (the last result event). The
 // Finished and the error are claudeEnding's and claudeSolveError's.
 func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
 	st, ok := p.State.(claudeState)
@@ -139,7 +141,7 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", SkillPluginDir, r.ExitCode, err)
 		}
 	}
-	return s.finish(ctx, reader, h, r)
+	return s.finish(ctx, p.Driver, reader, h, r)
 }
 
 // claudeSolve is the Claude arms' part of RunUntrusted: the staged files,
@@ -150,6 +152,7 @@ type claudeSolve struct {
 	red       *Redactor
 	treatment string
 	resumed   string // the session of the step before this one resumes
+	prompt    string // as the CLI is given it (prompt.txt)
 
 	logs    *cellfs.Capture
 	stderr  io.WriteCloser
@@ -177,6 +180,7 @@ func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 	}
 	defer os.RemoveAll(host)
 	prompt := t.Prompt
+	defer func() { s.prompt = prompt }()
 	if s.st.skill != nil {
 		prompt = fmt.Sprintf(SkillNotice, s.st.skill.Name) + prompt
 		skipped, err := s.st.skill.WritePlugin(filepath.Join(host, "abskill"))
@@ -292,14 +296,20 @@ func (s *claudeSolve) close() {
 // finish reads the stream file back (the authority: replayed with a fresh
 // state, publishing what the live reader did not), stores it redacted and
 // builds the Finished.
-func (s *claudeSolve) finish(ctx context.Context, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
+func (s *claudeSolve) finish(ctx context.Context, d sandbox.Driver, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
 	dir, res := s.env.Dir(), r.Exec
 	raw, rerr := reader.ReadFile(ctx, h, claudeStreamPath, maxStreamBytes)
 	if rerr != nil {
 		dir.Logf("claude: read %s back: %v (the live lines stand)", claudeStreamPath, rerr)
 	}
 	text := s.red.String(string(raw))
-	if err := os.WriteFile(dir.Path("claude.stream.jsonl"), []byte(text), 0o644); err != nil {
+	if err := writeCellFile(dir, SolverStreamFile, []byte(text)); err != nil {
+		return Outcome{}, err
+	}
+	if err := linkCellFile(dir, "claude.stream.jsonl", SolverStreamFile); err != nil {
+		return Outcome{}, err
+	}
+	if err := writeCellFile(dir, PromptFile, []byte(s.prompt)); err != nil {
 		return Outcome{}, err
 	}
 	live := s.live
@@ -329,6 +339,15 @@ func (s *claudeSolve) finish(ctx context.Context, reader sandbox.FileReader, h *
 	}
 	if s.ca != nil {
 		iso["gateway"] = "intercept" // the credentials stayed in the proxy
+	}
+	if err := AfterSolve(ctx, s.env, d, h, r.RealWorkdir, &fin); err != nil {
+		return Outcome{}, err
+	}
+	if st.result != nil {
+		// The last result event, as the stream (redacted) has it.
+		if err := writeSolverJSON(dir, st.result); err != nil {
+			return Outcome{}, err
+		}
 	}
 	fin.AgentReported = st.metrics(truncated && st.result == nil)
 	claudeEnding(&fin, st, res, s.gr, truncated)

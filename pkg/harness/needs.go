@@ -36,15 +36,14 @@ func (oracleArm) Needs() []sandbox.Ability {
 // /agent-output (FileCopier).
 func (agentArm) Needs() []sandbox.Ability {
 	return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager,
-		sandbox.AbilityProcessKiller, sandbox.AbilityFileCopier, sandbox.AbilityFileReader,
-		sandbox.AbilityEgressLogger}, VerifierNeeds...)
+		sandbox.AbilityProcessKiller, sandbox.AbilityFileCopier, sandbox.AbilityFileReader, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger}, VerifierNeeds...)
 }
 
 // docker-claude's model calls are read from the gateway (CallLogger)
 // unless the run has --no-intercept.
 func (claudeArm) Needs() []sandbox.Ability {
 	return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager,
-		sandbox.AbilityProcessKiller, sandbox.AbilityFileReader, sandbox.AbilityEgressLogger,
+		sandbox.AbilityProcessKiller, sandbox.AbilityFileReader, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger,
 		sandbox.AbilityCallLogger}, VerifierNeeds...)
 }
 

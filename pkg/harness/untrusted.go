@@ -65,6 +65,9 @@ type UntrustedResult struct {
 	Exec sandbox.ExecResult
 	// Started and Ended bound the solver's exec (wall clock).
 	Started, Ended time.Time
+	// RealWorkdir is the working directory with its symlinks resolved
+	// (UntrustedRun.RealWorkdir): where AfterSolve copies the tree from.
+	RealWorkdir string
 	// Isolation is the Finished.isolation the epilogue vouches for: egress,
 	// user, workdir, and what it undid (grader_links_removed,
 	// verifier_home_reset, work_tree_owners). The arm adds its own keys
@@ -146,7 +149,7 @@ func RunUntrusted(ctx context.Context, env Env, p Placement, h *sandbox.Handle, 
 	}
 	spec.User, spec.Workdir, spec.Grace = u.User, u.Workdir, u.Grace
 	spec.Env = withEnv(spec.Env, sandbox.ProxyEnv(h))
-	r := UntrustedResult{Started: time.Now()}
+	r := UntrustedResult{Started: time.Now(), RealWorkdir: real}
 	r.Exec, err = d.Exec(ctx, h, spec)
 	r.Ended = time.Now()
 	arm.Ended(r.Exec)

@@ -656,6 +656,14 @@ func (p *Projector) row(id string) artifact.Result {
 			m.TamperFindings = append(m.TamperFindings, artifact.TamperFinding(tf))
 		}
 		m.LongLines, m.ResponseTruncated = f.LongLines, f.ResponseTruncated
+		if f.WorkTree != nil {
+			wt := artifact.WorkTree(*f.WorkTree)
+			m.WorkTree = &wt
+		}
+		if f.Recompile != nil {
+			rc := artifact.Recompile(*f.Recompile)
+			m.Recompile, m.RecompileFailed = &rc, rc.Failed
+		}
 		// Low-fidelity operations (free-text lines) are kept apart from
 		// the structured Operation events in every total.
 		for _, n := range f.LowFidelityOps {
