@@ -50,9 +50,36 @@ type claudeStream struct {
 	// for a failed API call (model "<synthetic>", top-level "error":
 	// rate_limit, overloaded, server_error, authentication_failed...).
 	apiError string
+	// muSum is the sum over the models of the last result's modelUsage
+	// that had token counts (cumulative over the session: helper models
+	// included); session sums the results' own usage, the parent
+	// session's alone.
+	muSum, session tokenSums
 	// pending is the usage of the model's messages since the last result
 	// (none counted them yet), one entry per message id in order.
 	pending []pendingUsage
+}
+
+// tokenSums are token counts by kind.
+type tokenSums struct{ input, output, cacheRead, cacheWrite int64 }
+
+// modelUsageSums sums a result's modelUsage over its models (inputTokens,
+// outputTokens, cacheReadInputTokens, cacheCreationInputTokens); ok false
+// when no model carries a token count.
+func modelUsageSums(mu map[string]any) (sum tokenSums, ok bool) {
+	for _, v := range mu {
+		e, _ := v.(map[string]any)
+		for key, dst := range map[string]*int64{
+			"inputTokens": &sum.input, "outputTokens": &sum.output,
+			"cacheReadInputTokens": &sum.cacheRead, "cacheCreationInputTokens": &sum.cacheWrite,
+		} {
+			if n := count(e[key]); n != nil {
+				*dst += *n
+				ok = true
+			}
+		}
+	}
+	return sum, ok
 }
 
 // pendingUsage is one assistant message's own usage (message_start's, as
@@ -196,6 +223,27 @@ func (s *claudeStream) resultEvent(m map[string]any) []claudeEvent {
 		u.CompletionTokens = count(us["output_tokens"])
 		u.CacheReadTokens = count(us["cache_read_input_tokens"])
 		u.CacheWriteTokens = count(us["cache_creation_input_tokens"])
+		for src, dst := range map[*int64]*int64{
+			u.PromptTokens: &s.session.input, u.CompletionTokens: &s.session.output,
+			u.CacheReadTokens: &s.session.cacheRead, u.CacheWriteTokens: &s.session.cacheWrite,
+		} {
+			if src != nil {
+				*dst += *src
+			}
+		}
+	}
+	// As the task-runs seed counts a Claude cell's tokens: summed over
+	// the result's modelUsage, the helper models' (a smaller model's
+	// calls for titles, summaries, subagents) with the main one's. It is
+	// cumulative, so each result's Usage carries its increase; the
+	// parent session's own usage stays in agent_reported.session_usage.
+	if mu, ok := m["modelUsage"].(map[string]any); ok {
+		if cur, ok := modelUsageSums(mu); ok {
+			d := func(c, p int64) *int64 { return events.Count(max(c-p, 0)) }
+			u.PromptTokens, u.CompletionTokens = d(cur.input, s.muSum.input), d(cur.output, s.muSum.output)
+			u.CacheReadTokens, u.CacheWriteTokens = d(cur.cacheRead, s.muSum.cacheRead), d(cur.cacheWrite, s.muSum.cacheWrite)
+			s.muSum = cur
+		}
 	}
 	if c, ok := m["total_cost_usd"].(float64); ok && c >= 0 && !math.IsInf(c, 0) {
 		d := c
@@ -410,6 +458,15 @@ func (s *claudeStream) metrics(truncated bool) map[string]any {
 		mu, _ := r["modelUsage"].(map[string]any)
 		m["models_used"] = slices.Sorted(maps.Keys(mu))
 		m["model"] = s.model()
+		if _, ok := modelUsageSums(mu); ok {
+			// The tokens of the row are modelUsage's; the parent
+			// session's own, summed over its results, beside them.
+			m["model_usage"] = mu
+			m["session_usage"] = map[string]any{
+				"input_tokens": s.session.input, "output_tokens": s.session.output,
+				"cache_read_tokens": s.session.cacheRead, "cache_write_tokens": s.session.cacheWrite,
+			}
+		}
 	}
 	if s.apiError != "" {
 		m["api_error"] = s.apiError

@@ -170,6 +170,43 @@ func TestClaudeTwoResults(t *testing.T) {
 	}
 }
 
+// TestClaudeTokensFromModelUsage: a Claude cell's tokens are summed over
+// the result's modelUsage, as the task-runs seed counts them: the helper
+// model's (here a haiku that titled the session) with the main model's;
+// before, the row had the parent session's usage alone (300 prompt
+// tokens, not 420). modelUsage is cumulative, so a second result adds
+// its increase. The parent session's own usage, summed over its results,
+// is kept in agent_reported.session_usage, and modelUsage as given in
+// model_usage.
+func TestClaudeTokensFromModelUsage(t *testing.T) {
+	s := newClaudeStream("")
+	evs := feed(s, initLine,
+		`{"type":"assistant","message":{"id":"msg_1","model":"m1","content":[{"type":"text","text":"Working."}],"usage":{"input_tokens":300,"output_tokens":1}}}`,
+		`{"type":"result","subtype":"success","is_error":false,"num_turns":1,"total_cost_usd":0.002,"usage":{"input_tokens":300,"output_tokens":30,"cache_read_input_tokens":50},"modelUsage":{"m1":{"inputTokens":300,"outputTokens":30,"cacheReadInputTokens":50,"costUSD":0.0018},"claude-haiku-4-5":{"inputTokens":120,"outputTokens":12,"costUSD":0.0002}},"result":"Working."}`,
+		`{"type":"assistant","message":{"id":"msg_2","model":"m1","content":[{"type":"text","text":"Done."}],"usage":{"input_tokens":100,"output_tokens":1}}}`,
+		`{"type":"result","subtype":"success","is_error":false,"num_turns":1,"total_cost_usd":0.003,"usage":{"input_tokens":100,"output_tokens":10},"modelUsage":{"m1":{"inputTokens":400,"outputTokens":40,"cacheReadInputTokens":50,"costUSD":0.0026},"claude-haiku-4-5":{"inputTokens":120,"outputTokens":12,"costUSD":0.0002}},"result":"Done."}`)
+	u := sumUsage(evs)
+	if u.prompt != 520 || u.completion != 52 || u.cacheRead != 50 {
+		t.Errorf("usage %+v; want 520 prompt, 52 completion, 50 cache-read tokens (modelUsage, the helper model included)", u)
+	}
+	m := s.metrics(false)
+	su, _ := m["session_usage"].(map[string]any)
+	if su["input_tokens"] != int64(400) || su["output_tokens"] != int64(40) || su["cache_read_tokens"] != int64(50) {
+		t.Errorf("session_usage %v; want the parent session's 400/40/50", su)
+	}
+	if mu, _ := m["model_usage"].(map[string]any); len(mu) != 2 {
+		t.Errorf("model_usage %v", m["model_usage"])
+	}
+	// Without token counts in modelUsage, the result's usage stands.
+	o := newClaudeStream("")
+	if u := sumUsage(feed(o, initLine, `{"type":"result","subtype":"success","num_turns":1,"usage":{"input_tokens":10,"output_tokens":4},"modelUsage":{"m1":{"costUSD":0.1}}}`)); u.prompt != 10 || u.completion != 4 {
+		t.Errorf("usage without modelUsage tokens: %+v", u)
+	}
+	if _, ok := o.metrics(false)["session_usage"]; ok {
+		t.Error("session_usage without modelUsage tokens")
+	}
+}
+
 // TestClaudePartialUsage: a stream without a result keeps the usage its
 // assistant events carry, once per message id (the CLI repeats a
 // message's usage on each of its content blocks: a sum over lines would
