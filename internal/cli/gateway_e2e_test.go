@@ -137,6 +137,29 @@ func TestClaudeThroughTheGateway(t *testing.T) {
 	if err != nil || strings.Count(string(calls), "\n") != len(reqs) {
 		t.Errorf("model_calls.jsonl: %v\n%s", err, calls)
 	}
+	// The seed's names: solver.jsonl is the stream (claude.stream.jsonl a
+	// link to it), solver.json the last result event, prompt.txt the
+	// prompt, work/ the working tree; the tokens are modelUsage's.
+	if l, err := os.Readlink(filepath.Join(r.OutputDir, "claude.stream.jsonl")); err != nil || l != "solver.jsonl" {
+		t.Errorf("claude.stream.jsonl -> %q %v, want a link to solver.jsonl", l, err)
+	}
+	var res map[string]any
+	if b, err := os.ReadFile(filepath.Join(r.OutputDir, "solver.json")); err != nil || json.Unmarshal(b, &res) != nil || res["type"] != "result" || res["modelUsage"] == nil {
+		t.Errorf("solver.json: %v %v", res, err)
+	}
+	if p, err := os.ReadFile(filepath.Join(r.OutputDir, "prompt.txt")); err != nil || !strings.Contains(string(p), "CASE-GW") {
+		t.Errorf("prompt.txt: %q %v", p, err)
+	}
+	if m.WorkTree == nil || m.WorkTree.Error != "" || m.WorkTree.Dirs < 1 {
+		t.Errorf("work_tree %+v", m.WorkTree)
+	}
+	if _, err := os.Stat(filepath.Join(r.OutputDir, "work")); err != nil {
+		t.Error(err)
+	}
+	if m.AgentReported["session_usage"] == nil || u.ReportedDiffers == nil || *u.ReportedDiffers {
+		t.Errorf("the tokens summed over modelUsage differ from the observed: prompt %v completion %v, session %v, observed %+v",
+			deref(m.PromptTokens), deref(m.CompletionTokens), m.AgentReported["session_usage"], u)
+	}
 	noCredentialStored(t, filepath.Dir(filepath.Dir(r.OutputDir)))
 
 	// --no-intercept: today's tunnel. The CLI verifies the model itself
