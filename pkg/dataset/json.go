@@ -261,6 +261,9 @@ var metricsFields = []string{
 	"ResponseTruncated response_truncated,omitempty",
 	"UsagePartial usage_partial,omitempty",
 	"UsagePartialReason usage_partial_reason,omitempty",
+	"WorkTree work_tree,omitempty",
+	"Recompile recompile,omitempty",
+	"RecompileFailed recompile_failed,omitempty",
 }
 
 var metricsLayoutKnown = slices.Equal(structLayout(reflect.TypeFor[artifact.Metrics]()), metricsFields) &&
@@ -418,6 +421,19 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	if m.UsagePartialReason != "" {
 		key("usage_partial_reason")
 		dst = appendJSONString(dst, m.UsagePartialReason)
+	}
+	// The work tree's copy and the recompile: small structs, encoding/json's
+	// bytes.
+	if m.WorkTree != nil && err == nil {
+		key("work_tree")
+		dst, err = e.marshalFallback(dst, m.WorkTree)
+	}
+	if m.Recompile != nil && err == nil {
+		key("recompile")
+		dst, err = e.marshalFallback(dst, m.Recompile)
+	}
+	if m.RecompileFailed {
+		boolean("recompile_failed", true)
 	}
 	if err != nil {
 		return dst, err
