@@ -522,6 +522,20 @@ func (r *reporter) cells() {
 		if row.Metrics.UsagePartial {
 			r.printf("Usage partial (tokens are a lower bound):\n\n%s\n", fenced(row.Metrics.UsagePartialReason))
 		}
+		if rc := row.Metrics.Recompile; rc != nil && rc.Failed {
+			why := fmt.Sprintf("exit %d", rc.ExitCode)
+			if rc.TimedOut {
+				why = "timed out"
+			}
+			r.printf("Recompile failed (%s; scored as the verifier found it): %s\n\n%s\n", why, code(strings.Join(rc.Commands, " ; ")), fenced(rc.OutputTail))
+		}
+		if wt := row.Metrics.WorkTree; wt != nil && wt.Truncated {
+			r.printf("work/ cut at its cap (%d bytes, %d entries): %d entries left out (%d bytes of files)", wt.CapBytes, wt.CapEntries, wt.SkippedEntries, wt.SkippedBytes)
+			if len(wt.Skipped) > 0 {
+				r.printf(", first %s", code(wt.Skipped[0]))
+			}
+			r.printf(".\n\n")
+		}
 		if row.Error != "" {
 			r.printf("Error:\n\n%s\n", fenced(row.Error))
 		}

@@ -214,6 +214,42 @@ func TestReportShowsFindings(t *testing.T) {
 	}
 }
 
+// TestReportShowsRecompileAndWorkCut: a cell whose build failed when it
+// was run again after the solve shows the command and the compiler's
+// output tail; one whose work/ copy the cap cut says what was left out.
+func TestReportShowsRecompileAndWorkCut(t *testing.T) {
+	failed := scoredRow("a", 0, 1)
+	failed.Metrics.Recompile = &Recompile{Commands: []string{"g++ -o /app/x /app/x.cpp"}, ExitCode: 1, Failed: true, OutputTail: "x.cpp:1:1: error: expected ';'"}
+	failed.Metrics.RecompileFailed = true
+	failed.Metrics.WorkTree = &WorkTree{Path: "/app", CapBytes: 10, CapEntries: 5, Truncated: true, SkippedEntries: 1, SkippedBytes: 99, Skipped: []string{"/app/big (99 bytes)"}}
+	ok := scoredRow("b", 1, 1)
+	ok.Metrics.Recompile = &Recompile{Commands: []string{"g++ -o /app/x /app/x.cpp"}}
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"}, []Result{failed, ok}, testBuild)
+	js, err := Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(js); err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Recompile failed (exit 1; scored as the verifier found it): `g++ -o /app/x /app/x.cpp`",
+		"x.cpp:1:1: error: expected ';'",
+		"work/ cut at its cap (10 bytes, 5 entries): 1 entries left out (99 bytes of files), first `/app/big (99 bytes)`.",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Count(md.String(), "Recompile failed") != 1 {
+		t.Error("a recompile that did not fail is reported")
+	}
+}
+
 // TestReportShowsObservedBesideReported: a cell behind the model gateway
 // shows the agent's figures and the gateway's in one line, flagged when
 // they differ by more than 1 %; an arm whose every cell the gateway
