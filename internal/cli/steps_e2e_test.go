@@ -299,4 +299,15 @@ func TestMultiStepGradersGoneBeforeNextStep(t *testing.T) {
 	if r.Outcome != "passed" || !reflect.DeepEqual(stepOutcomes(r), []string{"passed", "passed"}) {
 		t.Fatalf("outcome %s, steps %v (%s): the second step's agent saw the first step's grader files", r.Outcome, stepOutcomes(r), r.Error)
 	}
+	// Each step's solve has its own seed files: its prompt and its work
+	// tree as the step's agent left it.
+	for step, prompt := range map[string]string{"one": "Look around.\n", "two": "Look again.\n"} {
+		dir := filepath.Join(r.OutputDir, "steps", step)
+		if b, err := os.ReadFile(filepath.Join(dir, "prompt.txt")); err != nil || string(b) != prompt {
+			t.Errorf("step %s prompt.txt: %q %v", step, b, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "work", "seen.txt")); err != nil {
+			t.Errorf("step %s work/: %v", step, err)
+		}
+	}
 }
