@@ -180,7 +180,6 @@ func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 	}
 	defer os.RemoveAll(host)
 	prompt := t.Prompt
-	defer func() { s.prompt = prompt }()
 	if s.st.skill != nil {
 		prompt = fmt.Sprintf(SkillNotice, s.st.skill.Name) + prompt
 		skipped, err := s.st.skill.WritePlugin(filepath.Join(host, "abskill"))
@@ -191,6 +190,7 @@ func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 			dir.Logf("skill plugin: left out %s", sk)
 		}
 	}
+	s.prompt = prompt
 	if err := os.WriteFile(filepath.Join(host, "prompt.md"), []byte(prompt), 0o644); err != nil {
 		return err
 	}
