@@ -12,8 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/proctor-eval/proctor/pkg/egress"
+	"github.com/proctor-eval/proctor/pkg/providers"
 )
 
 // AgentSpec is an agent directory's agent.toml (DESIGN §5.1):
@@ -21,6 +25,8 @@ import (
 //	install = "apt-get install -y jq"   # run once per task image, as root, cached
 //	run = "bash /opt/proctor/agent/agent.sh"
 //	max_timeout_sec = 900                # optional cap on the task's [agent].timeout_sec
+//	providers = ["anthropic", "openai"]  # the model providers it calls, through the gateway
+//	egress = ["llm.corp.example:4000"]   # other hosts it calls (host or host:port)
 //	[env]
 //	LOG_LEVEL = "info"
 type AgentSpec struct {
@@ -28,6 +34,17 @@ type AgentSpec struct {
 	Install string            `toml:"install"`
 	Run     string            `toml:"run"`
 	Env     map[string]string `toml:"env"`
+	// Providers are the model providers the agent calls (pkg/providers
+	// names: "anthropic", "openai", "gemini"): its sandbox gets the egress
+	// proxy as its model gateway for them whatever the task's network
+	// policy, and their credential and base-URL variables (placeholders
+	// for the credentials; AgentProviderEnv).
+	Providers []string `toml:"providers"`
+	// Egress are more hosts the agent calls ("host" or "host:port",
+	// allowlist syntax: a self-hosted model gateway), allowed by its
+	// egress proxy whatever the task's network policy; tunnelled, never
+	// intercepted.
+	Egress []string `toml:"egress"`
 	// MaxTimeoutSec caps the solve budget in seconds; when agent.toml does
 	// not set max_timeout_sec, the Anpord command harness's 15-minute cap
 	// (900 s).
@@ -72,6 +89,9 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 	if a.Run == "" {
 		return nil, fmt.Errorf("%s: key run: the command that starts the agent is required", path)
 	}
+	if err := a.checkCalls(b, path); err != nil {
+		return nil, err
+	}
 	a.MaxTimeoutSec = DefaultAgentCapSec
 	if p := file.MaxTimeoutSec; p != nil {
 		// As for a task's timeouts: 0 is refused rather than read as "no
@@ -87,6 +107,41 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 	}
 	return a, nil
 }
+
+// checkCalls checks providers (names the gateway knows, each once) and
+// egress (allowlist entries: host or host:port, never a URL or a
+// wildcard), normalising both; the error names the file, line and key.
+func (a *AgentSpec) checkCalls(doc []byte, path string) error {
+	seen := map[string]bool{}
+	for i, n := range a.Providers {
+		p, ok := providers.Lookup(strings.TrimSpace(n))
+		if !ok {
+			var names []string
+			for _, k := range providers.All() {
+				names = append(names, k.Name)
+			}
+			return fmt.Errorf("%s:%d: key providers: %q is not a provider the gateway knows (%s)",
+				path, keyLine(doc, "providers"), n, strings.Join(names, ", "))
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("%s:%d: key providers: %s is listed twice", path, keyLine(doc, "providers"), p.Name)
+		}
+		seen[p.Name] = true
+		a.Providers[i] = p.Name
+	}
+	for i, raw := range a.Egress {
+		e, err := egress.ParseEntry(raw)
+		if err != nil {
+			return fmt.Errorf("%s:%d: key egress: %w", path, keyLine(doc, "egress"), err)
+		}
+		a.Egress[i] = e.String()
+	}
+	return nil
+}
+
+// CallsOut reports whether the agent declares anything it calls
+// (providers or egress): its sandbox then gets the egress proxy.
+func (a *AgentSpec) CallsOut() bool { return len(a.Providers) > 0 || len(a.Egress) > 0 }
 
 // maxAgentCapSec bounds max_timeout_sec: one year, as task timeouts are
 // bounded.

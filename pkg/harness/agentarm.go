@@ -35,17 +35,28 @@ var errInstall = errors.New("agent install failed")
 // agentArm runs an agent:<dir> arm in the task container (DESIGN §5.1).
 type agentArm struct{ ref Ref }
 
-// agentState is what Prepare found for Solve.
-type agentState struct{ spec *AgentSpec }
+// agentState is what Prepare found for Solve: agent.toml, and what the
+// agent calls (nil when it declares nothing).
+type agentState struct {
+	spec  *AgentSpec
+	calls *agentCalls
+}
 
 func (a agentArm) Ref() Ref                       { return a.ref }
 func (a agentArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
 
-// Check loads agent.toml (LoadAgent), so a bad agent directory fails the
-// run before it starts.
+// Check loads agent.toml (LoadAgent) and the variables of the providers
+// it declares (AgentProviderEnv), so a bad agent directory or a provider
+// that cannot work fails the run before it starts.
 func (a agentArm) Check(baseDir string) error {
-	_, err := LoadAgent(a.ref.AgentDir(baseDir))
-	return err
+	spec, err := LoadAgent(a.ref.AgentDir(baseDir))
+	if err != nil {
+		return err
+	}
+	if _, err := AgentProviderEnv(spec, os.Getenv); err != nil {
+		return fmt.Errorf("agent %s: %w", spec.Dir, err)
+	}
+	return nil
 }
 func (a agentArm) SetupCheck() bool { return false }
 
@@ -93,7 +104,16 @@ func (a agentArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		}
 		return Placement{}, events.Classed(events.ClassSandbox, err)
 	}
-	p.Spec.Image, p.State = runImage, agentState{spec}
+	// What the agent declares it calls gets it an egress proxy whatever
+	// the task's policy: its model gateway (agentGateway).
+	calls, err := agentGateway(env, spec)
+	if err != nil {
+		return Placement{}, events.Classed(events.ClassRefused, fmt.Errorf("agent %s: %w", spec.Dir, err))
+	}
+	if calls != nil {
+		p.Spec.Egress = calls.egress
+	}
+	p.Spec.Image, p.State = runImage, agentState{spec, calls}
 	return p, nil
 }
 
@@ -229,7 +249,7 @@ func (a agentArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	if st.spec == nil {
 		return Outcome{}, errors.New("agent arm: Solve without Prepare")
 	}
-	s := &agentSolve{env: env, ag: st.spec}
+	s := &agentSolve{env: env, ag: st.spec, calls: st.calls}
 	defer s.close()
 	r, err := RunUntrusted(ctx, env, p, h, s)
 	if err != nil {
@@ -248,6 +268,14 @@ type agentSolve struct {
 	run             *stream
 	lines, errLines *sandbox.Lines
 	closed          bool
+
+	// calls is what the agent declares it calls; envFile its provider
+	// variables' file in the sandbox (agentCalls.install), red the
+	// redactor of their real values over everything the agent prints.
+	calls          *agentCalls
+	envFile        string
+	red            *Redactor
+	stdout, stderr io.WriteCloser
 }
 
 func (s *agentSolve) Stage(ctx context.Context, u *UntrustedRun) error {
@@ -255,6 +283,10 @@ func (s *agentSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 		return fmt.Errorf("copy the agent in: %w", err)
 	}
 	if err := copyPrompt(ctx, u.Driver, u.Handle, s.env.Task().Prompt); err != nil {
+		return err
+	}
+	var err error
+	if s.envFile, s.red, err = s.calls.install(ctx, s.env, u.Driver, u.Handle); err != nil {
 		return err
 	}
 	s.env.Dir().Logf("agent directory, prompt and /agent-output ready")
@@ -277,9 +309,14 @@ func (s *agentSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.Exec
 	s.lines, s.errLines = s.run.lines(), s.run.stderrLines()
 	deadline := time.Now().Add(seconds(budget))
 	dir.Logf("agent: %s as %s in %s (budget %gs, grace %s, network internal, egress %s)", s.ag.Run, u.User, u.Workdir, budget, u.Grace, u.Egress)
+	// The gateway's CA variables win over agent.toml, as the proxy's do
+	// (RunUntrusted adds those), and the provider variables of the env
+	// file over both.
+	env := withEnv(agentEnv(s.env, u.Workdir, deadline, s.ag.Env), sandbox.CAEnv(u.Handle))
+	s.stdout, s.stderr = s.red.Writer(io.MultiWriter(s.out, s.lines)), s.red.Writer(io.MultiWriter(s.logs, s.errLines))
 	return sandbox.ExecSpec{
-		Cmd: []string{"bash", "-c", s.ag.Run}, Env: agentEnv(s.env, u.Workdir, deadline, s.ag.Env),
-		Timeout: seconds(budget), Stdout: io.MultiWriter(s.out, s.lines), Stderr: io.MultiWriter(s.logs, s.errLines),
+		Cmd: agentCommand(s.ag.Run, s.envFile), Env: env,
+		Timeout: seconds(budget), Stdout: s.stdout, Stderr: s.stderr,
 	}, nil
 }
 
@@ -291,6 +328,9 @@ func (s *agentSolve) close() {
 		return
 	}
 	s.closed = true
+	if s.stdout != nil {
+		_, _ = s.stdout.Close(), s.stderr.Close()
+	}
 	if s.run != nil {
 		_, _ = s.lines.Close(), s.errLines.Close()
 		s.run.wait()
@@ -315,6 +355,9 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	r.Isolation["network"] = sandbox.NetworkInternal
+	if sandbox.CAEnv(h) != nil {
+		r.Isolation["gateway"] = "intercept" // the credentials stayed in the proxy
+	}
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: s.out.RowTail(), Synthesized: true,
@@ -455,7 +498,10 @@ func agentEnv(env Env, workdir string, deadline time.Time, own map[string]string
 		"AGENT_TRACE_FILE":   agentOutput + "/agent-trace.json",
 		"PROCTOR_DEADLINE":   strconv.FormatInt(deadline.UnixMilli(), 10),
 		"PROCTOR_TASK":       t.Name, "PROCTOR_RUN_ID": env.RunID(), "PROCTOR_CELL_ID": env.CellID(),
-		"PROCTOR_AGENT_DIR": AgentMount, "HOME": agentHome,
+		"PROCTOR_AGENT_DIR": AgentMount, "HOME": agentHome, "ANPORD_HOME": agentHome,
+		// Archal's session id is the cell's; its clone URLs name the
+		// task's git services, and proctor's tasks declare none.
+		"AGENT_SESSION_ID": env.CellID(), "AGENT_CLONE_URLS": "{}",
 		"PROCTOR_OPERATIONS_FILE": AgentOperationsFile, "DOKIMI_OPERATIONS_FILE": AgentOperationsFile,
 	} {
 		out[k] = v

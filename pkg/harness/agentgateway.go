@@ -1,0 +1,201 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/providers"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
+)
+
+// ArchalForwardEnv are the variables the Archal Docker harness forwards
+// from its own environment to every agent. proctor forwards a credential
+// among them only for a provider the agent declares (agent.toml
+// providers): a key of another provider would be a real key in the
+// sandbox for a host the agent cannot reach. NODE_ENV is always
+// forwarded when set.
+var ArchalForwardEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "NODE_ENV"}
+
+// AgentProviderEnv is what an agent:<dir> agent gets of proctor's
+// environment (read through getenv) for the providers its agent.toml
+// declares: each provider's credential, base-URL and header variables
+// (pkg/providers) that are set, and NODE_ENV. Nothing else of proctor's
+// environment reaches the agent. A declared provider with neither a
+// credential nor a base URL set, or a base URL that is not an http(s)
+// URL with a host or is a loopback address (inside the sandbox that is
+// the sandbox itself), is an error naming the variable.
+func AgentProviderEnv(a *AgentSpec, getenv func(string) string) (map[string]string, error) {
+	env := map[string]string{}
+	if v := getenv("NODE_ENV"); v != "" {
+		env["NODE_ENV"] = v
+	}
+	for _, n := range a.Providers {
+		p, ok := providers.Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("agent.toml providers: %q is not a provider the gateway knows", n)
+		}
+		need := slices.Clone(p.CredentialEnv)
+		if p.BaseURLEnv != "" {
+			need = append(need, p.BaseURLEnv)
+		}
+		found := false
+		for _, k := range need {
+			if v := getenv(k); v != "" {
+				env[k], found = v, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("agent.toml declares provider %s but none of %s is set", p.Name, strings.Join(need, ", "))
+		}
+		if p.HeaderEnv != "" {
+			if v := getenv(p.HeaderEnv); v != "" {
+				env[p.HeaderEnv] = v
+			}
+		}
+		if b := env[p.BaseURLEnv]; b != "" {
+			if err := checkBaseURL(p.BaseURLEnv, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return env, nil
+}
+
+// checkBaseURL refuses a base URL that is not an http(s) URL with a host,
+// or whose host is a loopback or unspecified address: the agent runs in a
+// container, whose loopback is not the host's.
+func checkBaseURL(name, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("%s=%s is not an http(s) URL with a host", name, raw)
+	}
+	h := u.Hostname()
+	if ip := net.ParseIP(h); h == "localhost" || strings.HasSuffix(h, ".localhost") || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+		return fmt.Errorf("%s=%s is a loopback address, which inside the task container is the container itself: use an address the container can reach", name, raw)
+	}
+	return nil
+}
+
+// agentCalls is what an agent that declares providers or egress gets:
+// its sandbox's egress proxy (the model gateway for its providers unless
+// the run says --no-intercept), the provider variables the agent sees
+// (placeholders for the credentials behind a gateway) and the real
+// values to redact from everything stored.
+type agentCalls struct {
+	egress  *sandbox.Egress
+	env     map[string]string
+	secrets map[string]string
+}
+
+// agentGateway plans the calls of agent a for the cell of env (DESIGN
+// §6.1): the task's own allowlist (EgressFor: none for no-network, the
+// list of an allowlist or public-with-list policy) plus the providers'
+// hosts and a's egress, behind a gateway for the providers unless the
+// run says --no-intercept. It returns nil when a declares nothing.
+func agentGateway(env Env, a *AgentSpec) (*agentCalls, error) {
+	if !a.CallsOut() {
+		return nil, nil
+	}
+	penv, err := AgentProviderEnv(a, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	getenv := func(k string) string { return penv[k] }
+	c := &agentCalls{env: penv, secrets: map[string]string{}}
+	private := os.Getenv(ProviderPrivateEnv) == "1"
+	var hosts []string
+	for _, n := range a.Providers {
+		p, _ := providers.Lookup(n)
+		r, err := providers.Resolve(p, getenv, private)
+		if err != nil {
+			return nil, err
+		}
+		hosts = append(hosts, r.Hosts...)
+		for _, cr := range r.Credentials {
+			c.secrets[cr.Env] = cr.Value
+		}
+		for k, v := range r.Headers {
+			c.secrets[p.Name+" header "+k] = v
+		}
+	}
+	if len(a.Providers) == 0 || env.Spec().NoIntercept {
+		c.egress = EgressFor(env.Task(), append(hosts, a.Egress...)...)
+		return c, nil
+	}
+	gw, err := ModelGateway(env, getenv, a.Providers...)
+	if err != nil {
+		return nil, err
+	}
+	c.egress = GatewayEgress(env, gw, a.Egress...)
+	c.env = GatewayEnv(gw, penv)
+	return c, nil
+}
+
+// agentEnvFile is where an agent's provider variables wait, in its HOME,
+// for the command that sources and removes them before the agent starts.
+const agentEnvFile = agentHome + "/.provider.env"
+
+// installAgentEnv copies vars into sandbox h as agentEnvFile (owned by
+// AgentUser, mode 0600), staged on the host in a directory removed once
+// copied, so the values travel in a file and never on a command line or
+// in the exec's environment. It returns the file's path ("" when vars is
+// empty).
+func installAgentEnv(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle, vars map[string]string) (string, error) {
+	if len(vars) == 0 {
+		return "", nil
+	}
+	host, err := StageDir(env.RunID())
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(host)
+	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(vars), 0o600); err != nil {
+		return "", err
+	}
+	stage := StagePath("in")
+	err = d.CopyIn(ctx, h, host, stage)
+	_ = os.RemoveAll(host)
+	if err != nil {
+		return "", fmt.Errorf("copy the provider env in: %w", err)
+	}
+	script := fmt.Sprintf("set -e\nmkdir -p %[3]s\ncp %[1]s/provider.env %[2]s\nchown %[4]s %[2]s\nchmod 0600 %[2]s\nrm -rf %[5]s\n",
+		stage, agentEnvFile, agentHome, AgentUser, shq(parentOf(stage)))
+	var out strings.Builder
+	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
+		return "", fmt.Errorf("install the provider env: exit %d: %v: %s", res.ExitCode, err, out.String())
+	}
+	return agentEnvFile, nil
+}
+
+// agentCommand is the argv that starts an agent's run command: bash -c
+// run, after sourcing (and removing) the env file envFile when there is
+// one, so the variables reach the agent's environment without being on a
+// command line.
+func agentCommand(run, envFile string) []string {
+	if envFile == "" {
+		return []string{"bash", "-c", run}
+	}
+	return []string{"bash", "-c", `set -a; . "$1"; set +a; rm -f -- "$1"; exec bash -c "$2"`, "bash", envFile, run}
+}
+
+// install puts c's provider variables into sandbox h (installAgentEnv)
+// and returns the env file's path and the Redactor of c's real values for
+// everything the agent prints. A nil c installs nothing and redacts
+// nothing.
+func (c *agentCalls) install(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle) (string, *Redactor, error) {
+	if c == nil {
+		return "", NewRedactor(nil), nil
+	}
+	p, err := installAgentEnv(ctx, env, d, h, c.env)
+	if err != nil {
+		return "", nil, err
+	}
+	return p, NewRedactor(c.secrets), nil
+}

@@ -1,0 +1,98 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAgentDeclaresCalls: agent.toml's providers and egress load
+// normalised, and a bad entry is an error naming the file, line and key.
+func TestAgentDeclaresCalls(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "agent.toml")
+	load := func(s string) (*AgentSpec, error) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return LoadAgent(dir)
+	}
+	a, err := load("run = \"x\"\nproviders = [\"Anthropic\", \"openai\"]\negress = [\"LLM.corp.example:4000\", \"pypi.org\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(a.Providers, ",") != "anthropic,openai" || strings.Join(a.Egress, ",") != "llm.corp.example:4000,pypi.org:443" || !a.CallsOut() {
+		t.Fatalf("providers %v egress %v", a.Providers, a.Egress)
+	}
+	if a, _ := load("run = \"x\"\n"); a.CallsOut() {
+		t.Fatal("an agent that declares nothing calls out")
+	}
+	for doc, want := range map[string]string{
+		"run = \"x\"\n\nproviders = [\"mistral\"]\n":               "agent.toml:3: key providers: \"mistral\" is not a provider the gateway knows (anthropic, openai, gemini)",
+		"run = \"x\"\nproviders = [\"openai\", \"OpenAI\"]\n":       "agent.toml:2: key providers: openai is listed twice",
+		"run = \"x\"\negress = [\"https://llm.corp.example/v1\"]\n": "agent.toml:2: key egress: allowlist entry \"https://llm.corp.example/v1\": want host or host:port, not a URL",
+		"run = \"x\"\negress = [\"*.example.com\"]\n":               "agent.toml:2: key egress: allowlist entry",
+		"run = \"x\"\nproviders = \"openai\"\n":                     "agent.toml:2",
+	} {
+		_, err := load(doc)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want %q", doc, err, want)
+		}
+	}
+}
+
+// TestAgentProviderEnv: an agent gets exactly its declared providers'
+// variables and NODE_ENV, never another provider's key; a provider with
+// nothing set or a loopback base URL fails naming the variable.
+func TestAgentProviderEnv(t *testing.T) {
+	host := map[string]string{
+		"ANTHROPIC_API_KEY": "sk-ant-1", "ANTHROPIC_BASE_URL": "https://gw.example:8443", "ANTHROPIC_CUSTOM_HEADERS": "X-Team: a",
+		"OPENAI_API_KEY": "sk-oai-1", "GEMINI_API_KEY": "g-1", "NODE_ENV": "production", "AWS_SECRET_ACCESS_KEY": "aws",
+	}
+	getenv := func(k string) string { return host[k] }
+	env, err := AgentProviderEnv(&AgentSpec{Providers: []string{"anthropic"}}, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"ANTHROPIC_API_KEY": "sk-ant-1", "ANTHROPIC_BASE_URL": "https://gw.example:8443", "ANTHROPIC_CUSTOM_HEADERS": "X-Team: a", "NODE_ENV": "production"}
+	if len(env) != len(want) {
+		t.Fatalf("env %v, want %v", env, want)
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	if env, _ := AgentProviderEnv(&AgentSpec{Egress: []string{"pypi.org:443"}}, getenv); len(env) != 1 || env["NODE_ENV"] == "" {
+		t.Errorf("an egress-only agent got %v", env)
+	}
+	if env, err := AgentProviderEnv(&AgentSpec{Providers: []string{"gemini", "openai"}}, getenv); err != nil || env["GEMINI_API_KEY"] != "g-1" ||
+		env["OPENAI_API_KEY"] != "sk-oai-1" || env["ANTHROPIC_API_KEY"] != "" {
+		t.Errorf("gemini, openai: %v %v", env, err)
+	}
+	if _, err := AgentProviderEnv(&AgentSpec{Providers: []string{"openai"}}, func(string) string { return "" }); err == nil ||
+		!strings.Contains(err.Error(), "provider openai but none of OPENAI_API_KEY, OPENAI_BASE_URL is set") {
+		t.Errorf("nothing set: %v", err)
+	}
+	for _, u := range []string{"http://localhost:8080", "https://127.0.0.1", "http://[::1]:80", "ftp://x", "gw.example"} {
+		_, err := AgentProviderEnv(&AgentSpec{Providers: []string{"openai"}}, func(k string) string {
+			return map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": u}[k]
+		})
+		if err == nil || !strings.Contains(err.Error(), "OPENAI_BASE_URL="+u) {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}
+
+// TestAgentCommandSourcesTheEnvFile: the provider variables are on no
+// command line: the argv names the file, and the run command follows.
+func TestAgentCommandSourcesTheEnvFile(t *testing.T) {
+	if got := agentCommand("python3 a.py", ""); strings.Join(got, " ") != "bash -c python3 a.py" {
+		t.Errorf("%q", got)
+	}
+	got := agentCommand("python3 a.py", agentEnvFile)
+	if len(got) != 6 || got[4] != agentEnvFile || got[5] != "python3 a.py" || !strings.Contains(got[2], `rm -f -- "$1"`) {
+		t.Errorf("%q", got)
+	}
+}
