@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/proctor-eval/proctor/pkg/egress"
 	"github.com/proctor-eval/proctor/pkg/providers"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
@@ -30,9 +31,11 @@ var ArchalForwardEnv = []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_A
 // environment reaches the agent. A declared provider with neither a
 // credential nor a base URL set, or a base URL that is not an http(s)
 // URL with a host or is a loopback address (inside the sandbox that is
-// the sandbox itself), is an error naming the variable.
+// the sandbox itself), or two providers' base URLs on one host (the
+// gateway knows a call's provider by its host), is an error naming the
+// variables.
 func AgentProviderEnv(a *AgentSpec, getenv func(string) string) (map[string]string, error) {
-	env := map[string]string{}
+	env, bases := map[string]string{}, map[string]string{}
 	if v := getenv("NODE_ENV"); v != "" {
 		env["NODE_ENV"] = v
 	}
@@ -63,6 +66,15 @@ func AgentProviderEnv(a *AgentSpec, getenv func(string) string) (map[string]stri
 			if err := checkBaseURL(p.BaseURLEnv, b); err != nil {
 				return nil, err
 			}
+			// The gateway knows a host's provider by the host alone.
+			e, _ := providers.BaseURLEntry(p.BaseURLEnv, b, false)
+			if pe, err := egress.ParseEntry(e); err == nil {
+				e = pe.String()
+			}
+			if other, dup := bases[e]; dup {
+				return nil, fmt.Errorf("%s and %s name the same host %s: the gateway tells providers apart by host, so declare one provider for that gateway", other, p.BaseURLEnv, e)
+			}
+			bases[e] = p.BaseURLEnv
 		}
 	}
 	return env, nil

@@ -75,6 +75,11 @@ func TestAgentProviderEnv(t *testing.T) {
 		!strings.Contains(err.Error(), "provider openai but none of OPENAI_API_KEY, OPENAI_BASE_URL is set") {
 		t.Errorf("nothing set: %v", err)
 	}
+	if _, err := AgentProviderEnv(&AgentSpec{Providers: []string{"anthropic", "openai"}}, func(k string) string {
+		return map[string]string{"ANTHROPIC_BASE_URL": "https://litellm.corp:4000", "OPENAI_BASE_URL": "https://LiteLLM.corp:4000/v1"}[k]
+	}); err == nil || !strings.Contains(err.Error(), "ANTHROPIC_BASE_URL and OPENAI_BASE_URL name the same host litellm.corp:4000") {
+		t.Errorf("one host for two providers: %v", err)
+	}
 	for _, u := range []string{"http://localhost:8080", "https://127.0.0.1", "http://[::1]:80", "ftp://x", "gw.example"} {
 		_, err := AgentProviderEnv(&AgentSpec{Providers: []string{"openai"}}, func(k string) string {
 			return map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": u}[k]
