@@ -208,3 +208,33 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
+
+// TestAgentPlatformCap: an agent still running at its platform cap
+// (max_timeout_sec below the task's timeout) leaves its cell errored,
+// class unavailable: the task never got its budget; the same agent
+// without the cap reaches the task's own timeout, a scored
+// solver_timeout.
+func TestAgentPlatformCap(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root := t.TempDir()
+	writeFiles(t, filepath.Join(root, "wait"), map[string]string{
+		"task.toml":         "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 4.0\n[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/app\"\n",
+		"instruction.md":    "Write hello into /app/out.txt.\n",
+		"tests/test.sh":     "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+		"solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
+	})
+	agents := t.TempDir()
+	writeFiles(t, filepath.Join(agents, "capped"), map[string]string{"agent.toml": "run = \"echo started; sleep 60\"\nmax_timeout_sec = 2\n"})
+	writeFiles(t, filepath.Join(agents, "patient"), map[string]string{"agent.toml": "run = \"echo started; sleep 60\"\n"})
+	capped, patient := "agent:"+filepath.Join(agents, "capped"), "agent:"+filepath.Join(agents, "patient")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", capped+","+patient, "--baseline-harness", patient, "--agent-grace", "1")
+	rows := byCell(a)
+	if r := rows["wait "+capped]; r.Outcome != "errored" || r.ErrorClass != "unavailable" || !strings.Contains(r.Error, "max_timeout_sec = 2s") {
+		t.Errorf("capped: %s %s %q", r.Outcome, r.ErrorClass, r.Error)
+	}
+	if r := rows["wait "+patient]; r.Outcome != "solver_timeout" {
+		t.Errorf("at the task's own timeout: %s %s %q", r.Outcome, r.ErrorClass, r.Error)
+	}
+}

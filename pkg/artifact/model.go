@@ -29,6 +29,7 @@ const (
 	ErrorSandbox       = string(events.ClassSandbox)
 	ErrorSolver        = string(events.ClassSolverError)
 	ErrorInfra         = string(events.ClassInfra)
+	ErrorUnavailable   = string(events.ClassUnavailable)
 	ErrorVerifier      = "verifier_error"
 )
 

@@ -26,6 +26,10 @@ const (
 	// changed), or the model provider failing before the agent made any
 	// attempt (a 429, an overloaded provider).
 	ClassInfra ErrorClass = "infra"
+	// ClassUnavailable: the task never got its budget: proctor's platform
+	// cap (agent.toml max_timeout_sec, 900 s by default as Anpord's)
+	// ended an agent still running before the task's own timeout.
+	ClassUnavailable ErrorClass = "unavailable"
 )
 
 // Retryable reports whether a cell errored with class c is run again

@@ -400,7 +400,7 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 		return Outcome{}, err
 	}
 	dir.Logf("agent ended: %s after %.3fs", fin.Reason, fin.DurationSec)
-	return Outcome{Finished: fin}, nil
+	return Outcome{Finished: fin}, capError(res.TimedOut, s.ag.Budget(s.env.Task().AgentTimeoutSec), s.env.Task().AgentTimeoutSec)
 }
 
 // writeAgentCellFiles writes an agent: arm's prompt.txt (the prompt it

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/egress"
+	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/providers"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
@@ -210,4 +211,17 @@ func (c *agentCalls) install(ctx context.Context, env Env, d sandbox.Driver, h *
 		return "", nil, err
 	}
 	return p, NewRedactor(c.secrets), nil
+}
+
+// capError is the error of an agent stopped by its platform cap
+// (AgentSpec.MaxTimeoutSec) before the task's own timeout: the cell is
+// errored, class unavailable (missing data: the task never got its
+// budget), not a scored timeout. It is nil when the agent was not timed
+// out, or when its budget was the task's own timeout (a solver_timeout).
+func capError(timedOut bool, budget, taskTimeoutSec float64) error {
+	if !timedOut || budget >= taskTimeoutSec {
+		return nil
+	}
+	return events.Classed(events.ClassUnavailable, fmt.Errorf(
+		"the agent was still running at the platform cap (agent.toml max_timeout_sec = %gs), before the task's own timeout of %gs: the task never got its budget", budget, taskTimeoutSec))
 }

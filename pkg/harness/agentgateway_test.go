@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/events"
 )
 
 // TestAgentDeclaresCalls: agent.toml's providers and egress load
@@ -29,7 +31,7 @@ func TestAgentDeclaresCalls(t *testing.T) {
 		t.Fatal("an agent that declares nothing calls out")
 	}
 	for doc, want := range map[string]string{
-		"run = \"x\"\n\nproviders = [\"mistral\"]\n":               "agent.toml:3: key providers: \"mistral\" is not a provider the gateway knows (anthropic, openai, gemini)",
+		"run = \"x\"\n\nproviders = [\"mistral\"]\n":                "agent.toml:3: key providers: \"mistral\" is not a provider the gateway knows (anthropic, openai, gemini)",
 		"run = \"x\"\nproviders = [\"openai\", \"OpenAI\"]\n":       "agent.toml:2: key providers: openai is listed twice",
 		"run = \"x\"\negress = [\"https://llm.corp.example/v1\"]\n": "agent.toml:2: key egress: allowlist entry \"https://llm.corp.example/v1\": want host or host:port, not a URL",
 		"run = \"x\"\negress = [\"*.example.com\"]\n":               "agent.toml:2: key egress: allowlist entry",
@@ -99,5 +101,23 @@ func TestAgentCommandSourcesTheEnvFile(t *testing.T) {
 	got := agentCommand("python3 a.py", agentEnvFile)
 	if len(got) != 6 || got[4] != agentEnvFile || got[5] != "python3 a.py" || !strings.Contains(got[2], `rm -f -- "$1"`) {
 		t.Errorf("%q", got)
+	}
+}
+
+// TestCapError: only the platform cap below the task's own timeout makes
+// a timed-out agent's cell unavailable.
+func TestCapError(t *testing.T) {
+	if err := capError(true, 900, 1800); err == nil {
+		t.Error("the cap before the task's timeout is not an error")
+	} else if c, ok := events.ClassOf(err); !ok || c != events.ClassUnavailable || !strings.Contains(err.Error(), "max_timeout_sec = 900s") {
+		t.Errorf("class %v %v: %v", c, ok, err)
+	}
+	for _, c := range []struct {
+		timedOut         bool
+		budget, taskTime float64
+	}{{true, 600, 600}, {false, 900, 1800}, {true, 300, 300}} {
+		if err := capError(c.timedOut, c.budget, c.taskTime); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
 	}
 }
