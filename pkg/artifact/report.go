@@ -627,6 +627,9 @@ func UsageLine(m Metrics) string {
 	}
 	rep := fmt.Sprintf("reported %s / %s / %s / %s tokens (in / out / cache read / cache write), cost %s",
 		count(m.PromptTokens), count(m.CompletionTokens), count(m.CacheReadTokens), count(m.CacheWriteTokens), usdPtr(m.CostUSD))
+	if UsageNotReported(m) {
+		rep = "reported: not reported by harness"
+	}
 	cost := usdPtr(u.CostUSD)
 	if u.CostUSD == nil && u.CostNullReason != "" {
 		cost += " (" + u.CostNullReason + ")"
@@ -638,6 +641,12 @@ func UsageLine(m Metrics) string {
 		line += " **Reported and observed tokens differ by more than 1 %.**"
 	}
 	return line
+}
+
+// UsageNotReported reports whether the agent gave no usage of its own:
+// no token count, no cost, and no Usage the agent reported.
+func UsageNotReported(m Metrics) bool {
+	return m.PromptTokens == nil && m.CompletionTokens == nil && m.CacheReadTokens == nil && m.CacheWriteTokens == nil && m.CostUSD == nil
 }
 
 func usdPtr(p *float64) string {

@@ -283,3 +283,16 @@ func TestReportShowsObservedBesideReported(t *testing.T) {
 
 func i64(n int64) *int64 { return &n }
 func boolp(b bool) *bool { return &b }
+
+// TestUsageLineNotReported: an agent that gave no usage of its own is
+// labelled so beside what the gateway observed.
+func TestUsageLineNotReported(t *testing.T) {
+	m := Metrics{UsageObserved: &UsageObserved{Requests: 1, InputTokens: 7, OutputTokens: 1, CostUSD: f64(0.0001)}}
+	if got, want := UsageLine(m), "Usage: reported: not reported by harness; observed 7 / 1 / 0 / 0 in 1 requests, cost 0.0001."; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	m.PromptTokens = i64(0)
+	if got := UsageLine(m); !strings.Contains(got, "reported 0 / — / — / —") {
+		t.Errorf("a reported 0 is a report: %q", got)
+	}
+}

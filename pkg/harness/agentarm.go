@@ -385,14 +385,13 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 	if resp := responseTail(s.resp.Tail.String()); resp != "" {
 		run.publish(events.Message, events.MessageData{Role: "response", Text: resp}, time.Time{})
 	}
-	if m := readMetrics(ctx, d, h, dir); m != nil {
-		fin.AgentReported = m
-		if !run.usage {
-			if u, ok := UsageFromMetrics(m); ok {
-				run.publish(events.Usage, u, time.Time{})
-			}
+	m := readMetrics(ctx, d, h, dir)
+	if m != nil && !run.usage {
+		if u, ok := UsageFromMetrics(m); ok {
+			run.publish(events.Usage, u, time.Time{})
 		}
 	}
+	fin.AgentReported = archalReported(dir, m, run.usage)
 	if run.publishErr != nil {
 		return Outcome{Finished: fin}, run.publishErr
 	}

@@ -462,9 +462,11 @@ async function renderCell(run, cell) {
     const m = row.metrics, u = m.usage_observed, n = (x) => (x === null || x === undefined ? "—" : String(x));
     parts.push(el("h2", { text: "Model usage" }),
       table(["", "input", "output", "cache read", "cache write", "requests", "cost"], [
-        el("tr", {}, el("td", { text: "reported by the agent" }), el("td", { class: "num", text: n(m.prompt_tokens) }),
-          el("td", { class: "num", text: n(m.completion_tokens) }), el("td", { class: "num", text: n(m.cache_read_tokens) }),
-          el("td", { class: "num", text: n(m.cache_write_tokens) }), el("td", { class: "num", text: n(m.n_calls) }), el("td", { class: "num", text: usd(m.cost_usd) })),
+        [m.prompt_tokens, m.completion_tokens, m.cache_read_tokens, m.cache_write_tokens, m.cost_usd].every((x) => x === null || x === undefined)
+          ? el("tr", {}, el("td", { text: "reported by the agent" }), el("td", { colspan: "6", id: "usage-not-reported", text: "not reported by harness" }))
+          : el("tr", {}, el("td", { text: "reported by the agent" }), el("td", { class: "num", text: n(m.prompt_tokens) }),
+            el("td", { class: "num", text: n(m.completion_tokens) }), el("td", { class: "num", text: n(m.cache_read_tokens) }),
+            el("td", { class: "num", text: n(m.cache_write_tokens) }), el("td", { class: "num", text: n(m.n_calls) }), el("td", { class: "num", text: usd(m.cost_usd) })),
         el("tr", {}, el("td", { text: "observed by the gateway" }), el("td", { class: "num", text: n(u.input_tokens) }),
           el("td", { class: "num", text: n(u.output_tokens) }), el("td", { class: "num", text: n(u.cache_read_tokens) }),
           el("td", { class: "num", text: n(u.cache_write_tokens) }), el("td", { class: "num", text: n(u.requests) }),
