@@ -150,6 +150,9 @@ type StartedData struct {
 	Model   string `json:"model,omitempty"`
 	// Synthesized is true when the agent printed no Started line.
 	Synthesized bool `json:"synthesized,omitempty"`
+	// SessionID is the agent's own session id, as its Started line gave
+	// it (Anpord's sessionId).
+	SessionID string `json:"session_id,omitempty"`
 }
 
 // MessageData is text from the agent (a reply or a response line).
@@ -169,6 +172,9 @@ type CommandData struct {
 type FileChangeData struct {
 	Path string `json:"path"`
 	Kind string `json:"kind,omitempty"`
+	// Paths are every file of a change that names several (Anpord's
+	// paths array); Path is then the first.
+	Paths []string `json:"paths,omitempty"`
 }
 
 // ToolCallData is one tool invocation.
@@ -176,6 +182,10 @@ type ToolCallData struct {
 	Name  string `json:"name"`
 	Input any    `json:"input,omitempty"`
 	Error bool   `json:"error,omitempty"`
+	// CallID and Status are the agent's own id of the call and its
+	// status as printed (Anpord's callId, status).
+	CallID string `json:"call_id,omitempty"`
+	Status string `json:"status,omitempty"`
 }
 
 // UsageData is model usage; token counts add up over a cell. CostUSD is in
@@ -189,6 +199,10 @@ type UsageData struct {
 	CacheWriteTokens *int64   `json:"cache_write_tokens,omitempty"`
 	CostUSD          *float64 `json:"cost_usd,omitempty"`
 	Calls            *int64   `json:"calls,omitempty"`
+	// TotalTokens is a total the agent printed itself (totalTokens),
+	// kept as printed; the row's total_tokens is still the sum of the
+	// parts.
+	TotalTokens *int64 `json:"total_tokens,omitempty"`
 	// Partial, when set, says why these counts are only part of what the
 	// solve used (a lower bound: a stream that ended without the agent's
 	// own totals); the row then has metrics.usage_partial and the reason.

@@ -78,7 +78,7 @@ func ParseLine(line string, readAt time.Time) Line {
 	var data any
 	switch events.Type(tag) {
 	case events.Started:
-		data = &events.StartedData{Harness: str(f.Harness, f.Agent), Model: str(f.Model)}
+		data = &events.StartedData{Harness: str(f.Harness, f.Agent), Model: str(f.Model), SessionID: str(f.SessionID, f.SessionIDS)}
 	case events.Message:
 		data = &events.MessageData{Role: str(f.Role), Text: str(f.Text, f.Content, f.Message)}
 	case events.Command:
@@ -89,9 +89,19 @@ func ParseLine(line string, readAt time.Time) Line {
 		}
 		data = d
 	case events.FileChange:
-		data = &events.FileChangeData{Path: str(f.Path, f.File), Kind: str(f.Kind, f.Change, f.Action, f.Type)}
+		d := &events.FileChangeData{Path: str(f.Path, f.File), Kind: str(f.Kind, f.Change, f.Action, f.Type)}
+		for _, p := range f.Paths {
+			if p, ok := p.(string); ok {
+				d.Paths = append(d.Paths, p)
+			}
+		}
+		if d.Path == "" && len(d.Paths) > 0 {
+			d.Path = d.Paths[0]
+		}
+		data = d
 	case events.ToolCall:
-		d := &events.ToolCallData{Name: str(f.Name, f.Tool, f.ToolName, f.ToolNameS), Error: f.Error || f.IsError || f.IsErrorC}
+		d := &events.ToolCallData{Name: str(f.Name, f.Tool, f.ToolName, f.ToolNameS), Error: f.Error || f.IsError || f.IsErrorC,
+			CallID: str(f.CallID, f.CallIDS, f.ToolCallID, f.ID), Status: str(f.Status)}
 		for _, in := range []any{f.Input, f.Args, f.Arguments} {
 			if in != nil {
 				d.Input = normalizeNumber(in)
@@ -107,6 +117,7 @@ func ParseLine(line string, readAt time.Time) Line {
 		d.CacheReadTokens = num(f.CacheReadTokens, f.CacheReadInputTokens, f.CacheReadTokensC, f.CacheReadInputTokensC).intPtr()
 		d.CacheWriteTokens = num(f.CacheWriteTokens, f.CacheCreationInputTokens, f.CacheWriteTokensC, f.CacheCreationInputTokensC).intPtr()
 		d.Calls = num(f.Calls, f.NCalls, f.LLMCalls, f.LLMCallCount).intPtr()
+		d.TotalTokens = num(f.TotalTokens, f.TotalTokensC).intPtr()
 		if c, ok := num(f.CostUSD, f.CostUsdC, f.Cost, f.TotalCostUSD).float(); ok {
 			d.CostUSD = &c
 		}
@@ -182,6 +193,9 @@ type lineFields struct {
 	TimestampMs json.Number `json:"timestamp_ms"`
 	AtMs        json.Number `json:"atMs"`
 
+	SessionID  *string `json:"sessionId"`
+	SessionIDS *string `json:"session_id"`
+
 	Harness *string `json:"harness"`
 	Agent   *string `json:"agent"`
 	Model   *string `json:"model"`
@@ -199,6 +213,7 @@ type lineFields struct {
 	ExitCodeC  json.Number `json:"exitCode"`
 	Returncode json.Number `json:"returncode"`
 
+	Paths  []any   `json:"paths"`
 	Path   *string `json:"path"`
 	File   *string `json:"file"`
 	Kind   *string `json:"kind"`
@@ -206,16 +221,20 @@ type lineFields struct {
 	Action *string `json:"action"`
 	Type   *string `json:"type"`
 
-	Name      *string `json:"name"`
-	Tool      *string `json:"tool"`
-	ToolName  *string `json:"toolName"`
-	ToolNameS *string `json:"tool_name"`
-	Input     any     `json:"input"`
-	Args      any     `json:"args"`
-	Arguments any     `json:"arguments"`
-	Error     bool    `json:"error"`
-	IsError   bool    `json:"is_error"`
-	IsErrorC  bool    `json:"isError"`
+	Name       *string `json:"name"`
+	Tool       *string `json:"tool"`
+	ToolName   *string `json:"toolName"`
+	ToolNameS  *string `json:"tool_name"`
+	CallID     *string `json:"callId"`
+	CallIDS    *string `json:"call_id"`
+	ToolCallID *string `json:"toolCallId"`
+	ID         *string `json:"id"`
+	Input      any     `json:"input"`
+	Args       any     `json:"args"`
+	Arguments  any     `json:"arguments"`
+	Error      bool    `json:"error"`
+	IsError    bool    `json:"is_error"`
+	IsErrorC   bool    `json:"isError"`
 
 	PromptTokens              json.Number `json:"prompt_tokens"`
 	InputTokens               json.Number `json:"input_tokens"`
@@ -241,6 +260,8 @@ type lineFields struct {
 	CostUsdC                  json.Number `json:"costUsd"`
 	Cost                      json.Number `json:"cost"`
 	TotalCostUSD              json.Number `json:"total_cost_usd"`
+	TotalTokens               json.Number `json:"total_tokens"`
+	TotalTokensC              json.Number `json:"totalTokens"`
 
 	Reason      *string `json:"reason"`
 	ExitReason  *string `json:"exitReason"`

@@ -134,3 +134,23 @@ func TestParseUsageUnreportedIsNull(t *testing.T) {
 		}
 	}
 }
+
+// TestParseLineKeepsAnpordFields: Started's sessionId, FileChange's paths,
+// ToolCall's callId and status and Usage's explicit totalTokens are kept
+// in the events, as Anpord's line protocol prints them.
+func TestParseLineKeepsAnpordFields(t *testing.T) {
+	now := time.Now()
+	if d := ParseLine(`{"_tag":"Started","sessionId":"sess-42","model":"m"}`, now).Data.(*events.StartedData); d.SessionID != "sess-42" {
+		t.Errorf("started %+v", d)
+	}
+	if d := ParseLine(`{"_tag":"FileChange","paths":["src/a.py","src/b.py",3],"kind":"edit"}`, now).Data.(*events.FileChangeData); d.Path != "src/a.py" ||
+		strings.Join(d.Paths, ",") != "src/a.py,src/b.py" || d.Kind != "edit" {
+		t.Errorf("file change %+v", d)
+	}
+	if d := ParseLine(`{"_tag":"ToolCall","callId":"call-7","name":"bash","status":"failed"}`, now).Data.(*events.ToolCallData); d.CallID != "call-7" || d.Status != "failed" || d.Name != "bash" {
+		t.Errorf("tool call %+v", d)
+	}
+	if d := ParseLine(`{"_tag":"Usage","inputTokens":10,"outputTokens":5,"totalTokens":16}`, now).Data.(*events.UsageData); p(d.TotalTokens) != "16" || p(d.PromptTokens) != "10" {
+		t.Errorf("usage %+v", d)
+	}
+}
