@@ -45,6 +45,10 @@ type AgentSpec struct {
 	// egress proxy whatever the task's network policy; tunnelled, never
 	// intercepted.
 	Egress []string `toml:"egress"`
+	// SystemPrompt is a file of the agent directory (a relative path)
+	// holding the agent's system prompt; the agent gets its path as
+	// ANPORD_SYSTEM_PROMPT_FILE, as the Anpord command harness gives it.
+	SystemPrompt string `toml:"system_prompt"`
 	// MaxTimeoutSec caps the solve budget in seconds; when agent.toml does
 	// not set max_timeout_sec, the Anpord command harness's 15-minute cap
 	// (900 s).
@@ -92,6 +96,17 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 	if err := a.checkCalls(b, path); err != nil {
 		return nil, err
 	}
+	if sp := a.SystemPrompt; sp != "" {
+		clean := filepath.Clean(filepath.FromSlash(sp))
+		fi, err := os.Lstat(filepath.Join(abs, clean))
+		switch {
+		case filepath.IsAbs(sp) || clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)):
+			return nil, fmt.Errorf("%s:%d: key system_prompt: %q must be a file of the agent directory (a relative path inside it)", path, keyLine(b, "system_prompt"), sp)
+		case err != nil || !fi.Mode().IsRegular():
+			return nil, fmt.Errorf("%s:%d: key system_prompt: %q is not a regular file of the agent directory", path, keyLine(b, "system_prompt"), sp)
+		}
+		a.SystemPrompt = filepath.ToSlash(clean)
+	}
 	a.MaxTimeoutSec = DefaultAgentCapSec
 	if p := file.MaxTimeoutSec; p != nil {
 		// As for a task's timeouts: 0 is refused rather than read as "no
@@ -137,6 +152,15 @@ func (a *AgentSpec) checkCalls(doc []byte, path string) error {
 		a.Egress[i] = e.String()
 	}
 	return nil
+}
+
+// Vars are the variables agent.toml adds to the agent's environment:
+// ANPORD_SYSTEM_PROMPT_FILE when it names a system prompt.
+func (a *AgentSpec) Vars() map[string]string {
+	if a.SystemPrompt == "" {
+		return nil
+	}
+	return map[string]string{"ANPORD_SYSTEM_PROMPT_FILE": AgentMount + "/" + a.SystemPrompt}
 }
 
 // CallsOut reports whether the agent declares anything it calls

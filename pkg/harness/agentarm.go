@@ -312,7 +312,7 @@ func (s *agentSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.Exec
 	// The gateway's CA variables win over agent.toml, as the proxy's do
 	// (RunUntrusted adds those), and the provider variables of the env
 	// file over both.
-	env := withEnv(agentEnv(s.env, u.Workdir, deadline, s.ag.Env), sandbox.CAEnv(u.Handle))
+	env := withEnv(withEnv(agentEnv(s.env, u.Workdir, deadline, s.ag.Env), s.ag.Vars()), sandbox.CAEnv(u.Handle))
 	s.stdout, s.stderr = s.red.Writer(io.MultiWriter(s.out, s.lines)), s.red.Writer(io.MultiWriter(s.logs, s.errLines))
 	return sandbox.ExecSpec{
 		Cmd: agentCommand(s.ag.Run, s.envFile), Env: env,

@@ -27,7 +27,13 @@ func TestAgentDeclaresCalls(t *testing.T) {
 	if strings.Join(a.Providers, ",") != "anthropic,openai" || strings.Join(a.Egress, ",") != "llm.corp.example:4000,pypi.org:443" || !a.CallsOut() {
 		t.Fatalf("providers %v egress %v", a.Providers, a.Egress)
 	}
-	if a, _ := load("run = \"x\"\n"); a.CallsOut() {
+	if err := os.WriteFile(filepath.Join(dir, "system.md"), []byte("You are terse."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := load("run = \"x\"\nsystem_prompt = \"./system.md\"\n"); err != nil || a.Vars()["ANPORD_SYSTEM_PROMPT_FILE"] != AgentMount+"/system.md" {
+		t.Fatalf("system_prompt: %v %v", err, a)
+	}
+	if a, _ := load("run = \"x\"\n"); a.CallsOut() || a.Vars() != nil {
 		t.Fatal("an agent that declares nothing calls out")
 	}
 	for doc, want := range map[string]string{
@@ -36,6 +42,8 @@ func TestAgentDeclaresCalls(t *testing.T) {
 		"run = \"x\"\negress = [\"https://llm.corp.example/v1\"]\n": "agent.toml:2: key egress: allowlist entry \"https://llm.corp.example/v1\": want host or host:port, not a URL",
 		"run = \"x\"\negress = [\"*.example.com\"]\n":               "agent.toml:2: key egress: allowlist entry",
 		"run = \"x\"\nproviders = \"openai\"\n":                     "agent.toml:2",
+		"run = \"x\"\nsystem_prompt = \"../etc/passwd\"\n":          "agent.toml:2: key system_prompt: \"../etc/passwd\" must be a file of the agent directory",
+		"run = \"x\"\nsystem_prompt = \"missing.md\"\n":             "agent.toml:2: key system_prompt: \"missing.md\" is not a regular file",
 	} {
 		_, err := load(doc)
 		if err == nil || !strings.Contains(err.Error(), want) {
