@@ -1,13 +1,19 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/llmtest"
 	"github.com/proctor-eval/proctor/pkg/providers"
@@ -209,15 +215,20 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 }
 
 
-// TestAgentPlatformCap: an agent still running at its platform cap
-// (max_timeout_sec below the task's timeout) leaves its cell errored,
-// class unavailable: the task never got its budget; the same agent
-// without the cap reaches the task's own timeout, a scored
-// solver_timeout.
-func TestAgentPlatformCap(t *testing.T) {
+// TestAgentPlatformCapAndRecorder: an agent still running at its
+// platform cap (max_timeout_sec below the task's timeout) leaves its cell
+// errored, class unavailable: the task never got its budget; the same
+// agent without the cap reaches the task's own timeout, a scored
+// solver_timeout. A third agent's shells are traced by the recorder:
+// bash -c 'ls /; false' gives two Command events with null exit codes,
+// sh -c started from a bash is recorded once, a command the agent printed
+// itself as a Command line is not doubled, and the agent's own run
+// command is not traced.
+func TestAgentPlatformCapAndRecorder(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	home := t.TempDir()
+	t.Setenv("PROCTOR_HOME", home)
 	root := t.TempDir()
 	writeFiles(t, filepath.Join(root, "wait"), map[string]string{
 		"task.toml":         "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 4.0\n[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/app\"\n",
@@ -228,13 +239,54 @@ func TestAgentPlatformCap(t *testing.T) {
 	agents := t.TempDir()
 	writeFiles(t, filepath.Join(agents, "capped"), map[string]string{"agent.toml": "run = \"echo started; sleep 60\"\nmax_timeout_sec = 2\n"})
 	writeFiles(t, filepath.Join(agents, "patient"), map[string]string{"agent.toml": "run = \"echo started; sleep 60\"\n"})
-	capped, patient := "agent:"+filepath.Join(agents, "capped"), "agent:"+filepath.Join(agents, "patient")
-	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", capped+","+patient, "--baseline-harness", patient, "--agent-grace", "1")
+	writeFiles(t, filepath.Join(agents, "recorded"), map[string]string{
+		"agent.toml": "run = \"bash /opt/proctor/agent/agent.sh\"\n",
+		"agent.sh": `bash -c 'ls /; false'
+bash -c "sh -c 'true'"
+echo '{"_tag":"Command","command":"echo printed"}'
+bash -c 'echo printed'
+echo hello > /app/out.txt
+`,
+	})
+	capped, patient, recorded := "agent:"+filepath.Join(agents, "capped"), "agent:"+filepath.Join(agents, "patient"), "agent:"+filepath.Join(agents, "recorded")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", capped+","+patient+","+recorded,
+		"--baseline-harness", patient, "--agent-grace", "1", "--retries", "1")
 	rows := byCell(a)
 	if r := rows["wait "+capped]; r.Outcome != "errored" || r.ErrorClass != "unavailable" || !strings.Contains(r.Error, "max_timeout_sec = 2s") {
 		t.Errorf("capped: %s %s %q", r.Outcome, r.ErrorClass, r.Error)
 	}
 	if r := rows["wait "+patient]; r.Outcome != "solver_timeout" {
 		t.Errorf("at the task's own timeout: %s %s %q", r.Outcome, r.ErrorClass, r.Error)
+	}
+	if r := rows["wait "+recorded]; r.Outcome != "passed" {
+		t.Fatalf("recorded: %s %s %q", r.Outcome, r.ErrorClass, r.Error)
+	}
+
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(home, "jetstream")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	b, err := bus.Connect(context.Background(), e.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var got []string
+	err = b.Read(context.Background(), []string{"proctor.run." + a.Run.ID + ".cell.*.Command"}, func(ev events.Envelope) error {
+		var d events.CommandData
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			return err
+		}
+		got = append(got, fmt.Sprintf("%s|%v", d.Command, d.ExitCode))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := []string{"echo printed|<nil>", "false|<nil>", "ls /|<nil>", "sh -c 'true'|<nil>"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Command events %q, want %q", got, want)
 	}
 }

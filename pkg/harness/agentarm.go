@@ -312,7 +312,7 @@ func (s *agentSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.Exec
 	// The gateway's CA variables win over agent.toml, as the proxy's do
 	// (RunUntrusted adds those), and the provider variables of the env
 	// file over both.
-	env := withEnv(withEnv(agentEnv(s.env, u.Workdir, deadline, s.ag.Env), s.ag.Vars()), sandbox.CAEnv(u.Handle))
+	env := withEnv(withEnv(withEnv(agentEnv(s.env, u.Workdir, deadline, s.ag.Env), s.ag.Vars()), recorderEnv()), sandbox.CAEnv(u.Handle))
 	s.stdout, s.stderr = s.red.Writer(io.MultiWriter(s.out, s.lines)), s.red.Writer(io.MultiWriter(s.logs, s.errLines))
 	return sandbox.ExecSpec{
 		Cmd: agentCommand(s.ag.Run, s.envFile), Env: env,
@@ -382,6 +382,7 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 	}
 	run.ensureStarted(time.Time{})
 	readAgentOperations(ctx, d, h, run, dir)
+	publishRecorded(ctx, d, h, run, dir)
 	if resp := responseTail(s.resp.Tail.String()); resp != "" {
 		run.publish(events.Message, events.MessageData{Role: "response", Text: resp}, time.Time{})
 	}

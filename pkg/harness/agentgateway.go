@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -155,62 +156,72 @@ func agentGateway(env Env, a *AgentSpec) (*agentCalls, error) {
 // for the command that sources and removes them before the agent starts.
 const agentEnvFile = agentHome + "/.provider.env"
 
-// installAgentEnv copies vars into sandbox h as agentEnvFile (owned by
-// AgentUser, mode 0600), staged on the host in a directory removed once
-// copied, so the values travel in a file and never on a command line or
-// in the exec's environment. It returns the file's path ("" when vars is
+// installAgentFiles copies the recorder (RecorderPath, root's, mode
+// 0644) and vars (as agentEnvFile, owned by AgentUser, mode 0600) into
+// sandbox h, staged on the host in a directory removed once copied, so
+// the variables travel in a file and never on a command line or in the
+// exec's environment. It returns the env file's path ("" when vars is
 // empty).
-func installAgentEnv(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle, vars map[string]string) (string, error) {
-	if len(vars) == 0 {
-		return "", nil
-	}
+func installAgentFiles(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle, vars map[string]string) (string, error) {
 	host, err := StageDir(env.RunID())
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(host)
-	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(vars), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(host, "recorder.sh"), []byte(recorderScript), 0o644); err != nil {
 		return "", err
+	}
+	envPath := ""
+	if len(vars) > 0 {
+		envPath = agentEnvFile
+		if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(vars), 0o600); err != nil {
+			return "", err
+		}
 	}
 	stage := StagePath("in")
 	err = d.CopyIn(ctx, h, host, stage)
 	_ = os.RemoveAll(host)
 	if err != nil {
-		return "", fmt.Errorf("copy the provider env in: %w", err)
+		return "", fmt.Errorf("copy the agent's recorder and provider env in: %w", err)
 	}
-	script := fmt.Sprintf("set -e\nmkdir -p %[3]s\ncp %[1]s/provider.env %[2]s\nchown %[4]s %[2]s\nchmod 0600 %[2]s\nrm -rf %[5]s\n",
-		stage, agentEnvFile, agentHome, AgentUser, shq(parentOf(stage)))
+	script := fmt.Sprintf("set -e\nmkdir -p %[6]s\ncp %[1]s/recorder.sh %[5]s\nchown 0:0 %[5]s\nchmod 0644 %[5]s\n", stage, agentEnvFile, agentHome, AgentUser, RecorderPath, path.Dir(RecorderPath))
+	if envPath != "" {
+		script += fmt.Sprintf("mkdir -p %[3]s\ncp %[1]s/provider.env %[2]s\nchown %[4]s %[2]s\nchmod 0600 %[2]s\n", stage, agentEnvFile, agentHome, AgentUser)
+	}
+	script += "rm -rf " + shq(parentOf(stage)) + "\n"
 	var out strings.Builder
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
-		return "", fmt.Errorf("install the provider env: exit %d: %v: %s", res.ExitCode, err, out.String())
+		return "", fmt.Errorf("install the agent's recorder and provider env: exit %d: %v: %s", res.ExitCode, err, out.String())
 	}
-	return agentEnvFile, nil
+	return envPath, nil
 }
 
-// agentCommand is the argv that starts an agent's run command: bash -c
-// run, after sourcing (and removing) the env file envFile when there is
-// one, so the variables reach the agent's environment without being on a
-// command line.
+// agentCommand is the argv that starts an agent's run command: a wrapper
+// that sources (and removes) the env file envFile when there is one, so
+// the variables reach the agent's environment without being on a command
+// line, then execs bash -c run with the recorder as BASH_ENV (the run
+// command's own bash, keeping the wrapper's pid, is not traced; every
+// bash it starts is).
 func agentCommand(run, envFile string) []string {
-	if envFile == "" {
-		return []string{"bash", "-c", run}
-	}
-	return []string{"bash", "-c", `set -a; . "$1"; set +a; rm -f -- "$1"; exec bash -c "$2"`, "bash", envFile, run}
+	return []string{"bash", "-c", `[ -z "$1" ] || { set -a; . "$1"; set +a; rm -f -- "$1"; }
+export PROCTOR_RECORDER_PID=$$ BASH_ENV=` + RecorderPath + `
+exec bash -c "$2"`, "bash", envFile, run}
 }
 
-// install puts c's provider variables into sandbox h (installAgentEnv)
-// and returns the env file's path and the Redactor of c's real values for
-// everything the agent prints. A nil c installs nothing and redacts
-// nothing.
+// install puts the recorder and c's provider variables into sandbox h
+// (installAgentFiles) and returns the env file's path and the Redactor of c's real values for
+// everything the agent prints. A nil c installs the recorder alone and
+// redacts nothing.
 func (c *agentCalls) install(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Handle) (string, *Redactor, error) {
-	if c == nil {
-		return "", NewRedactor(nil), nil
+	var vars, secrets map[string]string
+	if c != nil {
+		vars, secrets = c.env, c.secrets
 	}
-	p, err := installAgentEnv(ctx, env, d, h, c.env)
+	p, err := installAgentFiles(ctx, env, d, h, vars)
 	if err != nil {
 		return "", nil, err
 	}
-	return p, NewRedactor(c.secrets), nil
+	return p, NewRedactor(secrets), nil
 }
 
 // capError is the error of an agent stopped by its platform cap

@@ -103,11 +103,12 @@ func TestAgentProviderEnv(t *testing.T) {
 // TestAgentCommandSourcesTheEnvFile: the provider variables are on no
 // command line: the argv names the file, and the run command follows.
 func TestAgentCommandSourcesTheEnvFile(t *testing.T) {
-	if got := agentCommand("python3 a.py", ""); strings.Join(got, " ") != "bash -c python3 a.py" {
+	got := agentCommand("python3 a.py", agentEnvFile)
+	if len(got) != 6 || got[4] != agentEnvFile || got[5] != "python3 a.py" || !strings.Contains(got[2], `rm -f -- "$1"`) ||
+		!strings.Contains(got[2], "BASH_ENV="+RecorderPath) {
 		t.Errorf("%q", got)
 	}
-	got := agentCommand("python3 a.py", agentEnvFile)
-	if len(got) != 6 || got[4] != agentEnvFile || got[5] != "python3 a.py" || !strings.Contains(got[2], `rm -f -- "$1"`) {
+	if got := agentCommand("python3 a.py", ""); len(got) != 6 || got[4] != "" {
 		t.Errorf("%q", got)
 	}
 }

@@ -38,3 +38,13 @@ func TestArchalReported(t *testing.T) {
 		t.Errorf("malformed: %v", m)
 	}
 }
+
+// TestRecordedCommands: the trace is NUL-terminated commands; a
+// multi-line command stays one, blank ones are skipped.
+func TestRecordedCommands(t *testing.T) {
+	got := RecordedCommands([]byte("ls /\x00false\x00\x00for i in 1 2; do\n echo $i\ndone\x00  \x00tail"))
+	want := []string{"ls /", "false", "for i in 1 2; do\n echo $i\ndone", "tail"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("%q, want %q", got, want)
+	}
+}

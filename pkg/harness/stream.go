@@ -16,18 +16,21 @@ import (
 // output reader to one worker goroutine that parses and publishes them in
 // order, so reading the sandbox's output and encoding events overlap.
 type stream struct {
-	env        Env
-	ctx        context.Context
-	queue      chan streamLine
-	done       chan struct{}
-	mu         sync.Mutex
-	started    bool
-	anything   bool
-	usage      bool
-	finished   *events.FinishedData
-	response   *cellfs.Capture // response.txt: every response-text line
-	longLines  int             // lines over the line bound: text, never events
-	lowOps     map[string]int  // low-fidelity operations by type (noteLow)
+	env       Env
+	ctx       context.Context
+	queue     chan streamLine
+	done      chan struct{}
+	mu        sync.Mutex
+	started   bool
+	anything  bool
+	usage     bool
+	finished  *events.FinishedData
+	response  *cellfs.Capture // response.txt: every response-text line
+	longLines int             // lines over the line bound: text, never events
+	lowOps    map[string]int  // low-fidelity operations by type (noteLow)
+	// printed counts the Command texts the agent printed, for the
+	// recorder's commands (publishRecorded).
+	printed    map[string]int
 	publishErr error
 }
 
@@ -149,6 +152,12 @@ func (r *stream) line(text string, readAt time.Time, truncated bool) {
 		}
 	}
 	r.ensureStarted(l.At)
+	if c, ok := l.Data.(*events.CommandData); ok {
+		if r.printed == nil {
+			r.printed = map[string]int{}
+		}
+		r.printed[c.Command]++
+	}
 	r.publish(l.Type, l.Data, l.At)
 }
 
