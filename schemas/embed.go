@@ -1,6 +1,7 @@
 // Package schemas embeds the JSON Schemas (draft 2020-12) of proctor's
-// documents: task_runs.v1 (the results artifact, DESIGN §8) and events.v1
-// (the event envelope, DESIGN §7).
+// documents: task_runs.v1 (the results artifact, DESIGN §8), events.v1
+// (the event envelope, DESIGN §7) and agent-lines.v1 (an event line of an
+// agent's stdout, DESIGN §5.1).
 package schemas
 
 import "embed"
