@@ -459,8 +459,11 @@ func (g *globals) printResult(rec bus.RunRecord) error {
 	}
 	g.warnUnusedImageMapRules(rec)
 	g.firewallHint(rec)
-	if rec.Status == bus.StatusFailed {
+	switch rec.Status {
+	case bus.StatusFailed:
 		return fmt.Errorf("run %s failed: %s", rec.ID, rec.Error)
+	case bus.StatusCancelled:
+		return fmt.Errorf("run %s %s", rec.ID, rec.Error)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ var outcomeOrder = []string{"passed", "partial", "failed", "solver_timeout", "ve
 
 func newRuns(g *globals) *cobra.Command {
 	runs := &cobra.Command{Use: "runs", Short: "List and inspect runs of the run index"}
-	runs.AddCommand(newRunsList(g), newRunsShow(g), newRunsResume(g))
+	runs.AddCommand(newRunsList(g), newRunsShow(g), newRunsResume(g), newRunsCancel(g), newRunsPause(g), newRunsContinue(g), newRunsRequeue(g))
 	return runs
 }
 
@@ -57,7 +57,7 @@ type runView struct {
 }
 
 func terminalStatus(s string) bool {
-	return s == bus.StatusFinished || s == bus.StatusFailed || s == bus.StatusInterrupted
+	return bus.TerminalStatus(s)
 }
 
 func newRunsList(g *globals) *cobra.Command {

@@ -43,7 +43,7 @@ type RunItem struct {
 }
 
 func terminal(status string) bool {
-	return status == bus.StatusFinished || status == bus.StatusFailed || status == bus.StatusInterrupted
+	return bus.TerminalStatus(status)
 }
 
 func (s *Server) runsJSON(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,7 @@ const (
 	ErrorSolver        = string(events.ClassSolverError)
 	ErrorInfra         = string(events.ClassInfra)
 	ErrorUnavailable   = string(events.ClassUnavailable)
+	ErrorCancelled     = string(events.ClassCancelled)
 	ErrorVerifier      = "verifier_error"
 )
 

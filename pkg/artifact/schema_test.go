@@ -214,7 +214,7 @@ func TestSchemaEnums(t *testing.T) {
 	}
 	outcomes := []string{OutcomePassed, OutcomeFailed, OutcomePartial, OutcomeSolverTimeout,
 		OutcomeVerifierTimeout, OutcomeVerifierError, OutcomeErrored}
-	classes := []string{ErrorRefused, ErrorUnresolvedEnv, ErrorBuild, ErrorSandbox, ErrorSolver, ErrorInfra, ErrorUnavailable, ErrorVerifier}
+	classes := []string{ErrorRefused, ErrorUnresolvedEnv, ErrorBuild, ErrorSandbox, ErrorSolver, ErrorInfra, ErrorUnavailable, ErrorCancelled, ErrorVerifier}
 	for key, want := range map[string][]string{"outcome": outcomes, "error_class": classes} {
 		got := root.Defs.Result.Properties[key].Enum
 		if !slices.Equal(sorted(got), sorted(want)) {

@@ -19,7 +19,21 @@ const (
 	StatusFinished    = "finished"
 	StatusFailed      = "failed"
 	StatusInterrupted = "interrupted"
+	// StatusCancelled ends a run an operator cancelled whole (`proctor
+	// runs cancel RUN`): its cells without a verdict are errored, class
+	// cancelled.
+	StatusCancelled = "cancelled"
 )
+
+// TerminalStatus reports whether status ends a run (finished, failed,
+// interrupted, cancelled).
+func TerminalStatus(status string) bool {
+	switch status {
+	case StatusFinished, StatusFailed, StatusInterrupted, StatusCancelled:
+		return true
+	}
+	return false
+}
 
 // RunRecord is one entry of the run index (KV PROCTOR_RUNS, key = run id).
 type RunRecord struct {
@@ -56,6 +70,9 @@ type RunRecord struct {
 	// RunFinished was published.
 	FinishClaim      int    `json:"finish_claim,omitempty"`
 	FinishClaimUntil string `json:"finish_claim_until,omitempty"`
+	// Control is the run's control state: paused, cancelled cells
+	// (Bus.Control writes it with each RunControl event).
+	Control ControlState `json:"control,omitzero"`
 }
 
 // FinishClaimDuration is how long a claim to publish a run's RunFinished
@@ -89,15 +106,8 @@ func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int) (bool, erro
 // renewal.
 var LeaseDuration = 60 * time.Second
 
-// Terminal reports whether the run has ended (finished, failed,
-// interrupted).
-func (r RunRecord) Terminal() bool {
-	switch r.Status {
-	case StatusFinished, StatusFailed, StatusInterrupted:
-		return true
-	}
-	return false
-}
+// Terminal reports whether the run has ended (TerminalStatus).
+func (r RunRecord) Terminal() bool { return TerminalStatus(r.Status) }
 
 // LeaseExpired reports whether the run has a lease that ended before now.
 // A run without a lease (written by an older proctor) never expires.
@@ -208,8 +218,8 @@ func (b *Bus) ListRuns(ctx context.Context) ([]RunRecord, error) {
 	return out, nil
 }
 
-// WaitRun blocks until the run's record has a terminal status (finished,
-// failed, interrupted) and returns it, or until ctx ends.
+// WaitRun blocks until the run's record has a terminal status
+// (TerminalStatus) and returns it, or until ctx ends.
 func (b *Bus) WaitRun(ctx context.Context, id string) (RunRecord, error) {
 	w, err := b.Runs.Watch(ctx, id)
 	if err != nil {
@@ -231,8 +241,7 @@ func (b *Bus) WaitRun(ctx context.Context, id string) (RunRecord, error) {
 			if err := json.Unmarshal(e.Value(), &r); err != nil {
 				return r, fmt.Errorf("bus: run index %s: %w", id, err)
 			}
-			switch r.Status {
-			case StatusFinished, StatusFailed, StatusInterrupted:
+			if TerminalStatus(r.Status) {
 				return r, nil
 			}
 		}

@@ -28,6 +28,9 @@ type Cell struct {
 	Expired bool
 	// Spec is the run's spec (from the run record).
 	Spec events.RunSpec
+	// Control is the run's control state (paused, cancelled cells) when
+	// the record was read.
+	Control bus.ControlState
 	// Plan is the cell's CellPlanned data.
 	Plan events.CellPlannedData
 	// Dir is the cell's output directory (Plan.OutputDir).
@@ -41,6 +44,15 @@ func (c *Cell) Ended() bool {
 		return true
 	}
 	return bus.RunRecord{Status: c.Status}.Terminal()
+}
+
+// Cancelled returns the error a cancel of the cell (or of its whole
+// run) recorded in the run index ends it with, or nil.
+func (c *Cell) Cancelled() *bus.Cancelled {
+	if d, ok := c.Control.CellCancelled(c.CellID); ok {
+		return &bus.Cancelled{Control: d}
+	}
+	return nil
 }
 
 // Stale reports whether a job published in epoch belongs to an older
@@ -68,7 +80,7 @@ func open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now())}
+	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now()), Control: rec.Control}
 	if c.Ended() {
 		return c, nil
 	}

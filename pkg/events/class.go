@@ -30,6 +30,10 @@ const (
 	// cap (agent.toml max_timeout_sec, 900 s by default as Anpord's)
 	// ended an agent still running before the task's own timeout.
 	ClassUnavailable ErrorClass = "unavailable"
+	// ClassCancelled: an operator cancelled the cell (`proctor runs
+	// cancel`, the viewer) before it had a verdict; as a Ctrl-C, it is
+	// missing data, and never run again by --retries.
+	ClassCancelled ErrorClass = "cancelled"
 )
 
 // Retryable reports whether a cell errored with class c is run again

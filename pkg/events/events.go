@@ -50,6 +50,7 @@ const (
 	CellSuperseded Type = "CellSuperseded"
 	RunFinished    Type = "RunFinished"
 	RunResumed     Type = "RunResumed"
+	RunControl     Type = "RunControl"
 )
 
 // ErrUnknownType is returned by Decode for an event type this version does
@@ -325,7 +326,7 @@ func TypeFilter(t Type) string {
 // IsRunLevel reports whether events of type t carry no cell id.
 func IsRunLevel(t Type) bool {
 	switch t {
-	case RunRequested, RunPlanned, RunFinished, RunResumed:
+	case RunRequested, RunPlanned, RunFinished, RunResumed, RunControl:
 		return true
 	}
 	return false
@@ -336,7 +337,7 @@ func Types() []Type {
 	return []Type{RunRequested, RunPlanned, CellPlanned, CellRefused, ImageBuilt,
 		SandboxStarted, Started, Message, Command, FileChange, ToolCall, Usage,
 		Operation, EgressDecision, ModelCall, StepStarted, StepVerdict, Finished, VerifyStarted,
-		Verdict, CellErrored, CellSuperseded, RunFinished, RunResumed}
+		Verdict, CellErrored, CellSuperseded, RunFinished, RunResumed, RunControl}
 }
 
 // DataType returns a new zero value of the data type registered for t.
@@ -373,4 +374,5 @@ var dataTypes = map[Type]func() any{
 	CellSuperseded: func() any { return new(CellSupersededData) },
 	RunFinished:    func() any { return new(RunFinishedData) },
 	RunResumed:     func() any { return new(RunResumedData) },
+	RunControl:     func() any { return new(RunControlData) },
 }

@@ -43,6 +43,34 @@ type RunSpec struct {
 	// plain CONNECT tunnel: no model gateway (DESIGN §6.1), so the
 	// credentials enter the sandbox and no ModelCall is recorded.
 	NoIntercept bool `json:"no_intercept,omitempty"`
+	// Caps pause the run when one trips (RunControl, action pause, with
+	// the cap named); the operator continues or cancels it. Zero means no
+	// cap.
+	Caps RunCaps `json:"caps,omitempty,omitzero"`
+}
+
+// RunCaps are a run's spending caps (`tasks run --max-cost-usd`, ...).
+// Each trips at most once per run: after a continue the run goes on past
+// it. Zero values mean no cap.
+type RunCaps struct {
+	// MaxCostUSD pauses the run once the cost of its cells reaches it, in
+	// US dollars: each cell's observed cost where the model gateway saw
+	// it, else the cost its agent reported.
+	MaxCostUSD float64 `json:"max_cost_usd,omitempty"`
+	// MaxErroredFraction pauses the run when more than this fraction of
+	// its done cells errored, once at least ErroredMinCount cells are
+	// done (a provider outage, an image that never builds). Cells refused
+	// before any build are not counted.
+	MaxErroredFraction float64 `json:"max_errored_fraction,omitempty"`
+	ErroredMinCount    int     `json:"errored_min_count,omitempty"`
+	// MaxErroredPerTask pauses the run when this many cells of one task
+	// errored (a per-task circuit breaker).
+	MaxErroredPerTask int `json:"max_errored_per_task,omitempty"`
+}
+
+// Any reports whether some cap is set.
+func (c RunCaps) Any() bool {
+	return c.MaxCostUSD > 0 || c.MaxErroredFraction > 0 || c.MaxErroredPerTask > 0
 }
 
 // RunRequestedData opens a run.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
@@ -30,7 +31,11 @@ type Projector struct {
 	finished   *events.RunFinishedData
 	finishedAt time.Time
 	// epoch is the newest RunResumed epoch seen (0: never resumed).
-	epoch    int
+	epoch int
+	// control is the state the RunControl events set; controls those
+	// events in log order.
+	control  bus.ControlState
+	controls []ControlEvent
 	cells    map[string]*cellState
 	terminal int
 	// mapRules are the image-map rules some image of the run used.
@@ -384,6 +389,8 @@ func (p *Projector) applyRun(e events.Envelope) {
 			}
 			p.finished, p.finishedAt = f, e.At
 		}
+	case events.RunControl:
+		p.applyControl(e)
 	case events.RunResumed:
 		var r events.RunResumedData
 		if p.into(e, &r) == nil && r.Epoch > p.epoch {

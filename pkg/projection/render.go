@@ -127,6 +127,8 @@ func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, v
 		}
 		if p.PlanError() != "" {
 			r.Error = p.PlanError()
+		} else if status == bus.StatusCancelled && p.finished.Error != "" {
+			r.Error = p.finished.Error
 		}
 	})
 }

@@ -125,7 +125,14 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		s.watchNodes(wctx, runID, waits)
 	}()
 	defer func() { stopWatch(); <-watched }()
-	err = s.bus.Follow(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope) error {
+	// Events after liveFrom were stored after the follow began: only
+	// they may trip a cap.
+	var liveFrom uint64
+	if info, err := s.bus.Events.Info(ctx); err == nil {
+		liveFrom = info.State.LastSeq
+	}
+	var cp caps
+	err = s.bus.FollowSeq(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope, seq uint64) error {
 		p.Apply(e)
 		if e.Type == events.RunResumed {
 			waits.reset()
@@ -138,6 +145,11 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		}
 		if p.Finished() {
 			return bus.ErrStop
+		}
+		if seq > liveFrom && !p.Done() {
+			if err := cp.check(ctx, s.bus, runID, p, e); err != nil {
+				return err
+			}
 		}
 		if e.Type == events.CellErrored && e.Attempt == p.Attempt(e.CellID) && p.RetryPending(e.CellID) {
 			if err := s.retry(ctx, e, epoch); err != nil {
@@ -153,12 +165,16 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 			if err != nil || !won {
 				return err
 			}
-			status := bus.StatusFinished
-			if p.PlanError() != "" {
+			status, why := bus.StatusFinished, p.PlanError()
+			switch {
+			case why != "":
 				status = bus.StatusFailed
+			case p.Cancelled():
+				status = bus.StatusCancelled
+				why = (&bus.Cancelled{Control: p.Control().Cancels[""]}).Error()
 			}
 			return s.bus.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
-				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: p.PlanError(), Epoch: epoch}))
+				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: why, Epoch: epoch}))
 		}
 		return nil
 	})
@@ -195,5 +211,5 @@ func (s *Service) retry(ctx context.Context, e events.Envelope, epoch int) error
 }
 
 func isTerminal(status string) bool {
-	return status == bus.StatusFinished || status == bus.StatusFailed || status == bus.StatusInterrupted
+	return bus.TerminalStatus(status)
 }

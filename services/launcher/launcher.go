@@ -90,6 +90,10 @@ type Service struct {
 	bus    *bus.Bus
 	driver sandbox.Driver
 	log    *slog.Logger
+	// ctl follows the runs' control messages while Run serves (nil
+	// before: Launch then reads the control state from the run index
+	// only).
+	ctl *bus.Controls
 }
 
 // New returns a launcher that runs container sandboxes with driver (the
@@ -114,6 +118,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.ctl, err = s.bus.WatchControls(); err != nil {
+		return err
+	}
+	defer s.ctl.Close()
 	if r, ok := s.driver.(Reaper); ok {
 		go s.reapLoop(ctx, r)
 	}
@@ -146,12 +154,9 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-// Launch runs one launch job's attempt (the delivery count of its job). A
-// cell that ends without a verdict (a ClassError from its arm or its
-// preamble) is recorded errored and is not an error; the error is
-// non-nil only when the event log cannot be read or written or ctx ended,
-// and the job is then retried.
-func (s *Service) Launch(ctx context.Context, job events.LaunchJob, attempt int) error {
+// launch runs the attempt once the run is not paused: it takes a slot and
+// runs the cell; errPaused when the run was paused meanwhile.
+func (s *Service) launch(ctx context.Context, job events.LaunchJob, attempt int) error {
 	c := &cell{s: s, job: job, attempt: attempt}
 	if sl := s.cfg.Slots; sl != nil {
 		start := time.Now()
@@ -291,6 +296,12 @@ func (c *cell) run(ctx context.Context) error {
 		c.s.log.Info("dropping a job of an ended, expired or resumed run", "run", c.job.RunID, "cell", c.job.CellID,
 			"status", cr.Status, "expired", cr.Expired, "epoch", c.job.Epoch, "run_epoch", cr.Epoch)
 		return nil
+	}
+	if cc := cr.Cancelled(); cc != nil {
+		return c.s.recordCancelled(ctx, c.job, c.attempt, cc)
+	}
+	if cr.Control.Paused {
+		return errPaused
 	}
 	if done, err := cellrun.Settled(ctx, c.s.bus, c.job.RunID, c.job.CellID, c.job.AttemptBase+1); err != nil || done {
 		if done {

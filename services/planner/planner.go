@@ -277,13 +277,31 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 	if err := s.bus.PublishAll(ctx, events.Must(events.RunPlanned, runID, "", 0, Source, events.RunPlannedData{Cells: len(cells), Tasks: taskNames})); err != nil {
 		return err
 	}
+	// A cell cancelled before it was planned (`runs cancel` of a run
+	// still requested) is errored here, class cancelled: no launch job.
+	// A paused run's jobs are published; launchers hold them.
+	rec, err := s.bus.GetRun(ctx, runID)
+	if err != nil && !errors.Is(err, bus.ErrNotFound) {
+		return err
+	}
 	for _, c := range cells {
 		if c.Refusal != "" {
+			continue
+		}
+		if d, ok := rec.Control.CellCancelled(c.ID); ok {
+			if err := s.bus.Publish(ctx, events.Must(events.CellErrored, runID, c.ID, 1, Source, events.CellErroredData{
+				ErrorClass: string(events.ClassCancelled), Error: (&bus.Cancelled{Control: d}).Error(),
+			})); err != nil {
+				return err
+			}
 			continue
 		}
 		if err := s.bus.PublishWork(ctx, events.LaunchSubject, runID+"/"+c.ID, events.LaunchJob{RunID: runID, CellID: c.ID}); err != nil {
 			return err
 		}
+	}
+	if err := s.bus.Flush(ctx); err != nil {
+		return err
 	}
 	s.log.Info("planned", "run", runID, "cells", len(cells), "tasks", len(taskNames))
 	return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Cells = len(cells) })

@@ -71,6 +71,9 @@ type Service struct {
 	bus    *bus.Bus
 	driver sandbox.Driver
 	log    *slog.Logger
+	// ctl follows the runs' control messages while Run serves: a cancel
+	// stops the tests of the cells it names.
+	ctl *bus.Controls
 }
 
 // New returns a verifier for the sandboxes of this node, driven by driver:
@@ -104,6 +107,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.ctl, err = s.bus.WatchControls(); err != nil {
+		return err
+	}
+	defer s.ctl.Close()
 	return bus.Serve(ctx, cons, s.cfg.Concurrency, s.cfg.AckWait/3, s.handle)
 }
 
@@ -143,11 +150,22 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // infra, and the sandbox destroyed
 // (docs/decisions/2026-12-01-verifier-sandbox-on-stop.md). Once the sandbox is gone
 // the terminal event is published with retries until ctx ends.
+//
+// A cell cancelled (its run's control state, or a cancel message while
+// its tests run) is not scored: its tests are stopped, its sandbox
+// destroyed, and it is errored, class cancelled.
 func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
 	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
-	end, err := s.verify(ctx, job, h)
+	cctx, done := s.ctl.Cell(ctx, job.RunID, job.CellID)
+	defer done()
+	end, err := s.verify(cctx, job, h)
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if c := bus.CancelledBy(cctx); c != nil && (err != nil || end != nil && end.Type == events.CellErrored) {
+		// Stopped by the cancel (a verdict decided before it stands).
+		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(events.ClassCancelled), Error: c.Error()})
+		end, err = &e, nil
 	}
 	if err != nil {
 		return err // the log failed: keep the sandbox for the retry
@@ -197,6 +215,11 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	// attempt.
 	if done, err := cellrun.Settled(ctx, s.bus, job.RunID, job.CellID, job.Attempt); err != nil || done {
 		return nil, err
+	}
+	if c := cr.Cancelled(); c != nil {
+		cr.Dir.Logf("errored (cancelled) before its tests: %v", c)
+		e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(events.ClassCancelled), Error: c.Error()})
+		return &e, nil
 	}
 	dir := cr.Dir
 	fail := func(err error) (*events.Envelope, error) {
