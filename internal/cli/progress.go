@@ -43,6 +43,9 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 	err := projection.Follow(ctx, b, runID, projection.FollowOptions{Epoch: epoch}, func(e events.Envelope) error {
 		planned := p.Planned()
 		p.Apply(e)
+		if e.Type == events.RunControl {
+			fmt.Fprintln(g.stderr, controlLine(p))
+		}
 		switch {
 		case e.Type == events.RunPlanned && !planned:
 			total = p.Record().Cells
@@ -126,4 +129,20 @@ func decodeErrorsText(d *artifact.DecodeErrors) string {
 		types = append(types, fmt.Sprintf("%s %d", t, d.ByType[t]))
 	}
 	return textsafe.Line(fmt.Sprintf("%d events did not decode (%s); the first: %s", d.Count, strings.Join(types, ", "), d.First))
+}
+
+// controlLine is the run's last control action as one line for a person
+// ("control: 2026-12-02 10:04:05 pause by cap (cap max_cost_usd): ..."),
+// with what to do when it paused the run.
+func controlLine(p *projection.Projector) string {
+	cs := p.Controls()
+	if len(cs) == 0 {
+		return ""
+	}
+	c := cs[len(cs)-1]
+	line := "control: " + textsafe.Line(c.String())
+	if c.Action == events.ControlPause {
+		line += fmt.Sprintf(" (run paused: `proctor runs continue %s` or `proctor runs cancel %s`)", p.Record().ID, p.Record().ID)
+	}
+	return line
 }

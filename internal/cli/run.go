@@ -54,6 +54,7 @@ type runFlags struct {
 	// when the flags were set by a caller, not parsed.
 	changed     func(flag string) bool
 	noIntercept bool
+	caps        events.RunCaps
 }
 
 func newTasksRun(g *globals) *cobra.Command {
@@ -96,6 +97,10 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
 	fl.BoolVar(&f.noIntercept, "no-intercept", false, "keep the egress proxy of the arms that call a model (docker-claude) a plain CONNECT tunnel: no model gateway, so the credentials enter the sandbox and no model call is observed")
 	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map, --sandbox and the limits apply; a flag of the run's spec with another value than the run's is refused)")
+	fl.Float64Var(&f.caps.MaxCostUSD, "max-cost-usd", 0, "pause the run once its cells cost this many US dollars (observed by the model gateway where it sees the calls, else as the agents report); 0 = no cap")
+	fl.Float64Var(&f.caps.MaxErroredFraction, "max-errored-fraction", 0, "pause the run when more than this fraction of its done cells errored, once --errored-min-count cells are done (a provider outage, an image that never builds); 0 = no cap")
+	fl.IntVar(&f.caps.ErroredMinCount, "errored-min-count", 5, "done cells before --max-errored-fraction applies")
+	fl.IntVar(&f.caps.MaxErroredPerTask, "max-errored-per-task", 0, "pause the run when this many cells of one task errored (a per-task circuit breaker); 0 = no cap")
 	f.limits.add(fl)
 	return cmd
 }
@@ -126,6 +131,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.retries < 0 {
 		return events.RunSpec{}, usageError{errors.New("--retries must be 0 or more")}
 	}
+	if c := f.caps; c.MaxCostUSD < 0 || math.IsNaN(c.MaxCostUSD) || math.IsInf(c.MaxCostUSD, 0) || c.MaxErroredFraction < 0 || c.MaxErroredFraction >= 1 || math.IsNaN(c.MaxErroredFraction) || c.MaxErroredPerTask < 0 || c.ErroredMinCount < 1 {
+		return events.RunSpec{}, usageError{errors.New("--max-cost-usd must be a finite number >= 0, --max-errored-fraction in [0, 1), --max-errored-per-task >= 0 and --errored-min-count >= 1")}
+	}
 	if _, err := isoprobe.ParseTargets(f.probeTgts); err != nil {
 		return events.RunSpec{}, usageError{fmt.Errorf("--probe-targets: %w", err)}
 	}
@@ -152,6 +160,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
 		ProbeTargets: f.probeTgts, Retries: f.retries, NoIntercept: f.noIntercept,
+	}
+	if f.caps.Any() {
+		s.Caps = f.caps
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {

@@ -51,6 +51,9 @@ type runView struct {
 	Progress []projection.HarnessProgress `json:"progress,omitempty"`
 	// CellStates maps each planned cell to its state (runs show --cells).
 	CellStates map[string]string `json:"cell_states,omitempty"`
+	// ControlLog lists the run's control actions, one line each (runs
+	// show only).
+	ControlLog []string `json:"control_log,omitempty"`
 	// DecodeErrors counts the run's events whose data did not decode, as
 	// the artifact's run.decode_errors (runs show only; nil when none).
 	DecodeErrors *artifact.DecodeErrors `json:"decode_errors,omitempty"`
@@ -186,6 +189,9 @@ func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, d
 	}
 	v.Progress = p.Progress()
 	v.DecodeErrors = p.DecodeErrors()
+	for _, c := range p.Controls() {
+		v.ControlLog = append(v.ControlLog, c.String())
+	}
 	if cells {
 		v.CellStates = map[string]string{}
 		for _, id := range p.Cells() {
@@ -232,6 +238,19 @@ func writeRunView(w io.Writer, v runView) {
 		fmt.Fprintf(w, "note       the run's lease ended at %s (its owner %s stopped renewing it): `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.LeaseUntil, textsafe.Line(orDash(v.Owner)), v.ID, v.ID)
 	case v.Stale:
 		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor replay %s` projects what finished\n", v.ID)
+	}
+	if c := v.Control; c.Paused {
+		why := "by " + c.PausedBy
+		if c.PausedCap != "" {
+			why += " (cap " + c.PausedCap + ")"
+		}
+		if c.PausedWhy != "" {
+			why += ": " + c.PausedWhy
+		}
+		line("paused", why+"; `proctor runs continue "+v.ID+"` or `proctor runs cancel "+v.ID+"`")
+	}
+	for _, c := range v.ControlLog {
+		line("control", c)
 	}
 	for _, h := range v.Progress {
 		line("harness", progressText(h))

@@ -321,6 +321,8 @@ func (w *watcher) apply(e events.Envelope) {
 	w.p.Apply(e)
 	if w.flags.events && w.filter.match(e) {
 		fmt.Fprintln(w.g.stdout, eventLine(e))
+	} else if e.Type == events.RunControl && w.caughtUp {
+		fmt.Fprintln(w.g.stdout, controlLine(w.p))
 	}
 	if !w.caughtUp || w.p.Finished() {
 		return

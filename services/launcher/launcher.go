@@ -386,6 +386,11 @@ func (c *cell) run(ctx context.Context) error {
 	if rerr := harness.RecordEgress(ctx, c, p.Driver, h); rerr != nil && err == nil {
 		err = rerr
 	}
+	if ctx.Err() != nil {
+		// The solve was cut short (a cancel, a Ctrl-C): whatever it
+		// returned is no attempt's result.
+		return ctx.Err()
+	}
 	if err == nil {
 		err = harness.NoAttemptError(out.Finished) // never verified: missing data
 	}

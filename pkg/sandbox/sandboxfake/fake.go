@@ -81,6 +81,9 @@ type Script struct {
 	// Do runs on the host when the command runs (a host command writing
 	// its {output_dir}, say); its error is returned by Exec.
 	Do func(spec sandbox.ExecSpec) error
+	// DoContext is Do with the Exec's context: a command that runs until
+	// its context ends (a cancelled cell's solve) returns then.
+	DoContext func(ctx context.Context, spec sandbox.ExecSpec) error
 	// Answer, when set, answers the command instead of Exit, Stdout,
 	// Stderr, TimedOut and Duration, after Files and Leaves were applied
 	// and Do ran: it may read and change the sandbox (remove the links a
@@ -340,6 +343,11 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 	}
 	if sc.Do != nil {
 		if err := sc.Do(spec); err != nil {
+			return sandbox.ExecResult{}, err
+		}
+	}
+	if sc.DoContext != nil {
+		if err := sc.DoContext(ctx, spec); err != nil {
 			return sandbox.ExecResult{}, err
 		}
 	}
