@@ -40,8 +40,16 @@ type ctlRun struct {
 func newCtlRun(t *testing.T, ctx context.Context, n int, spec func(*events.RunSpec)) *ctlRun {
 	t.Helper()
 	t.Chdir(t.TempDir())
-	b, srv := bustest.Bus(t)
-	r := &ctlRun{b: b, url: srv.ClientURL(), gate: map[string]chan struct{}{}}
+	_, srv := bustest.Bus(t)
+	return newCtlRunAt(t, ctx, srv.ClientURL(), n, spec)
+}
+
+// newCtlRunAt is newCtlRun on the NATS server (or cluster) at url.
+func newCtlRunAt(t *testing.T, ctx context.Context, url string, n int, spec func(*events.RunSpec)) *ctlRun {
+	t.Helper()
+	r := &ctlRun{url: url, gate: map[string]chan struct{}{}}
+	r.b = r.connect(t)
+	b := r.b
 	r.cellsRun = &cellsRun{run: events.NewID()}
 	cr := r.cellsRun
 	cr.log = slog.New(slog.NewTextHandler(&cr.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -347,4 +355,94 @@ func TestErroredFractionCapPauses(t *testing.T) {
 		t.Errorf("%d cells started after the cancel", n)
 	}
 	r.noneLeft(t)
+}
+
+// controlScenario drives, from another connection, every control action
+// on a run whose cells run on two launcher nodes: a pause (the running
+// cells go on, no other starts), a cancel of one running cell (stopped,
+// errored cancelled, its sandbox destroyed), a requeue of it while the run
+// is live (a new attempt), a continue; then every cell passes, the
+// requeued one in its second attempt, the artifact equals a replay, and no
+// sandbox is left.
+func controlScenario(t *testing.T, ctx context.Context, r *ctlRun) {
+	stop := r.services(t, ctx, func() *bus.Bus { return r.connect(t) },
+		[]launcher.Config{{Node: "n1", Concurrency: 1, AckWait: 15 * time.Second}, {Node: "n2", Concurrency: 1, AckWait: 15 * time.Second}}, 1)
+	defer func() { _ = stop() }()
+	r.publish(t, ctx, r.b)
+	r.waitStates(t, ctx, "two cells running", func(s map[string]int) bool { return s[projection.StateRunning] == 2 })
+	ctl := r.connect(t)
+	if _, err := lifecycle.Pause(ctx, ctl, r.run, false, "tester", "look at a cell"); err != nil {
+		t.Fatal(err)
+	}
+	p := r.project(t, ctx)
+	var running []int
+	for i, job := range r.jobs {
+		if p.CellState(job.CellID) == projection.StateRunning {
+			running = append(running, i)
+		}
+	}
+	victim := r.jobs[running[0]].CellID
+	if _, err := lifecycle.Cancel(ctx, ctl, r.run, []string{victim}, "tester", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	r.release(running[1])
+	r.waitStates(t, ctx, "one passed, one cancelled", func(s map[string]int) bool {
+		return s[artifact.OutcomePassed] == 1 && s[artifact.OutcomeErrored] == 1
+	})
+	poll(t, ctx, "both launchers holding a job", func() bool { return consumerPending(t, ctx, r.b) == 2 })
+	if s := r.project(t, ctx).States(); s[projection.StateRunning] != 0 {
+		t.Fatalf("a cell started while paused: %v", s)
+	}
+	picked, err := lifecycle.RequeueLive(ctx, ctl, r.run, lifecycle.Selector{Outcomes: []string{"errored"}, Classes: []string{"cancelled"}}, "tester", "try it again")
+	if err != nil || len(picked) != 1 || picked[0].CellID != victim {
+		t.Fatalf("requeue: %v, %v; want %s", picked, err, victim)
+	}
+	r.release(0, 1, 2, 3, 4, 5)
+	if _, err := lifecycle.Continue(ctx, ctl, r.run, "tester", "go on"); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitFinished(t, ctx, r.b, r.run)
+	if rec.Status != bus.StatusFinished {
+		t.Errorf("run %s, want finished", rec.Status)
+	}
+	rows := r.rows(t, ctx, rec)
+	for _, job := range r.jobs {
+		row := rows[job.CellID]
+		if row.Outcome != artifact.OutcomePassed {
+			t.Errorf("cell %s: %s (%s) %s", job.CellID, row.Outcome, row.ErrorClass, row.Error)
+		}
+		if want := map[bool]int{true: 2, false: 0}[job.CellID == victim]; row.Attempts != want {
+			t.Errorf("cell %s: attempts %d, want %d", job.CellID, row.Attempts, want)
+		}
+	}
+	var actions []string
+	for _, c := range r.project(t, ctx).Controls() {
+		actions = append(actions, c.Action)
+	}
+	if want := []string{"pause", "cancel", "requeue", "continue"}; !slices.Equal(actions, want) {
+		t.Errorf("control actions %v, want %v", actions, want)
+	}
+	r.noneLeft(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestControlScenario runs controlScenario on one in-process nats-server.
+func TestControlScenario(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	controlScenario(t, ctx, newCtlRun(t, ctx, 6, nil))
+}
+
+// TestControlScenarioOnACluster runs controlScenario on a 3-node
+// JetStream cluster of real nats-server processes (streams at R3), the
+// services and the control each on their own connection.
+func TestControlScenarioOnACluster(t *testing.T) {
+	t.Chdir(t.TempDir())
+	natsServerBinary(t)
+	_, url := natsCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	controlScenario(t, ctx, newCtlRunAt(t, ctx, url, 6, nil))
 }
