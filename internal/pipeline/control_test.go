@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +63,13 @@ func newCtlRunAt(t *testing.T, ctx context.Context, url string, n int, spec func
 	s := harnesstest.NewEnv(t, tk, "oracle", nil).SpecV
 	s.OutputDir = t.TempDir()
 	s.OutJSON = s.OutputDir + "/task_runs.json"
+	// The spec plans the run's matrix (a requeue of an ended run plans it
+	// again): one command harness per cell.
+	s.TasksRoot, s.Tasks, s.Models, s.Repeats = filepath.Dir(tk.Dir), []string{"t"}, []string{"m"}, 1
+	s.Harnesses = nil
+	for i := range n {
+		s.Harnesses = append(s.Harnesses, fmt.Sprintf("command:gate%02d {task_path}", i))
+	}
 	if spec != nil {
 		spec(&s)
 	}
@@ -445,4 +453,122 @@ func TestControlScenarioOnACluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	controlScenario(t, ctx, newCtlRunAt(t, ctx, url, 6, nil))
+}
+
+// TestCostCapPausesWithinOneCell: cells whose agents report $0.30 each
+// trip --max-cost-usd 1 at the 4th cell's cost: the run pauses, naming the
+// cap and the cost, and at most one more cell starts; after a continue the
+// cap does not trip again and every cell passes.
+func TestCostCapPausesWithinOneCell(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := newCtlRun(t, ctx, 8, func(s *events.RunSpec) { s.Caps = events.RunCaps{MaxCostUSD: 1} })
+	r.host.Scripts[0].Stdout = `{"_tag":"Usage","model":"m","input_tokens":1000,"output_tokens":100,"cost_usd":0.3}` + "\n"
+	stop := r.services(t, ctx, func() *bus.Bus { return r.connect(t) }, []launcher.Config{{Node: "n1", Concurrency: 1}}, 1)
+	defer func() { _ = stop() }()
+	r.publish(t, ctx, r.b)
+	for i := range 4 {
+		r.release(i)
+		r.waitStates(t, ctx, fmt.Sprintf("%d cells passed", i+1), func(s map[string]int) bool { return s[artifact.OutcomePassed] == i+1 })
+	}
+	poll(t, ctx, "the run paused by its cost cap", func() bool {
+		rec, err := r.b.GetRun(ctx, r.run)
+		return err == nil && rec.Control.Paused
+	})
+	r.release(4, 5, 6, 7)
+	poll(t, ctx, "the launcher holding a job", func() bool {
+		return consumerPending(t, ctx, r.b) == 1 && r.project(t, ctx).States()[projection.StateRunning] == 0
+	})
+	rec, _ := r.b.GetRun(ctx, r.run)
+	if c := rec.Control; c.PausedCap != "max_cost_usd" || !strings.Contains(c.PausedWhy, "$1.2000") {
+		t.Errorf("control %+v, want paused by max_cost_usd at $1.2", c)
+	}
+	if n := r.solves.Load(); n < 4 || n > 5 {
+		t.Errorf("%d cells started, want 4 (the cap) or 5 (one in flight)", n)
+	}
+	if _, err := lifecycle.Continue(ctx, r.connect(t), r.run, "tester", "budget raised"); err != nil {
+		t.Fatal(err)
+	}
+	rec = waitFinished(t, ctx, r.b, r.run)
+	rows := r.rows(t, ctx, rec)
+	for _, job := range r.jobs {
+		if row := rows[job.CellID]; row.Outcome != artifact.OutcomePassed {
+			t.Errorf("cell %s: %s %s", job.CellID, row.Outcome, row.Error)
+		}
+	}
+	var pauses int
+	for _, c := range r.project(t, ctx).Controls() {
+		if c.Action == events.ControlPause {
+			pauses++
+		}
+	}
+	if pauses != 1 {
+		t.Errorf("%d pauses, want the cap's one", pauses)
+	}
+}
+
+// TestRequeueAnEndedRun: a run that finished with a cancelled cell is
+// reopened by a requeue of its errored cells (as `runs requeue` does for
+// an ended run: a new epoch, driven by the requeuing process, here served
+// by the running services): the cell runs again as attempt 2 and passes,
+// the others keep their verdicts (not run again), and the run finishes
+// again with its artifact equal to a replay.
+func TestRequeueAnEndedRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := newCtlRun(t, ctx, 3, nil)
+	stop := r.services(t, ctx, func() *bus.Bus { return r.connect(t) }, []launcher.Config{{Node: "n1", Concurrency: 3}}, 1)
+	defer func() { _ = stop() }()
+	r.publish(t, ctx, r.b)
+	r.waitStates(t, ctx, "three cells running", func(s map[string]int) bool { return s[projection.StateRunning] == 3 })
+	victim := r.jobs[0].CellID
+	if _, err := lifecycle.Cancel(ctx, r.connect(t), r.run, []string{victim}, "tester", "wrong model"); err != nil {
+		t.Fatal(err)
+	}
+	r.release(1, 2)
+	rec := waitFinished(t, ctx, r.b, r.run)
+	if rows := r.rows(t, ctx, rec); rows[victim].ErrorClass != artifact.ErrorCancelled {
+		t.Fatalf("victim %+v", rows[victim])
+	}
+	solved := r.solves.Load()
+
+	r.release(0)
+	ctl := r.connect(t)
+	sel := lifecycle.Selector{Outcomes: []string{"errored"}}
+	if _, err := lifecycle.RequeueLive(ctx, ctl, r.run, sel, "tester", ""); err == nil {
+		t.Fatal("a live requeue of an ended run was accepted")
+	}
+	rq, err := lifecycle.PrepareRequeue(ctx, ctl, r.run, sel, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rq.Again) != 1 || rq.Again[0].CellID != victim || len(rq.Kept) != 2 {
+		t.Fatalf("requeue again %v kept %v", rq.Again, rq.Kept)
+	}
+	if err := rq.Requeued(ctx, ctl, "tester", "right model"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rq.Begin(ctx, ctl, "tester", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	var final bus.RunRecord
+	poll(t, ctx, "the run finished again", func() bool {
+		final, err = r.b.GetRun(ctx, r.run)
+		return err == nil && final.Epoch == 1 && final.Terminal()
+	})
+	if final.Status != bus.StatusFinished {
+		t.Errorf("status %s", final.Status)
+	}
+	rows := r.rows(t, ctx, final)
+	for _, job := range r.jobs {
+		row := rows[job.CellID]
+		want := map[bool]int{true: 2, false: 0}[job.CellID == victim]
+		if row.Outcome != artifact.OutcomePassed || row.Attempts != want {
+			t.Errorf("cell %s: %s attempts %d, want passed in %d", job.CellID, row.Outcome, row.Attempts, want)
+		}
+	}
+	if n := r.solves.Load() - solved; n != 1 {
+		t.Errorf("%d solves after the requeue, want 1", n)
+	}
+	r.noneLeft(t)
 }
