@@ -84,16 +84,20 @@ func (g *globals) serveView(ctx context.Context, addr, token string) error {
 		}
 		src = vs
 	}
-	srv, err := view.New(ctx, view.Config{Version: version(), Token: token, Logger: g.logger()}, src)
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usageError{fmt.Errorf("--addr %s: %w", addr, err)}
 	}
-	if !loopback(ln.Addr().String()) && token == "" {
-		fmt.Fprintf(g.stderr, "warning: proctor view listens on %s, beyond this machine, with no authentication: anyone who reaches it reads the event log (give --token to require one)\n", ln.Addr())
+	// Control actions (a run page's pause, continue, cancel) need a token
+	// on an address beyond this machine.
+	control := token != "" || loopback(ln.Addr().String())
+	srv, err := view.New(ctx, view.Config{Version: version(), Token: token, Control: control, Logger: g.logger()}, src)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	if !control {
+		fmt.Fprintf(g.stderr, "warning: proctor view listens on %s, beyond this machine, with no authentication: anyone who reaches it reads the event log (give --token to require one); a run's control actions are refused without --token\n", ln.Addr())
 	}
 	url := "http://" + ln.Addr().String() + "/runs"
 	if token != "" {

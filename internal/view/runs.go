@@ -128,6 +128,9 @@ type RunPage struct {
 	// Grid is one page of tasks with every cell of each.
 	Grid   []GridRow `json:"grid"`
 	Paging Paging    `json:"paging"`
+	// Control is the run's control state and actions (pause, cancel,
+	// continue, requeue, caps).
+	Control ControlView `json:"control"`
 }
 
 // HarnessView is a harness's summary without its per-task table.
@@ -291,6 +294,10 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 		Summary: d.summary, Harnesses: d.harnesses, Figures: []FigureRef{}, Grid: []GridRow{},
 		Baseline: p.Spec().BaselineHarness, SummaryPending: building || a == nil}
 	out.Stale = stale(lg, l, rec)
+	out.Control = ControlView{State: p.Control(), Allowed: s.cfg.Control}
+	for _, c := range p.Controls() {
+		out.Control.Actions = append(out.Control.Actions, c.String())
+	}
 	if a != nil {
 		out.Comparisons = a.Summary.Comparisons
 	}

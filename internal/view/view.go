@@ -1,4 +1,5 @@
-// Package view is `proctor view`: a read-only web UI over the event log.
+// Package view is `proctor view`: a web UI over the event log, read-only
+// but for a run's control actions (cancel, pause, continue) when allowed.
 // Every page is one HTML shell (assets embedded in the binary, nothing
 // fetched at run time) whose script fetches the JSON behind the page at
 // the same path with ".json" appended, and, on a run's page, follows its
@@ -6,7 +7,7 @@
 // run's subjects. Outcomes come from pkg/projection, the same
 // code that writes the artifact, so the viewer never re-derives them.
 //
-// Routes (all GET; any other method is 405):
+// Routes (all GET but the control action; any other method is 405):
 //
 //	/                          redirect to /runs
 //	/runs, /runs.json          the run index, newest first (?status=, ?harness=, ?page=)
@@ -15,6 +16,7 @@
 //	/runs/RUN/figures/NAME     one of the run's SVG figures
 //	/runs/RUN/cells/CELL[.json] one cell (?events=, ?transcript= pages)
 //	/runs/RUN/file?cell=CELL&name=PATH  a file of the cell's output directory, as text
+//	POST /runs/RUN/control     cancel, pause or continue the run (ControlRequest; Config.Control)
 //	/assets/...                the embedded HTML, script and style
 package view
 
@@ -49,8 +51,12 @@ type Config struct {
 	// Token, when set, is required on every request: as ?token= (which
 	// also sets a cookie for the pages' own requests), as that cookie, or
 	// as "Authorization: Bearer TOKEN".
-	Token  string
-	Logger *slog.Logger
+	Token string
+	// Control allows the control actions of a run's page (POST
+	// /runs/RUN/control: cancel, pause, continue). The CLI allows them
+	// with a token, or on a loopback address.
+	Control bool
+	Logger  *slog.Logger
 	// PendingWait bounds how long a request waits for what is not
 	// available yet (the log changing hands, a run's events still being
 	// read) before it is answered "pending" (503), which the pages ask
@@ -164,15 +170,16 @@ func New(ctx context.Context, cfg Config, src Source) (*Server, error) {
 	m.HandleFunc("GET /runs/{run}/figures/{name}", s.figure)
 	m.HandleFunc("GET /runs/{run}/cells/{cell...}", s.cellRoute)
 	m.HandleFunc("GET /runs/{run}/file", s.file)
+	m.HandleFunc("POST /runs/{run}/control", s.control)
 	s.mux = m
 	return s, nil
 }
 
 // ServeHTTP checks the method and the token, then routes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && !(r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/control")) {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "read-only: GET only", http.StatusMethodNotAllowed)
+		http.Error(w, "GET only, but for POST /runs/RUN/control", http.StatusMethodNotAllowed)
 		return
 	}
 	if s.cfg.Token != "" && !s.authorized(w, r) {

@@ -271,6 +271,38 @@ function runHeader(d) {
   ]);
 }
 
+// controlPart is the run's control: why it is paused, its control
+// actions, and, when this viewer takes them and the run is live, buttons
+// that pause, continue or cancel it (POST /runs/RUN/control).
+function controlPart(id, d) {
+  const c = d.control || {}, st = c.state || {};
+  const parts = [];
+  if (st.paused) {
+    parts.push(el("p", { class: "paused", id: "run-paused" }, el("strong", { text: "paused" }),
+      " by " + st.paused_by + (st.paused_cap ? " (cap " + st.paused_cap + ")" : "") + (st.paused_why ? ": " + st.paused_why : "")));
+  }
+  if (c.actions && c.actions.length) parts.push(el("ul", { class: "muted", id: "run-controls" }, c.actions.map((a) => el("li", { text: a }))));
+  if (c.allowed && !d.finished && !d.stale) {
+    const act = (action) => async () => {
+      const why = window.prompt(action + " run " + id + ": why? (recorded in the run's log)", "");
+      if (why === null) return;
+      const r = await fetch(runURL(id) + "/control", {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-Proctor-Control": "1", Accept: "application/json" },
+        body: JSON.stringify({ action, why }),
+      });
+      const body = await r.json().catch(() => ({ error: r.statusText }));
+      if (!r.ok) { window.alert(body.error || r.statusText); return; }
+      route();
+    };
+    parts.push(el("p", { class: "control-buttons" },
+      st.paused ? el("button", { id: "btn-continue", onclick: act("continue"), text: "Continue" })
+        : el("button", { id: "btn-pause", onclick: act("pause"), text: "Pause" }),
+      " ", el("button", { id: "btn-cancel", class: "danger", onclick: act("cancel"), text: "Cancel run" })));
+  }
+  return parts.length ? el("div", { id: "control-section" }, parts) : null;
+}
+
 let liveSource = null;
 
 async function renderRun(id) {
@@ -279,7 +311,7 @@ async function renderRun(id) {
   const d = await getJSON(jsonPath());
   document.title = "proctor view · " + printable(id);
   show(
-    el("h1", { text: "Run " + id }), runHeader(d),
+    el("h1", { text: "Run " + id }), runHeader(d), controlPart(id, d),
     el("h2", { text: "Progress" }),
     table(["harness", "done", "", "running", "queued", "errored", "passed", "scored", "pass rate"], progressRows(d.progress), { id: "progress" }),
     el("h2", { text: "Pass rate per harness" }), el("div", { id: "summary-section" }, summaryTable(d)),
