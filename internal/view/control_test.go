@@ -95,3 +95,49 @@ func TestViewControl(t *testing.T) {
 		t.Errorf("page control %+v", page.Control)
 	}
 }
+
+// TestViewControlButtons drives the run page's buttons in headless
+// Chromium: Pause (its reason asked and recorded) shows the run paused
+// with a Continue button; Continue lifts it; Cancel run cancels it. Each
+// click is one RunControl event by the viewer.
+func TestViewControlButtons(t *testing.T) {
+	br := newBrowser(t)
+	_, b := startNATS(t)
+	ctx := context.Background()
+	runID, _ := publishRun(t, b, 2, 1, filepath.Join(t.TempDir(), "out"), false)
+	if err := b.PutRun(ctx, bus.RunRecord{ID: runID, Status: bus.StatusRunning}); err != nil {
+		t.Fatal(err)
+	}
+	srv := startView(t, b, view.Config{Version: "test", Control: true})
+	br.open(t, srv.URL+"/runs/"+runID, `document.querySelector("#btn-pause") !== null`)
+	if _, err := br.eval(t, `window.prompt = () => "from the page"; "ok"`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.eval(t, `document.querySelector("#btn-pause").click(); "ok"`); err != nil {
+		t.Fatal(err)
+	}
+	br.wait(t, `document.querySelector("#run-paused") !== null && document.querySelector("#btn-continue") !== null`)
+	if got := br.text(t, "#run-paused"); !strings.Contains(got, "from the page") || !strings.Contains(got, "viewer (") {
+		t.Errorf("paused line %q", got)
+	}
+	br.screenshot(t, "run-paused")
+	if _, err := br.eval(t, `window.prompt = () => "resume"; document.querySelector("#btn-continue").click(); "ok"`); err != nil {
+		t.Fatal(err)
+	}
+	br.wait(t, `document.querySelector("#run-paused") === null && document.querySelector("#btn-pause") !== null`)
+	if _, err := br.eval(t, `window.prompt = () => "stop"; document.querySelector("#btn-cancel").click(); "ok"`); err != nil {
+		t.Fatal(err)
+	}
+	poll := time.Now().Add(30 * time.Second)
+	for {
+		rec, err := b.GetRun(ctx, runID)
+		if err == nil && rec.Control.Cancelled {
+			break
+		}
+		if time.Now().After(poll) {
+			t.Fatalf("run not cancelled: %+v %v", rec.Control, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the run index
+	}
+	br.noErrors(t, "run page")
+}
