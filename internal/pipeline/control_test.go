@@ -572,3 +572,46 @@ func TestRequeueAnEndedRun(t *testing.T) {
 	}
 	r.noneLeft(t)
 }
+
+// TestCancelStopsTheVerifier: a cell cancelled while its tests run is not
+// scored: the verifier stops the tests, destroys the sandbox and errors
+// the cell, class cancelled; the run ends cancelled.
+func TestCancelStopsTheVerifier(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := newNodeRun(t, ctx, 1, 0, 0)
+	r.host.Scripts[1].Do = nil
+	r.host.Scripts[1].DoContext = func(ctx context.Context, _ sandbox.ExecSpec) error {
+		r.tests.Add(1)
+		<-ctx.Done() // tests that run until they are stopped
+		return nil
+	}
+	defer r.launcher(t, ctx, "n1")()
+	defer r.verifier(t, ctx, "n1")()
+	defer r.aggregator(t, ctx)()
+	r.publish(t, ctx, r.jobs...)
+	poll(t, ctx, "the tests running", func() bool { return r.tests.Load() == 1 })
+	if _, err := lifecycle.Cancel(ctx, r.b, r.run, nil, "tester", "too slow"); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitFinished(t, ctx, r.b, r.run)
+	if rec.Status != bus.StatusCancelled {
+		t.Errorf("status %s", rec.Status)
+	}
+	evs := r.cellEvents(t)[r.jobs[0].CellID]
+	last := evs[len(evs)-1]
+	var d events.CellErroredData
+	if last.Type != events.CellErrored || last.Source != "verifier" || events.Into(last, &d) != nil || d.ErrorClass != "cancelled" {
+		t.Errorf("last event %s from %s: %+v", last.Type, last.Source, d)
+	}
+	for _, e := range evs {
+		if e.Type == events.Verdict {
+			t.Errorf("a cancelled cell was scored")
+		}
+	}
+	for _, s := range r.host.Sandboxes() {
+		if !slices.Contains(r.host.Destroyed(), s.ID()) {
+			t.Errorf("sandbox %s left", s.ID())
+		}
+	}
+}

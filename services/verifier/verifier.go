@@ -296,10 +296,11 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	} else {
 		v, err = s.runTests(ctx, t, h, dir, network)
 	}
+	if ctx.Err() != nil {
+		// The tests were cut short (a cancel, a SIGTERM): no verdict.
+		return nil, ctx.Err()
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
 		return fail(err)
 	}
 	v.Findings = append(collected, v.Findings...)
