@@ -77,19 +77,22 @@ func newRunsPause(g *globals) *cobra.Command {
 		Short: "Pause a running run: no new cell starts until runs continue",
 		Long: `Pause a run that is running (here or on a cluster): no new cell starts;
 running cells finish. Launchers hold the jobs of queued cells until the run
-is continued ('proctor runs continue RUN') or cancelled. With --now the
-sandboxes of running cells are frozen as well, where the sandbox driver can
-freeze them, and thawed on continue. The action is recorded in the run's
-log with who asked, when and --why.`,
+is continued ('proctor runs continue RUN') or cancelled. --now is recorded
+with the action, but no sandbox driver freezes a running solve with its
+budget stopped yet, so running cells finish. The action is recorded in the
+run's log with who asked, when and --why.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if now {
+				fmt.Fprintln(g.stderr, "note: --now is recorded, but no sandbox driver freezes a running solve with its budget stopped yet: the running cells finish")
+			}
 			return g.controlCmd(cmd.Context(), args[0], func(ctx context.Context, conn *connection, runID string) (events.Envelope, error) {
 				return lifecycle.Pause(ctx, conn.Bus, runID, now, lifecycle.By(), why)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&why, "why", "", "the reason, recorded with the action")
-	cmd.Flags().BoolVar(&now, "now", false, "freeze the running cells' sandboxes too (where the driver can), thawed on continue")
+	cmd.Flags().BoolVar(&now, "now", false, "also freeze the running cells (recorded; not built yet: no driver freezes a solve with its budget stopped, so running cells finish)")
 	return cmd
 }
 
