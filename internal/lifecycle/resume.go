@@ -80,6 +80,9 @@ func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time)
 	if rec.Status == bus.StatusFinished {
 		return nil, refused("run %s finished: %w", runID, ErrNothingToResume)
 	}
+	if rec.Status == bus.StatusCancelled {
+		return nil, refused("run %s was cancelled: %w (`proctor runs requeue %s --outcome errored --class cancelled` runs its cancelled cells again)", runID, ErrNothingToResume, runID)
+	}
 	p, err := projection.Project(ctx, b, runID)
 	if err != nil {
 		return nil, err
