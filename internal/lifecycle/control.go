@@ -58,8 +58,8 @@ func Cancel(ctx context.Context, b *bus.Bus, runID string, cells []string, by, w
 }
 
 // Pause stops a live run's new cells from starting (with now, its running
-// sandboxes are frozen too, where the driver can). A paused run refuses
-// another pause.
+// sandboxes are frozen too, where the driver can). A second pause of a
+// paused run replaces its who and why.
 func Pause(ctx context.Context, b *bus.Bus, runID string, now bool, by, why string) (events.Envelope, error) {
 	if err := checkLive(ctx, b, runID); err != nil {
 		return events.Envelope{}, err

@@ -19,7 +19,8 @@ type ControlEvent struct {
 	events.RunControlData
 }
 
-// String is the action as one line: "12:04:05 pause by alice@h pid 7: why".
+// String is the action as one line: "2026-12-02 12:04:05 pause by
+// alice@h pid 7: why" (UTC).
 func (c ControlEvent) String() string {
 	s := c.At.UTC().Format("2006-01-02 15:04:05") + " " + c.Action
 	if c.Now {
