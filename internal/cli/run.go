@@ -131,8 +131,8 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if f.retries < 0 {
 		return events.RunSpec{}, usageError{errors.New("--retries must be 0 or more")}
 	}
-	if c := f.caps; c.MaxCostUSD < 0 || math.IsNaN(c.MaxCostUSD) || math.IsInf(c.MaxCostUSD, 0) || c.MaxErroredFraction < 0 || c.MaxErroredFraction >= 1 || math.IsNaN(c.MaxErroredFraction) || c.MaxErroredPerTask < 0 || c.ErroredMinCount < 1 {
-		return events.RunSpec{}, usageError{errors.New("--max-cost-usd must be a finite number >= 0, --max-errored-fraction in [0, 1), --max-errored-per-task >= 0 and --errored-min-count >= 1")}
+	if c := f.caps; c.MaxCostUSD < 0 || math.IsNaN(c.MaxCostUSD) || math.IsInf(c.MaxCostUSD, 0) || c.MaxErroredFraction < 0 || c.MaxErroredFraction >= 1 || math.IsNaN(c.MaxErroredFraction) || c.MaxErroredPerTask < 0 || c.ErroredMinCount < 0 {
+		return events.RunSpec{}, usageError{errors.New("--max-cost-usd must be a finite number >= 0, --max-errored-fraction in [0, 1), --max-errored-per-task >= 0 and --errored-min-count >= 0")}
 	}
 	if _, err := isoprobe.ParseTargets(f.probeTgts); err != nil {
 		return events.RunSpec{}, usageError{fmt.Errorf("--probe-targets: %w", err)}
@@ -163,6 +163,9 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	}
 	if f.caps.Any() {
 		s.Caps = f.caps
+		if s.Caps.ErroredMinCount == 0 {
+			s.Caps.ErroredMinCount = 5 // the flag's default
+		}
 	}
 	for _, p := range []*string{&f.outJSON, &f.outMD} {
 		if *p != "" {
