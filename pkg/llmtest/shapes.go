@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 )
@@ -48,12 +49,18 @@ func (b requestBody) turn(api string) int {
 			}
 		}
 	case apiResponses:
+		// One answer of the model is a run of output items (its
+		// reasoning, message and function calls, as a client such as the
+		// Codex CLI sends them back): a run counts once.
 		var items []struct{ Role, Type string }
 		if json.Unmarshal(b.Input, &items) == nil {
+			inRun := false
 			for _, it := range items {
-				if it.Role == "assistant" || it.Type == "function_call" {
+				out := it.Role == "assistant" || it.Type == "function_call" || it.Type == "reasoning" || it.Type == "custom_tool_call"
+				if out && !inRun {
 					n++
 				}
+				inRun = out
 			}
 		}
 	default:
@@ -195,12 +202,15 @@ func (h *Server) chat(w http.ResponseWriter, r *http.Request, rb requestBody, re
 }
 
 // responses answers a Responses API request: one response object, or
-// response.created, the text's output_text.delta, and response.completed
-// with the whole response and its usage.
+// the stream the API sends: response.created, then for each output item
+// (the message with the text, then each function call)
+// response.output_item.added, its delta (output_text.delta or
+// function_call_arguments.delta) and response.output_item.done, and
+// last response.completed with the whole response and its usage.
 func (h *Server) responses(w http.ResponseWriter, r *http.Request, rb requestBody, rep Reply, model string, id int) {
 	rid := fmt.Sprintf("resp_fake_%04d", id)
 	text := replyText(rep)
-	var output []any
+	var output []map[string]any
 	if text != "" || len(rep.ToolUse) == 0 {
 		output = append(output, map[string]any{"type": "message", "id": fmt.Sprintf("msg_%04d", id), "role": "assistant", "status": "completed",
 			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}})
@@ -219,8 +229,22 @@ func (h *Server) responses(w http.ResponseWriter, r *http.Request, rb requestBod
 	if h.hang(r, rep) {
 		return
 	}
-	if text != "" {
-		s.send("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": text})
+	for i, it := range output {
+		added := maps.Clone(it)
+		added["status"] = "in_progress"
+		if it["type"] == "message" {
+			added["content"] = []any{}
+		} else {
+			added["arguments"] = ""
+		}
+		s.send("response.output_item.added", map[string]any{"type": "response.output_item.added", "output_index": i, "item": added})
+		switch {
+		case it["type"] == "message" && text != "":
+			s.send("response.output_text.delta", map[string]any{"type": "response.output_text.delta", "item_id": it["id"], "output_index": i, "content_index": 0, "delta": text})
+		case it["type"] == "function_call":
+			s.send("response.function_call_arguments.delta", map[string]any{"type": "response.function_call_arguments.delta", "item_id": it["id"], "output_index": i, "delta": it["arguments"]})
+		}
+		s.send("response.output_item.done", map[string]any{"type": "response.output_item.done", "output_index": i, "item": it})
 	}
 	s.send("response.completed", map[string]any{"type": "response.completed", "response": final})
 }
