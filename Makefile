@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude setup-compose test fuzz vet bench demo deploy-test docs clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test fuzz vet bench demo deploy-test docs clean
 
 all: build
 
@@ -26,6 +26,10 @@ setup-browser:
 setup-claude:
 	scripts/setup.sh --claude
 
+## setup-codex: setup, plus the pinned OpenAI Codex CLI in .cache/codex (the docker-codex arms)
+setup-codex:
+	scripts/setup.sh --codex
+
 ## setup-compose: setup, plus Debian's docker-compose (deploy/)
 setup-compose:
 	scripts/setup.sh --compose
@@ -35,7 +39,7 @@ vet:
 	$(GO) vet ./...
 
 ## test: vet, every package's tests against the real engine, then short fuzz runs
-test: setup-node setup-browser setup-claude
+test: setup-node setup-browser setup-claude setup-codex
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 30m ./...
 	$(MAKE) fuzz FUZZTIME=20000x

@@ -7,7 +7,10 @@
 # needs nothing but the proctor binary). With --claude it installs the
 # pinned Claude Code CLI (@anthropic-ai/claude-code@2.1.332, a glibc
 # linux-x64 ELF from its optional package) into .cache/claude, which the
-# docker-claude arms add to task images and their tests run. With --compose
+# docker-claude arms add to task images and their tests run. With --codex
+# it installs the pinned OpenAI Codex CLI (@openai/codex@0.171.0, a static
+# musl linux-x64 ELF from its optional package) into .cache/codex, which
+# the docker-codex arms add to task images. With --compose
 # it installs Debian's docker-compose (1.29), which deploy/cluster-test.sh
 # drives.
 #
@@ -18,7 +21,7 @@
 # when Docker Hub cannot be reached), and on a laptop whose Docker already
 # runs and pulls.
 #
-# Usage: scripts/setup.sh [--node] [--browser] [--claude] [--compose]
+# Usage: scripts/setup.sh [--node] [--browser] [--claude] [--codex] [--compose]
 #
 # Environment:
 #   DOCKERD_LOG        where a dockerd started here logs (default /var/log/dockerd.log)
@@ -32,15 +35,17 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 want_node=0
 want_browser=0
 want_claude=0
+want_codex=0
 want_compose=0
 for arg in "$@"; do
   case "$arg" in
     --node) want_node=1 ;;
     --browser) want_browser=1 ;;
     --claude) want_claude=1 ;;
+    --codex) want_codex=1 ;;
     --compose) want_compose=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser] [--claude] [--compose])" >&2; exit 2 ;;
+    *) echo "setup: unknown argument: $arg (usage: scripts/setup.sh [--node] [--browser] [--claude] [--codex] [--compose])" >&2; exit 2 ;;
   esac
 done
 
@@ -289,6 +294,38 @@ ensure_claude() {
   say "claude: $got installed in .cache/claude"
 }
 
+# codex_version is the OpenAI Codex CLI the docker-codex arms are built and
+# tested against; its binary is the static musl ELF of the linux-x64
+# optional package (an npm alias of @openai/codex@<version>-linux-x64; the
+# package's own bin is a Node launcher that finds it).
+codex_version=0.171.0
+codex_bin=node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
+
+# ensure_codex installs the pinned CLI into .cache/codex (gitignored) and
+# checks the binary answers with the pinned version. Skipped when it does.
+ensure_codex() {
+  local dir=$repo/.cache/codex want="codex-cli $codex_version" got
+  if [[ -x $dir/$codex_bin ]] && got=$("$dir/$codex_bin" --version 2>/dev/null) && [[ $got == "$want" ]]; then
+    say "codex: $got present in .cache/codex"
+    return
+  fi
+  if ! command -v npm >/dev/null; then
+    say "codex: installing nodejs and npm"
+    apt_install nodejs npm
+  fi
+  [[ $(uname -m) == x86_64 ]] || die "codex: only linux-x64 is supported (this machine is $(uname -m))"
+  say "codex: installing @openai/codex@$codex_version into .cache/codex"
+  mkdir -p "$dir"
+  printf '{"private":true,"dependencies":{"@openai/codex":"%s"}}\n' "$codex_version" >"$dir/package.json"
+  (cd "$dir" && npm install --no-audit --no-fund --no-package-lock --loglevel=error \
+    --os=linux --cpu=x64 >/dev/null) || die "npm install in $dir failed"
+  [[ -f $dir/$codex_bin ]] || die "codex: $codex_bin missing after install (the optional linux-x64 package was not installed)"
+  chmod 0755 "$dir/$codex_bin"
+  got=$(HOME=$dir "$dir/$codex_bin" --version 2>&1) || die "codex: $codex_bin --version failed: $got"
+  [[ $got == "$want" ]] || die "codex: $codex_bin --version printed '$got', want '$want'"
+  say "codex: $got installed in .cache/codex"
+}
+
 # ensure_compose installs Debian's docker-compose (1.29) for deploy/.
 # Skipped when a docker-compose command answers.
 ensure_compose() {
@@ -307,4 +344,5 @@ ensure_image python:3.11-slim build_python
 if [[ $want_node -eq 1 ]]; then ensure_node; fi
 if [[ $want_browser -eq 1 ]]; then ensure_browser; fi
 if [[ $want_claude -eq 1 ]]; then ensure_claude; fi
+if [[ $want_codex -eq 1 ]]; then ensure_codex; fi
 if [[ $want_compose -eq 1 ]]; then ensure_compose; fi
