@@ -167,6 +167,8 @@ func For(r Ref) (Arm, error) {
 		return benchflowArm{ref: r}, nil
 	case DockerClaude, DockerClaudeSkill:
 		return claudeArm{ref: r}, nil
+	case DockerCodex, DockerCodexSkill:
+		return codexArm{ref: r}, nil
 	}
 	return nil, fmt.Errorf("harness %s cannot run in this version", r.Name)
 }

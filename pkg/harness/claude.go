@@ -310,59 +310,90 @@ func binaryHash(p string) (string, error) {
 // ClaudeImageRef is the derived image of the CLI on a task image:
 // proctor-claude:<image id hex[:12]>-<binary sha256[:12]>.
 func ClaudeImageRef(taskImageID, binHash string) string {
-	id := strings.TrimPrefix(taskImageID, "sha256:")
-	return "proctor-claude:" + id[:min(12, len(id))] + "-" + binHash[:min(12, len(binHash))]
+	return cliImageRef("proctor-claude", taskImageID, binHash)
 }
 
-// claudeImage returns the task image with the CLI at /usr/local/lib/proctor-claude (not under /opt, which an image may close to other users),
-// committed once per (task image id, binary) with the driver's
-// DerivedImager ability. The setup checks the image has the glibc loader
-// and that the copied binary prints its version.
+func cliImageRef(repo, taskImageID, binHash string) string {
+	id := strings.TrimPrefix(taskImageID, "sha256:")
+	return repo + ":" + id[:min(12, len(id))] + "-" + binHash[:min(12, len(binHash))]
+}
+
+// claudeCLI is the Claude Code CLI as a derived image adds it (not under
+// /opt, which an image may close to other users): a glibc binary.
+var claudeCLI = cliInstall{
+	name: "claude", title: "the Claude Code CLI", repo: "proctor-claude", dir: claudeDir, bin: claudeBin,
+	requires: "test -e /lib64/ld-linux-x86-64.so.2", missing: errNoGlibc,
+}
+
+// cliInstall is an agent CLI that a derived image adds to task images.
+type cliInstall struct {
+	// name prefixes log lines; title names the CLI in errors.
+	name, title string
+	// repo is the derived image's repository; dir and bin where the
+	// binary goes in it.
+	repo, dir, bin string
+	// requires, when set, is a shell test the task image must pass before
+	// the copy, else missing is the error.
+	requires string
+	missing  error
+}
+
+// claudeImage returns the task image with the Claude Code CLI (cliImage).
 func claudeImage(ctx context.Context, env Env, img sandbox.ImageInfo, bin string) (string, error) {
+	return cliImage(ctx, env, img, bin, claudeCLI)
+}
+
+// cliImage returns the task image with the CLI c (the host binary bin)
+// at c.bin, committed once per (task image id, binary) with the driver's
+// DerivedImager ability. The setup checks the image meets c.requires and
+// that the copied binary prints its version.
+func cliImage(ctx context.Context, env Env, img sandbox.ImageInfo, bin string, c cliInstall) (string, error) {
 	d := env.Driver()
 	di, ok := d.(sandbox.DerivedImager)
 	if !ok {
-		return "", fmt.Errorf("the sandbox driver %T cannot make derived images (the Claude Code CLI)", d)
+		return "", fmt.Errorf("the sandbox driver %T cannot make derived images (%s)", d, c.title)
 	}
 	h, err := binaryHash(bin)
 	if err != nil {
-		return "", fmt.Errorf("hash the Claude Code CLI: %w", err)
+		return "", fmt.Errorf("hash %s: %w", c.title, err)
 	}
-	ref := ClaudeImageRef(img.ID, h)
+	ref := cliImageRef(c.repo, img.ID, h)
 	dir := env.Dir()
 	made, err := di.EnsureDerived(ctx, ref, sandbox.Spec{
 		RunID: env.RunID(), CellID: env.CellID(), Image: img.Ref, Network: sandbox.NetworkNone, Lifetime: installTimeout,
 	}, func(ctx context.Context, hd *sandbox.Handle) error {
 		var out bytes.Buffer
-		res, err := d.Exec(ctx, hd, sandbox.ExecSpec{Cmd: []string{"sh", "-c", "test -e /lib64/ld-linux-x86-64.so.2"}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
-		if err != nil {
-			return err
+		if c.requires != "" {
+			res, err := d.Exec(ctx, hd, sandbox.ExecSpec{Cmd: []string{"sh", "-c", c.requires}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
+			if err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return c.missing
+			}
 		}
-		if res.ExitCode != 0 {
-			return errNoGlibc
-		}
-		if err := d.CopyIn(ctx, hd, bin, claudeDir); err != nil {
-			return fmt.Errorf("copy the Claude Code CLI in: %w", err)
+		if err := d.CopyIn(ctx, hd, bin, c.dir); err != nil {
+			return fmt.Errorf("copy %s in: %w", c.title, err)
 		}
 		out.Reset()
-		res, err = d.Exec(ctx, hd, sandbox.ExecSpec{
-			Cmd:    []string{"sh", "-c", "chmod 0755 " + claudeDir + " " + claudeBin + " && HOME=/tmp " + claudeBin + " --version"},
+		res, err := d.Exec(ctx, hd, sandbox.ExecSpec{
+			Cmd:    []string{"sh", "-c", "chmod 0755 " + c.dir + " " + c.bin + " && HOME=/tmp " + c.bin + " --version"},
 			Stdout: &out, Stderr: &out, Timeout: 2 * time.Minute,
 		})
 		if err != nil {
 			return err
 		}
 		if res.ExitCode != 0 {
-			return fmt.Errorf("the Claude Code CLI does not run in %s: exit %d: %s", img.Ref, res.ExitCode, strings.TrimSpace(out.String()))
+			return fmt.Errorf("%s does not run in %s: exit %d: %s", c.title, img.Ref, res.ExitCode, strings.TrimSpace(out.String()))
 		}
-		dir.Logf("claude: %s in %s", strings.TrimSpace(out.String()), ref)
+		dir.Logf("%s: %s in %s", c.name, strings.TrimSpace(out.String()), ref)
 		return nil
 	})
 	if err != nil {
 		return "", err
 	}
 	if made {
-		dir.Logf("claude: derived image %s made", ref)
+		dir.Logf("%s: derived image %s made", c.name, ref)
 	}
 	return ref, nil
 }

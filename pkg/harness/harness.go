@@ -35,6 +35,10 @@ const (
 	// task container, without and with a skill (DESIGN §5.3).
 	DockerClaude      Kind = "docker-claude"
 	DockerClaudeSkill Kind = "docker-claude-skill"
+	// DockerCodex and DockerCodexSkill run the OpenAI Codex CLI in the
+	// task container, without and with a skill (DESIGN §5.3).
+	DockerCodex      Kind = "docker-codex"
+	DockerCodexSkill Kind = "docker-codex-skill"
 )
 
 // Error classes a refusal carries (DESIGN §8); the vocabulary is
@@ -84,6 +88,8 @@ func Registry() []Info {
 		{BenchFlowSelfGen, "benchflow-selfgen:<agent>[:<dir>]", "bench eval run --skill-mode self-gen; <agent> as for benchflow-skill; <dir> the skill-creator or a root holding it, staged alone", "BenchFlow's verifier run (rollout result.json)", true},
 		{DockerClaude, "docker-claude", "Claude Code CLI in the task container as uid 10001, stream-json parsed live", "the task verifier", true},
 		{DockerClaudeSkill, "docker-claude-skill:<skill-path>", "docker-claude with the skill at <skill-path> as a one-skill plugin", "the task verifier", true},
+		{DockerCodex, "docker-codex", "OpenAI Codex CLI in the task container as uid 10001, exec --json parsed live", "the task verifier", true},
+		{DockerCodexSkill, "docker-codex-skill:<skill-path>", "docker-codex with the skill at <skill-path> as its one skill (/etc/codex/skills)", "the task verifier", true},
 	}
 }
 
@@ -114,7 +120,7 @@ func Parse(s string) (Ref, error) {
 		if !in.Available {
 			return r, fmt.Errorf("harness %q: the %s harness is not available in this version", s, in.Kind)
 		}
-		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerClaudeSkill) {
+		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerClaudeSkill || r.Kind == DockerCodexSkill) {
 			r.Name = string(r.Kind) + ":" + path.Clean(arg)
 		}
 		return r, nil
