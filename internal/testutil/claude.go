@@ -67,3 +67,43 @@ func repoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// CodexVersion is the Codex CLI version the docker-codex arms are tested
+// against; scripts/setup.sh --codex installs exactly it.
+const CodexVersion = "0.171.0"
+
+// codexRel is the Codex CLI's binary under the repository root, as
+// scripts/setup.sh --codex installs it.
+const codexRel = ".cache/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+
+// Codex returns the absolute path of the pinned Codex CLI binary in the
+// repository's .cache/codex, after checking that `codex --version` prints
+// "codex-cli 0.171.0"; as Claude, a missing or other binary skips the
+// test with the reason (the fix is `make setup-codex`), or fails it when
+// CI is set.
+func Codex(t testing.TB) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		unavailable(t, "codex: %v", err)
+		return ""
+	}
+	bin := filepath.Join(root, codexRel)
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		unavailable(t, "codex: the pinned CLI is a linux-x64 binary (this is %s/%s)", runtime.GOOS, runtime.GOARCH)
+		return ""
+	}
+	if _, err := os.Stat(bin); err != nil {
+		unavailable(t, "codex: %s is missing (run `make setup-codex`)", codexRel)
+		return ""
+	}
+	cmd := exec.Command(bin, "--version")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	out, err := cmd.Output()
+	want := "codex-cli " + CodexVersion
+	if got := strings.TrimSpace(string(out)); err != nil || got != want {
+		unavailable(t, "codex: %s --version printed %q (err %v), want %q (run `make setup-codex`)", codexRel, got, err, want)
+		return ""
+	}
+	return bin
+}
