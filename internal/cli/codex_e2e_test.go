@@ -93,7 +93,7 @@ func TestCodexArms(t *testing.T) {
 	claudeTask(t, root, "greet", "CASE-GREET", 300)
 	claudeTask(t, failing, "cheat", "CASE-CHEAT", 300)
 	claudeTask(t, failing, "rate-limited", "CASE-429", 300)
-	claudeTask(t, failing, "hangs", "CASE-HANG", 30)
+	claudeTask(t, failing, "hangs", "CASE-HANG", 20)
 	skillArm := "docker-codex-skill:" + writeSkill(t, skills, "greet")
 	start := time.Now()
 	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-codex,"+skillArm,
@@ -104,6 +104,9 @@ func TestCodexArms(t *testing.T) {
 	rows := byCell(a)
 	for k, v := range byCell(f) {
 		rows[k] = v
+	}
+	for k, r := range rows {
+		t.Logf("%s: elapsed %.1fs solve %v build %v", k, r.ElapsedSec, deref(r.Metrics.SolveSec), deref(r.Metrics.BuildSec))
 	}
 	show := func(r artifact.Result) string {
 		m := r.Metrics

@@ -20,17 +20,20 @@ func TestArmIdentityInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(harness.ClaudeBinEnv, bin)
+	t.Setenv(harness.CodexBinEnv, bin)
 	abs := func(p string) string { return filepath.Join(base, p) }
 	for name, want := range map[string][]harness.IdentityInput{
-		"oracle":                                nil,
-		"command:true":                          nil,
-		"docker-probe":                          nil,
-		"claude-code":                           nil,
-		"benchflow:claude-agent-acp":            nil,
-		"agent:agents/a":                        {{Name: "agent dir", Path: abs("agents/a")}},
-		"docker-probe:skills/s":                 {{Name: "skill dir", Path: abs("skills/s")}},
-		"docker-claude":                         {{Name: "Claude Code CLI", Path: bin}},
-		"docker-claude-skill:skills/s/SKILL.md": {{Name: "Claude Code CLI", Path: bin}, {Name: "skill dir", Path: abs("skills/s")}},
+		"oracle":                                    nil,
+		"command:true":                              nil,
+		"docker-probe":                              nil,
+		"claude-code":                               nil,
+		"benchflow:claude-agent-acp":                nil,
+		"agent:agents/a":                            {{Name: "agent dir", Path: abs("agents/a")}},
+		"docker-probe:skills/s":                     {{Name: "skill dir", Path: abs("skills/s")}},
+		"docker-claude":                             {{Name: "Claude Code CLI", Path: bin}},
+		"docker-claude-skill:skills/s/SKILL.md":     {{Name: "Claude Code CLI", Path: bin}, {Name: "skill dir", Path: abs("skills/s")}},
+		"docker-codex":                              {{Name: "Codex CLI", Path: bin}},
+		"docker-codex-skill:skills/s":               {{Name: "Codex CLI", Path: bin}, {Name: "skill dir", Path: abs("skills/s")}},
 		"benchflow-skill:claude-agent-acp:skills/s": {{Name: "skill dir", Path: abs("skills/s")}},
 	} {
 		got, err := arm(t, name).IdentityInputs(base)

@@ -29,7 +29,7 @@ func only(need []sandbox.Ability, scripts ...sandboxfake.Script) *sandboxfake.Dr
 // TestArmsUseOnlyWhatTheyNeed: each in-container arm solves an allowlist
 // task (its sandbox behind the egress proxy) on a fake that has only the
 // abilities the arm declares in Needs, and calls no other: the oracle,
-// an agent with an install step, the probe and docker-claude. Needs is
+// an agent with an install step, the probe, docker-claude and docker-codex. Needs is
 // what the run is checked against before it starts, so an ability an arm
 // uses without declaring would error its cells instead.
 func TestArmsUseOnlyWhatTheyNeed(t *testing.T) {
@@ -40,12 +40,15 @@ func TestArmsUseOnlyWhatTheyNeed(t *testing.T) {
 	}
 	t.Setenv(harness.ClaudeBinEnv, bin)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-test")
+	t.Setenv(harness.CodexBinEnv, bin)
+	t.Setenv("OPENAI_API_KEY", "sk-test")
 	agentDir := harnesstest.Agent(t, "install = \"true\"\nrun = \"bash /opt/proctor/agent/agent.sh\"\n")
 	for name, sc := range map[string]sandboxfake.Script{
 		"oracle":                     {Match: "solve.sh"},
 		"agent:" + agentDir:          {Match: "agent.sh", Stdout: "done\n"},
 		"docker-probe":               {Match: "probe-inside", Stdout: report(allClosed())},
 		string(harness.DockerClaude): {Match: "--output-format"},
+		string(harness.DockerCodex):  {Match: "--json"},
 	} {
 		t.Run(strings.SplitN(name, ":", 2)[0], func(t *testing.T) {
 			a := arm(t, name)
@@ -61,7 +64,7 @@ func TestArmsUseOnlyWhatTheyNeed(t *testing.T) {
 			if len(d.Calls()) == 0 || !slices.ContainsFunc(d.Calls(), func(c sandboxfake.Call) bool { return c.Op == "EgressLog" }) {
 				t.Errorf("%s: the egress proxy's log was not read: %v", name, d.Calls())
 			}
-			if name == string(harness.DockerClaude) && !slices.ContainsFunc(d.Calls(), func(c sandboxfake.Call) bool { return c.Op == "CallLog" }) {
+			if (name == string(harness.DockerClaude) || name == string(harness.DockerCodex)) && !slices.ContainsFunc(d.Calls(), func(c sandboxfake.Call) bool { return c.Op == "CallLog" }) {
 				t.Errorf("%s: the gateway's model calls were not read", name)
 			}
 		})
