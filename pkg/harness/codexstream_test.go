@@ -43,7 +43,7 @@ func TestCodexStream(t *testing.T) {
 		}
 	}
 	want := "Started Message error:Model metada Message assistant:I will look. ToolCall Command ToolCall FileChange Message assistant:Done: wrote  Usage in=300 out=30 cached=50 Message response:Done: wrote "
-	if g := strings.Join(got, " "); g != strings.TrimSpace(want) {
+	if g := strings.Join(got, " "); strings.TrimSpace(g) != strings.TrimSpace(want) {
 		t.Errorf("events:\n got %s\nwant %s", g, want)
 	}
 	m := s.metrics(false)
