@@ -95,7 +95,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
-	fl.BoolVar(&f.noIntercept, "no-intercept", false, "keep the egress proxy of the arms that call a model (docker-claude) a plain CONNECT tunnel: no model gateway, so the credentials enter the sandbox and no model call is observed")
+	fl.BoolVar(&f.noIntercept, "no-intercept", false, "keep the egress proxy of the arms that call a model (docker-claude, docker-codex) a plain CONNECT tunnel: no model gateway, so the credentials enter the sandbox and no model call is observed")
 	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map, --sandbox and the limits apply; a flag of the run's spec with another value than the run's is refused)")
 	fl.Float64Var(&f.caps.MaxCostUSD, "max-cost-usd", 0, "pause the run once its cells cost this many US dollars (observed by the model gateway where it sees the calls, else as the agents report); 0 = no cap")
 	fl.Float64Var(&f.caps.MaxErroredFraction, "max-errored-fraction", 0, "pause the run when more than this fraction of its done cells errored, once --errored-min-count cells are done (a provider outage, an image that never builds); 0 = no cap")
