@@ -28,6 +28,9 @@
 //	cases:                            # optional: conversations chosen by a string of the request
 //	  - when: "CASE-429"
 //	    replies: [{error: {status: 429}}]
+//	  - when: "CASE-A"
+//	    api: openai.responses       # optional: only requests of this API (anthropic, openai.chat, gemini)
+//	    replies: [{text: "codex"}]
 //
 // The turn of a request is the number of the model's earlier answers in
 // it (assistant messages; the Responses API's assistant and function_call
@@ -72,9 +75,13 @@ type Script struct {
 	After string `json:"after,omitempty"`
 }
 
-// Case is a conversation of a Script chosen by a string of the request.
+// Case is a conversation of a Script chosen by a string of the request
+// and, when API is set, by the API the request speaks ("anthropic",
+// "openai.chat", "openai.responses", "gemini"): one script so answers
+// two agent CLIs differently on the same task.
 type Case struct {
 	When    string  `json:"when"`
+	API     string  `json:"api,omitempty"`
 	Replies []Reply `json:"replies"`
 	After   string  `json:"after,omitempty"`
 }
@@ -197,6 +204,9 @@ func (s *Script) Validate() error {
 		if c.When == "" {
 			return fmt.Errorf("fake model script: cases[%d].when is empty", i)
 		}
+		if c.API != "" && c.API != apiAnthropic && c.API != apiChat && c.API != apiResponses && c.API != apiGemini {
+			return fmt.Errorf("fake model script: cases[%d].api: %q is not anthropic, openai.chat, openai.responses or gemini", i, c.API)
+		}
 		if c.After != "" && c.After != "end" && c.After != "repeat" {
 			return fmt.Errorf("fake model script: cases[%d].after: %q is not end or repeat", i, c.After)
 		}
@@ -210,7 +220,7 @@ func (s *Script) Validate() error {
 // reply picks the answer of turn n for a request body, and names the
 // conversation it came from ("case<i>", "replies", "alt") for counting its
 // requests.
-func (s *Script) reply(n int, body []byte) (Reply, string) {
+func (s *Script) reply(n int, api string, body []byte) (Reply, string) {
 	after := s.After
 	pick := func(rs []Reply) (Reply, bool) {
 		if n < len(rs) {
@@ -222,7 +232,7 @@ func (s *Script) reply(n int, body []byte) (Reply, string) {
 		return Reply{}, false
 	}
 	for i, c := range s.Cases {
-		if bytes.Contains(body, []byte(c.When)) {
+		if bytes.Contains(body, []byte(c.When)) && (c.API == "" || c.API == api) {
 			after = c.After
 			if r, ok := pick(c.Replies); ok {
 				return r, fmt.Sprintf("case%d", i)

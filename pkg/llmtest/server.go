@@ -141,7 +141,7 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.record(rec)
 		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": len(body) / 4})
 	case api != "" && rec.Turn >= 0:
-		rep, from := h.script.reply(rec.Turn, body)
+		rep, from := h.script.reply(rec.Turn, api, body)
 		if rep.Error != nil && rep.Error.Times > 0 && !h.countError(fmt.Sprintf("%s/%d", from, rec.Turn), rep.Error.Times) {
 			rep.Error = nil // its times are spent: the rest of the reply
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -233,5 +234,51 @@ replies: [{error: {status: 429, times: 2}, text: "default after two"}]
 	}
 	if _, err := ParseScript([]byte("replies: [{error: {status: 429, times: -1}}]")); err == nil || !strings.Contains(err.Error(), "replies[0].error.times") {
 		t.Errorf("times -1: %v", err)
+	}
+}
+
+// TestResponsesStream: the Responses API streams each output item as the
+// API does (added, its delta, done) before response.completed; a turn
+// counts a run of the model's output items once (a message and its
+// function call sent back are one answer); a case with api answers only
+// requests of that API.
+func TestResponsesStream(t *testing.T) {
+	_, url := start(t, `
+cases:
+  - when: "CASE-A"
+    api: openai.responses
+    replies:
+      - text: "Looking."
+        tool_use: [{name: exec_command, input: {cmd: "ls"}}]
+      - text: "Done."
+  - when: "CASE-A"
+    replies: [{text: "the other API"}]
+`)
+	post := func(path, body string) *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	names, data := events(t, post("/v1/responses", `{"model":"m","stream":true,"input":[{"role":"user","content":"CASE-A"}]}`))
+	want := "response.created response.output_item.added response.output_text.delta response.output_item.done response.output_item.added response.function_call_arguments.delta response.output_item.done response.completed"
+	if strings.Join(names, " ") != want {
+		t.Errorf("events %v, want %s", names, want)
+	}
+	if it, _ := data[6]["item"].(map[string]any); len(data) < 7 || it["type"] != "function_call" || it["name"] != "exec_command" || it["arguments"] != `{"cmd":"ls"}` {
+		t.Errorf("function call item: %v", data)
+	}
+	second := `{"model":"m","stream":true,"input":[{"role":"user","content":"CASE-A"},{"type":"message","role":"assistant","content":[]},{"type":"function_call","call_id":"c"},{"type":"function_call_output","call_id":"c","output":"x"}]}`
+	if _, data := events(t, post("/v1/responses", second)); !strings.Contains(fmt.Sprint(data[len(data)-1]), "Done.") {
+		t.Errorf("turn 1 answered %v", data[len(data)-1])
+	}
+	resp := post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"CASE-A"}]}`)
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if !strings.Contains(fmt.Sprint(body), "the other API") {
+		t.Errorf("chat completions answered %v", body)
 	}
 }
