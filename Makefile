@@ -62,8 +62,8 @@ fuzz:
 bench: setup-node setup-browser setup-claude
 	scripts/bench.sh
 
-## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude)
-demo: setup setup-claude build
+## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude) and Claude against the Codex arms (out/demo-codex)
+demo: setup setup-claude setup-codex build
 	./bin/proctor tasks run --tasks-root examples/tasks --all \
 		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics,agent:examples/agents/overclaim \
 		--baseline-harness agent:examples/agents/scripted \
@@ -71,7 +71,7 @@ demo: setup setup-claude build
 	@echo
 	@echo "report and its figures: out/demo/report.md (pass-rate.svg, paired-diff.svg, cost-pass-rate.svg, outcome-grid.svg beside it)"
 	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
-	scripts/demo-claude.sh out/demo-claude
+	scripts/demo-claude.sh out/demo-claude out/demo-codex
 
 ## deploy-test: bring up deploy/docker-compose.yml, run example tasks, kill -9 a worker and a NATS node mid-run, check the artifact (deploy/cluster-test.sh)
 deploy-test: setup-compose

@@ -6,11 +6,15 @@
 # this script makes; ANTHROPIC_BASE_URL is its IP literal, which the arm
 # allowlists on each cell's egress proxy, and the proxies' way out is that
 # network (PROCTOR_EGRESS_NETWORK). The container and the network are
-# removed on exit. Needs bin/proctor (static) and the pinned CLI
-# (make setup-claude).
+# removed on exit. Then Claude against Codex: docker-claude, docker-codex
+# and docker-codex-skill:examples/skills/sum-numbers on the same tasks and
+# model (OPENAI_BASE_URL is the same container's Responses API), compared
+# against docker-claude, into the second directory. Needs bin/proctor
+# (static) and the pinned CLIs (make setup-claude setup-codex).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out/demo-claude}
+vs=${2:-out/demo-codex}
 net=proctor-demo-model-$$
 label=proctor.demo=claude
 cleanup() {
@@ -35,3 +39,11 @@ mkdir -p "$out"
 	--output-dir "$out" --out-json "$out/task_runs.json" --out-md "$out/report.md"
 echo
 echo "Claude arms against the scripted model: $out/report.md (expected: fix-sum passes only with the skill, csv-columns in both arms)"
+export OPENAI_BASE_URL=http://$ip:8080/v1 OPENAI_API_KEY=demo-key-not-a-secret
+mkdir -p "$vs"
+./bin/proctor tasks run --tasks-root examples/tasks --tasks fix-sum,csv-columns \
+	--harnesses docker-claude,docker-codex,docker-codex-skill:examples/skills/sum-numbers \
+	--baseline-harness docker-claude --concurrency 2 \
+	--output-dir "$vs" --out-json "$vs/task_runs.json" --out-md "$vs/report.md"
+echo
+echo "Claude against Codex on the same scripted model: $vs/report.md (expected: both arms pass csv-columns, fix-sum only under docker-codex-skill)"

@@ -84,7 +84,7 @@ replies:
 // failed, the claim an overclaim, nothing left running. A 429 before any
 // turn is errored infra; a reply that never ends is solver_timeout. The
 // model got the credential, no stored file holds it, and nothing of the
-// runs is left.
+// runs is left; the CLI itself tries no host but the model's.
 func TestCodexArms(t *testing.T) {
 	cli := codexSetup(t)
 	base, requests := codexModel(t, cli, codexScript)
@@ -165,6 +165,8 @@ func TestCodexArms(t *testing.T) {
 		e := r.Metrics.Egress
 		if (r.Outcome != "errored" && r.Metrics.Isolation["egress"] != "proxy") || e == nil || e.Allowed == 0 || !slices.Equal(e.AllowedHosts, []string{modelHost}) {
 			t.Errorf("%s: isolation %v, metrics.egress %+v; want the model host %s allowed only", k, r.Metrics.Isolation, e, modelHost)
+		} else if len(e.DeniedHosts) > 0 && k != "cheat docker-codex" {
+			t.Errorf("%s: the CLI tried hosts other than the model's: %v", k, e.DeniedHosts)
 		}
 		if _, err := os.Stat(filepath.Join(r.OutputDir, "codex.stream.jsonl")); err != nil {
 			t.Errorf("%s: %v", k, err)

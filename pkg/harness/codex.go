@@ -237,8 +237,9 @@ func (a codexArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 // "default"; the provider is the Responses API at baseURL with the key in
 // OPENAI_API_KEY (a custom provider: plain HTTPS, no WebSocket, so the
 // gateway sees each call); the bundled skills, web search, update checks,
-// analytics and feedback are off, so the control arm offers no skill and
-// the skill arm exactly one.
+// analytics, feedback and plugins (whose sync reaches chatgpt.com and
+// GitHub) are off, so the control arm offers no skill, the skill arm
+// exactly one, and the CLI calls nothing but the model.
 func CodexArgs(model, baseURL string) []string {
 	args := []string{codexBin, "exec", "--json", "--skip-git-repo-check", "--ephemeral",
 		"--dangerously-bypass-approvals-and-sandbox", "--color", "never"}
@@ -247,7 +248,7 @@ func CodexArgs(model, baseURL string) []string {
 		"model_providers.proctor.base_url=" + strconv.Quote(baseURL),
 		`model_providers.proctor.env_key="OPENAI_API_KEY"`, `model_providers.proctor.wire_api="responses"`,
 		`skills.bundled.enabled=false`, `web_search="disabled"`, `check_for_update_on_startup=false`,
-		`analytics.enabled=false`, `feedback.enabled=false`, `history.persistence="none"`,
+		`analytics.enabled=false`, `feedback.enabled=false`, `history.persistence="none"`, `features.plugins=false`,
 	} {
 		args = append(args, "-c", kv)
 	}
