@@ -19,90 +19,6 @@ import (
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// claudeLive is the live half of a solve: the stream-json lines read from
-// the exec's stdout, folded and published in order by one goroutine.
-type claudeLive struct {
-	ctx   context.Context
-	env   Env
-	s     *claudeStream
-	queue chan rawLine
-	done  chan struct{}
-	// onResult is called with the time a result line was read (from the
-	// worker goroutine, mu held).
-	onResult func(time.Time)
-
-	mu         sync.Mutex
-	started    bool
-	emitted    int  // lines whose events were published live, in order
-	stopped    bool // a line was cut (over the line cap): the rest waits for the file
-	publishErr error
-}
-
-func newClaudeLive(ctx context.Context, env Env, treatment string, onResult func(time.Time)) *claudeLive {
-	l := &claudeLive{ctx: ctx, env: env, s: newClaudeStream(treatment), queue: make(chan rawLine, 4096), done: make(chan struct{}), onResult: onResult}
-	go func() {
-		defer close(l.done)
-		for r := range l.queue {
-			l.handle(r)
-		}
-	}()
-	return l
-}
-
-func (l *claudeLive) feed(text string, truncated bool) {
-	if truncated {
-		text = "\x00truncated"
-	}
-	l.queue <- rawLine{text, time.Now()}
-}
-
-func (l *claudeLive) handle(r rawLine) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.stopped || r.text == "\x00truncated" {
-		l.stopped = true
-		return
-	}
-	results := l.s.results
-	for _, ev := range l.s.line(r.text) {
-		l.publish(ev, r.at)
-	}
-	l.emitted++
-	if l.s.results > results && l.onResult != nil {
-		l.onResult(r.at)
-	}
-}
-
-// publish records one event, a Started (the plan's harness and model)
-// before the first; mu held.
-func (l *claudeLive) publish(ev claudeEvent, at time.Time) {
-	plan := l.env.Plan()
-	if ev.Type == events.Started {
-		if l.started {
-			return
-		}
-		ev.Data = events.StartedData{Harness: plan.Harness, Model: plan.Model}
-	}
-	if !l.started {
-		l.started = true
-		if ev.Type != events.Started {
-			l.emit(events.Started, events.StartedData{Harness: plan.Harness, Model: plan.Model, Synthesized: true}, at)
-		}
-	}
-	l.emit(ev.Type, ev.Data, at)
-}
-
-func (l *claudeLive) emit(t events.Type, data any, at time.Time) {
-	if err := l.env.Emit(l.ctx, t, data, at); err != nil && l.publishErr == nil {
-		l.publishErr = err
-	}
-}
-
-func (l *claudeLive) wait() {
-	close(l.queue)
-	<-l.done
-}
-
 // Solve runs the CLI (DESIGN §5.3) through RunUntrusted as uid 10001 in
 // the working directory: the prompt (after the skill notice, for the
 // skill arm) on stdin, the provider variables from an env file on the
@@ -158,7 +74,7 @@ type claudeSolve struct {
 	stderr  io.WriteCloser
 	stdout  io.WriteCloser
 	lines   *sandbox.Lines
-	live    *claudeLive
+	live    *cliLive
 	grace   *resultGrace
 	gr      graceReport
 	ca      map[string]string
@@ -255,7 +171,13 @@ exit $rc
 			dir.Logf("claude: kill the agent's processes %s after the result: %v", ResultGrace, err)
 		}
 	})
-	s.live = newClaudeLive(ctx, s.env, s.treatment, s.grace.result)
+	results := 0 // the result lines the live reader saw: each (re)starts the grace
+	s.live = newCLILive(ctx, s.env, func() lineFolder { return newClaudeStream(s.treatment) }, func(at time.Time) {
+		if n := s.live.fold.(*claudeStream).results; n > results {
+			results = n
+			s.grace.result(at)
+		}
+	})
 	s.lines = sandbox.NewLines(s.live.feed, 0)
 	s.stdout = s.red.Writer(s.lines)
 	// The provider is reached through the sandbox's egress proxy (the
@@ -313,15 +235,9 @@ func (s *claudeSolve) finish(ctx context.Context, d sandbox.Driver, reader sandb
 		return Outcome{}, err
 	}
 	live := s.live
-	live.mu.Lock()
+	f, truncated := live.replay(text, rerr)
 	defer live.mu.Unlock()
-	st, truncated := live.s, false
-	if rerr == nil {
-		st, truncated = s.replay(text)
-	}
-	if !live.started {
-		live.publish(claudeEvent{Type: events.Started}, time.Time{})
-	}
+	st := f.(*claudeStream)
 	if truncated && st.result != nil {
 		truncated = false // the result line ended; only a partial line after it
 	}
@@ -367,31 +283,6 @@ func (s *claudeSolve) finish(ctx context.Context, d sandbox.Driver, reader sandb
 	}
 	dir.Logf("claude ended: %s after %.3fs (tools %v)", fin.Reason, fin.DurationSec, slices.Sorted(maps.Keys(st.tools)))
 	return Outcome{Finished: fin}, nil
-}
-
-// replay folds the stream file's text with a fresh state and publishes
-// the events of the lines the live reader did not (live.mu held); an
-// unterminated last line is never read as an event (truncated).
-func (s *claudeSolve) replay(text string) (*claudeStream, bool) {
-	truncated := text != "" && !strings.HasSuffix(text, "\n")
-	all := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-	if truncated {
-		all = all[:len(all)-1]
-	}
-	if text == "" {
-		all = nil
-	}
-	st := newClaudeStream(s.treatment)
-	now := time.Now()
-	for i, l := range all {
-		evs := st.line(l)
-		if i >= s.live.emitted {
-			for _, ev := range evs {
-				s.live.publish(ev, now)
-			}
-		}
-	}
-	return st, truncated
 }
 
 // ResultGrace is how long the agent's processes may run on after the
