@@ -13,6 +13,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
+	"github.com/proctor-eval/proctor/pkg/sandbox/sandboxfake"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -26,12 +27,14 @@ func claudeHost(t *testing.T) {
 	}
 	t.Setenv(harness.ClaudeBinEnv, bin)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-test")
+	t.Setenv(harness.CodexBinEnv, bin)
+	t.Setenv("OPENAI_API_KEY", "sk-test")
 }
 
 // TestUntrustedConformance: every in-container arm that runs a program
 // proctor does not trust passes harnesstest.UntrustedConformance on the
-// fake sandbox: agent:, the probe, docker-claude and
-// docker-claude-skill.
+// fake sandbox: agent:, the probe, docker-claude, docker-claude-skill,
+// docker-codex and docker-codex-skill.
 func TestUntrustedConformance(t *testing.T) {
 	staticProctor(t)
 	claudeHost(t)
@@ -48,10 +51,16 @@ func TestUntrustedConformance(t *testing.T) {
 		{Harness: "docker-probe", Solver: "probe-inside", Stdout: report(allClosed()), SelfScored: true},
 		{Harness: string(harness.DockerClaude), Solver: "--output-format"},
 		{Harness: "docker-claude-skill:" + skill, Solver: "--output-format"},
+		{Harness: string(harness.DockerCodex), Solver: "--json"},
+		{Harness: "docker-codex-skill:" + skill, Solver: "--json", Also: []sandboxfake.Script{{Match: "prompt-input", Stdout: codexPromptInput}}},
 	} {
 		t.Run(strings.SplitN(c.Harness, ":", 2)[0], func(t *testing.T) { harnesstest.UntrustedConformance(t, c) })
 	}
 }
+
+// codexPromptInput is `codex debug prompt-input` listing the skill s, as
+// 0.171.0 renders it.
+const codexPromptInput = `[{"type":"message","role":"developer","content":[{"type":"input_text","text":"<skills_instructions>\n## Skills\n### Skill roots\n- ` + "`r0` = `/etc/codex/skills`" + `\n### Available skills\n- s: a skill (file: r0/s/SKILL.md)\n</skills_instructions>"}]}]`
 
 // bareArm is a throw-away in-container arm: it runs `solve` as the agent
 // user in /app, through RunUntrusted unless skip names a step of the

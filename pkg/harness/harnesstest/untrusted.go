@@ -32,6 +32,9 @@ type UntrustedCase struct {
 	// SelfScored: the arm scores itself (the probe): a solver that timed
 	// out is an error (no verdict), not a solver_timeout.
 	SelfScored bool
+	// Also are answers to the arm's own commands before or after the
+	// solver (the Codex CLI rendering its prompt to list its skills).
+	Also []sandboxfake.Script
 }
 
 // Paths of the cheat the suite plays. The working directory is the fake
@@ -115,8 +118,7 @@ func (c UntrustedCase) arm(t testing.TB) harness.Arm {
 func cheatScripts(c UntrustedCase, solver sandboxfake.Script) []sandboxfake.Script {
 	var mu sync.Mutex
 	kept := map[string]sandbox.FileResult{} // sandbox id → the .bashrc at the snapshot
-	return []sandboxfake.Script{
-		solver,
+	return append(append([]sandboxfake.Script{solver}, c.Also...), []sandboxfake.Script{
 		{Match: "KEEP=1", Answer: func(s *sandboxfake.Sandbox, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -148,7 +150,7 @@ func cheatScripts(c UntrustedCase, solver sandboxfake.Script) []sandboxfake.Scri
 			}
 			return sandbox.ExecResult{}, nil
 		}},
-	}
+	}...)
 }
 
 // graderPath reports whether target is in a grader path
