@@ -82,35 +82,61 @@ type claudeSolve struct {
 	closed  bool
 }
 
-// Stage copies in, in one go, everything the container needs, staged on
-// the host (the provider env file above all, removed as soon as it is
-// copied in; one a killed proctor leaves is the run's, and `proctor gc`
-// removes it), and puts it in place as root: the provider env file on the
-// agent's HOME (0600, the agent's), the prompt, an empty stream file and
-// the skill plugin (root's, read-only).
+// Stage copies in, in one go, everything the container needs and puts it
+// in place as root (stageCLI): the provider env file, the prompt (after
+// the skill notice, for the skill arm), an empty stream file, and the
+// skill plugin (root's, read-only) at SkillPluginDir.
 func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
-	t, d, h, dir := s.env.Task(), u.Driver, u.Handle, s.env.Dir()
-	host, err := StageDir(s.env.RunID())
+	prompt, place := s.env.Task().Prompt, ""
+	if s.st.skill != nil {
+		prompt = fmt.Sprintf(SkillNotice, s.st.skill.Name) + prompt
+		place = fmt.Sprintf("rm -rf %[1]s && cp -R {stage}/abskill %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n", SkillPluginDir)
+	}
+	s.prompt = prompt
+	return stageCLI(ctx, u, s.env, s.red, cliFiles{prompt: prompt, env: s.st.env, skill: s.st.skill, envPath: claudeEnvPath, stream: claudeStreamPath, place: place})
+}
+
+// cliFiles are what an agent CLI's solve stages (stageCLI).
+type cliFiles struct {
+	prompt string
+	// env are the provider variables, written to envPath (0600, the
+	// solver's) for the wrapper to source and delete.
+	env     map[string]string
+	envPath string
+	// stream is the (empty, the solver's) file the CLI's stdout goes to.
+	stream string
+	// skill, when set, is written as a one-skill plugin to <stage>/abskill
+	// (its skill in abskill/skills/<name>); place is more of the root
+	// script, where {stage} is the stage directory.
+	skill *Skill
+	place string
+}
+
+// stageCLI stages an agent CLI's files on the host and copies them in in
+// one go, then puts them in place as root: the provider env file (removed
+// from the host as soon as it is copied in; one a killed proctor leaves is
+// the run's, and `proctor gc` removes it), the prompt in /agent-output,
+// the empty stream file, then f.place; the stage is removed after.
+func stageCLI(ctx context.Context, u *UntrustedRun, env Env, red *Redactor, f cliFiles) error {
+	d, h, dir := u.Driver, u.Handle, env.Dir()
+	host, err := StageDir(env.RunID())
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(host)
-	prompt := t.Prompt
-	if s.st.skill != nil {
-		prompt = fmt.Sprintf(SkillNotice, s.st.skill.Name) + prompt
-		skipped, err := s.st.skill.WritePlugin(filepath.Join(host, "abskill"))
+	if f.skill != nil {
+		skipped, err := f.skill.WritePlugin(filepath.Join(host, "abskill"))
 		if err != nil {
-			return fmt.Errorf("write the skill plugin: %w", err)
+			return fmt.Errorf("write the skill: %w", err)
 		}
 		for _, sk := range skipped {
-			dir.Logf("skill plugin: left out %s", sk)
+			dir.Logf("skill: left out %s", sk)
 		}
 	}
-	s.prompt = prompt
-	if err := os.WriteFile(filepath.Join(host, "prompt.md"), []byte(prompt), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(host, "prompt.md"), []byte(f.prompt), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(s.st.env), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(f.env), 0o600); err != nil {
 		return err
 	}
 	stage := StagePath("in")
@@ -123,14 +149,12 @@ func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 cp %[3]s/provider.env %[4]s && chown %[2]s %[4]s && chmod 0600 %[4]s
 cp %[3]s/prompt.md %[1]s/prompt.md && chown %[2]s %[1]s/prompt.md
 : > %[5]s && chown %[2]s %[5]s
-`, agentOutput, u.User, stage, claudeEnvPath, claudeStreamPath)
-	if s.st.skill != nil {
-		prep += fmt.Sprintf("rm -rf %[1]s && cp -R %[2]s/abskill %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n", SkillPluginDir, stage)
-	}
+`, agentOutput, u.User, stage, f.envPath, f.stream)
+	prep += strings.ReplaceAll(f.place, "{stage}", stage)
 	prep += "rm -rf " + shq(parentOf(stage)) + "\n"
 	var out bytes.Buffer
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &out, Stderr: &out, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return fmt.Errorf("stage the CLI's files: exit %d: %v: %s", res.ExitCode, err, s.red.String(out.String()))
+		return fmt.Errorf("stage the CLI's files: exit %d: %v: %s", res.ExitCode, err, red.String(out.String()))
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -83,59 +82,22 @@ type codexSolve struct {
 // codexEnvPath is the provider env file the wrapper sources and deletes.
 const codexEnvPath = agentHome + "/.provider.env"
 
-// Stage copies the prompt, the provider env file and the skill in and
-// puts them in place as root: CODEX_HOME in the agent's HOME, the env
-// file (0600) and the prompt the agent's, an empty stream file; the skill
-// root's and read-only in CodexSkillsDir (a skill of that name the image
-// has already is an error: the arm would change the task's own).
+// Stage puts the CLI's files in place as root (stageCLI): CODEX_HOME in
+// the agent's HOME, the provider env file, the prompt (after the skill
+// notice, for the skill arm), an empty stream file, and the skill, root's
+// and read-only, in CodexSkillsDir (a skill of that name the image has
+// already is an error: the arm would change the task's own).
 func (s *codexSolve) Stage(ctx context.Context, u *UntrustedRun) error {
-	d, h, dir := u.Driver, u.Handle, s.env.Dir()
-	host, err := StageDir(s.env.RunID())
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(host)
 	prompt := s.env.Task().Prompt
-	if s.st.skill != nil {
-		prompt = fmt.Sprintf(CodexSkillNotice, s.st.skill.Name) + prompt
-		skipped, err := s.st.skill.WritePlugin(filepath.Join(host, "abskill"))
-		if err != nil {
-			return fmt.Errorf("write the skill: %w", err)
-		}
-		for _, sk := range skipped {
-			dir.Logf("skill: left out %s", sk)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(host, "prompt.md"), []byte(prompt), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(s.st.env), 0o600); err != nil {
-		return err
-	}
-	stage := StagePath("in")
-	err = d.CopyIn(ctx, h, host, stage)
-	_ = os.RemoveAll(host)
-	if err != nil {
-		return fmt.Errorf("copy the prompt and provider env in: %w", err)
-	}
-	prep := fmt.Sprintf(`set -e
-mkdir -p %[6]s/.codex && chown %[2]s %[6]s/.codex
-cp %[3]s/provider.env %[4]s && chown %[2]s %[4]s && chmod 0600 %[4]s
-cp %[3]s/prompt.md %[1]s/prompt.md && chown %[2]s %[1]s/prompt.md
-: > %[5]s && chown %[2]s %[5]s
-`, agentOutput, u.User, stage, codexEnvPath, codexStreamPath, agentHome)
+	place := fmt.Sprintf("mkdir -p %[1]s/.codex && chown %[2]s %[1]s/.codex\n", agentHome, u.User)
 	if s.st.skill != nil {
 		skill := CodexSkillsDir + "/" + s.st.skill.Name
-		prep += fmt.Sprintf("if [ -e %[1]s ]; then echo 'the task image has %[1]s already' >&2; exit 3; fi\n"+
-			"mkdir -p %[2]s && cp -R %[3]s/abskill/skills/%[4]s %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n",
-			skill, CodexSkillsDir, stage, shq(s.st.skill.Name))
+		prompt = fmt.Sprintf(CodexSkillNotice, s.st.skill.Name) + prompt
+		place += fmt.Sprintf("if [ -e %[1]s ]; then echo 'the task image has %[1]s already' >&2; exit 3; fi\n"+
+			"mkdir -p %[2]s && cp -R {stage}/abskill/skills/%[3]s %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n",
+			skill, CodexSkillsDir, shq(s.st.skill.Name))
 	}
-	prep += "rm -rf " + shq(parentOf(stage)) + "\n"
-	var out bytes.Buffer
-	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &out, Stderr: &out, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
-		return fmt.Errorf("stage the CLI's files: exit %d: %v: %s", res.ExitCode, err, s.red.String(out.String()))
-	}
-	return nil
+	return stageCLI(ctx, u, s.env, s.red, cliFiles{prompt: prompt, env: s.st.env, skill: s.st.skill, envPath: codexEnvPath, stream: codexStreamPath, place: place})
 }
 
 // Command reads the skills the CLI offers (codexOffered), then returns
