@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -57,7 +56,7 @@ func (a codexArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 			return Outcome{}, fmt.Errorf("remove %s before the verifier: exit %d: %v", skill, r.ExitCode, err)
 		}
 	}
-	return s.finish(ctx, reader, h, r)
+	return s.finish(ctx, p.Driver, reader, h, r)
 }
 
 // codexSolve is the Codex arms' part of RunUntrusted: the staged files,
@@ -66,6 +65,7 @@ type codexSolve struct {
 	env       Env
 	st        codexState
 	red       *Redactor
+	prompt    string // as staged, for the cell's prompt.txt
 	treatment string
 	baseURL   string
 	offered   []string
@@ -97,6 +97,7 @@ func (s *codexSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 			"mkdir -p %[2]s && cp -R {stage}/abskill/skills/%[3]s %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n",
 			skill, CodexSkillsDir, shq(s.st.skill.Name))
 	}
+	s.prompt = prompt
 	return stageCLI(ctx, u, s.env, s.red, cliFiles{prompt: prompt, env: s.st.env, skill: s.st.skill, envPath: codexEnvPath, stream: codexStreamPath, place: place})
 }
 
@@ -161,14 +162,20 @@ func (s *codexSolve) close() {
 // publishing what the live reader did not), stores it redacted and
 // builds the Finished: the Claude rule for an attempt (codexStream), the
 // treatment check, a provider failure before any attempt as infra.
-func (s *codexSolve) finish(ctx context.Context, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
+func (s *codexSolve) finish(ctx context.Context, d sandbox.Driver, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
 	dir, res := s.env.Dir(), r.Exec
 	raw, rerr := reader.ReadFile(ctx, h, codexStreamPath, maxStreamBytes)
 	if rerr != nil {
 		dir.Logf("codex: read %s back: %v (the live lines stand)", codexStreamPath, rerr)
 	}
 	text := s.red.String(string(raw))
-	if err := os.WriteFile(dir.Path("codex.stream.jsonl"), []byte(text), 0o644); err != nil {
+	if err := writeCellFile(dir, SolverStreamFile, []byte(text)); err != nil {
+		return Outcome{}, err
+	}
+	if err := linkCellFile(dir, "codex.stream.jsonl", SolverStreamFile); err != nil {
+		return Outcome{}, err
+	}
+	if err := writeCellFile(dir, PromptFile, []byte(s.prompt)); err != nil {
 		return Outcome{}, err
 	}
 	live := s.live
@@ -187,6 +194,9 @@ func (s *codexSolve) finish(ctx context.Context, reader sandbox.FileReader, h *s
 		AgentReported: st.metrics(truncated), Reason: "timeout",
 	}
 	fin.AgentReported["offered_skills"] = s.offered
+	if err := AfterSolve(ctx, s.env, d, h, r.RealWorkdir, &fin); err != nil {
+		return Outcome{}, err
+	}
 	if !res.TimedOut {
 		fin.Reason = st.reason(res.ExitCode, truncated)
 	}
