@@ -64,6 +64,7 @@ the run's directory. Exit code 1 when any task FAILs.`,
 	fl.StringVar(&f.outMD, "out-md", "", "write the QC report as Markdown here (default <output-dir>/<run-id>/check.md)")
 	fl.StringVar(&f.run.imageMap, "image-map", os.Getenv("PROCTOR_IMAGE_MAP"), "file mapping image references (registry mirror, local stand-ins); env PROCTOR_IMAGE_MAP")
 	fl.StringVar(&f.run.node, "node", "", "this machine's node name (default: host name)")
+	fl.StringVar(&f.run.agentUser, "agent-user", harness.AgentUserSealed, agentUserHelp)
 	fl.Float64Var(&f.run.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	f.run.limits.add(fl)
 	f.run.models = []string{"default"}

@@ -55,7 +55,11 @@ type runFlags struct {
 	changed     func(flag string) bool
 	noIntercept bool
 	caps        events.RunCaps
+	agentUser   string
 }
+
+// agentUserHelp is the help of --agent-user (tasks run, tasks check).
+const agentUserHelp = "who the in-container agent arms (agent:, docker-claude, the probe, the cheats) solve as: sealed (uid 10001 owning only the working tree) or task (as Harbor: the task's [agent].user, else the image's USER, root included; use it to compare with published Harbor numbers; docs/harnesses.md#the-agents-user)"
 
 func newTasksRun(g *globals) *cobra.Command {
 	f := &runFlags{}
@@ -95,6 +99,7 @@ services serve that NATS cluster; without it everything runs in this process.`,
 	fl.StringVar(&f.commandTpl, "command-template", "", "same as adding command:<template> to --harnesses")
 	fl.Float64Var(&f.agentGrace, "agent-grace", 10, "seconds an agent gets between SIGTERM at its deadline and SIGKILL")
 	fl.StringVar(&f.probeTgts, "probe-targets", os.Getenv(harness.ProbeTargetsEnv), probeTargetsHelp)
+	fl.StringVar(&f.agentUser, "agent-user", harness.AgentUserSealed, agentUserHelp)
 	fl.BoolVar(&f.noIntercept, "no-intercept", false, "keep the egress proxy of the arms that call a model (docker-claude, docker-codex) a plain CONNECT tunnel: no model gateway, so the credentials enter the sandbox and no model call is observed")
 	fl.StringVar(&f.resume, "resume", "", "continue `RUN` instead of starting one (as proctor runs resume RUN; --out-json, --out-md, --concurrency, --node, --image-map, --sandbox and the limits apply; a flag of the run's spec with another value than the run's is refused)")
 	fl.Float64Var(&f.caps.MaxCostUSD, "max-cost-usd", 0, "pause the run once its cells cost this many US dollars (observed by the model gateway where it sees the calls, else as the agents report); 0 = no cap")
@@ -137,6 +142,10 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	if _, err := isoprobe.ParseTargets(f.probeTgts); err != nil {
 		return events.RunSpec{}, usageError{fmt.Errorf("--probe-targets: %w", err)}
 	}
+	agentUser, err := harness.ParseAgentUser(f.agentUser)
+	if err != nil {
+		return events.RunSpec{}, usageError{err}
+	}
 	root, err := filepath.Abs(f.tasksRoot)
 	if err != nil {
 		return events.RunSpec{}, err
@@ -159,7 +168,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 		BaseDir:   cwd,
 		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
 		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
-		ProbeTargets: f.probeTgts, Retries: f.retries, NoIntercept: f.noIntercept,
+		ProbeTargets: f.probeTgts, Retries: f.retries, NoIntercept: f.noIntercept, AgentUser: agentUser,
 	}
 	if f.caps.Any() {
 		s.Caps = f.caps
@@ -242,6 +251,7 @@ func (f *runFlags) resumeConflicts(rec bus.RunRecord) []string {
 	check("output-dir", out2 != s.OutputDir, f.outputDir, filepath.Dir(s.OutputDir))
 	check("agent-grace", f.agentGrace != s.AgentGraceSec, f.agentGrace, s.AgentGraceSec)
 	check("probe-targets", f.probeTgts != s.ProbeTargets, f.probeTgts, s.ProbeTargets)
+	check("agent-user", f.agentUser != harness.AgentUserMode(s), f.agentUser, harness.AgentUserMode(s))
 	if f.changed("dry-run") && f.dryRun {
 		out = append(out, "--dry-run (a resume runs the cells)")
 	}
@@ -284,6 +294,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		return err
 	}
 	g.warnTasks(cells)
+	g.warnUsers(spec)
 	// Delegated arms check their tools once per run (--dry-run skips it).
 	if err := harness.Preflight(ctx, spec.Harnesses); err != nil {
 		return err
@@ -540,12 +551,21 @@ func (g *globals) warnTasks(cells []planner.Cell) {
 	}
 }
 
+// warnUsers warns when an arm compared with the baseline runs its agent
+// as another user than the baseline's (harness.UserMismatches).
+func (g *globals) warnUsers(spec events.RunSpec) {
+	for _, w := range harness.UserMismatches(spec) {
+		fmt.Fprintf(g.stderr, "warning: %s\n", textsafe.Line(w))
+	}
+}
+
 func (g *globals) dryRun(spec events.RunSpec) error {
 	cells, err := matrix(spec)
 	if err != nil {
 		return err
 	}
 	g.warnTasks(cells)
+	g.warnUsers(spec)
 	runnable := 0
 	for _, c := range cells {
 		state := "run"

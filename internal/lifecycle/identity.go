@@ -26,7 +26,8 @@ type Identity struct {
 // content of every file and directory each harness arm brings into its
 // cells (harness.Arm.IdentityInputs: agent and skill directories, the
 // pinned CLI binaries, resolved against spec.BaseDir), and the set of
-// cell ids (tasks × harnesses × models × repeats). Output paths, the
+// cell ids (tasks × harnesses × models × repeats), and who the agents
+// run as (--agent-user, when it is not sealed). Output paths, the
 // machine and the time are no part of it: a resumed run is the same run
 // wherever it continues. An input that cannot be read is an error naming
 // the harness.
@@ -77,6 +78,12 @@ func declaredInputs(spec events.RunSpec, cells []planner.Cell) (map[string]strin
 		fmt.Fprintln(h, id)
 	}
 	in["cells (tasks × harnesses × models × repeats)"] = hex.EncodeToString(h.Sum(nil))
+	// Who the agents run as changes what they can do; sealed, the
+	// default, is no input, so the identity of a run recorded before
+	// --agent-user existed is unchanged.
+	if m := harness.AgentUserMode(spec); m != harness.AgentUserSealed {
+		in["agent user (--agent-user)"] = m
+	}
 	return in, nil
 }
 

@@ -458,3 +458,31 @@ func TestResumeRunsInfraErroredCellsAgain(t *testing.T) {
 		t.Errorf("launch job of the infra-errored cell %+v (%v), want attempt 2 of %s", firstJob, err, a2)
 	}
 }
+
+// TestIdentityHoldsTheAgentUser: who the agents run as is part of a run's
+// identity (--agent-user task hashes apart from sealed and names its
+// input); sealed, the default, adds no input, so a run recorded before
+// the flag existed keeps its identity.
+func TestIdentityHoldsTheAgentUser(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	r := newRunIn(t, b, t.TempDir(), 1, "oracle")
+	ident := func(mode string) lifecycle.Identity {
+		s := r.spec
+		s.AgentUser = mode
+		id, err := lifecycle.Identify(s, r.cells)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	old, sealed, task := ident(""), ident("sealed"), ident("task")
+	if old.Hash != sealed.Hash {
+		t.Errorf("sealed changed the identity of a run without --agent-user: %s vs %s", sealed.Hash, old.Hash)
+	}
+	if task.Hash == sealed.Hash {
+		t.Errorf("--agent-user task has the identity of sealed: %s", task.Hash)
+	}
+	if d := lifecycle.Changes(sealed.Inputs, task.Inputs); !slices.Equal(d, []string{"agent user (--agent-user) is new"}) {
+		t.Errorf("Changes(sealed → task) = %q, want the agent user named", d)
+	}
+}

@@ -53,6 +53,10 @@ type RunInfo struct {
 	StartedAt       string            `json:"started_at"`            // RFC 3339, from RunRequested
 	FinishedAt      string            `json:"finished_at,omitempty"` // RFC 3339, from RunFinished
 	ImageMap        map[string]string `json:"image_map,omitempty"`
+	// AgentUser is who the run's in-container agent arms solved as
+	// (--agent-user: "sealed" or "task"); absent in a run recorded before
+	// the flag existed, which ran them sealed.
+	AgentUser string `json:"agent_user,omitempty"`
 	// ImageMapUnused lists the `from` of the image-map rules no image of
 	// the run used (sorted): a rule that matched nothing, a warning.
 	ImageMapUnused []string `json:"image_map_unused,omitempty"`

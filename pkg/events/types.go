@@ -43,6 +43,12 @@ type RunSpec struct {
 	// plain CONNECT tunnel: no model gateway (DESIGN §6.1), so the
 	// credentials enter the sandbox and no ModelCall is recorded.
 	NoIntercept bool `json:"no_intercept,omitempty"`
+	// AgentUser is who the in-container agent arms solve as (--agent-user):
+	// "sealed" (uid 10001 owning only the working tree; "" in a log
+	// written before the flag existed means the same) or "task" (Harbor's:
+	// the task's or step's [agent].user, else the image's USER, root
+	// included).
+	AgentUser string `json:"agent_user,omitempty"`
 	// Caps pause the run when one trips (RunControl, action pause, with
 	// the cap named); the operator continues or cancels it. Zero means no
 	// cap.

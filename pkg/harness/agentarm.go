@@ -126,7 +126,7 @@ func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	workdir, err := AgentWorkdir(env.Task(), img)
+	workdir, err := AgentWorkdirIn(env.Spec(), env.Task(), img)
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
@@ -134,9 +134,10 @@ func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
+	user, _ := SolveUser(env.Spec(), env.Task(), img)
 	return Placement{
 		Driver: env.Driver(), Spec: spec,
-		Networks: n, Workdir: workdir, User: AgentUser, Image: img,
+		Networks: n, Workdir: workdir, User: user, Image: img,
 	}, nil
 }
 
@@ -146,6 +147,12 @@ func agentSandbox(ctx context.Context, env Env, n Networks) (Placement, error) {
 // never a system directory, one of proctor's or /); the error names the
 // directory and where it came from.
 func AgentWorkdir(t *task.Task, img sandbox.ImageInfo) (string, error) {
+	return agentWorkdir(AgentUserSealed, t, img)
+}
+
+// agentWorkdir is AgentWorkdir with the working directory rule of an
+// agent running under --agent-user mode (agentWorkdirRule).
+func agentWorkdir(mode string, t *task.Task, img sandbox.ImageInfo) (string, error) {
 	dir, from := t.Workdir, "the task's workdir"
 	if dir == "" {
 		dir, from = img.Workdir, "the image's WORKDIR"
@@ -153,7 +160,10 @@ func AgentWorkdir(t *task.Task, img sandbox.ImageInfo) (string, error) {
 	if dir == "" {
 		dir, from = "/", "the image's WORKDIR (unset)"
 	}
-	if why := task.AgentWorkdirRefusal(dir); why != "" {
+	if why := agentWorkdirRule(mode)(dir); why != "" {
+		if mode == AgentUserTask {
+			return "", fmt.Errorf("%s is %s: %s; refused before the agent starts", from, dir, why)
+		}
 		return "", fmt.Errorf("in-container agents work as uid 10001 in a working tree chowned to them, and %s is %s: %s; refused before the agent starts", from, dir, why)
 	}
 	return path.Clean(dir), nil

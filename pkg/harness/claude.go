@@ -214,7 +214,7 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		return Placement{}, err
 	}
 	t := env.Task()
-	workdir, err := AgentWorkdir(t, img)
+	workdir, err := AgentWorkdirIn(env.Spec(), t, img)
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
@@ -271,9 +271,12 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	}
 	// HOME on its own tmpfs: nothing the CLI writes there (settings,
 	// caches, the env file) reaches the image or the verifier's files.
+	// (Owned by uid 10001 when mounted; the solve gives it to the user it
+	// runs as, ResolveSolveUser.)
 	spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}
+	user, _ := SolveUser(env.Spec(), t, img)
 	return Placement{
-		Driver: env.Driver(), Spec: spec, Networks: n, Workdir: workdir, User: AgentUser, Image: img, State: st,
+		Driver: env.Driver(), Spec: spec, Networks: n, Workdir: workdir, User: user, Image: img, State: st,
 	}, nil
 }
 

@@ -75,6 +75,12 @@ func (a probeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 	if c, r := refusal(t, a.needs(t)); c != "" {
 		return c, r
 	}
+	return probeExpectRefusal(t)
+}
+
+// probeExpectRefusal refuses a task whose metadata.probe_expect is
+// malformed or names no leak class.
+func probeExpectRefusal(t *task.Task) (events.ErrorClass, string) {
 	expect, err := t.ProbeExpect()
 	if err == nil {
 		if err = isoprobe.CheckExpect(expect); err != nil {

@@ -590,7 +590,7 @@ func (p *Projector) Input(version string) (artifact.RunInfo, []artifact.Result) 
 	run := artifact.RunInfo{
 		ID: p.runID, TasksRoot: spec.TasksRoot, Harnesses: spec.Harnesses, Models: spec.Models,
 		Repeats: max(spec.Repeats, 1), BaselineHarness: spec.BaselineHarness, ImageMap: spec.ImageMap,
-		ProctorVersion: version,
+		AgentUser: spec.AgentUser, ProctorVersion: version,
 	}
 	if p.requested != nil && p.requested.ProctorVersion != "" {
 		run.ProctorVersion = p.requested.ProctorVersion

@@ -77,6 +77,10 @@ type ImageInfo struct {
 	Rewrites []Rewrite `json:"rewrites,omitempty"`
 	// Workdir is the image's WORKDIR ("" when unset).
 	Workdir string `json:"workdir,omitempty"`
+	// User is the image's USER as written ("" when unset: root), whom a
+	// container of the image runs as by default and Harbor's agent with
+	// it (harness.SolveUser under --agent-user task).
+	User string `json:"user,omitempty"`
 	// Log is the last DefaultTailSize bytes of the build or pull log, as
 	// plain valid UTF-8 ("" when cached).
 	Log string `json:"log,omitempty"`

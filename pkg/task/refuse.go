@@ -70,6 +70,36 @@ func AgentWorkdirRefusal(dir string) string {
 	return ""
 }
 
+// TaskUserWorkdirRefusal is AgentWorkdirRefusal for an agent that runs as
+// the task's own user (--agent-user task, as Harbor runs it): nothing is
+// chowned to it, so only what no agent may work in is refused: a relative
+// path, /, the kernel's /proc, /sys and /dev (and anything inside them),
+// and proctor's own directories or anything inside them. /home, /opt,
+// /var, /srv and system directories are allowed.
+func TaskUserWorkdirRefusal(dir string) string {
+	if !strings.HasPrefix(dir, "/") {
+		return fmt.Sprintf("%q is not an absolute path", dir)
+	}
+	c := path.Clean(dir)
+	if c == "/" {
+		return "/ is the whole file system: the grader links swept before the verifier would be every link of the system"
+	}
+	for _, r := range []string{"/dev", "/proc", "/sys"} {
+		if c == r || strings.HasPrefix(c, r+"/") {
+			return fmt.Sprintf("%s is in the kernel's %s", c, r)
+		}
+	}
+	for _, r := range proctorTrees {
+		if c == r {
+			return fmt.Sprintf("%s is proctor's (graders, reward, agent or skill)", c)
+		}
+		if strings.HasPrefix(c, r+"/") {
+			return fmt.Sprintf("%s is inside %s, which is proctor's (graders, reward, agent or skill)", c, r)
+		}
+	}
+	return ""
+}
+
 // WorkdirAllowedForAgent reports whether an in-container agent may work in
 // dir: AgentWorkdirRefusal(dir) == "".
 func WorkdirAllowedForAgent(dir string) bool { return AgentWorkdirRefusal(dir) == "" }
@@ -91,6 +121,10 @@ type Needs struct {
 	// AgentWorkdir: an in-container agent works in the task's working
 	// directory, which must pass AgentWorkdirRefusal.
 	AgentWorkdir bool `json:"agent_workdir,omitempty"`
+	// TaskUser: that agent runs as the task's own user (--agent-user
+	// task) and nothing is chowned to it, so its working directory need
+	// only pass TaskUserWorkdirRefusal.
+	TaskUser bool `json:"task_user,omitempty"`
 	// Steps: the harness runs a multi-step task's steps in order in one
 	// sandbox; a harness without it refuses a task with [[steps]].
 	Steps bool `json:"steps,omitempty"`
@@ -155,7 +189,8 @@ var HarnessNeeds = map[string]Needs{
 // harness; then a compose task for a harness that cannot start its
 // services; then the missing solution script, test script, image, prompt;
 // then, for in-container agents, a working directory AgentWorkdirRefusal
-// refuses (a system directory, one of proctor's, /) — the
+// refuses (a system directory, one of proctor's, /; TaskUserWorkdirRefusal
+// for an agent running as the task's user) — the
 // workdir key, else the Dockerfile's final WORKDIR when the file alone
 // decides it (the image's own WORKDIR is checked after the build).
 //
@@ -206,8 +241,12 @@ func (t *Task) Refusal(n Needs) string {
 		if wd == "" {
 			wd, from = t.DockerfileWorkdir, "environment/Dockerfile WORKDIR"
 		}
-		if why := AgentWorkdirRefusal(wd); wd != "" && why != "" {
-			return fmt.Sprintf("working directory %s (%s) is refused for in-container agents: %s", wd, from, why)
+		rule, as := AgentWorkdirRefusal, "in-container agents"
+		if n.TaskUser {
+			rule, as = TaskUserWorkdirRefusal, "an agent running as the task's user"
+		}
+		if why := rule(wd); wd != "" && why != "" {
+			return fmt.Sprintf("working directory %s (%s) is refused for %s: %s", wd, from, as, why)
 		}
 	}
 	return ""

@@ -128,6 +128,9 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 		// comparison (DESIGN §8), so the run would have none.
 		return nil, fmt.Errorf("baseline harness %q checks the setup (the task's solution or a probe) and is never compared: name an agent harness", spec.BaselineHarness)
 	}
+	if _, err := harness.ParseAgentUser(spec.AgentUser); err != nil {
+		return nil, err
+	}
 	loader := task.Loader{Strict: spec.Strict}
 	d, err := loader.Discover(spec.TasksRoot)
 	if err != nil {
@@ -153,7 +156,7 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 	var cells []Cell
 	for _, t := range tasks {
 		for _, r := range refs {
-			class, reason := r.Refusal(t)
+			class, reason := r.RefusalIn(spec, t)
 			for _, m := range models {
 				for rep := 1; rep <= repeats; rep++ {
 					cells = append(cells, Cell{

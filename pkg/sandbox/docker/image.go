@@ -414,7 +414,7 @@ func writeBuildContext(w io.Writer, dir, dfPath string, dockerfile []byte) error
 }
 
 // cached fills info from the local image ref when it exists (ID, Cached,
-// Workdir) and reports whether it does.
+// Workdir, User) and reports whether it does.
 func (d *Driver) cached(ctx context.Context, ref string, info *sandbox.ImageInfo) (bool, error) {
 	ins, err := d.cli.ImageInspect(ctx, ref)
 	if cerrdefs.IsNotFound(err) {
@@ -425,7 +425,7 @@ func (d *Driver) cached(ctx context.Context, ref string, info *sandbox.ImageInfo
 	}
 	info.ID, info.Cached = ins.ID, true
 	if ins.Config != nil {
-		info.Workdir = ins.Config.WorkingDir
+		info.Workdir, info.User = ins.Config.WorkingDir, ins.Config.User
 	}
 	return true, nil
 }
