@@ -175,7 +175,7 @@ func agentWorkdir(mode string, t *task.Task, img sandbox.ImageInfo) (string, err
 // is refused (class refused) before anything is chowned. It returns the
 // resolved directory, the one to chown (chown -R does not descend through
 // a link given as its argument).
-func resolveWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string) (string, error) {
+func resolveWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir, mode string) (string, error) {
 	var out strings.Builder
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"sh", "-c", `mkdir -p "$1" && cd "$1" && pwd -P`, "sh", workdir}, Stdout: &out, Stderr: &out, Timeout: time.Minute,
@@ -187,7 +187,7 @@ func resolveWorkdir(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, wo
 	if real == "" || real == workdir {
 		return workdir, nil
 	}
-	if why := task.AgentWorkdirRefusal(real); why != "" {
+	if why := agentWorkdirRule(mode)(real); why != "" {
 		return "", events.Classed(events.ClassRefused, fmt.Errorf("the agent's working directory %s resolves to %s in the image: %s; refused before the agent starts", workdir, real, why))
 	}
 	return real, nil

@@ -99,9 +99,9 @@ func (s SolveIdentity) Root() bool { return s.UID == 0 }
 func (s SolveIdentity) Sealed() bool { return s.Mode != AgentUserTask }
 
 // Killer is the user whose every process is killed after the solve
-// (sandbox.ProcessKiller): the uid, "0" for root, whose kill reaches
+// (sandbox.ProcessKiller): the solve's own, User; root's kill reaches
 // every process of the container but its keep-alive.
-func (s SolveIdentity) Killer() string { return strconv.Itoa(s.UID) }
+func (s SolveIdentity) Killer() string { return s.User() }
 
 // RootGivesUp are the integrity guarantees a root agent takes away
 // (docs/THREATS.md, "A root agent"), as isolation.root_gives_up lists
@@ -289,4 +289,39 @@ func (a probeArm) refusalAs(mode string, t *task.Task) (events.ErrorClass, strin
 // rule of its --agent-user (agentWorkdirRule).
 func AgentWorkdirIn(spec events.RunSpec, t *task.Task, img sandbox.ImageInfo) (string, error) {
 	return agentWorkdir(AgentUserMode(spec), t, img)
+}
+
+// String is the identity for a log line: "uid:gid" and, when it is not
+// that, the user as declared and where it came from.
+func (s SolveIdentity) String() string {
+	if s.Sealed() {
+		return s.User()
+	}
+	return fmt.Sprintf("%s (%s, %s)", s.User(), s.Want, s.From)
+}
+
+// homeScope is the tree whose holding the verifier's HOME makes proctor
+// keep and put back that HOME's start-up files (snapshotHome): the
+// agent's working tree realWorkdir, or for a root agent, which can write
+// any HOME, every directory ("").
+func (s SolveIdentity) homeScope(realWorkdir string) string {
+	if s.Root() {
+		return ""
+	}
+	return realWorkdir
+}
+
+// StepSolveUser is who a multi-step task t's step s runs its workdir/
+// setup.sh as, in a run of spec whose arm placed p: the arm's user
+// (p.User; "" for an arm that solves as root, the oracle), under
+// --agent-user task the step's own (SolveUser of the step), as Harbor
+// runs it as the step's agent user.
+func StepSolveUser(spec events.RunSpec, t *task.Task, s *task.Step, p Placement) string {
+	if p.User == "" || AgentUserMode(spec) != AgentUserTask {
+		return p.User
+	}
+	v := *t
+	v.AgentUser = s.AgentUser
+	u, _ := SolveUser(spec, &v, p.Image)
+	return u
 }

@@ -19,7 +19,9 @@ import (
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// Solve runs the CLI (DESIGN §5.3) through RunUntrusted as uid 10001 in
+// Solve runs the CLI (DESIGN §5.3) through RunUntrusted as uid 10001 (under
+// --agent-user task the task's user, ResolveSolveUser; as root with
+// IS_SANDBOX=1) in
 // the working directory: the prompt (after the skill notice, for the
 // skill arm) on stdin, the provider variables from an env file on the
 // agent's HOME that the wrapper sources and deletes before the CLI starts
@@ -191,7 +193,7 @@ exit $rc
 	}
 	s.stderr = s.red.Writer(s.logs)
 	s.grace = newResultGrace(ResultGrace, func() {
-		if err := u.Killer.KillAll(ctx, u.Handle, u.User); err != nil {
+		if err := u.Killer.KillAll(ctx, u.Handle, u.Identity.Killer()); err != nil {
 			dir.Logf("claude: kill the agent's processes %s after the result: %v", ResultGrace, err)
 		}
 	})
@@ -208,15 +210,22 @@ exit $rc
 	// only way out of its internal network; RunUntrusted lays its
 	// variables over these), with the gateway's CA when it intercepts.
 	s.ca = sandbox.CAEnv(u.Handle)
-	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, u.User, u.Workdir, t.AgentTimeoutSec, u.Grace, u.Egress)
+	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, u.Identity, u.Workdir, t.AgentTimeoutSec, u.Grace, u.Egress)
+	cliEnv := map[string]string{
+		"HOME": agentHome, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+		"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": s.env.CellID(),
+	}
+	if u.Identity.Root() {
+		// As root (--agent-user task) the CLI refuses
+		// --dangerously-skip-permissions unless told it runs in a
+		// sandbox, as Harbor runs it.
+		cliEnv["IS_SANDBOX"] = "1"
+	}
 	s.started = time.Now()
 	return sandbox.ExecSpec{
-		Cmd: []string{"sh", "-c", script},
-		Env: withEnv(map[string]string{
-			"HOME": agentHome, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-			"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": s.env.CellID(),
-		}, s.ca),
+		Cmd:     []string{"sh", "-c", script},
+		Env:     withEnv(cliEnv, s.ca),
 		Timeout: seconds(t.AgentTimeoutSec), Stdout: s.stdout, Stderr: s.stderr,
 	}, nil
 }

@@ -137,7 +137,7 @@ exit $rc
 	if s.ca = sandbox.CAEnv(u.Handle); s.ca != nil {
 		s.ca["CODEX_CA_CERTIFICATE"] = sandbox.GatewayBundlePath
 	}
-	dir.Logf("codex: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, u.User, u.Workdir, t.AgentTimeoutSec, u.Grace, u.Egress)
+	dir.Logf("codex: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, u.Identity, u.Workdir, t.AgentTimeoutSec, u.Grace, u.Egress)
 	return sandbox.ExecSpec{Cmd: []string{"sh", "-c", script}, Env: withEnv(env, s.ca),
 		Timeout: seconds(t.AgentTimeoutSec), Stdout: s.stdout, Stderr: s.stderr}, nil
 }

@@ -115,8 +115,15 @@ type ProbeResult struct {
 	Expected map[string]string `json:"expected,omitempty"`
 	Targets  isoprobe.Targets  `json:"targets"`
 	Workdir  string            `json:"workdir"`
-	User     string            `json:"user"`
-	Skill    string            `json:"skill,omitempty"`
+	// User is the uid:gid the probe ran as (the first probed step's),
+	// AgentUser the run's --agent-user.
+	User      string `json:"user"`
+	AgentUser string `json:"agent_user"`
+	// RootGivesUp lists, when a probed step's agent runs as root, what
+	// such an agent can do that no leak class covers (RootGivesUp): the
+	// probe reports it and does not fail on it.
+	RootGivesUp []string `json:"root_gives_up,omitempty"`
+	Skill       string   `json:"skill,omitempty"`
 	// Report is the probe program's report; for a multi-step task, the
 	// Merge of its probed steps' (Steps).
 	Report   isoprobe.Report `json:"report"`
@@ -148,12 +155,21 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		last   sandbox.ExecResult
 		total  time.Duration
 	)
-	for _, r := range probeRuns(t, func(*task.Step) string { return p.User }) {
+	// Each probed step runs as its own agent's user (under --agent-user
+	// task, the step's [steps.agent].user: StepSolveUser).
+	stepUser := func(s *task.Step) string {
+		if s == nil {
+			return p.User
+		}
+		return StepSolveUser(env.Spec(), t, s, p)
+	}
+	var isos []map[string]any
+	for _, r := range probeRuns(t, stepUser) {
 		for _, s := range r.upload {
 			if s.WorkdirDir == "" {
 				continue
 			}
-			if err := UploadStepWorkdir(ctx, d, h, s, p.Workdir, p.User, dir); err != nil {
+			if err := UploadStepWorkdir(ctx, d, h, s, p.Workdir, stepUser(s), dir); err != nil {
 				return Outcome{}, events.Classed(events.ClassSandbox, fmt.Errorf("the sandbox of step %s: %w", r.step.Name, err))
 			}
 		}
@@ -161,15 +177,16 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		if r.step != nil {
 			view = stepView{env, r.step}
 		}
-		rep, res, err := pr.run(ctx, view, p, h, r.user)
+		rep, res, iso, err := pr.run(ctx, view, p, h, r.user)
 		if err != nil {
 			return Outcome{}, err
 		}
+		isos = append(isos, iso)
 		last, total = res, total+res.Duration
 		reps = append(reps, rep)
 		if r.step != nil {
 			labels = append(labels, "step "+r.step.Name)
-			ps := ProbeStep{Name: r.step.Name, User: r.user, Report: rep}
+			ps := ProbeStep{Name: r.step.Name, User: fmt.Sprint(iso["user"]), Report: rep}
 			for _, s := range r.upload {
 				ps.Uploaded = append(ps.Uploaded, s.Name)
 			}
@@ -178,8 +195,16 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	rep := isoprobe.Merge(labels, reps)
 	statuses, passed := isoprobe.Fold(rep, expect)
-	result := ProbeResult{Passed: passed, Classes: statuses, Targets: pr.targets, Workdir: p.Workdir, User: p.User,
-		Skill: pr.skill, Report: rep, Steps: steps, Duration: round3(total.Seconds())}
+	first := isos[0]
+	result := ProbeResult{Passed: passed, Classes: statuses, Targets: pr.targets, Workdir: p.Workdir, User: fmt.Sprint(first["user"]),
+		AgentUser: fmt.Sprint(first["agent_user"]), Skill: pr.skill, Report: rep, Steps: steps, Duration: round3(total.Seconds())}
+	for _, iso := range isos {
+		if iso["root_gives_up"] != nil {
+			// What a root agent can do that no leak class covers: the
+			// probe reports it, and passes or fails on its classes alone.
+			result.RootGivesUp = RootGivesUp
+		}
+	}
 	for c, why := range expect {
 		if statuses[c] == isoprobe.Expected {
 			if result.Expected == nil {
@@ -196,11 +221,22 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}
 	reason := probeReason(statuses, expect)
+	if result.RootGivesUp != nil {
+		reason += "; the agent runs as root (--agent-user task): it can change the system the verifier runs on"
+	}
 	dir.Logf("probe: %s", reason)
 	fin := events.FinishedData{
 		Reason: reason, ExitCode: last.ExitCode, DurationSec: round3(total.Seconds()),
 		StdoutTail: reason, IsolationProbe: statuses,
-		Isolation: map[string]any{"network": p.Networks.Solve, "user": p.User, "workdir": p.Workdir},
+		Isolation: map[string]any{"network": p.Networks.Solve, "workdir": p.Workdir},
+	}
+	for _, k := range []string{"agent_user", "user", "user_from", "user_declared"} {
+		if v, ok := first[k]; ok {
+			fin.Isolation[k] = v
+		}
+	}
+	if result.RootGivesUp != nil {
+		fin.Isolation["root_gives_up"], fin.Isolation["root_keeps"] = RootGivesUp, RootKeeps
 	}
 	reward := 0.0
 	if passed {
@@ -272,7 +308,7 @@ type probeRun struct {
 // the probe's configuration (hostConfig) staged, and `proctor
 // probe-inside` run with the agent's environment; it returns the probe
 // program's report.
-func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Handle, user string) (isoprobe.Report, sandbox.ExecResult, error) {
+func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Handle, user string) (isoprobe.Report, sandbox.ExecResult, map[string]any, error) {
 	s := &probeSolve{pr: pr, env: env, p: p}
 	defer s.close()
 	p.User = user
@@ -281,15 +317,15 @@ func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Han
 		if _, ok := events.ClassOf(err); !ok {
 			err = events.Classed(events.ClassSandbox, err)
 		}
-		return isoprobe.Report{}, r.Exec, err
+		return isoprobe.Report{}, r.Exec, nil, err
 	}
 	res := r.Exec
 	var rep isoprobe.Report
 	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(s.stdout.Bytes(), &rep) != nil || rep.Classes == nil {
-		return isoprobe.Report{}, res, events.Classf(events.ClassSandbox, "the probe program did not report (exit %d, timed out %v): %s",
+		return isoprobe.Report{}, res, nil, events.Classf(events.ClassSandbox, "the probe program did not report (exit %d, timed out %v): %s",
 			res.ExitCode, res.TimedOut, cellfs.Suffix(s.errLog.Tail.String(), 300))
 	}
-	return rep, res, nil
+	return rep, res, r.Isolation, nil
 }
 
 // probeSolve is one probe's part of RunUntrusted.

@@ -43,9 +43,12 @@ type UntrustedRun struct {
 	// processes early (the Claude CLI's result grace); the epilogue kills
 	// whatever is left anyway.
 	Killer sandbox.ProcessKiller
-	// User is who the solver runs as (the placement's, AgentUser when it
-	// names none).
+	// User is who the solver runs as, as the exec's "uid:gid": the run's
+	// --agent-user resolved in the sandbox (Identity; ResolveSolveUser).
 	User string
+	// Identity is that user resolved: the mode, where it came from,
+	// whether it is root (the Claude CLI then needs IS_SANDBOX=1).
+	Identity SolveIdentity
 	// Workdir is the working directory as the placement names it (where
 	// the solver runs); RealWorkdir is the same with its symlinks resolved
 	// (checked against the working directory rule and chowned).
@@ -94,7 +97,9 @@ type UntrustedResult struct {
 //     resolved (resolveWorkdir: refused when it resolves to a system
 //     directory), the owners of its tree recorded (snapshotOwners), and it,
 //     /agent-output, the agent's HOME (mode 0700) and /logs/agent are
-//     given to the solver's user;
+//     given to the solver's user, resolved from the run's --agent-user
+//     (ResolveSolveUser; under task the tree itself keeps the image's
+//     owners);
 //  3. the arm stages its files (Untrusted.Stage), as root;
 //  4. the verifier's HOME start-up files are kept when the working tree
 //     holds that HOME (snapshotHome);
@@ -121,17 +126,18 @@ func RunUntrusted(ctx context.Context, env Env, p Placement, h *sandbox.Handle, 
 	if !ok {
 		return UntrustedResult{}, fmt.Errorf("the sandbox driver %T cannot kill a solver's leftover processes (%s)", d, sandbox.AbilityProcessKiller)
 	}
-	u := &UntrustedRun{Env: env, Driver: d, Handle: h, Killer: killer, User: p.User, Workdir: p.Workdir, Grace: sandbox.DefaultGrace, Egress: "none"}
-	if u.User == "" {
-		u.User = AgentUser
+	id, err := ResolveSolveUser(ctx, env, p, h)
+	if err != nil {
+		return UntrustedResult{}, err
 	}
+	u := &UntrustedRun{Env: env, Driver: d, Handle: h, Killer: killer, User: id.User(), Identity: id, Workdir: p.Workdir, Grace: sandbox.DefaultGrace, Egress: "none"}
 	if sp := env.Spec(); sp.AgentGraceSec > 0 {
 		u.Grace = seconds(sp.AgentGraceSec)
 	}
 	if h.State["proxy"] != "" {
 		u.Egress = "proxy"
 	}
-	real, owners, err := prepareUntrustedDirs(ctx, d, h, u.Workdir, u.User)
+	real, owners, err := prepareUntrustedDirs(ctx, d, h, u.Workdir, id)
 	if err != nil {
 		return UntrustedResult{}, err
 	}
@@ -139,7 +145,7 @@ func RunUntrusted(ctx context.Context, env Env, p Placement, h *sandbox.Handle, 
 	if err := arm.Stage(ctx, u); err != nil {
 		return UntrustedResult{}, err
 	}
-	home, err := snapshotHome(ctx, d, h, real, env.Task().VerifierEnv["HOME"])
+	home, err := snapshotHome(ctx, d, h, id.homeScope(real), env.Task().VerifierEnv["HOME"])
 	if err != nil {
 		return UntrustedResult{}, err
 	}
@@ -168,7 +174,7 @@ func untrustedEpilogue(ctx context.Context, u *UntrustedRun, home *homeSnapshot,
 	// A process of the solver's user signalling -1 reaches every process
 	// of that user; KillAll also gets through a fork bomb holding the pids
 	// limit, and gives the verifier the sandbox's whole pids budget back.
-	if err := u.Killer.KillAll(ctx, h, u.User); err != nil {
+	if err := u.Killer.KillAll(ctx, h, u.Identity.Killer()); err != nil {
 		return fmt.Errorf("stop the solver's processes: %w", err)
 	}
 	links, err := RemoveGraderLinks(ctx, d, h, u.Workdir)
@@ -184,7 +190,8 @@ func untrustedEpilogue(ctx context.Context, u *UntrustedRun, home *homeSnapshot,
 		return err
 	}
 	r.GraderLinks, r.HomeReset, r.OwnersRestored = links, reset, restored
-	r.Isolation = map[string]any{"egress": u.Egress, "user": u.User, "workdir": u.Workdir}
+	r.Isolation = map[string]any{"egress": u.Egress, "workdir": u.Workdir}
+	u.Identity.Note(r.Isolation)
 	noteGraderLinks(dir, r.Isolation, links)
 	noteHomeReset(dir, r.Isolation, reset)
 	noteOwners(dir, r.Isolation, owners, restored)
@@ -192,23 +199,31 @@ func untrustedEpilogue(ctx context.Context, u *UntrustedRun, home *homeSnapshot,
 }
 
 // prepareUntrustedDirs creates the solver's working directory (checked
-// with its symlinks resolved: resolveWorkdir), /agent-output, its HOME
-// (mode 0700) and /logs/agent, owned by user (and nothing else: the
-// working tree, not its parents; / stays root's). It returns the working
-// directory with its symlinks resolved and the owners its paths had
-// before (snapshotOwners), which the verifier gets back.
-func prepareUntrustedDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir, user string) (string, *ownerSnapshot, error) {
-	real, err := resolveWorkdir(ctx, d, h, workdir)
+// with its symlinks resolved: resolveWorkdir, by the rule of the run's
+// --agent-user), /agent-output, its HOME (mode 0700) and /logs/agent,
+// owned by the solver's user id (and nothing else: the working tree, not
+// its parents; / stays root's). Under --agent-user task the working tree
+// is not chowned (as Harbor, it keeps the image's owners); only proctor's
+// own directories are given to the user. It returns the working directory
+// with its symlinks resolved and, sealed, the owners its paths had before
+// (snapshotOwners), which the verifier gets back (nil under task: nothing
+// was changed).
+func prepareUntrustedDirs(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workdir string, id SolveIdentity) (string, *ownerSnapshot, error) {
+	real, err := resolveWorkdir(ctx, d, h, workdir, id.Mode)
 	if err != nil {
 		return "", nil, err
 	}
-	owners, err := snapshotOwners(ctx, d, h, real)
-	if err != nil {
-		return "", nil, err
+	var owners *ownerSnapshot
+	tree := ""
+	if id.Sealed() {
+		if owners, err = snapshotOwners(ctx, d, h, real); err != nil {
+			return "", nil, err
+		}
+		tree = shq(real)
 	}
 	var out strings.Builder
 	prep := fmt.Sprintf("mkdir -p %[2]s %[3]s /logs/agent && chown -R %[4]s %[1]s %[2]s %[3]s /logs/agent && chmod 0700 %[3]s",
-		shq(real), agentOutput, agentHome, user)
+		tree, agentOutput, agentHome, id.User())
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &out, Stderr: &out, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {
 		return "", nil, fmt.Errorf("prepare the agent's directories: exit %d: %v: %s", res.ExitCode, err, cellfs.Suffix(out.String(), 300))
 	}

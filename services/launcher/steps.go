@@ -222,7 +222,7 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	c.Dir().Logf("step %d/%d %s", i+1, len(c.task.Steps), s.Name)
 	d := p.Driver
 	if s.WorkdirDir != "" {
-		if err := harness.UploadStepWorkdir(ctx, d, h, s, workdir, p.User, dir); err != nil {
+		if err := harness.UploadStepWorkdir(ctx, d, h, s, workdir, harness.StepSolveUser(c.Spec(), c.task, s, p), dir); err != nil {
 			var se *harness.StepSetupError
 			if errors.As(err, &se) {
 				return sv, &stepFailure{se.Error()}

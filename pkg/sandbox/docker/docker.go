@@ -348,6 +348,11 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		Image:      spec.Image,
 		Entrypoint: []string{"sleep", strconv.FormatInt(int64(math.Ceil(life.Seconds())), 10)},
 		Cmd:        []string{},
+		// The keep-alive runs as root whatever the image's USER: under
+		// no-new-privileges a container whose PID 1 is another user gives
+		// even a root exec no capabilities (proctor's chown of the agent's
+		// directories failed), and every exec names its own user.
+		User:       "0",
 		Env:        envList(spec.Env),
 		WorkingDir: spec.Workdir,
 		Labels:     limitLabels(lbl, h.Limits),
