@@ -180,3 +180,37 @@ func TestAgentUserRootCannotReadGraders(t *testing.T) {
 		}
 	}
 }
+
+// rootScript answers a task whose solve writes /app/out.txt only when
+// the Bash tool runs as root.
+const rootScript = `
+replies:
+  - tool_use: [{name: Bash, input: {command: "[ \"$(id -u)\" = 0 ] && echo hello > /app/out.txt; id -u"}}]
+    usage: {input_tokens: 100, output_tokens: 10}
+  - text: "Done."
+    usage: {input_tokens: 120, output_tokens: 5}
+`
+
+// TestClaudeAsRootUnderTaskUser: the real Claude Code CLI, against the
+// scripted model, runs as root in a root image under --agent-user task
+// (it refuses --dangerously-skip-permissions as root unless IS_SANDBOX=1
+// is set): its Bash tool ran as root, the verifier passed, the row
+// records the user and what a root agent gives up.
+func TestClaudeAsRootUnderTaskUser(t *testing.T) {
+	cli := claudeSetup(t)
+	_, requests := fakeModel(t, cli, rootScript)
+	root := t.TempDir()
+	claudeTask(t, root, "as-root", "CASE-ROOT", 300)
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude", "--agent-user", "task", "--agent-grace", "2")
+	if len(a.Results) != 1 {
+		t.Fatalf("%d rows", len(a.Results))
+	}
+	r := a.Results[0]
+	iso := r.Metrics.Isolation
+	if r.Outcome != artifact.OutcomePassed || iso["user"] != "0:0" || iso["agent_user"] != "task" || iso["root_gives_up"] == nil || r.Metrics.ToolCalls["Bash"] != 1 {
+		t.Errorf("docker-claude as root: %s %q, tools %v, isolation %v; want passed as 0:0", r.Outcome, r.Error, r.Metrics.ToolCalls, iso)
+	}
+	if n := len(requests()); n != 2 {
+		t.Errorf("the model got %d requests, want 2 (a tool call and the answer)", n)
+	}
+}
