@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
+	"github.com/proctor-eval/proctor/pkg/harness"
+	"github.com/proctor-eval/proctor/pkg/isoprobe"
 )
 
 // userTask returns the files of a task named name whose verifier passes
@@ -212,5 +215,40 @@ func TestClaudeAsRootUnderTaskUser(t *testing.T) {
 	}
 	if n := len(requests()); n != 2 {
 		t.Errorf("the model got %d requests, want 2 (a tool call and the answer)", n)
+	}
+}
+
+// TestProbeUnderTaskUser: under --agent-user task the probe runs in the
+// sandbox such an agent gets, as root in a root image, and reports
+// what a root agent can do that no leak class covers (root_gives_up in
+// isolation_probe.json, the row's reason and isolation); its classes
+// decide the row as ever.
+func TestProbeUnderTaskUser(t *testing.T) {
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "debian:bookworm-slim")
+	upNet := testutil.TestNetwork(t, cli)
+	ip := testutil.HTTPHost(t, cli, upNet, "target.test", "anywhere the task did not ask for")
+	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	root := t.TempDir()
+	writeTree(t, root, userTask("root-image", "[agent]\ntimeout_sec = 60.0\n", "WORKDIR /app\n", "/app", "0"))
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-probe", "--agent-user", "task",
+		"--probe-targets", "url=http://"+ip+"/,tcp="+ip+":80,dns=target.test")
+	if len(a.Results) != 1 {
+		t.Fatalf("%d rows", len(a.Results))
+	}
+	r := a.Results[0]
+	var res harness.ProbeResult
+	b, err := os.ReadFile(filepath.Join(r.OutputDir, harness.ProbeReportFile))
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("%s (%s): %v", r.Outcome, r.Error, err)
+	}
+	t.Logf("passed=%v open=%v", r.Passed, isoprobe.OpenClasses(res.Classes))
+	iso := r.Metrics.Isolation
+	if res.User != "0:0" || res.AgentUser != "task" || len(res.RootGivesUp) == 0 || iso["user"] != "0:0" || iso["root_gives_up"] == nil {
+		t.Errorf("probe as root: user %q mode %q gives up %v; row isolation %v", res.User, res.AgentUser, res.RootGivesUp, iso)
+	}
+	if r.Passed != res.Passed || r.Passed != (len(isoprobe.OpenClasses(res.Classes)) == 0) {
+		t.Errorf("the row passed %v, the report %v with open classes %v: root must not decide it", r.Passed, res.Passed, isoprobe.OpenClasses(res.Classes))
 	}
 }
