@@ -278,6 +278,10 @@ func (a claudeArm) refusalAs(mode string, t *task.Task) (events.ErrorClass, stri
 	return refusal(t, needsAs(mode, a.needs(t)))
 }
 
+func (a codexArm) refusalAs(mode string, t *task.Task) (events.ErrorClass, string) {
+	return refusal(t, needsAs(mode, a.needs(t)))
+}
+
 func (a probeArm) refusalAs(mode string, t *task.Task) (events.ErrorClass, string) {
 	if c, r := refusal(t, needsAs(mode, a.needs(t))); c != "" {
 		return c, r
