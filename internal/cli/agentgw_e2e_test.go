@@ -221,7 +221,6 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-
 // TestAgentPlatformCapAndRecorder: an agent still running at its
 // platform cap (max_timeout_sec below the task's timeout) leaves its cell
 // errored, class unavailable: the task never got its budget; the same
