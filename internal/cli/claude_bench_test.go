@@ -68,24 +68,32 @@ func claudeInstalls(b *testing.B, dir string) []string {
 // Claude arm: the sandbox on its internal network with the egress proxy
 // sidecar, the env file and prompt copied in, the CLI as uid 10001, the
 // stream read back; the verifier; aggregator; artifact), one cell at a
-// time, against the floor: the same CLI with the same argv, environment
-// and scripted model (`proctor serve fake-model` in a container on a
-// network the benchmark makes) run straight in a container of the derived
-// image (the CLI already in it) through the bare Docker API, as `docker
-// run --rm` does it: create, start, wait, read the logs, remove; on the
-// model's network directly (no proxy), HOME on a tmpfs as the arm has it,
-// no verifier. Both sides run the same two-turn conversation (a Bash tool
-// call, then text); the floor's output must end in a successful result
-// event, proctor's cells must pass. The per-cell cost is the slope between
-// runs of n and 3n repeats (n = 2, PROCTOR_BENCH_CLAUDE_CELLS); what a run
-// pays once is reported apart (run-fixed-ms).
+// time, against its floor: the same CLI, argv and scripted model (`proctor
+// serve fake-model` in a container on a network the benchmark makes) run
+// through the bare Docker API with exactly the steps DESIGN §4–§6 require
+// of any isolated agent cell (isolatedFloor: the internal network, the
+// proxy sidecar started and stopped and its log read, the container, the
+// same root execs before and after the CLI, the CLI through the proxy, the
+// bridge joined and the verifier's exec, everything removed) and no
+// proctor code. Both sides run the same two-turn conversation (a Bash tool
+// call, then text); the floor's CLI must end in a successful result event
+// and its reward be 1, proctor's cells must pass. The per-cell cost is the
+// slope between runs of n and 3n repeats (n = 2, PROCTOR_BENCH_CLAUDE_CELLS);
+// what a run pays once is reported apart (run-fixed-ms). Target: ratio
+// (proctor over the floor) <= 1.2.
+//
+// Beside it, bare-ms/cell is the old floor: the CLI in a bare container of
+// the derived image as `docker run --rm` does it (create, start, wait,
+// logs, remove), on the model's network directly, no proxy, no verifier;
+// isolation-cost is the floor over it, what the design's isolation costs
+// before proctor adds anything.
 //
 // The task image is new to each benchmark run (a LABEL with a random
 // value), so the warm-up run of 3 repeats at concurrency 2 makes its
 // derived image; installs-warmup counts the installs it did (must be 1)
 // and installs-measured those of the measured runs (must be 0): the CLI is
 // added once per task image, never per cell. The images are removed at
-// the end. Target: ratio <= 1.2.
+// the end.
 func BenchmarkClaudeCell(b *testing.B) {
 	cli := claudeSetup(b)
 	base, _ := fakeModel(b, cli, claudeBenchScript)
@@ -137,7 +145,10 @@ func BenchmarkClaudeCell(b *testing.B) {
 	derived := installs[0]
 
 	argv := harness.ClaudeArgs("", nil)
-	floor := func() {
+	iso := &isolatedFloor{cli: cli, derived: derived, proxyImage: proxyImageFor(b, os.Getenv(EnvProxyBinary)),
+		egressNet: os.Getenv(EnvEgressNetwork), modelBase: base, key: claudeTestKey, argv: argv,
+		rootBefore: envInt("PROCTOR_BENCH_CLAUDE_ROOT_BEFORE", 3), rootAfter: envInt("PROCTOR_BENCH_CLAUDE_ROOT_AFTER", 2)}
+	bare := func() {
 		c, err := cli.ContainerCreate(ctx, &container.Config{
 			Image: derived, User: harness.AgentUser, WorkingDir: "/app",
 			Env: []string{
@@ -191,14 +202,19 @@ func BenchmarkClaudeCell(b *testing.B) {
 		}
 	}
 
-	var rawTotal, small, large time.Duration
+	var bareTotal, floorTotal, small, large time.Duration
 	measured := 0
 	for b.Loop() {
 		t0 := time.Now()
 		for i := 0; i < n; i++ {
-			floor()
+			bare()
 		}
-		rawTotal += time.Since(t0)
+		bareTotal += time.Since(t0)
+		t0 = time.Now()
+		for i := 0; i < n; i++ {
+			iso.cell(b)
+		}
+		floorTotal += time.Since(t0)
 		d, out := run(n, 1)
 		small += d
 		measured += len(claudeInstalls(b, out))
@@ -209,14 +225,17 @@ func BenchmarkClaudeCell(b *testing.B) {
 	if measured != 0 {
 		b.Fatalf("the measured runs installed the CLI %d times, want 0 (the derived image is cached per task image)", measured)
 	}
-	rawCell := float64(rawTotal.Milliseconds()) / float64(b.N*n)
+	bareCell := float64(bareTotal.Milliseconds()) / float64(b.N*n)
+	floorCell := float64(floorTotal.Milliseconds()) / float64(b.N*n)
 	cell := float64((large - small).Milliseconds()) / float64(b.N*2*n)
-	b.ReportMetric(rawCell, "floor-ms/cell")
+	b.ReportMetric(bareCell, "bare-ms/cell")
+	b.ReportMetric(floorCell/bareCell, "isolation-cost")
+	b.ReportMetric(floorCell, "floor-ms/cell")
 	b.ReportMetric(cell, "proctor-ms/cell")
 	b.ReportMetric(float64(small.Milliseconds())/float64(b.N)-cell*float64(n), "run-fixed-ms")
 	b.ReportMetric(float64(len(installs)), "installs-warmup")
 	b.ReportMetric(float64(measured), "installs-measured")
-	b.ReportMetric(cell/rawCell, "ratio")
+	b.ReportMetric(cell/floorCell, "ratio")
 }
 
 // removeBenchImages removes the task image and the derived image of a

@@ -45,14 +45,15 @@ func benchLines() int {
 // event lines (Usage, ToolCall, Command, Message mixed): lines per second
 // from its stdout into JetStream through the launcher's path (docker exec
 // attach, line splitting, event-line parsing, envelope encoding, Publish,
-// Flush), against the bare floor measured in the same run: min(attach
-// rate, publish rate), where the attach rate is exec + attach + demux +
+// Flush), against the floor measured in the same run: min(attach rate,
+// publish rate), where the attach rate is exec + attach + demux +
 // bufio.Scanner lines with nothing parsed, and the publish rate is
-// PublishAsync of one prepared encoded envelope with no header (what the
-// bare client does; no dedupe). ratio_vs_floor is the launcher's rate over
-// the floor (target ≥ 0.6); ratio_vs_msgid uses instead the publish rate
-// of prepared envelopes with their Nats-Msg-Id (the dedupe the design
-// requires, which costs the server a lookup per message).
+// PublishMsgAsync of N prepared encoded envelopes each with its
+// Nats-Msg-Id (the dedupe DESIGN §7 requires of every event, a lookup per
+// message in the server). ratio_vs_floor is the launcher's rate over that
+// floor (target ≥ 0.7); beside it, ratio_vs_bare uses the bare publish of
+// one prepared envelope with no header (floor-publish-events/s), which no
+// event of the log may skip.
 //
 // Each side's rate is its best of agentLineRounds rounds, each round
 // starting with another side, so a burst of load from elsewhere (a
@@ -225,6 +226,7 @@ func BenchmarkAgentEventLines(b *testing.B) {
 	b.ReportMetric(rawPublish, "publish-msgid-events/s")
 	b.ReportMetric(through, "agent-lines/s")
 	b.ReportMetric(rawBare, "floor-publish-events/s")
-	b.ReportMetric(through/min(rawAttach, rawBare), "ratio_vs_floor")
-	b.ReportMetric(through/min(rawAttach, rawPublish), "ratio_vs_msgid")
+	b.ReportMetric(min(rawAttach, rawPublish), "floor-lines/s")
+	b.ReportMetric(through/min(rawAttach, rawPublish), "ratio_vs_floor")
+	b.ReportMetric(through/min(rawAttach, rawBare), "ratio_vs_bare")
 }
