@@ -149,7 +149,9 @@ type ImageBuiltData struct {
 	// Error is the failed build's or pull's error.
 	Error string `json:"error,omitempty"`
 	// QueueSec is how long the cell waited for a slot (`--concurrency`)
-	// before its image phase, in seconds; absent when it did not wait.
+	// before its image phase, in seconds; absent when it did not wait (a
+	// launcher with shared slots takes none before the image: its wait is
+	// on SandboxStarted).
 	QueueSec float64 `json:"queue_sec,omitempty"`
 }
 
@@ -163,6 +165,10 @@ type SandboxStartedData struct {
 	Network string            `json:"network,omitempty"`
 	// Limits are the sandbox's resource limits (DESIGN §4).
 	Limits *SandboxLimits `json:"limits,omitempty"`
+	// QueueSec is how long the cell waited for a sandbox slot
+	// (`--concurrency`) once its image was ready, in seconds; absent when
+	// it did not wait.
+	QueueSec float64 `json:"queue_sec,omitempty"`
 }
 
 // SandboxLimits are the limits a sandbox got: CPUs (fractions allowed),
@@ -353,6 +359,10 @@ type FinishedData struct {
 	NoAttempt bool `json:"no_attempt,omitempty"`
 	// Synthesized is true when proctor wrote this event for the agent.
 	Synthesized bool `json:"synthesized,omitempty"`
+	// QueueSec is how long the cell's started sandbox waited for a solve
+	// slot (`--concurrency`; a sandbox is started ahead while the node's
+	// solves run), in seconds; absent when it did not wait.
+	QueueSec float64 `json:"queue_sec,omitempty"`
 	// AgentReported holds metrics.json values as the agent reported them.
 	AgentReported map[string]any `json:"agent_reported,omitempty"`
 	// Isolation records the sandbox of the solve phase (e.g. network).

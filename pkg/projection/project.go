@@ -75,6 +75,9 @@ type cellState struct {
 	finished *events.FinishedData
 	image    *events.ImageBuiltData
 	limits   *events.SandboxLimits
+	// sandboxQueue is SandboxStarted's queue_sec: the wait for a sandbox
+	// slot once the image was ready.
+	sandboxQueue float64
 
 	// Telemetry the agent reports: each sum is nil until an event reports
 	// it (unreported is not 0); calls counts Usage events (their calls,
@@ -222,6 +225,7 @@ func (p *Projector) Apply(e events.Envelope) {
 		var sb events.SandboxStartedData
 		p.into(e, &sb)
 		c.limits = sb.Limits
+		c.sandboxQueue = sb.QueueSec
 		if sb.State["proxy"] != "" {
 			c.noteEgress() // a cell behind a proxy has egress counts, 0 or not
 		}
@@ -620,7 +624,9 @@ func (p *Projector) row(id string) artifact.Result {
 		Attempt: c.attempt, Attempts: c.attempts, TaskRevision: c.plan.TaskRevision, OutputDir: c.plan.OutputDir, TaskMeta: c.plan.TaskMeta,
 	}
 	if !c.first.IsZero() {
-		r.ElapsedSec = round3(c.last.Sub(c.first).Seconds())
+		// A cell's own time: the waits for a sandbox and a solve slot,
+		// which come after its image phase, are queue_sec, apart.
+		r.ElapsedSec = round3(max(c.last.Sub(c.first).Seconds()-c.sandboxQueue-c.finishedQueue(), 0))
 	}
 	if r.Attempts < 2 {
 		r.Attempts = 0 // one attempt: the field is omitted
@@ -650,6 +656,9 @@ func (p *Projector) row(id string) artifact.Result {
 		if c.image.QueueSec > 0 {
 			m.QueueSec = ptr(c.image.QueueSec)
 		}
+	}
+	if q := c.sandboxQueue + c.finishedQueue(); q > 0 {
+		m.QueueSec = ptr(round3(q + deref0(m.QueueSec)))
 	}
 	if f := c.finished; f != nil {
 		r.ReturnCode = ptr(f.ExitCode)
@@ -824,6 +833,23 @@ func stepRow(sv events.StepVerdictData, startedAt map[int]time.Time, at time.Tim
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// finishedQueue is the wait for a solve slot Finished records (0 without
+// Finished).
+func (c *cellState) finishedQueue() float64 {
+	if c.finished == nil {
+		return 0
+	}
+	return c.finished.QueueSec
+}
+
+// deref0 is *p, or 0 for nil.
+func deref0(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
 
 // addReported adds v to sum when v was reported; sum stays nil until then.
 func addReported(sum, v *int64) *int64 {

@@ -46,10 +46,12 @@ type Config struct {
 	// Host is the driver of host-process sandboxes (command arms); nil
 	// means a process.Driver with Host set.
 	Host sandbox.Driver
-	// Slots, when set, bound the cells holding a sandbox on this node
-	// with this process's verifier (see Slots): a cell waits for one
-	// before its image phase (recorded as queue_sec) and a handed-over
-	// cell keeps it until its verifier releases it.
+	// Slots, when set, schedule the cells of this node with this
+	// process's verifier (see Slots): a cell waits for a sandbox slot once
+	// its image is ready and for a solve slot once its sandbox is (both
+	// recorded as queue_sec); a handed-over cell keeps its sandbox slot
+	// until its verifier releases it. The launcher then takes
+	// Slots.Pulls() jobs at a time instead of Concurrency.
 	Slots *Slots
 	// ReapEvery is how often the launcher reaps sandboxes of cells no
 	// one owns any more (see Reap; at start too; default AckWait), when
@@ -125,7 +127,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if r, ok := s.driver.(Reaper); ok {
 		go s.reapLoop(ctx, r)
 	}
-	return bus.Serve(ctx, cons, s.cfg.Concurrency, s.cfg.AckWait/3, s.handle)
+	pulls := s.cfg.Concurrency
+	if s.cfg.Slots != nil {
+		pulls = s.cfg.Slots.Pulls()
+	}
+	return bus.Serve(ctx, cons, pulls, s.cfg.AckWait/3, s.handle)
 }
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
@@ -154,24 +160,13 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-// launch runs the attempt once the run is not paused: it takes a slot and
-// runs the cell; errPaused when the run was paused meanwhile.
+// launch runs the attempt once the run is not paused: the cell takes its
+// slots as it goes (cellSlots: no slot while its image is built, a
+// sandbox slot, then a solve slot) and releases what it still holds when
+// it ends; errPaused when the run was paused meanwhile.
 func (s *Service) launch(ctx context.Context, job events.LaunchJob, attempt int) error {
-	c := &cell{s: s, job: job, attempt: attempt}
-	if sl := s.cfg.Slots; sl != nil {
-		start := time.Now()
-		if err := sl.acquire(ctx); err != nil {
-			return err
-		}
-		c.queueSec = time.Since(start).Seconds()
-		defer func() {
-			if c.handedOver {
-				sl.hold(VerifyJobID(job.RunID, job.CellID, attempt))
-			} else {
-				sl.release()
-			}
-		}()
-	}
+	c := &cell{s: s, job: job, attempt: attempt, slots: cellSlots{s: s.cfg.Slots}}
+	defer c.releaseSlots()
 	return c.run(ctx)
 }
 
@@ -231,14 +226,18 @@ type cell struct {
 	attempt int
 	cr      *cellrun.Cell
 	task    *task.Task
-	// queueSec is how long the cell waited for a slot (seconds);
+	// queueSec is how long the cell waited for its slots (seconds);
 	// handedOver is set once its sandbox went to a verifier.
-	queueSec   float64
-	handedOver bool
+	queueSec      float64
+	solveQueueSec float64
+	handedOver    bool
+	slots         cellSlots
 }
 
-// QueueSec is how long the cell waited for a slot, in seconds
-// (harness.TaskImage records it on ImageBuilt).
+// QueueSec is how long the cell waited for its slots so far, in seconds
+// (harness.TaskImage records it on ImageBuilt; the image phase comes
+// before any slot, so it is 0 there under Slots, and SandboxStarted
+// records the wait for the sandbox slot).
 func (c *cell) QueueSec() float64 { return c.queueSec }
 
 func (c *cell) RunID() string                { return c.job.RunID }
@@ -335,6 +334,12 @@ func (c *cell) run(ctx context.Context) error {
 	if err != nil {
 		return c.end(ctx, events.ClassInfra, err)
 	}
+	if c.slots.s != nil {
+		if err := c.takeSandbox(ctx); err != nil {
+			return err
+		}
+		p.Spec.Lifetime = aheadLifetime(p.Spec.Lifetime, c.task.AgentTimeoutSec)
+	}
 	h, err := p.Driver.Start(ctx, p.Spec)
 	if err != nil {
 		return c.end(ctx, events.ClassSandbox, err)
@@ -352,7 +357,7 @@ func (c *cell) run(ctx context.Context) error {
 		}
 	}
 	defer teardown()
-	sb := events.SandboxStartedData{Driver: h.Driver, ID: h.ID, State: h.State, Node: c.s.cfg.Node}
+	sb := events.SandboxStartedData{Driver: h.Driver, ID: h.ID, State: h.State, Node: c.s.cfg.Node, QueueSec: round3(c.queueSec)}
 	var lim events.SandboxLimits
 	if p.Networks.Start != "" {
 		// A sandbox with a network plan is a container: its network and
@@ -372,12 +377,19 @@ func (c *cell) run(ctx context.Context) error {
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	if len(c.task.Steps) > 0 && !harness.SolvesSteps(arm) {
+		if err := c.takeSolve(ctx); err != nil {
+			return err
+		}
 		return c.runSteps(ctx, arm, p, h, teardown)
 	}
 
 	snap := c.snapshotShadows(ctx, p, h)
+	if err := c.takeSolve(ctx); err != nil {
+		return err
+	}
 	start := time.Now()
 	out, err := arm.Solve(ctx, c, p, h)
+	c.endSolve()
 	if oerr := c.recordHarness(ctx, "", start, out, err); oerr != nil && err == nil {
 		err = oerr
 	}
@@ -411,6 +423,7 @@ func (c *cell) run(ctx context.Context) error {
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	fin := out.Finished
+	fin.QueueSec = round3(c.solveQueueSec)
 	if out.Verdict == nil {
 		c.tamperFindings(ctx, p, h, snap, &fin)
 	}
@@ -437,7 +450,9 @@ func (c *cell) run(ctx context.Context) error {
 		return err
 	}
 	vj := events.VerifyJob{RunID: c.job.RunID, CellID: c.job.CellID, Attempt: c.attempt, Node: c.s.cfg.Node, Sandbox: sb, Epoch: c.job.Epoch, Workdir: c.workTree(p)}
+	c.passSandbox()
 	if err := c.s.bus.PublishWork(ctx, events.VerifySubject(c.s.cfg.Node), VerifyJobID(c.job.RunID, c.job.CellID, c.attempt), vj); err != nil {
+		c.reclaimSandbox()
 		return err
 	}
 	handedOver, c.handedOver = true, true

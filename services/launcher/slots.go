@@ -3,55 +3,180 @@ package launcher
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
-// Slots bounds the cells that hold a sandbox on this node, solve and
-// verify together (`--concurrency N`): a launcher takes a slot before a
-// cell's image phase and, when it hands the cell's sandbox to a verifier
-// in the same process, passes the slot on with it (Hold); the verifier
-// gives it back once the sandbox is destroyed (Release). Without shared
-// Slots a solved container would wait alive for a separate verifier slot
-// while new cells start. Safe for concurrent use.
+// Slots schedule the cells of one node whose launcher and verifier share a
+// process (`--concurrency N`) so that no solve slot idles while work is
+// queued (docs/decisions/2026-12-02-scheduler-prepares-ahead.md):
+//
+//   - N solve slots bound the cells whose solve runs (the agent's time,
+//     the expensive part: a model's minutes);
+//   - N + Ahead(N) sandbox slots bound the cells that hold a sandbox:
+//     started and waiting for a solve slot, solving, or handed to this
+//     process's verifier, which gives the slot back once the sandbox is
+//     destroyed (Release);
+//   - a cell's image phase (a build, a pull, the CLI's derived image)
+//     holds neither: a cell waiting for its image never keeps a slot from
+//     a cell whose image is ready.
+//
+// So the next cells' sandboxes are started while the current solves run,
+// and a solve's end hands its slot at once to a cell that is already
+// started (the slot-refill latency is a channel send, not a container
+// start); the verifier's steps and the sandbox's removal run beside the
+// next solve instead of before it. The launcher takes Pulls() launch jobs
+// at a time: N solving, Ahead(N) prepared, Ahead(N) in their image phase.
+// Safe for concurrent use.
 type Slots struct {
-	sem  chan struct{}
-	mu   sync.Mutex
-	held map[string]bool
+	n       int
+	solve   chan struct{}
+	sandbox chan struct{}
+	mu      sync.Mutex
+	held    map[string]bool
 }
 
-// NewSlots returns n slots (at least 1).
+// Ahead is how many sandboxes beyond n a node of n solve slots may hold:
+// a quarter of n, at least 1.
+func Ahead(n int) int { return max(1, (n+3)/4) }
+
+// NewSlots returns n solve slots (at least 1) and n + Ahead(n) sandbox
+// slots.
 func NewSlots(n int) *Slots {
-	return &Slots{sem: make(chan struct{}, max(n, 1)), held: map[string]bool{}}
+	n = max(n, 1)
+	return &Slots{n: n, solve: make(chan struct{}, n), sandbox: make(chan struct{}, n+Ahead(n)), held: map[string]bool{}}
 }
 
-// acquire waits for a free slot; ctx's error when it ends first.
-func (s *Slots) acquire(ctx context.Context) error {
+// Pulls is how many launch jobs the launcher works on at once: the solve
+// slots, the sandboxes prepared ahead, and as many again in their image
+// phase.
+func (s *Slots) Pulls() int { return s.n + 2*Ahead(s.n) }
+
+func take(ctx context.Context, sem chan struct{}) error {
 	select {
-	case s.sem <- struct{}{}:
+	case sem <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (s *Slots) release() { <-s.sem }
-
-// hold records that the slot taken for a cell now travels with its verify
-// job, key being the job's id (VerifyJobID).
+// hold records that the sandbox slot taken for a cell now travels with its
+// verify job, key being the job's id (VerifyJobID).
 func (s *Slots) hold(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.held[key] = true
 }
 
-// Release frees the slot held by the verify job key; a job whose slot was
-// not passed on here (another process's launcher, a restarted node) frees
-// nothing.
+// Release frees the sandbox slot held by the verify job key; a job whose
+// slot was not passed on here (another process's launcher, a restarted
+// node) frees nothing.
 func (s *Slots) Release(key string) {
 	s.mu.Lock()
 	ok := s.held[key]
 	delete(s.held, key)
 	s.mu.Unlock()
 	if ok {
-		s.release()
+		<-s.sandbox
 	}
 }
+
+// cellSlots are the slots one cell holds.
+type cellSlots struct {
+	s                *Slots
+	sandbox, solving bool
+}
+
+// takeSandbox waits for a sandbox slot, before the cell's sandbox starts;
+// the wait is added to c.queueSec (recorded on SandboxStarted). Without
+// Slots it returns at once. A sandbox started ahead may wait up to one
+// solve budget for its solve slot, so its lifetime grows by that budget.
+func (c *cell) takeSandbox(ctx context.Context) error {
+	sl := c.slots.s
+	if sl == nil || c.slots.sandbox {
+		return nil
+	}
+	start := time.Now()
+	if err := take(ctx, sl.sandbox); err != nil {
+		return err
+	}
+	c.slots.sandbox = true
+	c.queueSec += time.Since(start).Seconds()
+	return nil
+}
+
+// aheadLifetime is the lifetime of a sandbox started ahead: its own (the
+// harness's budgets plus slack; 0 is sandbox.DefaultLifetime) plus the
+// task's solve budget, the longest it can wait for a solve slot.
+func aheadLifetime(life time.Duration, solveBudgetSec float64) time.Duration {
+	if life <= 0 {
+		life = sandbox.DefaultLifetime
+	}
+	return life + time.Duration(solveBudgetSec*float64(time.Second))
+}
+
+// takeSolve waits for a solve slot, once the cell's sandbox is ready; the
+// wait is c.solveQueueSec (recorded on Finished) and logged.
+func (c *cell) takeSolve(ctx context.Context) error {
+	sl := c.slots.s
+	if sl == nil || c.slots.solving {
+		return nil
+	}
+	start := time.Now()
+	if err := take(ctx, sl.solve); err != nil {
+		return err
+	}
+	c.slots.solving = true
+	if w := time.Since(start).Seconds(); w > 0.001 {
+		c.solveQueueSec = w
+		c.Dir().Logf("waited %.3fs for a solve slot", w)
+	}
+	return nil
+}
+
+// endSolve gives the solve slot back: the agent's processes are gone.
+func (c *cell) endSolve() {
+	if c.slots.solving {
+		c.slots.solving = false
+		<-c.slots.s.solve
+	}
+}
+
+// passSandbox hands the cell's sandbox slot to its verify job, before the
+// job is published (the verifier may release it at once); reclaimSandbox
+// takes it back when the job could not be published, unless the verifier
+// already released it.
+func (c *cell) passSandbox() {
+	if c.slots.sandbox {
+		c.slots.sandbox = false
+		c.slots.s.hold(VerifyJobID(c.job.RunID, c.job.CellID, c.attempt))
+	}
+}
+
+func (c *cell) reclaimSandbox() {
+	sl := c.slots.s
+	if sl == nil {
+		return
+	}
+	key := VerifyJobID(c.job.RunID, c.job.CellID, c.attempt)
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.held[key] {
+		delete(sl.held, key)
+		c.slots.sandbox = true
+	}
+}
+
+// releaseSlots gives back what the cell still holds when its launch ends:
+// the solve slot, and the sandbox slot unless it went with the verify job.
+func (c *cell) releaseSlots() {
+	c.endSolve()
+	if c.slots.sandbox {
+		c.slots.sandbox = false
+		<-c.slots.s.sandbox
+	}
+}
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
