@@ -287,7 +287,7 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 	if err != nil && !errors.Is(err, bus.ErrNotFound) {
 		return err
 	}
-	for _, c := range cells {
+	for _, c := range dispatchOrder(cells) {
 		if c.Refusal != "" {
 			continue
 		}
