@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test fuzz vet bench demo deploy-test docs clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test fuzz vet bench soak demo deploy-test docs clean
 
 all: build
 
@@ -61,6 +61,10 @@ fuzz:
 ## bench: run each benchmark 3 times; print median [min..max] of each ratio against its floor and the CPU other processes took
 bench: setup-node setup-browser setup-claude
 	scripts/bench.sh
+
+## soak: the long-test set (not in `make test`): 500 oracle cells printing 5 MB each at concurrency 8 on the embedded server, RSS, heap, goroutines and fds sampled every 50 cells (PROCTOR_SOAK_CELLS, PROCTOR_SOAK_EVERY, PROCTOR_SOAK_MB)
+soak: setup
+	PROCTOR_SOAK=1 $(GO) test -count=1 -p 1 -v -run '^TestSoak$$' -timeout 4h ./internal/cli/
 
 ## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude) and Claude against the Codex arms (out/demo-codex)
 demo: setup setup-claude setup-codex build
