@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,7 +192,7 @@ func BenchmarkScheduling(b *testing.B) {
 		fixed := warm.wall.Seconds() - sleep
 		r := runSched(b, home, root, conc, cells)
 		if n := passed(r.a); n != cells {
-			b.Fatalf("%d of %d cells passed", n, cells)
+			b.Errorf("%d of %d cells passed: %s", n, cells, notPassed(r.a))
 		}
 		ideal := float64((cells+conc-1)/conc)*sleep + fixed
 		starts, ends, _ := r.solves()
@@ -210,7 +211,7 @@ func BenchmarkScheduling(b *testing.B) {
 		}
 		r3 := runSched(b, home, root3, conc, (cells+2)/3)
 		if n := passed(r3.a); n != 3*((cells+2)/3) {
-			b.Fatalf("%d of %d cells passed", n, 3*((cells+2)/3))
+			b.Errorf("%d of %d cells passed: %s", n, 3*((cells+2)/3), notPassed(r3.a))
 		}
 		_, _, waits := r3.solves()
 		b.ReportMetric(r3.wall.Seconds(), "build_makespan_s")
@@ -251,6 +252,17 @@ func passed(a *artifact.Artifact) int {
 		}
 	}
 	return n
+}
+
+// notPassed describes the cells of a that did not pass.
+func notPassed(a *artifact.Artifact) string {
+	var out []string
+	for _, r := range a.Results {
+		if !r.Passed {
+			out = append(out, fmt.Sprintf("%s: %s %s (%s)", r.CellID, r.Outcome, r.ErrorClass, r.Error))
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // removeLabelled removes the images carrying label (k=v).
