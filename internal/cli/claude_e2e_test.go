@@ -278,6 +278,10 @@ func TestClaudeArms(t *testing.T) {
 		fmt.Sprint(ar["offered_plugins"]) != "[abskill]" || fmt.Sprint(ar["unexpected_skills"]) != "[]" || ar["ttft_sec"] == nil || ar["latency_sec"] == nil {
 		t.Errorf("greet, skill arm agent_reported: %v", ar)
 	}
+	// The skill arm's notice, versioned: the seed's meaning, no task named.
+	if tr := m.Treatment; tr == nil || tr.Skill != "greet" || tr.NoticeVersion != harness.SkillNoticeVersion || c.Metrics.Treatment != nil {
+		t.Errorf("metrics.treatment: skill arm %+v, control arm %+v", m.Treatment, c.Metrics.Treatment)
+	}
 	if c.Outcome != "failed" || c.Metrics.AgentReported["terminal_reason"] != "completed" || deref(c.Metrics.NCalls) != int64(1) ||
 		fmt.Sprint(c.Metrics.AgentReported["offered_plugins"]) != "[]" {
 		t.Errorf("greet, control arm (built-in plugins off): %s", show(c))
@@ -310,9 +314,14 @@ func TestClaudeArms(t *testing.T) {
 		t.Errorf("no comparison of %s against docker-claude", skillArm)
 	}
 	reqs := requests()
-	hung := false
+	hung, noticed := false, false
 	for _, r := range reqs {
 		hung = hung || strings.Contains(string(r.Body), "CASE-HANG")
+		noticed = noticed || (strings.Contains(string(r.Body), "Load it with the Skill tool before you start") &&
+			strings.Contains(string(r.Body), "trust the environment"))
+	}
+	if !noticed {
+		t.Error("no request of the skill arm carried the notice")
 	}
 	if !hung {
 		t.Error("the hanging reply was never asked for (the CLI timed out before its first request)")

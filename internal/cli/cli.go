@@ -129,7 +129,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	tasks.AddCommand(newTasksRun(g), newTasksCheck(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))
 	root.AddCommand(tasks, newCatalog(g), newServe(g), newGC(g), newFirewall(g), newVersion(g))
 	root.AddCommand(newRuns(g), newReplay(g), newReport(g), newWatch(g), newEvents(g), newDataset(g))
-	root.AddCommand(newView(g), newProxy(g), newProbeInside(g), newDocs(g))
+	root.AddCommand(newView(g), newProxy(g), newProbeInside(g), newDocs(g), newSubjects(g))
 	return root
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
+	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/pkg/textsafe"
@@ -167,7 +168,7 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	s := events.RunSpec{
 		BaseDir:   cwd,
 		TasksRoot: root, Tasks: names, All: f.all, Strict: f.strict, Harnesses: harnesses, Models: f.models,
-		Repeats: f.repeats, BaselineHarness: f.baseline, OutputDir: out, AgentGraceSec: f.agentGrace,
+		Repeats: f.repeats, BaselineHarness: f.baselineName(harnesses), OutputDir: out, AgentGraceSec: f.agentGrace,
 		ProbeTargets: f.probeTgts, Retries: f.retries, NoIntercept: f.noIntercept, AgentUser: agentUser,
 	}
 	if f.caps.Any() {
@@ -197,16 +198,74 @@ func (f *runFlags) spec(runID string) (events.RunSpec, error) {
 	return s, nil
 }
 
-// harnessRefs are the harnesses of --harnesses and --command-template.
+// harnessRefs are the harnesses of --harnesses and --command-template: a
+// bare command entry (the task-runs seed's spelling) takes the template
+// (command:<template>); without one the template is added as a harness.
+// A --baseline-harness none of them names (harness.SameHarness) is added
+// last, as the seed adds it (baselineAdded says so).
 func (f *runFlags) harnessRefs() []string {
+	harnesses := f.listed()
+	if b := f.baselineAdded(); b != "" {
+		harnesses = append(harnesses, b)
+	}
+	return harnesses
+}
+
+// listed are the harnesses of --harnesses and --command-template, without
+// the baseline harnessRefs adds.
+func (f *runFlags) listed() []string {
 	harnesses := slices.Clone(f.harnesses.vals)
 	if f.commandTpl != "" {
 		if !f.harnesses.set {
 			harnesses = nil
 		}
-		harnesses = append(harnesses, "command:"+f.commandTpl)
+		bare := false
+		for i, h := range harnesses {
+			var filled bool
+			if harnesses[i], filled = harness.FillTemplate(h, f.commandTpl); filled {
+				bare = true
+			}
+		}
+		if !bare {
+			harnesses = append(harnesses, harness.CommandRef(f.commandTpl))
+		}
 	}
 	return harnesses
+}
+
+// baselineRef is --baseline-harness, a bare command given the template
+// as in harnessRefs.
+func (f *runFlags) baselineRef() string {
+	b, _ := harness.FillTemplate(f.baseline, f.commandTpl)
+	return b
+}
+
+// baselineName is the baseline's name in the run's spec: the name
+// (harness.Ref.Name) of the harness of hs that --baseline-harness names,
+// so the rows compared with it carry exactly that name; "" without
+// --baseline-harness.
+func (f *runFlags) baselineName(hs []string) string {
+	b := f.baselineRef()
+	if b == "" {
+		return ""
+	}
+	for _, h := range hs {
+		if harness.SameHarness(h, b) {
+			if r, err := harness.Parse(h); err == nil {
+				return r.Name
+			}
+		}
+	}
+	return b
+}
+
+// baselineAdded is the harness harnessRefs adds for --baseline-harness,
+// "" when --harnesses names it.
+func (f *runFlags) baselineAdded() string {
+	if b := f.baselineRef(); b != "" && !slices.ContainsFunc(f.listed(), func(h string) bool { return harness.SameHarness(h, b) }) {
+		return b
+	}
+	return ""
 }
 
 // resumeConflicts lists the flags given with --resume that are part of
@@ -237,16 +296,19 @@ func (f *runFlags) resumeConflicts(rec bus.RunRecord) []string {
 	check("tasks", !slices.Equal(f.taskNames(), s.Tasks), list(f.taskNames()), list(s.Tasks))
 	check("all", f.all != s.All, f.all, s.All)
 	check("strict", f.strict != s.Strict, f.strict, s.Strict)
+	// Harnesses compare as harnesses: the seed's alias of the run's
+	// harness (docker-oracle for oracle) is the run's own value.
 	hs := f.harnessRefs()
+	same := slices.EqualFunc(hs, s.Harnesses, harness.SameHarness)
 	if f.changed("command-template") && !f.changed("harnesses") {
-		check("command-template", !slices.Equal(hs, s.Harnesses), list(hs), list(s.Harnesses))
+		check("command-template", !same, list(hs), list(s.Harnesses))
 	} else {
-		check("harnesses", !slices.Equal(hs, s.Harnesses), list(hs), list(s.Harnesses))
+		check("harnesses", !same, list(hs), list(s.Harnesses))
 	}
 	check("model", !slices.Equal(f.models, s.Models), list(f.models), list(s.Models))
 	check("repeats", f.repeats != s.Repeats, f.repeats, s.Repeats)
 	check("retries", f.retries != s.Retries, f.retries, s.Retries)
-	check("baseline-harness", f.baseline != s.BaselineHarness, f.baseline, s.BaselineHarness)
+	check("baseline-harness", !harness.SameHarness(f.baselineName(hs), s.BaselineHarness), f.baselineRef(), s.BaselineHarness)
 	out2 := abs(filepath.Join(f.outputDir, rec.ID))
 	check("output-dir", out2 != s.OutputDir, f.outputDir, filepath.Dir(s.OutputDir))
 	check("agent-grace", f.agentGrace != s.AgentGraceSec, f.agentGrace, s.AgentGraceSec)
@@ -279,13 +341,17 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	if err != nil {
 		return err
 	}
+	if b := f.baselineAdded(); b != "" {
+		// The task-runs seed's line, word for word.
+		fmt.Fprintf(g.stderr, "will also run the baseline harness %s\n", b)
+	}
 	// A driver that lacks an ability the harnesses need refuses the run
 	// here, not cell by cell.
 	if err := g.checkSandbox(f.sandbox, spec.Harnesses); err != nil {
 		return err
 	}
 	if f.dryRun {
-		return g.dryRun(spec)
+		return g.dryRun(runID, spec)
 	}
 	// Check the matrix before anything starts: a bad root or harness fails
 	// here with the file and line, not inside a service.
@@ -559,7 +625,7 @@ func (g *globals) warnUsers(spec events.RunSpec) {
 	}
 }
 
-func (g *globals) dryRun(spec events.RunSpec) error {
+func (g *globals) dryRun(runID string, spec events.RunSpec) error {
 	cells, err := matrix(spec)
 	if err != nil {
 		return err
@@ -577,5 +643,28 @@ func (g *globals) dryRun(spec events.RunSpec) error {
 		fmt.Fprintln(g.stdout, textsafe.Line(c.ID+"\t"+state))
 	}
 	fmt.Fprintf(g.stdout, "%d cells, %d would run, %d errored before any build\n", len(cells), runnable, len(cells)-runnable)
+	if spec.OutJSON == "" {
+		return nil
+	}
+	a := plannedArtifact(runID, spec, cells)
+	if err := artifact.WriteFile(spec.OutJSON, a); err != nil {
+		return fmt.Errorf("--out-json: %w", err)
+	}
+	fmt.Fprintf(g.stderr, "dry run: wrote %s (%d cells planned, %d errored before any build)\n", spec.OutJSON, runnable, len(cells)-runnable)
 	return nil
+}
+
+// plannedArtifact is the task_runs.v1 artifact run runID of spec would
+// start from: its planning events (planner.CellEvents) projected, every
+// cell that would run planned, every refused one errored as the run
+// would write it (projection.PlannedArtifact).
+func plannedArtifact(runID string, spec events.RunSpec, cells []planner.Cell) *artifact.Artifact {
+	p := projection.NewProjector(runID)
+	p.Apply(events.Must(events.RunRequested, runID, "", 0, lifecycle.Source, events.RunRequestedData{Spec: spec, ProctorVersion: version()}))
+	for _, c := range cells {
+		for _, e := range planner.CellEvents(runID, spec, c) {
+			p.Apply(e)
+		}
+	}
+	return p.PlannedArtifact(version())
 }

@@ -223,10 +223,14 @@ func distinctModels(rows []Result) []string {
 }
 
 // cells indexes rows by key; for a repeated key the row that sorts last in
-// sortedRows order (the highest attempt) wins.
+// sortedRows order (the highest attempt) wins. A planned row (a dry
+// run's) is no cell of a comparison.
 func cells(rows []Result) map[cellKey]Result {
 	m := make(map[cellKey]Result, len(rows))
 	for _, r := range rows {
+		if r.Planned() {
+			continue
+		}
 		k := cellKey{r.Task, r.Model, r.Repeat}
 		if old, ok := m[k]; !ok || cmp.Or(cmp.Compare(old.Attempt, r.Attempt), cmp.Compare(old.CellID, r.CellID)) <= 0 {
 			m[k] = r

@@ -16,6 +16,9 @@ const (
 	OutcomeVerifierTimeout = "verifier_timeout"
 	OutcomeVerifierError   = "verifier_error"
 	OutcomeErrored         = "errored"
+	// OutcomePlanned is a cell of a dry run's artifact that would run:
+	// neither scored nor errored, and in no comparison.
+	OutcomePlanned = "planned"
 )
 
 // Error classes of an errored cell (DESIGN §8), as strings of the rows:
@@ -86,9 +89,14 @@ type Result struct {
 	CellID  string `json:"cell_id"`
 	Task    string `json:"task"`
 	Harness string `json:"harness"`
-	Model   string `json:"model"`
-	Repeat  int    `json:"repeat"`
-	Attempt int    `json:"attempt"`
+	// HarnessKind is the harness's canonical kind (harness.KindOf): the
+	// kind behind an alias the row's harness was written with
+	// (docker-oracle is oracle, probe is docker-probe), the part before
+	// the first ":" otherwise.
+	HarnessKind string `json:"harness_kind,omitempty"`
+	Model       string `json:"model"`
+	Repeat      int    `json:"repeat"`
+	Attempt     int    `json:"attempt"`
 	// Attempts counts the attempts of the cell the event log holds (a
 	// retried, redelivered or resumed cell has several; the row is the
 	// last one's); omitted when there was one.
@@ -200,10 +208,12 @@ type Metrics struct {
 	UsageObserved  *UsageObserved    `json:"usage_observed,omitempty"`
 	Isolation      map[string]any    `json:"isolation,omitempty"`
 	IsolationProbe map[string]string `json:"isolation_probe,omitempty"`
-	AgentReported  map[string]any    `json:"agent_reported,omitempty"`
-	SolveSec       *float64          `json:"solve_sec,omitempty"`
-	VerifySec      *float64          `json:"verify_sec,omitempty"`
-	BuildSec       *float64          `json:"build_sec,omitempty"`
+	// Treatment is a skill arm's skill and notice version.
+	Treatment     *Treatment     `json:"treatment,omitempty"`
+	AgentReported map[string]any `json:"agent_reported,omitempty"`
+	SolveSec      *float64       `json:"solve_sec,omitempty"`
+	VerifySec     *float64       `json:"verify_sec,omitempty"`
+	BuildSec      *float64       `json:"build_sec,omitempty"`
 	// QueueSec is how long the cell waited for a slot before its image
 	// phase (seconds; not part of elapsed_sec).
 	QueueSec *float64 `json:"queue_sec,omitempty"`
@@ -387,6 +397,9 @@ type Summary struct {
 type HarnessSummary struct {
 	N       int `json:"n"`
 	Errored int `json:"errored"`
+	// Planned counts the rows of a dry run's artifact that would run
+	// (OutcomePlanned); omitted when 0. Scored is n − errored − planned.
+	Planned int `json:"planned,omitempty"`
 	Scored  int `json:"scored"`
 	Passed  int `json:"passed"`
 	// PassRate is passed / scored; null when scored is 0.
@@ -501,4 +514,12 @@ type McNemar struct {
 	CorrectionFamily     string   `json:"correction_family"`
 	CorrectionFamilySize int      `json:"correction_family_size,omitempty"`
 	Significant          *bool    `json:"significant"`
+}
+
+// Treatment is metrics.treatment: the skill a skill arm offered and the
+// version of the notice opening its prompt. Rows of different notice
+// versions are not comparable.
+type Treatment struct {
+	Skill         string `json:"skill"`
+	NoticeVersion int    `json:"notice_version"`
 }

@@ -124,6 +124,28 @@ func (r *reporter) title() {
 		}
 		r.printf("**Warning: %d events did not decode** (%s); the first: %s\n\n", d.Count, strings.Join(types, ", "), d.First)
 	}
+	if vs := noticeVersions(r.a.Results); len(vs) > 0 {
+		var list []string
+		for _, v := range vs {
+			list = append(list, fmt.Sprint(v))
+		}
+		r.printf("Skill notice version %s (metrics.treatment.notice_version): deltas across notice versions are not comparable", strings.Join(list, ", "))
+		if len(vs) > 1 {
+			r.printf("; **this run holds more than one**")
+		}
+		r.printf(".\n\n")
+	}
+}
+
+// noticeVersions are the skill notice versions of the rows, sorted.
+func noticeVersions(rows []Result) []int {
+	set := map[int]bool{}
+	for _, x := range rows {
+		if t := x.Metrics.Treatment; t != nil {
+			set[t.NoticeVersion] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // harnesses lists the summarized harnesses in run order, then the others

@@ -296,3 +296,34 @@ func TestUsageLineNotReported(t *testing.T) {
 		t.Errorf("a reported 0 is a report: %q", got)
 	}
 }
+
+// TestReportNoticeVersions: a run with skill-arm rows names their notice
+// version and says deltas across versions are not comparable; a run whose
+// rows hold two versions is flagged; the artifact is schema-valid.
+func TestReportNoticeVersions(t *testing.T) {
+	rows := []Result{scoredRow("t", 0, 1), scoredRow("u", 0, 0), scoredRow("t", 0, 0)}
+	rows[0].Harness, rows[1].Harness, rows[2].Harness = "skill", "skill", "control"
+	rows[0].Metrics.Treatment = &Treatment{Skill: "s", NoticeVersion: 2}
+	rows[1].Metrics.Treatment = &Treatment{Skill: "s", NoticeVersion: 2}
+	report := func(rows []Result) string {
+		a := Build(RunInfo{ID: "r", Harnesses: []string{"control", "skill"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"}, rows, testBuild)
+		if _, err := Marshal(a); err != nil {
+			t.Fatal(err)
+		}
+		var md bytes.Buffer
+		if err := WriteReport(&md, a); err != nil {
+			t.Fatal(err)
+		}
+		return md.String()
+	}
+	if s := report(rows); !strings.Contains(s, "Skill notice version 2 (metrics.treatment.notice_version): deltas across notice versions are not comparable.") {
+		t.Errorf("one version:\n%s", s)
+	}
+	rows[1].Metrics.Treatment = &Treatment{Skill: "s", NoticeVersion: 1}
+	if s := report(rows); !strings.Contains(s, "Skill notice version 1, 2") || !strings.Contains(s, "more than one") {
+		t.Errorf("two versions:\n%s", s)
+	}
+	if s := report(rows[2:]); strings.Contains(s, "notice version") {
+		t.Errorf("no skill arm:\n%s", s)
+	}
+}

@@ -213,7 +213,7 @@ func TestSchemaEnums(t *testing.T) {
 		t.Fatal(err)
 	}
 	outcomes := []string{OutcomePassed, OutcomeFailed, OutcomePartial, OutcomeSolverTimeout,
-		OutcomeVerifierTimeout, OutcomeVerifierError, OutcomeErrored}
+		OutcomeVerifierTimeout, OutcomeVerifierError, OutcomeErrored, OutcomePlanned}
 	classes := []string{ErrorRefused, ErrorUnresolvedEnv, ErrorBuild, ErrorSandbox, ErrorSolver, ErrorInfra, ErrorUnavailable, ErrorCancelled, ErrorVerifier}
 	for key, want := range map[string][]string{"outcome": outcomes, "error_class": classes} {
 		got := root.Defs.Result.Properties[key].Enum

@@ -31,6 +31,10 @@ const PFloor = 1e-300
 // Errored reports whether r has no verdict and is therefore missing data,
 // never a fail (DESIGN §1, §8): metrics.error, metrics.solver_error, or
 // outcome "errored".
+// Planned reports whether r is a dry run's cell that would run
+// (OutcomePlanned).
+func (r Result) Planned() bool { return r.Outcome == OutcomePlanned }
+
 func (r Result) Errored() bool {
 	return r.Metrics.Error || r.Metrics.SolverError || r.Outcome == OutcomeErrored
 }
@@ -134,6 +138,10 @@ func summarizeHarness(rows []Result) *HarnessSummary {
 				}
 				s.VerifierFindings[f.Kind]++
 			}
+		}
+		if r.Planned() {
+			s.Planned++
+			continue
 		}
 		if r.Errored() {
 			s.Errored++

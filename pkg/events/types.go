@@ -116,6 +116,11 @@ type CellPlannedData struct {
 	// the arm's word so that a projection compares as the run was planned,
 	// whichever build replays the log.
 	SetupCheck bool `json:"setup_check,omitempty"`
+	// HarnessKind is the harness's canonical kind (harness.Ref.Kind, an
+	// alias resolved: docker-oracle is oracle), the planner's word; the
+	// row's harness_kind. Absent in logs written before it: the part of
+	// Harness before its first ":".
+	HarnessKind string `json:"harness_kind,omitempty"`
 }
 
 // CellRefusedData ends a cell that was never launched: a harness refusal or
@@ -367,6 +372,10 @@ type FinishedData struct {
 	AgentReported map[string]any `json:"agent_reported,omitempty"`
 	// Isolation records the sandbox of the solve phase (e.g. network).
 	Isolation map[string]any `json:"isolation,omitempty"`
+	// Treatment is a skill arm's treatment: the skill and the version of
+	// the notice that opened the prompt; copied to the row's
+	// metrics.treatment.
+	Treatment *Treatment `json:"treatment,omitempty"`
 	// IsolationProbe is a probe arm's status per leak class (open, closed,
 	// n/a, untested, expected; DESIGN §6), copied to the row's
 	// metrics.isolation_probe.
@@ -571,4 +580,13 @@ type RunResumedData struct {
 	// paths (runs resume --out-json / --out-md).
 	OutJSON string `json:"out_json,omitempty"`
 	OutMD   string `json:"out_md,omitempty"`
+}
+
+// Treatment is what a skill arm gave the agent beside the task: the
+// skill's name and the version of the notice opening its prompt (a change
+// of the notice's wording is a new version; deltas across versions are
+// not comparable).
+type Treatment struct {
+	Skill         string `json:"skill"`
+	NoticeVersion int    `json:"notice_version"`
 }

@@ -153,13 +153,13 @@ type Outcome struct {
 // For returns the arm of a parsed reference.
 func For(r Ref) (Arm, error) {
 	switch r.Kind {
-	case Oracle:
+	case Oracle, DockerOracle:
 		return oracleArm{ref: r}, nil
 	case Agent:
 		return agentArm{ref: r}, nil
 	case Command:
 		return commandArm{ref: r}, nil
-	case Probe, DockerProbe:
+	case Probe, DockerProbe, DockerProbeSkill:
 		return probeArm{ref: r}, nil
 	case ClaudeCode, Codex, TerminalBench:
 		return harborArm{ref: r}, nil

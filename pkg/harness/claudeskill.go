@@ -24,8 +24,18 @@ const skillPluginName = "abskill"
 
 // SkillNotice opens the prompt of the skill arm, %s being the skill's
 // name: the fixed text every task gets, so the treatment is the skill and
-// not a different wording of the task.
-const SkillNotice = "A skill named %q is installed for this task. Use it (the Skill tool) if it helps.\n\n"
+// not a different wording of the task. It says what the task-runs seed's
+// notice says: load the skill before you start, and where the skill and
+// the environment disagree, trust the environment; it names no task, API
+// or fix. Any change of its wording is a new SkillNoticeVersion.
+const SkillNotice = "A skill named %q is installed for this task. Load it with the Skill tool before you start. " +
+	"Where the skill and what you observe in the environment disagree, trust the environment.\n\n"
+
+// SkillNoticeVersion is the version of SkillNotice's wording, recorded in
+// every skill-arm row (metrics.treatment.notice_version): version 1 was
+// "Use it (the Skill tool) if it helps."; 2 is the seed's meaning. Deltas
+// between runs of different versions are not comparable.
+const SkillNoticeVersion = 2
 
 // skillName is what a skill's name may be: it names a directory.
 var skillName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

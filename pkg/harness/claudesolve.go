@@ -280,6 +280,9 @@ func (s *claudeSolve) finish(ctx context.Context, d sandbox.Driver, reader sandb
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationSec: round3(res.Duration.Seconds()),
 		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true, Isolation: iso,
 	}
+	if s.st.skill != nil {
+		fin.Treatment = &events.Treatment{Skill: s.st.skill.Name, NoticeVersion: SkillNoticeVersion}
+	}
 	if id, _ := st.init["session_id"].(string); id != "" {
 		s.st.session.set(id)
 	}

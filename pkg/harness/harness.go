@@ -24,7 +24,14 @@ const (
 	Command     Kind = "command"
 	Probe       Kind = "probe" // an alias of DockerProbe
 	DockerProbe Kind = "docker-probe"
-	ClaudeCode  Kind = "claude-code"
+	// DockerProbeSkill is the probe in a skill arm's sandbox: the skill
+	// installed where the skill arm installs it, and only that skill
+	// visible (what docker-probe:<skill-path> meant before it took the
+	// seed's meaning).
+	DockerProbeSkill Kind = "docker-probe-skill"
+	// DockerOracle is the task-runs seed's name of Oracle.
+	DockerOracle Kind = "docker-oracle"
+	ClaudeCode   Kind = "claude-code"
 	// Harbor-backed and BenchFlow-backed kinds (delegated.go).
 	Codex            Kind = "codex"
 	TerminalBench    Kind = "terminal-bench"
@@ -51,12 +58,19 @@ const (
 // ErrUnknown is returned by Parse for a name no harness answers to.
 var ErrUnknown = errors.New("harness: unknown harness")
 
+// aliases maps the task-runs seed's names that differ from proctor's to
+// proctor's kind: a reference written either way runs the same arm, and
+// keeps the name it was written with (Ref.Name).
+var aliases = map[Kind]Kind{DockerOracle: Oracle, Probe: DockerProbe}
+
 // Ref is a parsed harness reference: "oracle", "probe", "agent:<dir>",
 // "command:<template>".
 type Ref struct {
-	// Name is the reference as written; it names the harness in cell ids,
-	// rows and comparisons.
+	// Name is the reference as written (a directory argument cleaned); it
+	// names the harness in cell ids, rows and comparisons.
 	Name string
+	// Kind is proctor's kind, an alias resolved: docker-oracle is Oracle,
+	// probe is DockerProbe (the row's harness_kind).
 	Kind Kind
 	// Arg is the agent directory or the command template.
 	Arg string
@@ -78,8 +92,10 @@ func Registry() []Info {
 		{Agent, "agent:<dir>", "your agent process inside the task container (agent.toml in <dir>)", "the task verifier", true},
 		{Command, "command:<template>", "a host command; placeholders {task_path} {task_name} {model} {output_dir} {jobs_dir}", "reward.txt in {output_dir}, else the exit code; naming {jobs_dir}: the Harbor trial result.json written there", true},
 		{DockerProbe, "docker-probe", "an isolation probe (no model, no cost) in exactly the sandbox an agent arm gets", "every leak class closed, n/a or expected by the task", true},
-		{DockerProbe, "docker-probe:<skill-path>", "the isolation probe with the skill at <skill-path> installed as a skill arm installs it: only that skill may be visible", "every leak class closed, n/a or expected by the task", true},
+		{DockerProbe, "docker-probe:<skill-path>", "the isolation probe in the baseline's sandbox that also forbids the skill at <skill-path>: treatment is open when the agent can read that skill (its host path, its files anywhere, any place a skill is offered)", "every leak class closed, n/a or expected by the task", true},
+		{DockerProbeSkill, "docker-probe-skill:<skill-path>", "the isolation probe in the skill arm's sandbox: the skill at <skill-path> installed as a skill arm installs it, and only that skill visible", "every leak class closed, n/a or expected by the task", true},
 		{Probe, "probe", "an alias of docker-probe", "every leak class closed, n/a or expected by the task", true},
+		{DockerOracle, "docker-oracle", "an alias of oracle (the task-runs seed's name)", "the task verifier", true},
 		{ClaudeCode, "claude-code", "Claude Code through an installed Harbor: harbor run -a claude-code", "Harbor's verifier run (trial result.json)", true},
 		{Codex, "codex", "Codex CLI through an installed Harbor: harbor run -a codex", "Harbor's verifier run (trial result.json)", true},
 		{TerminalBench, "terminal-bench:<agent>", "any Harbor agent through an installed Harbor: harbor run -a <agent> (oracle: a setup check)", "Harbor's verifier run (trial result.json)", true},
@@ -99,6 +115,9 @@ func Parse(s string) (Ref, error) {
 	s = strings.TrimSpace(s)
 	kind, arg, hasArg := strings.Cut(s, ":")
 	r := Ref{Name: s, Kind: Kind(kind), Arg: arg}
+	if r.Kind == Command && !hasArg {
+		return r, fmt.Errorf("%w %q: write it as command:<template>, or give bare command with --command-template <template>", ErrUnknown, s)
+	}
 	var forms []Info
 	for _, in := range Registry() {
 		if in.Kind == r.Kind {
@@ -120,8 +139,11 @@ func Parse(s string) (Ref, error) {
 		if !in.Available {
 			return r, fmt.Errorf("harness %q: the %s harness is not available in this version", s, in.Kind)
 		}
-		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerClaudeSkill || r.Kind == DockerCodexSkill) {
+		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerProbeSkill || r.Kind == DockerClaudeSkill || r.Kind == DockerCodexSkill || r.Kind == Probe) {
 			r.Name = string(r.Kind) + ":" + path.Clean(arg)
+		}
+		if k, ok := aliases[r.Kind]; ok {
+			r.Kind = k
 		}
 		return r, nil
 	}
@@ -132,6 +154,34 @@ func Parse(s string) (Ref, error) {
 		}
 	}
 	return r, fmt.Errorf("%w %q (available: %s)", ErrUnknown, s, strings.Join(known, ", "))
+}
+
+// KindOf is the canonical kind of the harness named name (Ref.Kind, an
+// alias resolved), the harness_kind of its rows; for a name that does not
+// parse, the part before its first ":".
+func KindOf(name string) string {
+	if r, err := Parse(name); err == nil {
+		return string(r.Kind)
+	}
+	kind, _, _ := strings.Cut(strings.TrimSpace(name), ":")
+	return kind
+}
+
+// SameHarness reports whether the references a and b name the same
+// harness: equal as written, or the same kind and argument once aliases
+// are resolved and directories cleaned (docker-oracle and oracle).
+func SameHarness(a, b string) bool {
+	if strings.TrimSpace(a) == strings.TrimSpace(b) {
+		return true
+	}
+	ra, err1 := Parse(a)
+	rb, err2 := Parse(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	_, aa, _ := strings.Cut(ra.Name, ":")
+	_, ab, _ := strings.Cut(rb.Name, ":")
+	return ra.Kind == rb.Kind && aa == ab
 }
 
 // ArgRunsToEnd reports whether the harness reference s (blanks around it
@@ -158,7 +208,7 @@ func (r Ref) Comparable() bool {
 	if a, err := For(r); err == nil {
 		return !a.SetupCheck()
 	}
-	return r.Kind != Probe && r.Kind != DockerProbe
+	return r.Kind != Probe && r.Kind != DockerProbe && r.Kind != DockerProbeSkill && r.Kind != Oracle && r.Kind != DockerOracle
 }
 
 // IsSetupCheck reports whether the rows of the harness named name check the
@@ -167,6 +217,9 @@ func (r Ref) Comparable() bool {
 // what artifact.CompareOptions.SetupCheck takes; a name that does not parse
 // is not a setup check.
 func IsSetupCheck(name string) bool {
+	if r, err := Parse(name); err == nil {
+		return !r.Comparable()
+	}
 	kind, arg, _ := strings.Cut(strings.TrimSpace(name), ":")
 	return !Ref{Name: name, Kind: Kind(kind), Arg: arg}.Comparable()
 }
@@ -209,4 +262,18 @@ func (r Ref) UnresolvedEnv(t *task.Task) []string {
 		return t.UnresolvedFor(n.needs(t))
 	}
 	return t.UnresolvedEnv
+}
+
+// CommandRef is the reference of the command harness running template.
+func CommandRef(template string) string { return string(Command) + ":" + template }
+
+// FillTemplate makes a bare command reference (the task-runs seed's
+// spelling, the template given apart with --command-template)
+// command:<template> and reports whether ref was one; any other
+// reference, or an empty template, is returned unchanged.
+func FillTemplate(ref, template string) (string, bool) {
+	if template == "" || strings.TrimSpace(ref) != string(Command) {
+		return ref, false
+	}
+	return CommandRef(template), true
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -50,14 +51,22 @@ const maxProbeReport = 4 << 20
 // every leak class is closed, n/a or expected by the task
 // (metadata.probe_expect), else 0. Its rows check the setup and are never
 // compared.
+//
+// docker-probe:<skill-path> (the task-runs seed's meaning) runs in the
+// baseline's sandbox, nothing installed, and also forbids that skill:
+// treatment is open when the agent can read it at its host path, a copy
+// of any of its files anywhere, or anything of its name where a skill is
+// offered (forbiddenSkillOf, isoprobe.ForbiddenSkill).
+// docker-probe-skill:<skill-path> runs in the skill arm's sandbox: the
+// skill installed under SkillMount and only that skill visible.
 type probeArm struct{ ref Ref }
 
 func (a probeArm) Ref() Ref                       { return a.ref }
 func (a probeArm) SetupCheck() bool               { return true }
 func (a probeArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
 
-// Check refuses a docker-probe:<skill-path> whose directory holds no
-// SKILL.md.
+// Check refuses a docker-probe:<skill-path> or
+// docker-probe-skill:<skill-path> whose directory holds no SKILL.md.
 func (a probeArm) Check(baseDir string) error {
 	if a.ref.Arg == "" {
 		return nil
@@ -124,6 +133,9 @@ type ProbeResult struct {
 	// probe reports it and does not fail on it.
 	RootGivesUp []string `json:"root_gives_up,omitempty"`
 	Skill       string   `json:"skill,omitempty"`
+	// Forbidden is the host directory of the skill a
+	// docker-probe:<skill-path> probe forbids.
+	Forbidden string `json:"forbidden_skill,omitempty"`
 	// Report is the probe program's report; for a multi-step task, the
 	// Merge of its probed steps' (Steps).
 	Report   isoprobe.Report `json:"report"`
@@ -205,6 +217,9 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 			result.RootGivesUp = RootGivesUp
 		}
 	}
+	if pr.forbid != nil {
+		result.Forbidden = pr.forbid.HostDir
+	}
 	for c, why := range expect {
 		if statuses[c] == isoprobe.Expected {
 			if result.Expected == nil {
@@ -268,18 +283,24 @@ func (a probeArm) stageProbe(ctx context.Context, env Env, d sandbox.Driver, h *
 		return probeRun{}, nil, events.Classed(events.ClassRefused, err)
 	}
 	skill := ""
-	if a.ref.Arg != "" {
+	var forbid *isoprobe.ForbiddenSkill
+	switch {
+	case a.ref.Kind == DockerProbeSkill:
 		src := a.ref.AgentDir(env.Spec().BaseDir)
 		skill = path.Join(SkillMount, filepath.Base(src))
 		if err := d.CopyIn(ctx, h, src, skill); err != nil {
 			return probeRun{}, nil, events.Classed(events.ClassSandbox, fmt.Errorf("copy the skill in: %w", err))
+		}
+	case a.ref.Arg != "":
+		if forbid, err = forbiddenSkillOf(env.Spec().BaseDir, a.ref.Arg); err != nil {
+			return probeRun{}, nil, events.Classed(events.ClassRefused, err)
 		}
 	}
 	stage := strings.TrimSuffix(StagePath("probe"), "/probe")
 	if err := d.CopyIn(ctx, h, bin, stage); err != nil {
 		return probeRun{}, nil, events.Classed(events.ClassSandbox, fmt.Errorf("copy the probe in: %w", err))
 	}
-	return probeRun{targets: targets, skill: skill, stage: stage, bin: path.Join(stage, filepath.Base(bin))}, expect, nil
+	return probeRun{targets: targets, skill: skill, forbid: forbid, stage: stage, bin: path.Join(stage, filepath.Base(bin))}, expect, nil
 }
 
 // probeReason is the probe row's reason: the failing classes, else that
@@ -300,6 +321,7 @@ func probeReason(statuses, expect map[string]string) string {
 type probeRun struct {
 	targets           isoprobe.Targets
 	skill, stage, bin string
+	forbid            *isoprobe.ForbiddenSkill
 }
 
 // run probes once as user in the agent's working directory through
@@ -348,7 +370,7 @@ func (s *probeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 		return events.Classed(events.ClassSandbox, err)
 	}
 	cfg := isoprobe.Config{
-		Root: "/", Workdir: u.Workdir, Home: agentHome, Targets: s.pr.targets, Skill: s.pr.skill,
+		Root: "/", Workdir: u.Workdir, Home: agentHome, Targets: s.pr.targets, Skill: s.pr.skill, Forbid: s.pr.forbid,
 		Skip: []string{s.pr.stage}, TimeoutSec: 3,
 	}
 	if s.p.Spec.Egress != nil {
@@ -462,4 +484,34 @@ func (c *capWriter) Write(p []byte) (int, error) {
 		c.n -= k
 	}
 	return len(p), nil
+}
+
+// forbiddenSkillOf describes the skill at p (relative to baseDir) for a
+// docker-probe:<skill-path> probe: its absolute host directory, its
+// directory name and frontmatter name, every regular file by size and
+// SHA-256 (symlinks not followed), and the places proctor's skill arms
+// install a skill.
+func forbiddenSkillOf(baseDir, p string) (*isoprobe.ForbiddenSkill, error) {
+	dir := Ref{Arg: p}.AgentDir(baseDir)
+	fb := &isoprobe.ForbiddenSkill{Name: filepath.Base(dir), HostDir: filepath.ToSlash(dir),
+		Places: []string{SkillMount, SkillPluginDir + "/skills"}}
+	if sk, err := LoadSkill(baseDir, p); err == nil && sk.Name != fb.Name && skillName.MatchString(sk.Name) {
+		fb.Names = []string{sk.Name}
+	}
+	err := filepath.WalkDir(dir, func(q string, de fs.DirEntry, err error) error {
+		if err != nil || !de.Type().IsRegular() {
+			return err
+		}
+		size, sum, err := sha256File(q)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, q)
+		fb.Files = append(fb.Files, isoprobe.FileSig{Name: filepath.ToSlash(rel), Size: size, SHA256: sum})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the forbidden skill %s: %w", dir, err)
+	}
+	return fb, nil
 }

@@ -333,9 +333,9 @@ func TestProbeDockerLeaks(t *testing.T) {
 	}
 }
 
-// TestProbeDockerSkillForm: docker-probe:<skill-path> installs the skill
-// where a skill arm does and passes when it is the only skill visible;
-// another skill in the image opens treatment.
+// TestProbeDockerSkillForm: docker-probe-skill:<skill-path> installs the
+// skill where a skill arm does and passes when it is the only skill
+// visible; another skill in the image opens treatment.
 func TestProbeDockerSkillForm(t *testing.T) {
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
@@ -347,12 +347,55 @@ func TestProbeDockerSkillForm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: pdf\n---\nUse pdftotext.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if passed, res := runProbe(t, nil, "docker-probe:"+skill, d, targets); !passed || res.Skill != harness.SkillMount+"/pdf" {
+	if passed, res := runProbe(t, nil, "docker-probe-skill:"+skill, d, targets); !passed || res.Skill != harness.SkillMount+"/pdf" {
 		t.Fatalf("the arm's own skill: %+v", res)
 	}
 	other := harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /usr/share/skills/docx && echo docx > /usr/share/skills/docx/SKILL.md\nWORKDIR /app\n"}
-	if passed, res := runProbe(t, other, "docker-probe:"+skill, d, targets); passed || res.Classes[isoprobe.Treatment] != isoprobe.Open {
+	if passed, res := runProbe(t, other, "docker-probe-skill:"+skill, d, targets); passed || res.Classes[isoprobe.Treatment] != isoprobe.Open {
 		t.Fatalf("another skill visible: %+v", res.Report.Classes[isoprobe.Treatment])
+	}
+}
+
+// TestProbeDockerForbiddenSkill: docker-probe:<skill-path> (the seed's
+// meaning) runs in the baseline's sandbox, nothing installed, and forbids
+// the skill: a clean image passes with treatment closed; an image that
+// holds the skill's file under another name, or the skill at its host
+// path, or an empty directory of its name where the agent's skills are
+// offered, opens treatment (the hostile images an agent's baseline could
+// cheat with).
+func TestProbeDockerForbiddenSkill(t *testing.T) {
+	d := dockerDriver(t)
+	_, name, ip := targetHost(t, d.Client())
+	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
+	skill := filepath.Join(t.TempDir(), "pdf")
+	if err := os.MkdirAll(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const ref = "Call pdf_fix --all and the verifier passes.\n"
+	for f, body := range map[string]string{"SKILL.md": "---\nname: pdf\ndescription: pdf tools\n---\nSee reference.md.\n", "reference.md": ref} {
+		if err := os.WriteFile(filepath.Join(skill, f), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	image := func(run string) harnesstest.Files {
+		return harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\n" + run + "WORKDIR /app\n"}
+	}
+	passed, res := runProbe(t, image(""), "docker-probe:"+skill, d, targets)
+	if !passed || res.Classes[isoprobe.Treatment] != isoprobe.Closed || res.Forbidden != skill || res.Skill != "" {
+		t.Fatalf("a clean baseline sandbox: passed %v, %+v", passed, res.Report.Classes[isoprobe.Treatment])
+	}
+	for _, c := range []struct{ name, run, evidence string }{
+		{"a copy of its file", "RUN mkdir -p /usr/local/share/notes && printf 'Call pdf_fix --all and the verifier passes.\\n' > /usr/local/share/notes/tips.txt\n", "/usr/local/share/notes/tips.txt holds the forbidden skill pdf's reference.md"},
+		{"at its host path", "RUN mkdir -p " + skill + " && echo other > " + skill + "/reference.md\n", "at its host path " + skill + "/reference.md"},
+		{"its name among the agent's skills", "RUN mkdir -p /usr/local/skills && mkdir -p /app/.claude/skills/pdf\n", "offered at /app/.claude/skills/pdf"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			passed, res := runProbe(t, image(c.run), "docker-probe:"+skill, d, targets)
+			tr := res.Report.Classes[isoprobe.Treatment]
+			if passed || tr.Status != isoprobe.Open || !strings.Contains(strings.Join(tr.Evidence, "\n"), c.evidence) {
+				t.Fatalf("passed %v, treatment %+v, want open with %q", passed, tr, c.evidence)
+			}
+		})
 	}
 }
 

@@ -168,7 +168,7 @@ func TestProbeNeedsStaticBinary(t *testing.T) {
 // TestProbeRefs: the three spellings parse, are setup checks, and the
 // skill form needs a SKILL.md.
 func TestProbeRefs(t *testing.T) {
-	for _, n := range []string{"probe", "docker-probe", "docker-probe:skills/pdf"} {
+	for _, n := range []string{"probe", "docker-probe", "docker-probe:skills/pdf", "docker-probe-skill:skills/pdf"} {
 		if !harness.IsSetupCheck(n) {
 			t.Errorf("%s is not a setup check", n)
 		}
@@ -179,9 +179,11 @@ func TestProbeRefs(t *testing.T) {
 	if _, err := harness.Parse("docker-probe:"); err == nil {
 		t.Error("docker-probe: with no skill path parsed")
 	}
-	a, _ := harness.Lookup("docker-probe:skills/pdf")
-	if err := a.Check(t.TempDir()); err == nil || !strings.Contains(err.Error(), "SKILL.md") {
-		t.Errorf("a skill without SKILL.md: %v", err)
+	for _, n := range []string{"docker-probe:skills/pdf", "docker-probe-skill:skills/pdf"} {
+		a, _ := harness.Lookup(n)
+		if err := a.Check(t.TempDir()); err == nil || !strings.Contains(err.Error(), "SKILL.md") {
+			t.Errorf("%s: a skill without SKILL.md: %v", n, err)
+		}
 	}
 }
 

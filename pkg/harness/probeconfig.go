@@ -193,7 +193,8 @@ func sha256File(p string) (int64, string, error) {
 // protectedSkills names the skills a run must keep from a baseline agent:
 // the task's own (each directory of environment/skills holding a
 // SKILL.md, at any depth) and the skill of each skill arm of the run
-// (docker-claude-skill:<path>, docker-probe:<path>), sorted.
+// (docker-claude-skill:<path>, docker-probe-skill:<path>) and each
+// skill a docker-probe:<path> forbids, sorted.
 func protectedSkills(t *task.Task, harnesses []string, baseDir string) []string {
 	set := map[string]bool{}
 	if t.EnvironmentDir != "" {
@@ -208,7 +209,7 @@ func protectedSkills(t *task.Task, harnesses []string, baseDir string) []string 
 	}
 	for _, h := range harnesses {
 		r, err := Parse(h)
-		if err != nil || r.Arg == "" || (r.Kind != DockerClaudeSkill && r.Kind != DockerProbe) {
+		if err != nil || r.Arg == "" || (r.Kind != DockerClaudeSkill && r.Kind != DockerProbe && r.Kind != DockerProbeSkill) {
 			continue
 		}
 		set[filepath.Base(r.AgentDir(baseDir))] = true

@@ -57,6 +57,14 @@ func walkFiles(cfg Config, tf, tr *Finding) int {
 	if cfg.Skill != "" {
 		skill = cfg.host(cfg.Skill)
 	}
+	forbidden := map[int64][]FileSig{}
+	if cfg.Forbid != nil {
+		for _, s := range cfg.Forbid.Files {
+			if s.Size >= minSigSize {
+				forbidden[s.Size] = append(forbidden[s.Size], s)
+			}
+		}
+	}
 	max := cfg.MaxEntries
 	if max <= 0 {
 		max = defaultMaxEntries
@@ -100,7 +108,18 @@ func walkFiles(cfg Config, tf, tr *Finding) int {
 				tr.add("skill %s is readable", path.Dir(rel))
 			}
 		}
-		if sigs := bySize[sizeOf(de)]; len(sigs) > 0 {
+		size := sizeOf(de)
+		if sigs := forbidden[size]; len(sigs) > 0 {
+			if sum, ok := hashFile(p); ok {
+				for _, s := range sigs {
+					if s.SHA256 == sum {
+						tr.Status = Open
+						tr.add("%s holds the forbidden skill %s's %s", rel, cfg.Forbid.Name, s.Name)
+					}
+				}
+			}
+		}
+		if sigs := bySize[size]; len(sigs) > 0 {
 			if sum, ok := hashFile(p); ok {
 				for _, s := range sigs {
 					switch {
@@ -137,6 +156,9 @@ func walkFiles(cfg Config, tf, tr *Finding) int {
 	case cfg.Skill != "":
 		tr.Status = Closed
 		tr.add("only the arm's skill %s is visible", cfg.Skill)
+	case cfg.Forbid != nil:
+		tr.Status = Closed
+		tr.add("no skill is visible and no file holds the forbidden skill %s's contents", cfg.Forbid.Name)
 	case len(cfg.Protect) > 0:
 		tr.Status = Closed
 		tr.add("no skill is visible (the run's skills: %s)", strings.Join(cfg.Protect, ", "))
@@ -197,28 +219,9 @@ var operatorNames = []string{
 // skills/ is treatment's (the walk finds its SKILL.md).
 func operatorConfig(cfg Config, env map[string]string) Finding {
 	f := Finding{Status: Closed}
-	homes := map[string]bool{"/root": true}
-	for _, h := range []string{cfg.Home, env["HOME"]} {
-		if h != "" {
-			homes[h] = true
-		}
-	}
-	if des, err := os.ReadDir(cfg.host("/home")); err == nil {
-		for _, de := range des {
-			homes["/home/"+de.Name()] = true
-		}
-	}
-	if pw, err := os.Open(cfg.host("/etc/passwd")); err == nil {
-		sc := bufio.NewScanner(pw)
-		for sc.Scan() {
-			if fs := strings.Split(sc.Text(), ":"); len(fs) >= 6 && strings.HasPrefix(fs[5], "/") && fs[5] != "/" {
-				homes[fs[5]] = true
-			}
-		}
-		pw.Close()
-	}
+	homes := agentHomes(cfg, env)
 	var cands []string
-	for _, h := range sorted(homes) {
+	for _, h := range homes {
 		for _, n := range operatorNames {
 			cands = append(cands, path.Join(h, n))
 		}
@@ -369,4 +372,30 @@ func checkoutWalk(cfg Config) Finding {
 // isAncestorOrSelf reports whether dir is wd or a directory above it.
 func isAncestorOrSelf(dir, wd string) bool {
 	return dir == wd || strings.HasPrefix(wd, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// agentHomes are the home directories the agent can name, sorted: its own
+// HOME, /root, /home/*, and the homes of /etc/passwd.
+func agentHomes(cfg Config, env map[string]string) []string {
+	homes := map[string]bool{"/root": true}
+	for _, h := range []string{cfg.Home, env["HOME"]} {
+		if h != "" {
+			homes[h] = true
+		}
+	}
+	if des, err := os.ReadDir(cfg.host("/home")); err == nil {
+		for _, de := range des {
+			homes["/home/"+de.Name()] = true
+		}
+	}
+	if pw, err := os.Open(cfg.host("/etc/passwd")); err == nil {
+		sc := bufio.NewScanner(pw)
+		for sc.Scan() {
+			if fs := strings.Split(sc.Text(), ":"); len(fs) >= 6 && strings.HasPrefix(fs[5], "/") && fs[5] != "/" {
+				homes[fs[5]] = true
+			}
+		}
+		pw.Close()
+	}
+	return sorted(homes)
 }

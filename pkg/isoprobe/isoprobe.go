@@ -186,6 +186,12 @@ type Config struct {
 	// docker-probe:<skill-path> form): it must be visible there and
 	// nowhere else is a skill allowed. "" for a baseline probe.
 	Skill string `json:"skill,omitempty"`
+	// Forbid is the skill a docker-probe:<skill-path> probe forbids in
+	// the baseline's sandbox: treatment is open when the agent can read
+	// it at its host path, any copy of its files anywhere, or anything of
+	// its name in a place a skill is offered (SkillPlaces); nil for other
+	// probes.
+	Forbid *ForbiddenSkill `json:"forbid,omitempty"`
 	// Protect names the skills the run has to keep from a baseline agent
 	// (the task's environment/skills, the run's skill arms'). With no
 	// Skill and nothing to protect, treatment is n/a unless a skill is
@@ -213,6 +219,24 @@ type Config struct {
 	// MaxEntries bounds the file system walk (0: 2,000,000 entries); a
 	// walk cut short leaves task_files and treatment untested.
 	MaxEntries int `json:"max_entries,omitempty"`
+}
+
+// ForbiddenSkill is a skill the agent of the sandbox must not reach.
+type ForbiddenSkill struct {
+	// Name is the skill's directory name (and its frontmatter name, when
+	// that differs, in Names).
+	Name  string   `json:"name"`
+	Names []string `json:"names,omitempty"`
+	// HostDir is the skill's absolute directory on the host: the probe
+	// reads it, and each of Files under it, at that same absolute path.
+	HostDir string `json:"host_dir"`
+	// Files are the skill's regular files (Name relative to HostDir): a
+	// readable file anywhere with the contents of one of at least
+	// minSigSize bytes opens treatment.
+	Files []FileSig `json:"files,omitempty"`
+	// Places are the host's own places a skill is offered in (where a
+	// skill arm installs one); SkillPlaces adds the agents' own.
+	Places []string `json:"places,omitempty"`
 }
 
 // Finding is one class's result: its status and what was seen (at most

@@ -55,6 +55,7 @@ func Run(ctx context.Context, cfg Config, environ []string) Report {
 
 	var tf, tr Finding
 	walked := walkFiles(cfg, &tf, &tr)
+	forbiddenSkill(cfg, env, &tr)
 	set(TaskFiles, tf)
 	set(Treatment, tr)
 	set(OperatorConfig, operatorConfig(cfg, env))

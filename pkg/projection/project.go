@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
@@ -620,7 +621,7 @@ func (p *Projector) Input(version string) (artifact.RunInfo, []artifact.Result) 
 func (p *Projector) row(id string) artifact.Result {
 	c := p.cells[id]
 	r := artifact.Result{
-		CellID: id, Task: c.plan.Task, Harness: c.plan.Harness, Model: c.plan.Model, Repeat: c.plan.Repeat,
+		CellID: id, Task: c.plan.Task, Harness: c.plan.Harness, HarnessKind: harnessKind(c.plan), Model: c.plan.Model, Repeat: c.plan.Repeat,
 		Attempt: c.attempt, Attempts: c.attempts, TaskRevision: c.plan.TaskRevision, OutputDir: c.plan.OutputDir, TaskMeta: c.plan.TaskMeta,
 	}
 	if !c.first.IsZero() {
@@ -668,6 +669,9 @@ func (p *Projector) row(id string) artifact.Result {
 		m.AgentReported = f.AgentReported
 		m.Isolation = f.Isolation
 		m.IsolationProbe = f.IsolationProbe
+		if f.Treatment != nil {
+			m.Treatment = &artifact.Treatment{Skill: f.Treatment.Skill, NoticeVersion: f.Treatment.NoticeVersion}
+		}
 		for _, tf := range f.TamperFindings {
 			m.TamperFindings = append(m.TamperFindings, artifact.TamperFinding(tf))
 		}
@@ -1003,4 +1007,15 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// harnessKind is a row's harness_kind: the planner's (CellPlanned), else,
+// in a log written before the planner recorded it, the part of the
+// harness before its first ":".
+func harnessKind(p events.CellPlannedData) string {
+	if p.HarnessKind != "" {
+		return p.HarnessKind
+	}
+	kind, _, _ := strings.Cut(p.Harness, ":")
+	return kind
 }

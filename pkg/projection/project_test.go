@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -249,5 +250,33 @@ func TestSetupCheckIsTheLogs(t *testing.T) {
 	}
 	if _, ok := a.Summary.Comparisons["oracle"]; !ok {
 		t.Errorf("oracle, planned without setup_check, was not compared (the name decided, not the log): %v", a.Summary.Comparisons)
+	}
+}
+
+// TestHarnessKind: a row keeps the harness as the user wrote it and names
+// the canonical kind its CellPlanned records: the golden log's oracle
+// cells renamed to the seed's docker-oracle (kind oracle) give harness
+// docker-oracle, harness_kind oracle; agent rows, planned before the kind
+// was recorded, are the part before ":" (agent).
+func TestHarnessKind(t *testing.T) {
+	evs := readLog(t, "testdata/golden.events.jsonl")
+	for i, e := range evs {
+		if e.Type == events.CellPlanned {
+			var d map[string]any
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d["harness"] == "oracle" {
+				d["harness"], d["harness_kind"] = "docker-oracle", "oracle"
+				evs[i].Data, _ = json.Marshal(d)
+			}
+		}
+	}
+	kinds := map[string]string{}
+	for _, r := range fold(goldenRun, evs).Artifact("test").Results {
+		kinds[r.Harness] = r.HarnessKind
+	}
+	if kinds["docker-oracle"] != "oracle" || kinds["agent:demo"] != "agent" || len(kinds) != 2 {
+		t.Fatalf("harness -> harness_kind: %v", kinds)
 	}
 }

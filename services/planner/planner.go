@@ -170,6 +170,25 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 	return cells, nil
 }
 
+// CellEvents are the events that plan cell c of run runID: its
+// CellPlanned, and its CellRefused when the harness refuses the task
+// before any build. The planner publishes them; a dry run folds them into
+// the artifact the run would start from.
+func CellEvents(runID string, spec events.RunSpec, c Cell) []events.Envelope {
+	out := []events.Envelope{events.Must(events.CellPlanned, runID, c.ID, 1, Source, events.CellPlannedData{
+		Task: c.Task.Name, Harness: c.Harness.Name, Model: c.Model, Repeat: c.Repeat,
+		TaskDir: c.Task.Dir, TaskRevision: c.Task.Revision, TaskMeta: taskMeta(c.Task),
+		OutputDir: CellDir(spec.OutputDir, c), UnknownKeys: unknownKeys(c.Task),
+		SetupCheck: !c.Harness.Comparable(), HarnessKind: string(c.Harness.Kind),
+	})}
+	if c.Refusal != "" {
+		out = append(out, events.Must(events.CellRefused, runID, c.ID, 1, Source, events.CellRefusedData{
+			ErrorClass: string(c.RefusalClass), Reason: c.Refusal, UnresolvedEnv: unresolved(c),
+		}))
+	}
+	return out
+}
+
 // noTasks is the error of a root without any task: it names the root and
 // what discovery skipped there (author's notes, symlinked directories).
 func noTasks(d *task.Discovery) error {
@@ -260,19 +279,8 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 			seenTask[c.Task.Name] = true
 			taskNames = append(taskNames, c.Task.Name)
 		}
-		meta := taskMeta(c.Task)
-		if err := s.bus.Publish(ctx, events.Must(events.CellPlanned, runID, c.ID, 1, Source, events.CellPlannedData{
-			Task: c.Task.Name, Harness: c.Harness.Name, Model: c.Model, Repeat: c.Repeat,
-			TaskDir: c.Task.Dir, TaskRevision: c.Task.Revision, TaskMeta: meta,
-			OutputDir: CellDir(spec.OutputDir, c), UnknownKeys: unknownKeys(c.Task),
-			SetupCheck: !c.Harness.Comparable(),
-		})); err != nil {
-			return err
-		}
-		if c.Refusal != "" {
-			if err := s.bus.Publish(ctx, events.Must(events.CellRefused, runID, c.ID, 1, Source, events.CellRefusedData{
-				ErrorClass: string(c.RefusalClass), Reason: c.Refusal, UnresolvedEnv: unresolved(c),
-			})); err != nil {
+		for _, e := range CellEvents(runID, spec, c) {
+			if err := s.bus.Publish(ctx, e); err != nil {
 				return err
 			}
 		}
