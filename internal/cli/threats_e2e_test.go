@@ -208,7 +208,15 @@ open("/logs/verifier/reward.txt", "w").write("1" if ok else "0")
 	}
 	ignoredMetrics := func(t *testing.T, r artifact.Result) {
 		failed(t, r)
-		if e, _ := r.Metrics.AgentReported["error"].(string); len(r.Metrics.AgentReported) != 1 || !strings.Contains(e, "metrics.json ignored") || !strings.Contains(e, "symlink") {
+		// Only the reason it was ignored, and proctor's own label that the
+		// agent reported nothing (metrics_json: not reported by harness).
+		e, _ := r.Metrics.AgentReported["error"].(string)
+		label, labelled := r.Metrics.AgentReported["metrics_json"]
+		want := 1
+		if labelled {
+			want = 2
+		}
+		if len(r.Metrics.AgentReported) != want || (labelled && label != "not reported by harness") || !strings.Contains(e, "metrics.json ignored") || !strings.Contains(e, "symlink") {
 			t.Errorf("agent_reported %v, want only the reason it was ignored", r.Metrics.AgentReported)
 		}
 		if r.Metrics.PromptTokens != nil {

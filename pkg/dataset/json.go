@@ -246,6 +246,7 @@ var metricsFields = []string{
 	"UsageObserved usage_observed,omitempty",
 	"Isolation isolation,omitempty",
 	"IsolationProbe isolation_probe,omitempty",
+	"Treatment treatment,omitempty",
 	"AgentReported agent_reported,omitempty",
 	"SolveSec solve_sec,omitempty",
 	"VerifySec verify_sec,omitempty",
@@ -371,6 +372,9 @@ func (e *jsonEncoder) appendMetrics(dst []byte, m *artifact.Metrics) ([]byte, er
 	}
 	if len(m.IsolationProbe) > 0 {
 		anyv("isolation_probe", m.IsolationProbe)
+	}
+	if m.Treatment != nil {
+		anyv("treatment", m.Treatment)
 	}
 	if len(m.AgentReported) > 0 {
 		anyv("agent_reported", m.AgentReported)
