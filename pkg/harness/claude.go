@@ -119,9 +119,16 @@ func (a claudeArm) Check(baseDir string) error {
 // else ClaudeBinRel under baseDir or under the working directory or one
 // of its parents. The error says to run `make setup-claude`.
 func ClaudeBinary(baseDir string) (string, error) {
-	if p := os.Getenv(ClaudeBinEnv); p != "" {
+	return findCLI(baseDir, ClaudeBinEnv, ClaudeBinRel, "the Claude Code CLI", "make setup-claude")
+}
+
+// findCLI is the host path of an agent CLI's binary: $envVar, else rel
+// under baseDir or under the working directory or one of its parents; the
+// error names what to run (setup).
+func findCLI(baseDir, envVar, rel, name, setup string) (string, error) {
+	if p := os.Getenv(envVar); p != "" {
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("%s=%s: not a regular file", ClaudeBinEnv, p)
+			return "", fmt.Errorf("%s=%s: not a regular file", envVar, p)
 		}
 		return p, nil
 	}
@@ -139,13 +146,13 @@ func ClaudeBinary(baseDir string) (string, error) {
 		if d == "" {
 			continue
 		}
-		p := filepath.Join(d, ClaudeBinRel)
+		p := filepath.Join(d, rel)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p, nil
 		}
 		tried = append(tried, p)
 	}
-	return "", fmt.Errorf("the Claude Code CLI is not installed (run `make setup-claude`, or set %s); looked at %s", ClaudeBinEnv, strings.Join(tried, ", "))
+	return "", fmt.Errorf("%s is not installed (run `%s`, or set %s); looked at %s", name, setup, envVar, strings.Join(tried, ", "))
 }
 
 // ClaudeEnv reads the provider allowlist (ClaudeProviderEnv) through

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -114,33 +113,7 @@ func (a codexArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
 // else CodexBinRel under baseDir or under the working directory or one of
 // its parents. The error says to run `make setup-codex`.
 func CodexBinary(baseDir string) (string, error) {
-	if p := os.Getenv(CodexBinEnv); p != "" {
-		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
-			return "", fmt.Errorf("%s=%s: not a regular file", CodexBinEnv, p)
-		}
-		return p, nil
-	}
-	dirs := []string{baseDir}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, d)
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	var tried []string
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, CodexBinRel)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p, nil
-		}
-		tried = append(tried, p)
-	}
-	return "", fmt.Errorf("the Codex CLI is not installed (run `make setup-codex`, or set %s); looked at %s", CodexBinEnv, strings.Join(tried, ", "))
+	return findCLI(baseDir, CodexBinEnv, CodexBinRel, "the Codex CLI", "make setup-codex")
 }
 
 // CodexEnv reads CodexProviderEnv through getenv and checks that it can
