@@ -112,6 +112,28 @@ func (p *proc) waitBlocked(t *testing.T, out, runID string, repeat int, d time.D
 	}
 }
 
+// waitLines polls until the process's stderr holds n lines that start
+// with prefix (its progress lines, "[k/N] ..."), failing after d.
+func (p *proc) waitLines(t *testing.T, prefix string, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		got := 0
+		for _, l := range strings.Split(p.stderr.String(), "\n") {
+			if strings.HasPrefix(l, prefix) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines starting %q within %v, want %d; stderr:\n%s", got, prefix, d, n, p.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling the process's output, not synchronising on time
+	}
+}
+
 // cellOut is the output directory ({output_dir}) of repeat of the run's one task and
 // harness.
 func cellOut(out, runID string, repeat int) string {
@@ -245,10 +267,15 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	root, _ := filepath.Abs("testdata/true-root")
 	gate := filepath.Join(t.TempDir(), "gate")
 	harness := gated(gate, 1, 2)
-	args := []string{"tasks", "run", "--tasks-root", root, "--all", "--repeats", "4", "--concurrency", "1", "--harnesses", harness, "--output-dir", out}
+	// Every cell solves at once (a node takes its cells in no fixed
+	// order, so with fewer slots a blocked repeat could keep a fast one
+	// from ever starting): 1 and 2 end, 3 and 4 block at the gate.
+	args := []string{"tasks", "run", "--tasks-root", root, "--all", "--repeats", "4", "--concurrency", "4", "--harnesses", harness, "--output-dir", out}
 	a := startProctor(t, bin, home, args...)
 	id := a.id(t)
 	a.waitBlocked(t, out, id, 3, time.Minute)
+	a.waitBlocked(t, out, id, 4, time.Minute)
+	a.waitLines(t, "[", 2, time.Minute)
 	a.kill9(t)
 
 	// The inputs are unchanged: resume continues the run.

@@ -12,7 +12,8 @@ import (
 const (
 	// StateQueued is a planned cell with no event of its own yet.
 	StateQueued = "queued"
-	// StateRunning is a cell with events but no terminal event yet.
+	// StateRunning is a cell whose solve began (an event beside the
+	// preparation events, see Preparing) and no terminal event yet.
 	StateRunning = "running"
 )
 
@@ -42,8 +43,10 @@ type HarnessProgress struct {
 
 // Progress returns the progress of every harness with a planned cell,
 // sorted by harness name. A cell is done once it has its terminal event
-// or the run has finished; it is running once any event of its current
-// attempt arrived; otherwise it is queued. Cells whose CellPlanned event
+// or the run has finished; it is running once an event of its current
+// attempt beside the preparation events (Preparing) arrived; otherwise it
+// is queued (a cell whose image is built or whose sandbox started ahead
+// waits for a slot). Cells whose CellPlanned event
 // is missing are left out, as Artifact leaves them out. It costs one pass
 // over the cells; call it when a cell's CellState or a run-level event
 // changed, not after every event.
@@ -73,7 +76,7 @@ func (p *Projector) Progress() []HarnessProgress {
 			if r.Passed {
 				h.Passed++
 			}
-		case !c.first.IsZero():
+		case c.active:
 			h.Running++
 			h.States[StateRunning]++
 		default:
@@ -125,7 +128,7 @@ func (p *Projector) CellState(cellID string) string {
 		return ""
 	case p.settled(c):
 		return p.row(cellID).Outcome
-	case !c.first.IsZero():
+	case c.active:
 		return StateRunning
 	}
 	return StateQueued

@@ -61,6 +61,9 @@ type cellState struct {
 	first    time.Time
 	last     time.Time
 	terminal bool
+	// active is set by the attempt's first event beside the preparation
+	// events (Preparing): the cell is running, not waiting for a slot.
+	active bool
 	// attempts counts the attempts whose events the log holds and
 	// retried the attempts that ended errored with a retryable class;
 	// both survive reset. retrying marks a terminal attempt that a retry
@@ -172,6 +175,9 @@ func (p *Projector) Apply(e events.Envelope) {
 	c.seen[e.ID] = struct{}{}
 	if c.first.IsZero() || e.At.Before(c.first) {
 		c.first = e.At
+	}
+	if !Preparing(e.Type) {
+		c.active = true
 	}
 	if e.At.After(c.last) {
 		c.last = e.At
@@ -449,6 +455,15 @@ func (p *Projector) reset(c *cellState, attempt int) {
 		p.terminal--
 	}
 	*c = cellState{plan: c.plan, planID: c.planID, attempt: attempt, attempts: c.attempts + 1, retried: c.retried}
+}
+
+// Preparing reports whether an event of type t only prepares a cell's
+// attempt (CellSuperseded, ImageBuilt, SandboxStarted): a cell with no
+// other event of its attempt is queued (its image built, its sandbox
+// perhaps started ahead, it waits for a solve slot or for a paused run to
+// continue), not running.
+func Preparing(t events.Type) bool {
+	return t == events.CellSuperseded || t == events.ImageBuilt || t == events.SandboxStarted
 }
 
 // Terminal reports whether an event of type t ends a cell's attempt:

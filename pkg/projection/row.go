@@ -44,7 +44,7 @@ func (p *Projector) Rows() ([]artifact.Result, []string) {
 		state := r.Outcome
 		switch {
 		case p.settled(c):
-		case !c.first.IsZero():
+		case c.active:
 			state = StateRunning
 		default:
 			state = StateQueued

@@ -377,14 +377,14 @@ func (c *cell) run(ctx context.Context) error {
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	if len(c.task.Steps) > 0 && !harness.SolvesSteps(arm) {
-		if err := c.takeSolve(ctx); err != nil {
+		if err := c.solveGate(ctx, teardown); err != nil {
 			return err
 		}
 		return c.runSteps(ctx, arm, p, h, teardown)
 	}
 
 	snap := c.snapshotShadows(ctx, p, h)
-	if err := c.takeSolve(ctx); err != nil {
+	if err := c.solveGate(ctx, teardown); err != nil {
 		return err
 	}
 	start := time.Now()

@@ -136,6 +136,32 @@ func (c *cell) takeSolve(ctx context.Context) error {
 	return nil
 }
 
+// solveGate takes the cell's solve slot (takeSolve), then reads the run
+// record once more: a sandbox started ahead whose run was paused while it
+// waited does not start its solve. It is destroyed (teardown), its slots
+// given back, and errPaused returned, so Launch waits for a continue and
+// starts the cell afresh; a paused run holds no idle sandbox whose
+// lifetime would run out.
+func (c *cell) solveGate(ctx context.Context, teardown func()) error {
+	if err := c.takeSolve(ctx); err != nil {
+		return err
+	}
+	if c.s.ctl == nil {
+		return nil
+	}
+	rec, err := c.s.bus.GetRun(ctx, c.job.RunID)
+	if err != nil {
+		return err
+	}
+	if !rec.Control.Paused {
+		return nil
+	}
+	c.endSolve()
+	teardown()
+	c.Dir().Logf("run paused before the solve: sandbox removed, the cell waits for a continue")
+	return errPaused
+}
+
 // endSolve gives the solve slot back: the agent's processes are gone.
 func (c *cell) endSolve() {
 	if c.slots.solving {
