@@ -45,8 +45,7 @@ type HarnessProgress struct {
 // sorted by harness name. A cell is done once it has its terminal event
 // or the run has finished; it is running once an event of its current
 // attempt beside the preparation events (Preparing) arrived; otherwise it
-// is queued (a cell whose image is built or whose sandbox started ahead
-// waits for a slot). Cells whose CellPlanned event
+// is queued (a cell whose image is built waits for a slot). Cells whose CellPlanned event
 // is missing are left out, as Artifact leaves them out. It costs one pass
 // over the cells; call it when a cell's CellState or a run-level event
 // changed, not after every event.

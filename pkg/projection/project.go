@@ -458,12 +458,12 @@ func (p *Projector) reset(c *cellState, attempt int) {
 }
 
 // Preparing reports whether an event of type t only prepares a cell's
-// attempt (CellSuperseded, ImageBuilt, SandboxStarted): a cell with no
-// other event of its attempt is queued (its image built, its sandbox
-// perhaps started ahead, it waits for a solve slot or for a paused run to
-// continue), not running.
+// attempt (CellSuperseded, ImageBuilt): a cell with no other event of its
+// attempt is queued (its image built, it waits for a slot or for a paused
+// run to continue), not running. The launcher records SandboxStarted once
+// the cell holds its solve slot, so that event makes it running.
 func Preparing(t events.Type) bool {
-	return t == events.CellSuperseded || t == events.ImageBuilt || t == events.SandboxStarted
+	return t == events.CellSuperseded || t == events.ImageBuilt
 }
 
 // Terminal reports whether an event of type t ends a cell's attempt:

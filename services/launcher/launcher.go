@@ -366,18 +366,40 @@ func (c *cell) run(ctx context.Context) error {
 		sb.Network, sb.Limits = p.Networks.Start, &lim
 		c.Dir().Logf("sandbox %.12s started on network %s (cpus %g, memory %d MiB, pids %d; 0 = unlimited)", h.ID, p.Networks.Start, lim.CPUs, lim.MemoryMB, lim.PidsLimit)
 	}
-	if err := c.emit(ctx, events.SandboxStarted, sb); err != nil {
-		return err
+	// SandboxStarted says the cell runs: a sandbox started ahead of its
+	// solve slot (under Slots) is recorded, at the time it started, once
+	// the cell holds that slot, so a cell waiting for one (or for a paused
+	// run) stays queued. One whose launcher dies before is not in the log:
+	// its keep-alive ends with its lifetime and the reaper removes it with
+	// the run.
+	sbAt, sbDone := time.Now(), false
+	recordStart := func() error {
+		if sbDone {
+			return nil
+		}
+		sbDone = true
+		return c.Emit(ctx, events.SandboxStarted, sb, sbAt)
+	}
+	if c.slots.s == nil {
+		if err := recordStart(); err != nil {
+			return err
+		}
 	}
 	if err := c.environmentHealthy(ctx, p, h); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		teardown() // before the terminal event: an ended cell owns no container
+		if err := recordStart(); err != nil {
+			return err
+		}
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	if len(c.task.Steps) > 0 && !harness.SolvesSteps(arm) {
 		if err := c.solveGate(ctx, teardown); err != nil {
+			return err
+		}
+		if err := recordStart(); err != nil {
 			return err
 		}
 		return c.runSteps(ctx, arm, p, h, teardown)
@@ -385,6 +407,9 @@ func (c *cell) run(ctx context.Context) error {
 
 	snap := c.snapshotShadows(ctx, p, h)
 	if err := c.solveGate(ctx, teardown); err != nil {
+		return err
+	}
+	if err := recordStart(); err != nil {
 		return err
 	}
 	start := time.Now()
