@@ -262,52 +262,20 @@ type Metrics struct {
 	RecompileFailed bool       `json:"recompile_failed,omitempty"`
 }
 
-// WorkTree is metrics.work_tree (events.WorkTree): the copy of an agent's
-// final working tree in the cell's work/, links as links, within a cap of
-// CapBytes of file contents and CapEntries entries; what the cap left out
-// is counted and its first names listed.
-type WorkTree struct {
-	Path           string   `json:"path"`
-	Files          int      `json:"files"`
-	Dirs           int      `json:"dirs"`
-	Symlinks       int      `json:"symlinks"`
-	Bytes          int64    `json:"bytes"`
-	CapBytes       int64    `json:"cap_bytes"`
-	CapEntries     int      `json:"cap_entries"`
-	Truncated      bool     `json:"truncated,omitempty"`
-	SkippedEntries int      `json:"skipped_entries,omitempty"`
-	SkippedBytes   int64    `json:"skipped_bytes,omitempty"`
-	Skipped        []string `json:"skipped,omitempty"`
-	Error          string   `json:"error,omitempty"`
-}
+// WorkTree is metrics.work_tree: the copy of an agent's final working
+// tree in the cell's work/ (events.WorkTree says what each field counts).
+type WorkTree = events.WorkTree
 
-// Recompile is metrics.recompile (events.Recompile): the instruction's
-// build commands run again as root after the solve; OutputTail is the end
-// of the compiler's output when they failed.
-type Recompile struct {
-	Commands    []string `json:"commands"`
-	ExitCode    int      `json:"exit_code"`
-	TimedOut    bool     `json:"timed_out,omitempty"`
-	DurationSec float64  `json:"duration_sec"`
-	Failed      bool     `json:"failed"`
-	OutputTail  string   `json:"output_tail,omitempty"`
-}
+// Recompile is metrics.recompile: the instruction's build commands run
+// again as root after the solve (events.Recompile).
+type Recompile = events.Recompile
 
 // TamperFinding is metrics.tamper_findings[]: a file the solve left that
-// could run instead of what the verifier means to run.
-type TamperFinding struct {
-	Path string `json:"path"`
-	// Change is "created" or "changed".
-	Change string `json:"change"`
-	// Shadows says what it stands in for.
-	Shadows string `json:"shadows"`
-}
+// could run instead of what the verifier means to run (events.TamperFinding).
+type TamperFinding = events.TamperFinding
 
-// VerifierFinding is metrics.verifier_findings[].
-type VerifierFinding struct {
-	Kind   string `json:"kind"`
-	Detail string `json:"detail"`
-}
+// VerifierFinding is metrics.verifier_findings[] (events.VerifierFinding).
+type VerifierFinding = events.VerifierFinding
 
 // Suspect reports whether the row's cell is suspect: its solve left files
 // that shadow the verifier's runner or standard modules.
@@ -517,9 +485,6 @@ type McNemar struct {
 }
 
 // Treatment is metrics.treatment: the skill a skill arm offered and the
-// version of the notice opening its prompt. Rows of different notice
-// versions are not comparable.
-type Treatment struct {
-	Skill         string `json:"skill"`
-	NoticeVersion int    `json:"notice_version"`
-}
+// version of the notice opening its prompt (events.Treatment). Rows of
+// different notice versions are not comparable.
+type Treatment = events.Treatment
