@@ -208,33 +208,41 @@ func TestProbeDockerDefaultSandboxClosed(t *testing.T) {
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
 	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
-	for _, tk := range []harnesstest.Files{
-		nil, // debian
-		{"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nRUN echo 'print(1)' > /app/main.py\n"},
+	staticProctor(t) // before the parallel subtests
+	for _, c := range []struct {
+		name string
+		tk   harnesstest.Files
+	}{
+		{"debian", nil},
+		{"python", harnesstest.Files{"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nRUN echo 'print(1)' > /app/main.py\n"}},
 		// A compose task: the probe reports the classes of main, which
 		// shares the cell's network with a sidecar.
-		{
+		{"compose", harnesstest.Files{
 			"environment/Dockerfile":          "FROM debian:bookworm-slim\nWORKDIR /app\n",
 			"environment/docker-compose.yaml": "services:\n  main:\n    build: .\n    depends_on: [side]\n  side:\n    image: debian:bookworm-slim\n    command: [sleep, \"600\"]\n    ports: [\"8080:8080\"]\n",
-		},
+		}},
 	} {
-		if tk["environment/docker-compose.yaml"] != "" {
-			if c := harnesstest.Task(t, "compose", tk).Compose; c == nil || len(c.Services) != 1 || c.Services[0].Name != "side" {
-				t.Fatalf("the compose task did not load its sidecar: %+v", c)
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			tk := c.tk
+			if tk["environment/docker-compose.yaml"] != "" {
+				if c := harnesstest.Task(t, "compose", tk).Compose; c == nil || len(c.Services) != 1 || c.Services[0].Name != "side" {
+					t.Fatalf("the compose task did not load its sidecar: %+v", c)
+				}
 			}
-		}
-		passed, res := runProbe(t, tk, "docker-probe", d, targets)
-		if !passed {
-			t.Fatalf("the default sandbox leaks: %+v", res.Report.Classes)
-		}
-		if res.User != harness.AgentUser || res.Workdir != "/app" || len(res.Report.EnvLeaked) != 0 || len(res.Report.EnvUnexpected) != 0 {
-			t.Errorf("result %+v", res)
-		}
-		// This process's environment is the host's: its values are
-		// looked for and none is in the sandbox; no skill to protect.
-		if res.Classes[isoprobe.Env] != isoprobe.Closed || res.Classes[isoprobe.Treatment] != isoprobe.NA {
-			t.Errorf("env %+v, treatment %+v", res.Report.Classes[isoprobe.Env], res.Report.Classes[isoprobe.Treatment])
-		}
+			passed, res := runProbe(t, tk, "docker-probe", d, targets)
+			if !passed {
+				t.Fatalf("the default sandbox leaks: %+v", res.Report.Classes)
+			}
+			if res.User != harness.AgentUser || res.Workdir != "/app" || len(res.Report.EnvLeaked) != 0 || len(res.Report.EnvUnexpected) != 0 {
+				t.Errorf("result %+v", res)
+			}
+			// This process's environment is the host's: its values are
+			// looked for and none is in the sandbox; no skill to protect.
+			if res.Classes[isoprobe.Env] != isoprobe.Closed || res.Classes[isoprobe.Treatment] != isoprobe.NA {
+				t.Errorf("env %+v, treatment %+v", res.Report.Classes[isoprobe.Env], res.Report.Classes[isoprobe.Treatment])
+			}
+		})
 	}
 }
 
@@ -256,6 +264,7 @@ func TestProbeDockerLeaks(t *testing.T) {
 	t.Setenv("OPERATOR_API_TOKEN", hostToken)
 	t.Setenv("ANTHROPIC_API_KEY", realKey)
 	skillTask := harnesstest.Files{"environment/skills/pdf/SKILL.md": "---\nname: pdf\n---\nUse pdftotext.\n"}
+	staticProctor(t) // before the parallel subtests
 
 	cases := []struct {
 		name, class string
@@ -302,8 +311,11 @@ func TestProbeDockerLeaks(t *testing.T) {
 				return d.CopyIn(ctx, h, repo, "/app")
 			}}},
 	}
+	// Each case is its own task, sandbox and cell directory: they run in
+	// parallel (the engine's waits dominate, not this machine's CPU).
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			var drv sandbox.Driver = d
 			if c.driver != nil {
 				c.driver.Driver = d
@@ -347,13 +359,20 @@ func TestProbeDockerSkillForm(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: pdf\n---\nUse pdftotext.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if passed, res := runProbe(t, nil, "docker-probe-skill:"+skill, d, targets); !passed || res.Skill != harness.SkillMount+"/pdf" {
-		t.Fatalf("the arm's own skill: %+v", res)
-	}
-	other := harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /usr/share/skills/docx && echo docx > /usr/share/skills/docx/SKILL.md\nWORKDIR /app\n"}
-	if passed, res := runProbe(t, other, "docker-probe-skill:"+skill, d, targets); passed || res.Classes[isoprobe.Treatment] != isoprobe.Open {
-		t.Fatalf("another skill visible: %+v", res.Report.Classes[isoprobe.Treatment])
-	}
+	staticProctor(t) // before the parallel subtests
+	t.Run("the arm's own skill", func(t *testing.T) {
+		t.Parallel()
+		if passed, res := runProbe(t, nil, "docker-probe-skill:"+skill, d, targets); !passed || res.Skill != harness.SkillMount+"/pdf" {
+			t.Fatalf("the arm's own skill: %+v", res)
+		}
+	})
+	t.Run("another skill in the image", func(t *testing.T) {
+		t.Parallel()
+		other := harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\nRUN mkdir -p /usr/share/skills/docx && echo docx > /usr/share/skills/docx/SKILL.md\nWORKDIR /app\n"}
+		if passed, res := runProbe(t, other, "docker-probe-skill:"+skill, d, targets); passed || res.Classes[isoprobe.Treatment] != isoprobe.Open {
+			t.Fatalf("another skill visible: %+v", res.Report.Classes[isoprobe.Treatment])
+		}
+	})
 }
 
 // TestProbeDockerForbiddenSkill: docker-probe:<skill-path> (the seed's
@@ -380,16 +399,21 @@ func TestProbeDockerForbiddenSkill(t *testing.T) {
 	image := func(run string) harnesstest.Files {
 		return harnesstest.Files{"environment/Dockerfile": "FROM debian:bookworm-slim\n" + run + "WORKDIR /app\n"}
 	}
-	passed, res := runProbe(t, image(""), "docker-probe:"+skill, d, targets)
-	if !passed || res.Classes[isoprobe.Treatment] != isoprobe.Closed || res.Forbidden != skill || res.Skill != "" {
-		t.Fatalf("a clean baseline sandbox: passed %v, %+v", passed, res.Report.Classes[isoprobe.Treatment])
-	}
+	staticProctor(t) // before the parallel subtests
+	t.Run("a clean image", func(t *testing.T) {
+		t.Parallel()
+		passed, res := runProbe(t, image(""), "docker-probe:"+skill, d, targets)
+		if !passed || res.Classes[isoprobe.Treatment] != isoprobe.Closed || res.Forbidden != skill || res.Skill != "" {
+			t.Fatalf("a clean baseline sandbox: passed %v, %+v", passed, res.Report.Classes[isoprobe.Treatment])
+		}
+	})
 	for _, c := range []struct{ name, run, evidence string }{
 		{"a copy of its file", "RUN mkdir -p /usr/local/share/notes && printf 'Call pdf_fix --all and the verifier passes.\\n' > /usr/local/share/notes/tips.txt\n", "/usr/local/share/notes/tips.txt holds the forbidden skill pdf's reference.md"},
 		{"at its host path", "RUN mkdir -p " + skill + " && echo other > " + skill + "/reference.md\n", "at its host path " + skill + "/reference.md"},
 		{"its name among the agent's skills", "RUN mkdir -p /usr/local/skills && mkdir -p /app/.claude/skills/pdf\n", "offered at /app/.claude/skills/pdf"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			passed, res := runProbe(t, image(c.run), "docker-probe:"+skill, d, targets)
 			tr := res.Report.Classes[isoprobe.Treatment]
 			if passed || tr.Status != isoprobe.Open || !strings.Contains(strings.Join(tr.Evidence, "\n"), c.evidence) {
@@ -466,10 +490,14 @@ func TestProbeDockerSteps(t *testing.T) {
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
 	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
-	passed, res := runProbe(t, stepsTask(nil), "docker-probe", d, targets)
-	if !passed || len(res.Steps) != 1 || res.Steps[0].Name != "one" || !slices.Equal(res.Steps[0].Uploaded, []string{"one"}) || res.Steps[0].User != harness.AgentUser {
-		t.Fatalf("a clean multi-step task: passed %v, steps %+v, classes %v", passed, res.Steps, res.Classes)
-	}
+	staticProctor(t) // before the parallel subtests
+	t.Run("a clean task", func(t *testing.T) {
+		t.Parallel()
+		passed, res := runProbe(t, stepsTask(nil), "docker-probe", d, targets)
+		if !passed || len(res.Steps) != 1 || res.Steps[0].Name != "one" || !slices.Equal(res.Steps[0].Uploaded, []string{"one"}) || res.Steps[0].User != harness.AgentUser {
+			t.Fatalf("a clean multi-step task: passed %v, steps %+v, classes %v", passed, res.Steps, res.Classes)
+		}
+	})
 	for _, c := range []struct {
 		name  string
 		files harnesstest.Files
@@ -484,6 +512,7 @@ func TestProbeDockerSteps(t *testing.T) {
 		}, "/app/notes.txt holds the task's steps/two/tests/expected.txt"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			passed, res := runProbe(t, stepsTask(c.files), "docker-probe", d, targets)
 			ev := strings.Join(res.Report.Classes[isoprobe.TaskFiles].Evidence, "\n")
 			if passed || res.Classes[isoprobe.TaskFiles] != isoprobe.Open || !strings.Contains(ev, c.says) {

@@ -34,7 +34,8 @@ func TestMain(m *testing.M) {
 }
 
 // staticProctor builds proctor with CGO_ENABLED=0 once per test binary and
-// points PROCTOR_PROBE_BINARY at it.
+// points PROCTOR_PROBE_BINARY at it. A test whose subtests run in parallel
+// calls it first: the subtests then find the variable set and leave it.
 func staticProctor(t *testing.T) {
 	t.Helper()
 	staticOnce.Do(func() {
@@ -53,6 +54,9 @@ func staticProctor(t *testing.T) {
 	})
 	if staticErr != nil {
 		t.Fatalf("build a static proctor: %v", staticErr)
+	}
+	if os.Getenv(harness.ProbeBinaryEnv) == staticBin {
+		return
 	}
 	t.Setenv(harness.ProbeBinaryEnv, staticBin)
 }
