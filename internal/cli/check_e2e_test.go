@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -21,36 +23,93 @@ type checkRun struct {
 	out            string
 	stdout, stderr string
 	runID          string
+	home           string // the store of a check run as a process ("" in process)
 }
 
 func runCheck(t *testing.T, tasks []string, checks string) checkRun {
+	t.Helper()
+	return finishCheck(t, startCheck(t, tasks, checks, nil))
+}
+
+// checkCall is one `proctor tasks check` started by startCheck: in this
+// process (Main, under $PROCTOR_HOME) or, with proc, as a process of the
+// proctor binary on a store of its own, so that several run at once.
+type checkCall struct {
+	tasks          []string
+	out, js, md    string
+	home           string
+	code           int
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+}
+
+// checkProc runs check calls as processes of bin, at most len(slots) at
+// once.
+type checkProc struct {
+	bin   string
+	slots chan struct{}
+}
+
+// startCheck starts the check of tasks (checks "" for every check). In
+// process it has ended when startCheck returns; with p it runs in the
+// background until finishCheck.
+func startCheck(t *testing.T, tasks []string, checks string, p *checkProc) *checkCall {
 	t.Helper()
 	root, err := filepath.Abs("../../examples/check-tasks")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
-	js, md := filepath.Join(out, "check.json"), filepath.Join(out, "check.md")
+	c := &checkCall{tasks: tasks, out: t.TempDir(), done: make(chan struct{})}
+	c.js, c.md = filepath.Join(c.out, "check.json"), filepath.Join(c.out, "check.md")
 	args := []string{"tasks", "check", "--tasks-root", root, "--tasks", strings.Join(tasks, ","), "--concurrency", "2",
-		"--output-dir", out, "--out-json", js, "--out-md", md}
+		"--output-dir", c.out, "--out-json", c.js, "--out-md", c.md}
 	if checks != "" {
 		args = append(args, "--checks", checks)
 	}
-	var stdout, stderr bytes.Buffer
-	code := Main(args, &stdout, &stderr)
-	r := checkRun{out: out, stdout: stdout.String(), stderr: stderr.String()}
-	b, err := os.ReadFile(js)
+	if p == nil {
+		c.code = Main(args, &c.stdout, &c.stderr)
+		close(c.done)
+		return c
+	}
+	c.home = t.TempDir()
+	cmd := exec.Command(p.bin, args...)
+	cmd.Env = append(os.Environ(), "PROCTOR_HOME="+c.home)
+	cmd.Stdout, cmd.Stderr = &c.stdout, &c.stderr
+	t.Cleanup(func() { <-c.done }) // no process outlives the test's directories
+	go func() {
+		defer close(c.done)
+		p.slots <- struct{}{}
+		defer func() { <-p.slots }()
+		c.code = -1
+		if err := cmd.Run(); err == nil {
+			c.code = 0
+		} else if ee, ok := err.(*exec.ExitError); ok {
+			c.code = ee.ExitCode()
+		} else {
+			fmt.Fprintf(&c.stderr, "start %s: %v", p.bin, err)
+		}
+	}()
+	return c
+}
+
+// finishCheck waits for c and reads its report, failing t when the exit
+// code does not match the report's verdict.
+func finishCheck(t *testing.T, c *checkCall) checkRun {
+	t.Helper()
+	<-c.done
+	r := checkRun{out: c.out, stdout: c.stdout.String(), stderr: c.stderr.String(), home: c.home}
+	b, err := os.ReadFile(c.js)
 	if err != nil {
-		t.Fatalf("exit %d: %v\nstdout: %s\nstderr: %s", code, err, r.stdout, r.stderr)
+		t.Fatalf("exit %d: %v\nstdout: %s\nstderr: %s", c.code, err, r.stdout, r.stderr)
 	}
 	if err := json.Unmarshal(b, &r.rep); err != nil {
 		t.Fatal(err)
 	}
-	if r.md, err = os.ReadFile(md); err != nil {
+	if r.md, err = os.ReadFile(c.md); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[bool]int{true: ExitError, false: 0}[r.rep.Failed()]; code != want {
-		t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, want, r.stdout, r.stderr)
+	if want := map[bool]int{true: ExitError, false: 0}[r.rep.Failed()]; c.code != want {
+		t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", c.code, want, r.stdout, r.stderr)
 	}
 	if m := runIDRe.FindStringSubmatch(r.stdout); m != nil {
 		r.runID = m[1]
@@ -107,23 +166,46 @@ func TestTasksCheck(t *testing.T) {
 	ip := testutil.HTTPHost(t, cli, tnet, "probe-target.test", "target")
 	t.Setenv(harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")
 
-	var runs []checkRun
-	check := func(tasks []string, checks string, want map[string]string) checkRun {
-		t.Helper()
+	// Every check run is a process of its own, on a store of its own,
+	// three at a time: they share nothing but the engine, and a run of two
+	// cells leaves most of the machine idle.
+	procs := &checkProc{bin: testutil.ProctorBinary(t), slots: make(chan struct{}, 3)}
+	type pending struct {
+		call *checkCall
+		want map[string]string
+	}
+	var started []pending
+	start := func(tasks []string, checks string, want map[string]string) int {
+		started = append(started, pending{startCheck(t, tasks, checks, procs), want})
+		return len(started) - 1
+	}
+	clean := []string{"clean-answer-in-tests", "clean-recompute", "clean-server"}
+	iFull := start(clean, "", map[string]string{})
+	iOracle := start([]string{"oracle-wrong", "verifier-over-budget", "static-solve-reads-tests", "oracle-no-tests"}, "oracle", map[string]string{
+		"oracle-wrong": "oracle", "verifier-over-budget": "oracle", "static-solve-reads-tests": "static", "oracle-no-tests": "oracle",
+	})
+	start([]string{"noop-passes"}, "oracle,no-op", map[string]string{"noop-passes": "no-op"})
+	for _, c := range taskcheck.Cheats() {
+		start([]string{"cheat-" + c.Name}, "oracle,"+c.Check(), map[string]string{"cheat-" + c.Name: c.Check()})
+	}
+	iIso := start([]string{"isolation-treatment"}, "oracle,isolation", map[string]string{"isolation-treatment": "isolation"})
+
+	runs := make([]checkRun, len(started))
+	for i, p := range started {
 		failedBefore := t.Failed()
-		r := runCheck(t, tasks, checks)
-		runs = append(runs, r)
+		r := finishCheck(t, p.call)
+		runs[i] = r
 		got := map[string]taskcheck.TaskResult{}
 		for _, tr := range r.rep.Tasks {
 			got[tr.Task] = tr
 		}
-		for _, name := range tasks {
+		for _, name := range p.call.tasks {
 			tr, ok := got[name]
 			if !ok {
 				t.Errorf("%s: no result", name)
 				continue
 			}
-			wantV, by := taskcheck.Pass, want[name]
+			wantV, by := taskcheck.Pass, p.want[name]
 			if by != "" {
 				wantV = taskcheck.Fail
 			}
@@ -134,11 +216,9 @@ func TestTasksCheck(t *testing.T) {
 		if t.Failed() && !failedBefore {
 			t.Logf("stderr: %s", r.stderr)
 		}
-		return r
 	}
 
-	clean := []string{"clean-answer-in-tests", "clean-recompute", "clean-server"}
-	full := check(clean, "", map[string]string{})
+	full := runs[iFull]
 	for _, tr := range full.rep.Tasks {
 		if f := findingOf(tr, taskcheck.CheckIsolation); f.Verdict != taskcheck.Pass {
 			t.Errorf("%s isolation %+v, want PASS (the probe ran)", tr.Task, f)
@@ -152,23 +232,14 @@ func TestTasksCheck(t *testing.T) {
 	if !bytes.Contains(full.md, []byte("| clean-server | PASS | every check |")) {
 		t.Errorf("check.md:\n%s", full.md)
 	}
-
-	oracle := check([]string{"oracle-wrong", "verifier-over-budget", "static-solve-reads-tests", "oracle-no-tests"}, "oracle", map[string]string{
-		"oracle-wrong": "oracle", "verifier-over-budget": "oracle", "static-solve-reads-tests": "static", "oracle-no-tests": "oracle",
-	})
 	for _, s := range []string{"| oracle-wrong | FAIL | oracle: the reference solution does not pass",
 		"| oracle-no-tests | FAIL | oracle: the oracle's verifier executed no tests: unittest: Ran 0 tests",
 		"| verifier-over-budget | FAIL | oracle: verifier over budget", "SKIP no-op: not run: not selected by --checks"} {
-		if !bytes.Contains(oracle.md, []byte(s)) {
-			t.Errorf("check.md lacks %q:\n%s", s, oracle.md)
+		if !bytes.Contains(runs[iOracle].md, []byte(s)) {
+			t.Errorf("check.md lacks %q:\n%s", s, runs[iOracle].md)
 		}
 	}
-	check([]string{"noop-passes"}, "oracle,no-op", map[string]string{"noop-passes": "no-op"})
-	for _, c := range taskcheck.Cheats() {
-		check([]string{"cheat-" + c.Name}, "oracle,"+c.Check(), map[string]string{"cheat-" + c.Name: c.Check()})
-	}
-	iso := check([]string{"isolation-treatment"}, "oracle,isolation", map[string]string{"isolation-treatment": "isolation"})
-	if f := findingOf(iso.rep.Tasks[0], taskcheck.CheckIsolation); !strings.Contains(f.Detail, "treatment=open") || strings.Contains(f.Detail, "network") {
+	if f := findingOf(runs[iIso].rep.Tasks[0], taskcheck.CheckIsolation); !strings.Contains(f.Detail, "treatment=open") || strings.Contains(f.Detail, "network") {
 		t.Errorf("isolation finding %+v, want treatment=open alone", f)
 	}
 
@@ -178,6 +249,7 @@ func TestTasksCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	replayed := filepath.Join(full.out, "replayed.json")
+	t.Setenv("PROCTOR_HOME", full.home)
 	var rout, rerr bytes.Buffer
 	if c := Main([]string{"replay", full.runID, "--out-json", replayed, "--out-md", filepath.Join(full.out, "replayed.md")}, &rout, &rerr); c != 0 {
 		t.Fatalf("replay exit %d: %s", c, rerr.String())
