@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test fuzz vet bench soak demo deploy-test docs clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test e2e fuzz vet bench soak demo deploy-test docs clean
 
 all: build
 
@@ -43,6 +43,10 @@ test: setup-node setup-browser setup-claude setup-codex
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 2 -timeout 30m ./...
 	$(MAKE) fuzz FUZZTIME=20000x
+
+## e2e: the long end-to-end variants `make test` skips (PROCTOR_E2E=long; docs/testing.md lists them and why), with every other test of their packages
+e2e: setup-node setup-browser setup-claude setup-codex
+	PROCTOR_E2E=long $(GO) test -count=1 -p 1 -timeout 90m ./internal/cli/ ./pkg/harness/
 
 ## fuzz: run each fuzz target for FUZZTIME inputs (default 200000x), one at a time; a count, not a duration: go1.26's fuzz coordinator can fail a duration run at its deadline with "context deadline exceeded" and no crasher (golang/go#75804, fixed in go1.27)
 FUZZTIME ?= 200000x
