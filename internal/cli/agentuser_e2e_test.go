@@ -199,7 +199,10 @@ replies:
 // (it refuses --dangerously-skip-permissions as root unless IS_SANDBOX=1
 // is set): its Bash tool ran as root, the verifier passed, the row
 // records the user and what a root agent gives up.
+// A variant (`make e2e`): TestAgentUserTask proves --agent-user task in
+// `make test`.
 func TestClaudeAsRootUnderTaskUser(t *testing.T) {
+	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	_, requests := fakeModel(t, cli, rootScript)
 	root := t.TempDir()

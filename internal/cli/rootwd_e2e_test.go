@@ -150,7 +150,9 @@ func TestRootWorkdir(t *testing.T) {
 // TestClaudeRootWorkdir: the Claude arm follows the same rule: on a task
 // working in /root the real CLI runs as uid 10001 there, its HOME on its
 // own tmpfs, solves it by tool use and is scored passed.
+// A variant (`make e2e`): TestRootWorkdir proves the rule in `make test`.
 func TestClaudeRootWorkdir(t *testing.T) {
+	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	fakeModel(t, cli, `
 cases:
