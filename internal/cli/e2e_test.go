@@ -169,6 +169,7 @@ func buildProctor(t *testing.T) string {
 // is running and checks that nothing labelled with the run remains and the
 // partial artifact is written.
 func TestSIGTERMRemovesEverything(t *testing.T) {
+	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	bin := buildProctor(t)
@@ -235,6 +236,7 @@ func TestSIGTERMRemovesEverything(t *testing.T) {
 // TestServicesAsSeparateProcesses runs the same run with every service in
 // its own `proctor serve` process against a real nats-server binary.
 func TestServicesAsSeparateProcesses(t *testing.T) {
+	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	bin := buildProctor(t)

@@ -88,6 +88,7 @@ func TestEngineHangErrorsTheCell(t *testing.T) {
 // it, so nothing labelled with the run is left once the engine is done.
 // It used to land after proctor exited and stay, Created.
 func TestInterruptDuringCreate(t *testing.T) {
+	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	p := testutil.NewDockerProxy(t)
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")

@@ -82,6 +82,7 @@ func waitStarted(t *testing.T, b *bus.Bus, runID string, attempt int, d time.Dur
 // infra, naming the cause. The run finishes with the one cell errored
 // once, and nothing of the run is left in Docker.
 func TestPoisonCellIsErroredAndReaped(t *testing.T) {
+	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	bin := buildProctor(t)

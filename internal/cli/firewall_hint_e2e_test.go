@@ -26,6 +26,7 @@ import (
 // while the engine holds the sandbox's container create (the network
 // exists by then), through testutil.DockerProxy.
 func TestRunOffersFirewall(t *testing.T) {
+	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	p := testutil.NewDockerProxy(t)
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
