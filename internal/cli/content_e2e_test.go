@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -92,10 +93,16 @@ echo $ok > /logs/verifier/reward.txt
 	writeTree(t, agentDir, map[string]string{"agent.toml": "run = \"bash /opt/proctor/agent/agent.sh\"\n", "agent.sh": shadowAgent})
 	hostile := "agent:" + agentDir
 
-	mdPath := filepath.Join(t.TempDir(), "r.md")
-	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle,"+hostile, "--concurrency", "2",
+	// The oracle on every task; the hostile agent where what it does
+	// decides the row (it plants the runner, its work is collected, its
+	// task is refused).
+	mdPath, hostileMD := filepath.Join(t.TempDir(), "r.md"), filepath.Join(t.TempDir(), "h.md")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--concurrency", "2",
 		"--out-md", mdPath)
+	h, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--tasks", "shadow-unittest,collect,schema-9.9,compose-bad", "--harnesses", hostile,
+		"--concurrency", "2", "--out-md", hostileMD)
 	rows := byCell(a)
+	maps.Copy(rows, byCell(h))
 	kinds := func(r artifact.Result) []string {
 		var k []string
 		for _, f := range r.Metrics.VerifierFindings {
@@ -121,7 +128,7 @@ echo $ok > /logs/verifier/reward.txt
 	if wantT := []artifact.TamperFinding{{Path: "/app/unittest.py", Change: "created", Shadows: "python module unittest"}}; !reflect.DeepEqual(sh.Metrics.TamperFindings, wantT) {
 		t.Errorf("shadow-unittest tamper findings %+v, want %+v (stdout %q)", sh.Metrics.TamperFindings, wantT, sh.StdoutTail)
 	}
-	if s := a.Summary.PerHarness[hostile]; s == nil || s.Suspect != 1 {
+	if s := h.Summary.PerHarness[hostile]; s == nil || s.Suspect != 1 {
 		t.Errorf("summary of %s: %+v, want 1 suspect", hostile, s)
 	}
 	if o := want("shadow-unittest oracle", artifact.OutcomePassed); o.Suspect() {
@@ -153,17 +160,24 @@ echo $ok > /logs/verifier/reward.txt
 			}
 		}
 	}
-	md, err := os.ReadFile(mdPath)
-	if err == nil {
-		for _, s := range []string{"· suspect", "- `/app/unittest.py` created (python module unittest)", "`no_tests_executed`"} {
+	for p, says := range map[string][]string{
+		hostileMD: {"· suspect", "- `/app/unittest.py` created (python module unittest)"},
+		mdPath:    {"`no_tests_executed`"},
+	} {
+		md, err := os.ReadFile(p)
+		if err != nil {
+			t.Errorf("report: %v", err)
+			continue
+		}
+		for _, s := range says {
 			if !strings.Contains(string(md), s) {
-				t.Errorf("the report lacks %q", s)
+				t.Errorf("the report %s lacks %q", filepath.Base(p), s)
 			}
 		}
-	} else {
-		t.Errorf("report: %v", err)
 	}
-	if c, n := leftovers(t, cli, a.Run.ID); c+n != 0 {
-		t.Errorf("%d containers and %d networks of run %s remain", c, n, a.Run.ID)
+	for _, id := range []string{a.Run.ID, h.Run.ID} {
+		if c, n := leftovers(t, cli, id); c+n != 0 {
+			t.Errorf("%d containers and %d networks of run %s remain", c, n, id)
+		}
 	}
 }
