@@ -172,7 +172,7 @@ func gated(gate string, fast ...int) string {
 // run's queued cells ever starts; the dead run's replay keeps them
 // errored.
 func TestKilledRunNeverRunsInALaterRun(t *testing.T) {
-	t.Parallel() // its own store, processes and engine objects; the environment is never set
+	t.Parallel()       // its own store, processes and engine objects; the environment is never set
 	testutil.Docker(t) // the in-process stack needs an engine
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()

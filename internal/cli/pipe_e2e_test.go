@@ -25,7 +25,7 @@ import (
 // `running*` with no artifact). The commands it runs still get SIGPIPE's
 // default disposition (an ignored SIGPIPE would be inherited).
 func TestClosedPipeKeepsTheRun(t *testing.T) {
-	t.Parallel() // its own store, processes and engine objects; the environment is never set
+	t.Parallel()       // its own store, processes and engine objects; the environment is never set
 	testutil.Docker(t) // the in-process stack needs an engine
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()

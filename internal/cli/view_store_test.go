@@ -100,7 +100,7 @@ func pollView(t *testing.T, url string, d time.Duration, ok func(viewPage) bool)
 // in use"), follows B, and serves on after B's end. Between owners its
 // pages answer "pending", never an error.
 func TestViewNeverHoldsTheStore(t *testing.T) {
-	t.Parallel() // its own store, processes and engine objects; the environment is never set
+	t.Parallel()       // its own store, processes and engine objects; the environment is never set
 	testutil.Docker(t) // the in-process stack needs an engine
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
