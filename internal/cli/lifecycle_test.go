@@ -172,7 +172,6 @@ func gated(gate string, fast ...int) string {
 // run's queued cells ever starts; the dead run's replay keeps them
 // errored.
 func TestKilledRunNeverRunsInALaterRun(t *testing.T) {
-	t.Parallel()       // its own store, processes and engine objects; the environment is never set
 	testutil.Docker(t) // the in-process stack needs an engine
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
@@ -231,7 +230,6 @@ func TestKilledRunNeverRunsInALaterRun(t *testing.T) {
 // embedded store, run B in the same PROCTOR_HOME fails at once naming A's
 // pid, and A finishes correctly.
 func TestSecondRunOnOneStoreFailsAtOnce(t *testing.T) {
-	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	testutil.Docker(t)
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
@@ -354,7 +352,6 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 // TestResumeRefusesChangedInputs changes a task's files after its run died:
 // resume refuses and names the task's revision.
 func TestResumeRefusesChangedInputs(t *testing.T) {
-	t.Parallel() // its own store, processes and engine objects; the environment is never set
 	testutil.Docker(t)
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
