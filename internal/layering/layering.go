@@ -75,8 +75,9 @@ var layers = map[string]int{
 	"services/": 5, "internal/view": 5,
 	// 6: the run lifecycle (it plans a resume with the planner's matrix).
 	"internal/lifecycle": 6,
-	// 7: the command line; 8: main.
-	"internal/cli": 7, "cmd/proctor": 8,
+	// 7: the command line; 8: main and the scale rig (it runs the command
+	// line as one of its roles); 9: the rig's main.
+	"internal/cli": 7, "cmd/proctor": 8, "internal/scalerig": 8, "deploy/scale": 9,
 }
 
 // drivers are the sandbox drivers: they import only the sandbox contract.
@@ -93,6 +94,8 @@ var wiredAt = map[string]string{"pkg/sandbox/docker": "internal/cli/sandboxes.go
 var testKits = map[string]bool{
 	"internal/testutil": true, "pkg/bus/bustest": true, "pkg/harness/harnesstest": true,
 	"pkg/sandbox/sandboxfake": true, "pkg/sandbox/sandboxtest": true,
+	// The scale rig drives the real services on sandboxfake.
+	"internal/scalerig": true, "deploy/scale": true,
 }
 
 // layer returns the layer of the package in module-relative directory dir.

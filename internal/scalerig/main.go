@@ -1,0 +1,180 @@
+package scalerig
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/proctor-eval/proctor/internal/cli"
+)
+
+// RoleEnv is set in the environment of every process the rig starts, so
+// a test binary standing in for the deploy/scale binary knows to call
+// Main instead of running its tests.
+const RoleEnv = "PROCTOR_SCALE_ROLE"
+
+// ProfileEnv names the file a `proctor` role writes its CPU profile to.
+const ProfileEnv = "PROCTOR_SCALE_CPUPROFILE"
+
+// Main runs the role args[0] names and returns the exit code:
+//
+//	rig [flags]      the rig (Run), its report on stdout
+//	worker [flags]   one simulated worker node (RunWorker)
+//	proctor ARGS...  the proctor command line (cli.Main), with a CPU
+//	                 profile written to $PROCTOR_SCALE_CPUPROFILE if set
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: scale (rig|worker|proctor) ...")
+		return 2
+	}
+	switch args[0] {
+	case "proctor":
+		return proctorMain(args[1:], stdout, stderr)
+	case "worker":
+		return workerMain(args[1:], stderr)
+	case "rig":
+		return rigMain(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "scale: unknown role %q (rig, worker, proctor)\n", args[0])
+	return 2
+}
+
+func proctorMain(args []string, stdout, stderr io.Writer) int {
+	if p := os.Getenv(ProfileEnv); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	return cli.Main(args, stdout, stderr)
+}
+
+func workerMain(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg WorkerConfig
+	fs.StringVar(&cfg.NATS, "nats", "", "the cluster's URLs, comma-separated")
+	fs.StringVar(&cfg.Node, "node", "", "the node's name")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "cell slots")
+	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "the launcher's and verifier's job AckWait (0: 60 s)")
+	fs.DurationVar(&cfg.Sim.Solve, "solve", 30*time.Second, "a cell's simulated solve")
+	fs.DurationVar(&cfg.Sim.Verify, "verify", 5*time.Second, "a cell's simulated tests")
+	fs.IntVar(&cfg.Sim.Events, "events", 100, "agent events a cell's solve prints")
+	fs.IntVar(&cfg.Sim.FailEvery, "fail-every", 0, "a cell whose id hashes to a multiple of this fails (0: none)")
+	verbose := fs.Bool("v", false, "log the services' debug lines")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := RunWorker(ctx, cfg); err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// RigFlags registers the rig's flags on fs over cfg (its values are the
+// defaults).
+func RigFlags(fs *flag.FlagSet, cfg *Config) {
+	fs.StringVar(&cfg.Dir, "dir", cfg.Dir, "working directory (created; confs, stores, logs, outputs)")
+	fs.StringVar(&cfg.NATSServer, "nats-server", cfg.NATSServer, "the nats-server binary")
+	fs.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "NATS servers in the cluster")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "simulated worker nodes")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "cell slots of each worker")
+	fs.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered load, cells an hour")
+	fs.DurationVar(&cfg.Duration, "duration", cfg.Duration, "how long runs are submitted (wall time)")
+	fs.IntVar(&cfg.Tasks, "tasks", cfg.Tasks, "tasks of the plan")
+	fs.IntVar(&cfg.Repeats, "repeats", cfg.Repeats, "repeats of each task: a run is tasks × repeats cells")
+	fs.DurationVar(&cfg.Sim.Solve, "solve", cfg.Sim.Solve, "a cell's simulated solve")
+	fs.DurationVar(&cfg.Sim.Verify, "verify", cfg.Sim.Verify, "a cell's simulated tests")
+	fs.IntVar(&cfg.Sim.Events, "events", cfg.Sim.Events, "agent events a cell's solve prints")
+	fs.IntVar(&cfg.Sim.FailEvery, "fail-every", cfg.Sim.FailEvery, "a cell whose id hashes to a multiple of this fails (0: none)")
+	fs.DurationVar(&cfg.AckWait, "ack-wait", cfg.AckWait, "the workers' job AckWait")
+	fs.DurationVar(&cfg.NodeLost, "node-lost", cfg.NodeLost, "the aggregator's --node-lost")
+	fs.BoolVar(&cfg.Faults, "faults", cfg.Faults, "kill a NATS node, then worker nodes, then the aggregator during the run")
+	fs.IntVar(&cfg.FaultWorkers, "fault-workers", cfg.FaultWorkers, "worker nodes the second fault kills")
+	fs.DurationVar(&cfg.FaultDown, "fault-down", cfg.FaultDown, "how long a killed process stays down")
+	fs.BoolVar(&cfg.Reference, "reference", cfg.Reference, "run the plan on a single node first and compare every artifact with its")
+	fs.BoolVar(&cfg.Profile, "profile", cfg.Profile, "write CPU profiles of the planner and the aggregator under DIR/profiles")
+}
+
+func rigMain(args []string, stdout, stderr io.Writer) int {
+	cfg := Defaults()
+	fs := flag.NewFlagSet("rig", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	RigFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	cfg.Self = []string{self}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join(os.TempDir(), fmt.Sprintf("proctor-scale-%d", time.Now().Unix()))
+	}
+	if cfg.Dir, err = filepath.Abs(cfg.Dir); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	cfg.Log = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := Run(ctx, cfg)
+	if rep != nil {
+		rep.Write(stdout)
+		if cfg.Profile {
+			topProfiles(filepath.Join(cfg.Dir, "profiles"), stdout)
+		}
+	}
+	fmt.Fprintf(stdout, "logs and outputs: %s\n", cfg.Dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "scale:", err)
+		return 1
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}
+
+// topProfiles prints `go tool pprof -top` of each profile in dir, when go
+// is on PATH.
+func topProfiles(dir string, w io.Writer) {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.pprof"))
+	for _, f := range files {
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", f).CombinedOutput()
+		if err != nil {
+			if errors.Is(err, exec.ErrNotFound) {
+				return
+			}
+			fmt.Fprintf(w, "\n%s: %v\n", f, err)
+			continue
+		}
+		fmt.Fprintf(w, "\nprofile %s\n%s", filepath.Base(f), out)
+	}
+}

@@ -1,0 +1,80 @@
+package scalerig
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proctor-eval/proctor/internal/testutil"
+)
+
+// TestMain lets the test binary stand in for the deploy/scale binary:
+// a process the rig starts (RoleEnv set) runs its role instead of the
+// tests.
+func TestMain(m *testing.M) {
+	if os.Getenv(RoleEnv) != "" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// natsServer builds the nats-server binary of go.mod's version into dir.
+func natsServer(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "nats-server")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build nats-server: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestScaleRigTiny runs the rig at its smallest: 3 NATS servers (R3),
+// the planner and aggregator, 2 worker nodes, one run of 50 cells of 10
+// agent events each, after the same plan on a single node; every cell
+// has exactly one verdict, the artifact has one row a cell and equals
+// the single node's, and the measures are filled in.
+func TestScaleRigTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the scale rig starts 3 nats-servers and 8 processes: not in -short")
+	}
+	dir := t.TempDir()
+	var log testutil.SyncBuffer
+	cfg := Config{
+		Dir: dir, NATSServer: natsServer(t, dir), Self: []string{os.Args[0]},
+		Nodes: 3, Workers: 2, Concurrency: 25, Rate: 1e6, Duration: 0,
+		Tasks: 5, Repeats: 10, Sim: Sim{Solve: 200 * time.Millisecond, Verify: 50 * time.Millisecond, Events: 10, FailEvery: 3},
+		AckWait: 10 * time.Second, Reference: true, Log: &log,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	var out strings.Builder
+	if rep != nil {
+		rep.Write(&out)
+	}
+	t.Logf("rig log:\n%s%s", log.String(), out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("problems: %v", rep.Problems)
+	}
+	if rep.Replicas != 3 {
+		t.Errorf("streams at R%d on a cluster of 3, want R3", rep.Replicas)
+	}
+	if rep.Runs != 1 || rep.Cells != 50 || rep.Verdicts != 50 || rep.RunsProjectedOnce != 1 || rep.ArtifactsEqual != 1 {
+		t.Errorf("runs %d cells %d verdicts %d projected once %d equal %d, want 1 50 50 1 1",
+			rep.Runs, rep.Cells, rep.Verdicts, rep.RunsProjectedOnce, rep.ArtifactsEqual)
+	}
+	if rep.AgentEventsPerCell != 10 {
+		t.Errorf("%.1f agent events a cell, want 10", rep.AgentEventsPerCell)
+	}
+	if rep.DispatchP50 <= 0 || rep.CellsInWindow != 50 || rep.RoleCores["nats"] <= 0 {
+		t.Errorf("measures missing: dispatch p50 %v, cells in window %d, nats cores %v", rep.DispatchP50, rep.CellsInWindow, rep.RoleCores["nats"])
+	}
+}
