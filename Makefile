@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test e2e fuzz vet bench soak demo deploy-test docs clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test e2e fuzz vet bench soak scale demo deploy-test docs clean
 
 all: build
 
@@ -69,6 +69,16 @@ bench: setup-node setup-browser setup-claude
 ## soak: the long-test set (not in `make test`): 500 oracle cells printing 5 MB each at concurrency 8 on the embedded server, RSS, heap, goroutines and fds sampled every 50 cells (PROCTOR_SOAK_CELLS, PROCTOR_SOAK_EVERY, PROCTOR_SOAK_MB)
 soak: setup
 	PROCTOR_SOAK=1 $(GO) test -count=1 -p 1 -v -run '^TestSoak$$' -timeout 4h ./internal/cli/
+
+## scale: the scale rig (deploy/scale; not in `make test`): a 3-node JetStream cluster, the planner and aggregator, SCALE_WORKERS simulated worker nodes, runs offered at SCALE_RATE cells/h for SCALE_DURATION with faults; SCALE_FLAGS adds rig flags (`bin/proctor-scale rig -h`)
+SCALE_WORKERS ?= 50
+SCALE_RATE ?= 10000
+SCALE_DURATION ?= 10m
+SCALE_FLAGS ?=
+scale:
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	$(GO) build -o bin/proctor-scale ./deploy/scale
+	bin/proctor-scale rig --nats-server bin/nats-server --workers $(SCALE_WORKERS) --rate $(SCALE_RATE) --duration $(SCALE_DURATION) --profile --report out/scale-report.txt $(SCALE_FLAGS)
 
 ## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude) and Claude against the Codex arms (out/demo-codex)
 demo: setup setup-claude setup-codex build

@@ -1,6 +1,7 @@
 package scalerig
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
@@ -78,6 +80,7 @@ func workerMain(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Sim.Events, "events", 100, "agent events a cell's solve prints")
 	fs.IntVar(&cfg.Sim.FailEvery, "fail-every", 0, "a cell whose id hashes to a multiple of this fails (0: none)")
 	verbose := fs.Bool("v", false, "log the services' debug lines")
+	claims := fs.String("claims", "", "append a line for each launch job's first claim to this file: run, cell, ns from stored to taken")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -86,6 +89,15 @@ func workerMain(args []string, stderr io.Writer) int {
 		level = slog.LevelDebug
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *claims != "" {
+		f, err := os.OpenFile(*claims, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(stderr, "worker:", err)
+			return 1
+		}
+		defer f.Close()
+		cfg.Logger = slog.New(claimHandler{next: cfg.Logger.Handler(), mu: &sync.Mutex{}, w: f})
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := RunWorker(ctx, cfg); err != nil {
@@ -125,6 +137,7 @@ func rigMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rig", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	RigFlags(fs, &cfg)
+	report := fs.String("report", "", "also write the report to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -145,13 +158,24 @@ func rigMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := Run(ctx, cfg)
+	var text bytes.Buffer
 	if rep != nil {
-		rep.Write(stdout)
+		rep.Write(&text)
 		if cfg.Profile {
-			topProfiles(filepath.Join(cfg.Dir, "profiles"), stdout)
+			topProfiles(filepath.Join(cfg.Dir, "profiles"), &text)
 		}
 	}
-	fmt.Fprintf(stdout, "logs and outputs: %s\n", cfg.Dir)
+	fmt.Fprintf(&text, "logs and outputs: %s\n", cfg.Dir)
+	_, _ = stdout.Write(text.Bytes())
+	if *report != "" {
+		werr := os.MkdirAll(filepath.Dir(*report), 0o755)
+		if werr == nil {
+			werr = os.WriteFile(*report, text.Bytes(), 0o644)
+		}
+		if werr != nil {
+			fmt.Fprintln(stderr, "scale: --report:", werr)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "scale:", err)
 		return 1
@@ -167,7 +191,12 @@ func rigMain(args []string, stdout, stderr io.Writer) int {
 func topProfiles(dir string, w io.Writer) {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.pprof"))
 	for _, f := range files {
-		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", f).CombinedOutput()
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			continue // the profile of a process killed with SIGKILL
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", f).CombinedOutput()
+		cancel()
 		if err != nil {
 			if errors.Is(err, exec.ErrNotFound) {
 				return

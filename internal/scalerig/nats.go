@@ -13,10 +13,10 @@ import (
 
 // natsNode is one nats-server of the rig: its conf, ports and process.
 type natsNode struct {
-	name               string
-	client, route, mon int
-	conf               string
-	p                  *proc
+	name                     string
+	client, route, mon, prof int
+	conf                     string
+	p                        *proc
 }
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.client) }
@@ -28,7 +28,7 @@ func writeNATS(dir string, n int) ([]*natsNode, error) {
 	var nodes []*natsNode
 	for i := range n {
 		nd := &natsNode{name: fmt.Sprintf("n%d", i+1)}
-		for _, p := range []*int{&nd.client, &nd.route, &nd.mon} {
+		for _, p := range []*int{&nd.client, &nd.route, &nd.mon, &nd.prof} {
 			port, err := freePort()
 			if err != nil {
 				return nil, err
@@ -43,7 +43,7 @@ func writeNATS(dir string, n int) ([]*natsNode, error) {
 			return nil, err
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n", nd.name, nd.client, nd.mon)
+		fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\nprof_port: %d\n", nd.name, nd.client, nd.mon, nd.prof)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n}\n", store)
 		if n > 1 {
 			var routes []string
@@ -95,4 +95,27 @@ func (n *natsNode) healthy(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond): // polling the server's health endpoint
 		}
 	}
+}
+
+// profile fetches a CPU profile of d from the node's profiling port into
+// path.
+func (n *natsNode) profile(ctx context.Context, d time.Duration, path string) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", n.prof, max(1, int(d.Seconds())))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("nats %s profile: %s", n.name, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }

@@ -3,6 +3,7 @@ package scalerig
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -115,6 +116,26 @@ func (r *rig) cluster(ctx context.Context, rep *Report, ref *normalized) error {
 		}
 		s0 = take()
 	}()
+
+	// A CPU profile of one server over the middle third of the window
+	// (the first node: the faults kill the last).
+	if cfg.Profile && warm > 0 {
+		go func() {
+			d := we.Sub(ws) / 3
+			select {
+			case <-time.After(time.Until(ws.Add(d))): // the window's middle third
+			case <-ctx.Done():
+				return
+			}
+			dir := filepath.Join(cfg.Dir, "profiles")
+			if err := os.MkdirAll(dir, 0o755); err == nil {
+				err = nodes[0].profile(ctx, d, filepath.Join(dir, "nats-"+nodes[0].name+".pprof"))
+				if err != nil {
+					r.logf("profile of %s: %v", nodes[0].name, err)
+				}
+			}
+		}()
+	}
 
 	var faults []*fault
 	var fmu sync.Mutex
@@ -294,6 +315,7 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 	}
 	var ends []time.Time
 	var agentSum int
+	var firstEvent []time.Duration
 	type runEnd struct{ lastCell, finished time.Time }
 	var runEnds []runEnd
 	for _, s := range subs {
@@ -343,7 +365,7 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 			}
 			agentSum += c.agent
 			if !c.firstLoad.IsZero() && !rl.planned.IsZero() {
-				rep.dispatch = append(rep.dispatch, c.firstLoad.Sub(rl.planned))
+				firstEvent = append(firstEvent, c.firstLoad.Sub(rl.planned))
 			}
 		}
 		rows, err := artifactRows(s.artifact)
@@ -383,9 +405,16 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 	if rep.CellsPerHour > 0 {
 		rep.ControlPerThousand = rep.ControlCores / (rep.CellsPerHour / 1000)
 	}
-	rep.DispatchP50 = percentile(rep.dispatch, 0.5)
-	rep.DispatchP99 = percentile(rep.dispatch, 0.99)
-	rep.DispatchMax = percentile(rep.dispatch, 1)
+	claims, err := readClaims(r.logs, "w")
+	if err != nil {
+		problem("the workers' claim lines: %v", err)
+	}
+	rep.Claims = len(claims)
+	rep.DispatchP50 = percentile(claims, 0.5)
+	rep.DispatchP99 = percentile(claims, 0.99)
+	rep.DispatchMax = percentile(claims, 1)
+	rep.FirstEventP50 = percentile(firstEvent, 0.5)
+	rep.FirstEventP99 = percentile(firstEvent, 0.99)
 	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
 	rep.BaselineGap = longestGap(ends, ws, ws.Add(min(we.Sub(ws), r.cfg.Duration/4)))
 	for _, f := range faults {

@@ -53,9 +53,22 @@ func (ps *procs) start(role, name string, argv, env []string, logPath string) (*
 	}
 	p := &proc{role: role, name: name, argv: argv, env: env, log: logPath, cmd: cmd, done: make(chan struct{}), started: time.Now()}
 	go func() {
-		defer close(p.done)
-		p.err = cmd.Wait()
+		err := cmd.Wait()
 		f.Close()
+		// The CPU of the whole process (every thread) from its rusage,
+		// counted as the process is marked gone, under ps.mu.
+		var c time.Duration
+		if st := cmd.ProcessState; st != nil {
+			c = st.UserTime() + st.SystemTime()
+		}
+		ps.mu.Lock()
+		p.err = err
+		if ps.deadCPU == nil {
+			ps.deadCPU = map[string]time.Duration{}
+		}
+		ps.deadCPU[role] += c
+		close(p.done)
+		ps.mu.Unlock()
 	}()
 	ps.mu.Lock()
 	ps.all = append(ps.all, p)
@@ -100,13 +113,10 @@ func statCPU(b []byte) time.Duration {
 	return time.Duration(u+s) * clockTick
 }
 
-// kill9 sends SIGKILL to p's process group, keeping its CPU time so far
-// in ps's account, and waits for it.
+// kill9 sends SIGKILL to p's process group and waits for it.
 func (ps *procs) kill9(p *proc) {
-	c := p.cpu()
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
-	ps.addDead(p.role, c)
 }
 
 // stop sends SIGTERM, then SIGKILL after grace, and waits.
@@ -114,7 +124,6 @@ func (ps *procs) stop(p *proc, grace time.Duration) {
 	if !p.alive() {
 		return
 	}
-	c := p.cpu()
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -122,31 +131,18 @@ func (ps *procs) stop(p *proc, grace time.Duration) {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}
-	ps.addDead(p.role, c)
-}
-
-func (ps *procs) addDead(role string, c time.Duration) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.deadCPU == nil {
-		ps.deadCPU = map[string]time.Duration{}
-	}
-	ps.deadCPU[role] += c
 }
 
 // roleCPU returns the CPU time of every process of each role so far: the
-// live ones' from /proc, the ended ones' as they had it when the rig
-// stopped them. A process that exited on its own is counted at its last
-// reading (none: 0), which only a failed run has.
+// live ones' from /proc/<pid>/stat, the ended ones' from their rusage.
 func (ps *procs) roleCPU() map[string]time.Duration {
 	ps.mu.Lock()
-	all := append([]*proc(nil), ps.all...)
+	defer ps.mu.Unlock()
 	out := map[string]time.Duration{}
 	for r, c := range ps.deadCPU {
 		out[r] = c
 	}
-	ps.mu.Unlock()
-	for _, p := range all {
+	for _, p := range ps.all {
 		if p.alive() {
 			out[p.role] += p.cpu()
 		}

@@ -39,11 +39,14 @@ type Report struct {
 	ControlCores              float64
 	ControlPerThousand        float64
 	MachineBusy, MachineCores float64
-	// Dispatch is a launch job's publish (the run's RunPlanned, after
-	// which the planner publishes the jobs) to the launcher's first
-	// event of the cell's first attempt.
+	// Dispatch is a launch job stored on the work queue to a launcher
+	// taking it (its first delivery; the launchers' claim lines), over
+	// Claims jobs. FirstEvent is the run's RunPlanned (after which the
+	// planner publishes the jobs) to the launcher's first event of the
+	// cell's first attempt (the task loaded, the image looked up).
 	DispatchP50, DispatchP99, DispatchMax time.Duration
-	dispatch                              []time.Duration
+	Claims                                int
+	FirstEventP50, FirstEventP99          time.Duration
 	// BaselineGap is the longest stretch without a cell ending in the
 	// first quarter of the window (no fault yet), to read the faults'
 	// stalls against.
@@ -91,7 +94,8 @@ func (r *Report) Write(w io.Writer) {
 		row("  cores: "+k, fmt.Sprintf("%.3f", r.RoleCores[k]), "")
 	}
 	row("machine busy (all processes)", fmt.Sprintf("%.2f of %.0f cores", r.MachineBusy, r.MachineCores), "")
-	row("dispatch latency p50 / p99 / max", sec(r.DispatchP50)+" / "+sec(r.DispatchP99)+" / "+sec(r.DispatchMax), "p99 < 0.5 s")
+	row(fmt.Sprintf("dispatch latency p50 / p99 / max (%d jobs)", r.Claims), sec(r.DispatchP50)+" / "+sec(r.DispatchP99)+" / "+sec(r.DispatchMax), "p99 < 0.5 s")
+	row("planned to the launcher's first event p50 / p99", sec(r.FirstEventP50)+" / "+sec(r.FirstEventP99), "")
 	row("runs; cells planned", fmt.Sprintf("%d; %d", r.Runs, r.Cells), "")
 	row("cells with exactly one verdict", fmt.Sprintf("%d of %d", r.Verdicts, r.Cells), "all")
 	row("runs projected once (one row a cell)", fmt.Sprintf("%d of %d", r.RunsProjectedOnce, r.Runs), "all")

@@ -238,7 +238,8 @@ func (r *rig) startWorker(url, name string, slots int) error {
 	s := r.cfg.Sim
 	argv := append(append([]string(nil), r.cfg.Self...), "worker", "--nats", url, "--node", name,
 		"--concurrency", fmt.Sprint(slots), "--solve", s.Solve.String(), "--verify", s.Verify.String(),
-		"--events", fmt.Sprint(s.Events), "--fail-every", fmt.Sprint(s.FailEvery), "--ack-wait", r.cfg.AckWait.String())
+		"--events", fmt.Sprint(s.Events), "--fail-every", fmt.Sprint(s.FailEvery), "--ack-wait", r.cfg.AckWait.String(),
+		"--claims", filepath.Join(r.logs, name+".claims"))
 	p, err := r.ps.start("worker", name, argv, r.env(name), filepath.Join(r.logs, name+".log"))
 	if err != nil {
 		return err

@@ -74,7 +74,7 @@ func TestScaleRigTiny(t *testing.T) {
 	if rep.AgentEventsPerCell != 10 {
 		t.Errorf("%.1f agent events a cell, want 10", rep.AgentEventsPerCell)
 	}
-	if rep.DispatchP50 <= 0 || rep.CellsInWindow != 50 || rep.RoleCores["nats"] <= 0 {
-		t.Errorf("measures missing: dispatch p50 %v, cells in window %d, nats cores %v", rep.DispatchP50, rep.CellsInWindow, rep.RoleCores["nats"])
+	if rep.Claims != 50 || rep.DispatchP50 <= 0 || rep.CellsInWindow != 50 || rep.RoleCores["nats"] <= 0 {
+		t.Errorf("measures missing: %d claims, dispatch p50 %v, cells in window %d, nats cores %v", rep.Claims, rep.DispatchP50, rep.CellsInWindow, rep.RoleCores["nats"])
 	}
 }

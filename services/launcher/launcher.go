@@ -134,6 +134,11 @@ func (s *Service) Run(ctx context.Context) error {
 	return bus.Serve(ctx, cons, pulls, s.cfg.AckWait/3, s.handle)
 }
 
+// ClaimedMsg is the message of the debug line a launcher logs when it
+// takes a launch job: run, cell, delivery (1 for the first) and queued
+// (a time.Duration: the job stored on the work queue to taken).
+const ClaimedMsg = "launch job claimed"
+
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 	var job events.LaunchJob
 	e := events.Envelope{Data: m.Data(), Type: "LaunchJob"}
@@ -141,6 +146,11 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		s.log.Error("bad launch job", "err", err)
 		_ = m.Term()
 		return
+	}
+	if md, err := m.Metadata(); err == nil {
+		// The dispatch latency: the job stored on the work queue to
+		// this launcher taking it (the scale rig reads these lines).
+		s.log.Debug(ClaimedMsg, "run", job.RunID, "cell", job.CellID, "delivery", md.NumDelivered, "queued", time.Since(md.Timestamp))
 	}
 	var err error
 	if delivery := bus.Attempt(m); delivery >= bus.MaxDeliver {
