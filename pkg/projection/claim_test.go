@@ -14,7 +14,8 @@ import (
 // message is not the agent's), judged by artifact.ClaimsSuccess unless the
 // agent reported a failed end (a Claude result subtype other than
 // success); a claim of success on a cell scored below 1 is counted per
-// harness, and the row re-renders from the artifact alone.
+// harness, and the row re-renders from the artifact alone. The last is by
+// the events' times, not their order in the log.
 func TestAgentClaimFromMessages(t *testing.T) {
 	const run = "01JCLAIM000000000000000000"
 	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -27,7 +28,7 @@ func TestAgentClaimFromMessages(t *testing.T) {
 	}
 	msg := func(role, text string) events.MessageData { return events.MessageData{Role: role, Text: text} }
 	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"agent:a"}, Models: []string{"m"}, Repeats: 1}})
-	add(events.RunPlanned, "", events.RunPlannedData{Cells: 5})
+	add(events.RunPlanned, "", events.RunPlannedData{Cells: 6})
 	cell := func(task string, reward float64, reported map[string]any, msgs ...events.MessageData) {
 		id := events.CellID(task, "agent:a", "m", 1)
 		add(events.CellPlanned, id, events.CellPlannedData{Task: task, Harness: "agent:a", Model: "m", Repeat: 1})
@@ -42,6 +43,18 @@ func TestAgentClaimFromMessages(t *testing.T) {
 	cell("overclaim", 0, map[string]any{"subtype": "success", "is_error": false}, msg("assistant", "Working."), msg("response", "Fixed.\n\nAll tests pass."))
 	cell("honest-pass", 1, nil, msg("", "The task is solved."))
 	cell("user-only", 0, nil, msg("user", "Is it done?"), msg("tool", "done"))
+	// A message whose publish was retried after a server's loss is in the
+	// log after later ones: the claim is the last by the agent's time.
+	late := events.CellID("republished", "agent:a", "m", 1)
+	add(events.CellPlanned, late, events.CellPlannedData{Task: "republished", Harness: "agent:a", Model: "m", Repeat: 1})
+	add(events.Message, late, msg("assistant", "Step 1."))
+	stepOne := evs[len(evs)-1].At
+	add(events.Message, late, msg("assistant", "All done."))
+	add(events.Message, late, msg("assistant", "Step 2."))
+	evs[len(evs)-1].At = stepOne.Add(time.Millisecond) // read before "All done.", stored after it
+	add(events.Finished, late, events.FinishedData{Reason: "exit 0"})
+	one := 1.0
+	add(events.Verdict, late, events.VerdictData{Reward: &one})
 
 	a := fold(run, evs).Artifact("test")
 	rows := map[string]artifact.Result{}
@@ -67,6 +80,7 @@ func TestAgentClaimFromMessages(t *testing.T) {
 	check("overclaim", "Fixed.\n\nAll tests pass.", true, true)
 	check("honest-pass", "The task is solved.", true, false)
 	check("user-only", "", false, false)
+	check("republished", "All done.", true, false)
 	if n := a.Summary.PerHarness["agent:a"].ClaimedButFailed; n != 1 {
 		t.Errorf("claimed_but_failed %d, want 1", n)
 	}

@@ -113,10 +113,13 @@ type cellState struct {
 
 	// claim is the text of the agent's final message so far
 	// (artifact.ClaimText): the last Message of role response, else the
-	// last of role assistant (or no role); claimResponse is set once a
-	// response was seen.
+	// last of role assistant (or no role), last by the event's time (a
+	// publish retried after a server's loss lands later in the log than
+	// the agent said it); claimResponse is set once a response was
+	// seen, claimAt is the claim's event time.
 	claim         string
 	claimResponse bool
+	claimAt       time.Time
 
 	// decodeErr is the error of this attempt's first outcome event
 	// (Verdict, CellErrored, CellRefused, Finished) whose data did not
@@ -256,7 +259,7 @@ func (p *Projector) Apply(e events.Envelope) {
 	case events.Message:
 		var msg events.MessageData
 		if p.into(e, &msg) == nil {
-			c.noteMessage(msg)
+			c.noteMessage(msg, e.At)
 		}
 	case events.ToolCall:
 		var t events.ToolCallData
@@ -972,13 +975,14 @@ func (o *observedState) usage(m *artifact.Metrics) *artifact.UsageObserved {
 // noteMessage keeps the text of the agent's final message (the row's
 // agent_claim): a response (the end of an agent's response text, the
 // Claude CLI's result) wins over the assistant's messages; of each, the
-// last.
-func (c *cellState) noteMessage(m events.MessageData) {
+// last by the event's time at (of equal times, the last in the log), so
+// the claim does not depend on the order publishes reached the log.
+func (c *cellState) noteMessage(m events.MessageData, at time.Time) {
 	switch {
-	case m.Role == "response":
-		c.claim, c.claimResponse = artifact.ClaimText(m.Text), true
-	case (m.Role == "assistant" || m.Role == "") && !c.claimResponse:
-		c.claim = artifact.ClaimText(m.Text)
+	case m.Role == "response" && (!c.claimResponse || !at.Before(c.claimAt)):
+		c.claim, c.claimResponse, c.claimAt = artifact.ClaimText(m.Text), true, at
+	case (m.Role == "assistant" || m.Role == "") && !c.claimResponse && !at.Before(c.claimAt):
+		c.claim, c.claimAt = artifact.ClaimText(m.Text), at
 	}
 }
 
