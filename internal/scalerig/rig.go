@@ -83,7 +83,7 @@ func Defaults() Config {
 	return Config{
 		Nodes: 3, Workers: 50, Concurrency: 4, Rate: 10000, Duration: 10 * time.Minute,
 		Tasks: 10, Repeats: 5, Sim: Sim{Solve: 30 * time.Second, Verify: 5 * time.Second, Events: 100, FailEvery: 4},
-		AckWait: 15 * time.Second, NodeLost: 45 * time.Second,
+		AckWait: 30 * time.Second, NodeLost: 45 * time.Second,
 		Faults: true, FaultWorkers: 5, FaultDown: 5 * time.Second, Reference: true,
 	}
 }

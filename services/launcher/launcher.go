@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,6 +97,9 @@ type Service struct {
 	// before: Launch then reads the control state from the run index
 	// only).
 	ctl *bus.Controls
+
+	runMu   sync.Mutex
+	running map[string]*running // by run/cell: the jobs being handled (hold)
 }
 
 // New returns a launcher that runs container sandboxes with driver (the
@@ -108,7 +112,7 @@ func New(cfg Config, b *bus.Bus, driver sandbox.Driver) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, bus: b, driver: driver, log: cfg.Logger.With("service", Source, "node", cfg.Node)}, nil
+	return &Service{cfg: cfg, bus: b, driver: driver, log: cfg.Logger.With("service", Source, "node", cfg.Node), running: map[string]*running{}}, nil
 }
 
 // Run serves launch jobs until ctx ends, then waits for the cells in
@@ -152,12 +156,21 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		// this launcher taking it (the scale rig reads these lines).
 		s.log.Debug(ClaimedMsg, "run", job.RunID, "cell", job.CellID, "delivery", md.NumDelivered, "queued", time.Since(md.Timestamp))
 	}
+	held, done := s.hold(ctx, job)
+	if held == nil {
+		// This process ran the job to its end while this delivery waited:
+		// the same job, given again.
+		s.log.Info("a job this launcher ran was delivered again (its acks were lost): acked", "run", job.RunID, "cell", job.CellID)
+		_ = m.Ack()
+		return
+	}
 	var err error
 	if delivery := bus.Attempt(m); delivery >= bus.MaxDeliver {
 		err = s.Poison(ctx, job, job.AttemptBase+delivery)
 	} else {
 		err = s.Launch(ctx, job, job.AttemptBase+delivery)
 	}
+	done(err == nil && ctx.Err() == nil)
 	switch {
 	case ctx.Err() != nil:
 		// Shutting down: leave the job for another launcher.
@@ -167,6 +180,50 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(5 * time.Second)
 	default:
 		_ = m.Ack()
+	}
+}
+
+// running is a launch job this process is handling.
+type running struct {
+	done chan struct{} // closed when its handling ended
+	ok   bool          // the job was done (its Launch returned nil)
+}
+
+// hold makes the caller the one handler in this process of job's cell.
+// When another delivery of the same job is being handled here (JetStream
+// delivers a job again when its in-progress acks are lost, as when the
+// server this process is connected to dies), it first waits for that one
+// to end: if it did the job, hold returns nil and the caller acks the
+// delivery, else the caller handles the job itself (its next attempt).
+// The returned done records the outcome and lets the next one in; with
+// ctx ended hold returns a no-op done and the caller's Launch sees ctx.
+func (s *Service) hold(ctx context.Context, job events.LaunchJob) (*running, func(ok bool)) {
+	key := job.RunID + "/" + job.CellID
+	for {
+		s.runMu.Lock()
+		r, busy := s.running[key]
+		if !busy {
+			mine := &running{done: make(chan struct{})}
+			s.running[key] = mine
+			s.runMu.Unlock()
+			return mine, func(ok bool) {
+				s.runMu.Lock()
+				mine.ok = ok
+				delete(s.running, key)
+				close(mine.done)
+				s.runMu.Unlock()
+			}
+		}
+		s.runMu.Unlock()
+		s.log.Info("a job of a cell this launcher runs was delivered again (its acks were lost): waiting for the running one", "run", job.RunID, "cell", job.CellID)
+		select {
+		case <-r.done:
+			if r.ok {
+				return nil, func(bool) {}
+			}
+		case <-ctx.Done():
+			return &running{}, func(bool) {}
+		}
 	}
 }
 

@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
@@ -376,5 +379,79 @@ func TestLaunchServesTheQueue(t *testing.T) {
 func TestNewRejectsNil(t *testing.T) {
 	if _, err := New(Config{Node: "n"}, nil, &sandboxfake.Driver{}); err == nil {
 		t.Error("nil bus accepted")
+	}
+}
+
+// TestLaunchSameJobDeliveredTwice: a launch job delivered again while this
+// launcher still runs it (JetStream redelivers a job whose in-progress
+// acks were lost, as when the server the launcher is connected to dies;
+// here the same job is queued twice) is not run a second time beside the
+// first: the second delivery waits, and once the first has done the job
+// it is acked. One solve, one sandbox, the queue empty.
+func TestLaunchSameJobDeliveredTwice(t *testing.T) {
+	release := make(chan struct{})
+	var solves atomic.Int32
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "solve.sh", DoContext: func(ctx context.Context, _ sandbox.ExecSpec) error {
+		solves.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}}}}
+	f := newFixture(t, d, nil)
+	s, err := New(Config{Node: "n1", Host: d, Concurrency: 2}, f.b, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := harnesstest.Task(t, "t", nil)
+	job := harnesstest.PlanCell(t, f.b, f.run, tk, "oracle")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for _, id := range []string{"first", "again"} {
+		if err := f.b.PublishWork(ctx, events.LaunchSubject, f.run+"/"+job.CellID+"/"+id, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := func() *jetstream.ConsumerInfo {
+		t.Helper()
+		c, err := f.b.JS.Consumer(ctx, bus.WorkStream, "launcher")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci
+	}
+	// Both deliveries taken while a solve runs.
+	for ci := info(); ci.NumAckPending != 2 || solves.Load() < 1; ci = info() {
+		if ctx.Err() != nil {
+			t.Fatalf("deliveries unacked %d, solves %d: want both delivered and a solve running", ci.NumAckPending, solves.Load())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the consumer's state
+	}
+	close(release)
+	for ci := info(); ci.NumAckPending != 0 || ci.NumPending != 0; ci = info() {
+		if ctx.Err() != nil {
+			t.Fatalf("the queue never emptied: %d pending, %d unacked", ci.NumPending, ci.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the consumer's state
+	}
+	if n := solves.Load(); n != 1 {
+		t.Errorf("%d solves of one job, want 1", n)
+	}
+	var started int
+	for _, e := range harnesstest.CellEvents(t, f.b, f.run, job.CellID) {
+		if e.Type == events.SandboxStarted {
+			started++
+		}
+	}
+	if started != 1 || len(d.Started()) != 1 {
+		t.Errorf("%d SandboxStarted events, %d sandboxes started; want 1 each", started, len(d.Started()))
 	}
 }
