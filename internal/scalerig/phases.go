@@ -315,7 +315,7 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 	}
 	var ends []time.Time
 	var agentSum int
-	var firstEvent []time.Duration
+	var firstEvent, lags []time.Duration
 	type runEnd struct{ lastCell, finished time.Time }
 	var runEnds []runEnd
 	for _, s := range subs {
@@ -342,6 +342,16 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 			}
 		}
 		runEnds = append(runEnds, re)
+		if !re.finished.IsZero() && !re.lastCell.IsZero() {
+			lag := re.finished.Sub(re.lastCell)
+			lags = append(lags, lag)
+			if lag > rep.FinishLagMax {
+				rep.FinishLagMax, rep.FinishLagRun = lag, s.runID
+			}
+			if lag > 2*r.cfg.AckWait+time.Minute {
+				problem("run %s: RunFinished %.1f s after its last cell ended", s.runID, lag.Seconds())
+			}
+		}
 		for id, c := range rl.byCell {
 			switch {
 			case c.terminal != 1:
@@ -413,6 +423,7 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 	rep.DispatchP50 = percentile(claims, 0.5)
 	rep.DispatchP99 = percentile(claims, 0.99)
 	rep.DispatchMax = percentile(claims, 1)
+	rep.FinishLagP50 = percentile(lags, 0.5)
 	rep.FirstEventP50 = percentile(firstEvent, 0.5)
 	rep.FirstEventP99 = percentile(firstEvent, 0.99)
 	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })

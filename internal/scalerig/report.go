@@ -47,6 +47,12 @@ type Report struct {
 	DispatchP50, DispatchP99, DispatchMax time.Duration
 	Claims                                int
 	FirstEventP50, FirstEventP99          time.Duration
+	// FinishLag is a run's last cell's terminal event to its
+	// RunFinished (the aggregator's part): the median, and the longest
+	// with its run. A lag over twice the AckWait plus a minute is a
+	// problem (a run the aggregator stopped following).
+	FinishLagP50, FinishLagMax time.Duration
+	FinishLagRun               string
 	// BaselineGap is the longest stretch without a cell ending in the
 	// first quarter of the window (no fault yet), to read the faults'
 	// stalls against.
@@ -96,6 +102,7 @@ func (r *Report) Write(w io.Writer) {
 	row("machine busy (all processes)", fmt.Sprintf("%.2f of %.0f cores", r.MachineBusy, r.MachineCores), "")
 	row(fmt.Sprintf("dispatch latency p50 / p99 / max (%d jobs)", r.Claims), sec(r.DispatchP50)+" / "+sec(r.DispatchP99)+" / "+sec(r.DispatchMax), "p99 < 0.5 s")
 	row("planned to the launcher's first event p50 / p99", sec(r.FirstEventP50)+" / "+sec(r.FirstEventP99), "")
+	row("last cell to RunFinished p50 / max", sec(r.FinishLagP50)+" / "+sec(r.FinishLagMax), "")
 	row("runs; cells planned", fmt.Sprintf("%d; %d", r.Runs, r.Cells), "")
 	row("cells with exactly one verdict", fmt.Sprintf("%d of %d", r.Verdicts, r.Cells), "all")
 	row("runs projected once (one row a cell)", fmt.Sprintf("%d of %d", r.RunsProjectedOnce, r.Runs), "all")
