@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test e2e fuzz vet bench soak scale demo deploy-test docs clean
+.PHONY: all build setup setup-node setup-browser setup-claude setup-codex setup-compose test e2e fuzz vet bench soak scale scale-test demo deploy-test docs clean
 
 all: build
 
@@ -79,6 +79,10 @@ scale:
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	$(GO) build -o bin/proctor-scale ./deploy/scale
 	bin/proctor-scale rig --nats-server bin/nats-server --workers $(SCALE_WORKERS) --rate $(SCALE_RATE) --duration $(SCALE_DURATION) --profile --report out/scale-report.txt $(SCALE_FLAGS)
+
+## scale-test: the scale rig at its smallest (TestScaleRigTiny: 3 servers, 2 workers, 50 cells and a single-node reference; 25-40 s, so not in `make test`)
+scale-test:
+	PROCTOR_SCALE_TEST=1 $(GO) test -count=1 -p 1 -v -run '^TestScaleRigTiny$$' ./internal/scalerig/
 
 ## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude) and Claude against the Codex arms (out/demo-codex)
 demo: setup setup-claude setup-codex build
