@@ -70,6 +70,9 @@ type RunRecord struct {
 	// RunFinished was published.
 	FinishClaim      int    `json:"finish_claim,omitempty"`
 	FinishClaimUntil string `json:"finish_claim_until,omitempty"`
+	// FinishClaimBy names the claimant (ClaimFinish's by), so a
+	// claimant asking again (its first answer lost) is told it holds it.
+	FinishClaimBy string `json:"finish_claim_by,omitempty"`
 	// Control is the run's control state: paused, cancelled cells
 	// (Bus.Control writes it with each RunControl event).
 	Control ControlState `json:"control,omitzero"`
@@ -83,9 +86,11 @@ var FinishClaimDuration = 30 * time.Second
 // to publish the RunFinished of the run's epoch: exactly one of the
 // processes asking wins (two aggregators following one run), unless the
 // winner's claim lapsed (FinishClaimDuration) because it died before
-// publishing. It reports whether this caller won; the error is the
-// index's.
-func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int) (bool, error) {
+// publishing. by names the claimant (one per process): a claimant that
+// asks again, as after a timeout whose update went through, is told it
+// won while its claim holds, so an error can be retried. It reports
+// whether this caller won; the error is the index's.
+func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int, by string) (bool, error) {
 	won := false
 	err := b.UpdateRun(ctx, id, func(r *RunRecord) {
 		now := time.Now()
@@ -93,9 +98,10 @@ func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int) (bool, erro
 			t, err := time.Parse(time.RFC3339Nano, r.FinishClaimUntil)
 			return err == nil && now.After(t)
 		}()
-		won = r.FinishClaim < epoch+1 || (r.FinishClaim == epoch+1 && lapsed)
+		mine := by != "" && r.FinishClaimBy == by
+		won = r.FinishClaim < epoch+1 || (r.FinishClaim == epoch+1 && (lapsed || mine))
 		if won {
-			r.FinishClaim = epoch + 1
+			r.FinishClaim, r.FinishClaimBy = epoch+1, by
 			r.FinishClaimUntil = now.Add(FinishClaimDuration).UTC().Format(time.RFC3339Nano)
 		}
 	})

@@ -47,6 +47,7 @@ type Service struct {
 	cfg Config
 	bus *bus.Bus
 	log *slog.Logger
+	id  string // this process's claimant name (Bus.ClaimFinish)
 }
 
 // New returns an aggregator on b.
@@ -63,7 +64,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	if cfg.NodeCheck <= 0 {
 		cfg.NodeCheck = min(cfg.NodeLost/4, 10*time.Second)
 	}
-	return &Service{cfg: cfg, bus: b, log: cfg.Logger.With("service", Source)}, nil
+	return &Service{cfg: cfg, bus: b, log: cfg.Logger.With("service", Source), id: events.NewID()}, nil
 }
 
 // Run follows every planned run until ctx ends. A run it was following
@@ -157,14 +158,23 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 			}
 		}
 		if p.Done() && !closing {
-			closing = true
 			// Finishing is idempotent: of two aggregators following the
 			// run, the one that wins the claim in the run index publishes
-			// RunFinished; the other follows on until it sees it.
-			won, err := s.bus.ClaimFinish(ctx, runID, epoch)
+			// RunFinished; the other follows on until it sees it. The
+			// claim and the publish are retried here while the bus fails
+			// transiently (a server lost): an error returned would end
+			// this follow's callback for the run's last event, and no
+			// later event would come to finish the run.
+			var won bool
+			err := bus.Retry(ctx, s.log, "claim the RunFinished of "+runID, func(ctx context.Context) error {
+				var err error
+				won, err = s.bus.ClaimFinish(ctx, runID, epoch, s.id)
+				return err
+			})
 			if err != nil || !won {
 				return err
 			}
+			closing = true
 			status, why := bus.StatusFinished, p.PlanError()
 			switch {
 			case why != "":
@@ -173,8 +183,11 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 				status = bus.StatusCancelled
 				why = (&bus.Cancelled{Control: p.Control().Cancels[""]}).Error()
 			}
-			return s.bus.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
-				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: why, Epoch: epoch}))
+			finished := events.Must(events.RunFinished, runID, "", 0, Source,
+				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: why, Epoch: epoch})
+			return bus.Retry(ctx, s.log, "publish the RunFinished of "+runID, func(ctx context.Context) error {
+				return s.bus.PublishAll(ctx, finished)
+			})
 		}
 		return nil
 	})
