@@ -53,6 +53,16 @@ type Driver struct {
 	// caller's environment" (DESIGN §5). Process groups, timeouts and the
 	// kill of what a command leaves behind are the same.
 	Host bool
+	// Prefix names the temp work trees: <BaseDir>/<Prefix>*; "" means
+	// "proctor-sbx-". The host agent arms use "proctor-run-".
+	Prefix string
+	// Cgroup puts every command of a sandbox in a cgroup v2 of its own
+	// (made by Start under proctor's own cgroup, when the unified
+	// hierarchy is mounted and writable; Handle.State["cgroup"] is its
+	// path, absent when none could be made): KillAll then reaches a
+	// process that left its process group (setsid), and Destroy removes
+	// the cgroup.
+	Cgroup bool
 }
 
 var _ sandbox.Driver = (*Driver)(nil)
@@ -75,7 +85,11 @@ func (p *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	if spec.Egress != nil {
 		return nil, fmt.Errorf("%w: a host process cannot be put behind an egress proxy (Spec.Egress)", sandbox.ErrInvalidSpec)
 	}
-	root, err := os.MkdirTemp(p.BaseDir, "proctor-sbx-")
+	prefix := p.Prefix
+	if prefix == "" {
+		prefix = "proctor-sbx-"
+	}
+	root, err := os.MkdirTemp(p.BaseDir, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: process: work tree: %w", err)
 	}
@@ -96,6 +110,11 @@ func (p *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 	}
 	if spec.CellID != "" {
 		st["cell"] = spec.CellID
+	}
+	if p.Cgroup {
+		if cg, err := makeCgroup(filepath.Base(root)); err == nil {
+			st["cgroup"] = cg
+		}
 	}
 	return &sandbox.Handle{Driver: sandbox.DriverProcess, ID: root, State: st, Env: maps.Clone(spec.Env)}, nil
 }
@@ -169,8 +188,9 @@ func (p *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 	if len(spec.Cmd) == 0 {
 		return sandbox.ExecResult{}, fmt.Errorf("%w: empty command", sandbox.ErrInvalidSpec)
 	}
-	if spec.User != "" {
-		return sandbox.ExecResult{}, fmt.Errorf("%w: the process driver cannot run as user %q", sandbox.ErrInvalidSpec, spec.User)
+	cred, err := credential(spec.User)
+	if err != nil {
+		return sandbox.ExecResult{}, err
 	}
 	root, err := p.root(h)
 	if err != nil {
@@ -190,7 +210,15 @@ func (p *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 	cmd := exec.Command(spec.Cmd[0], spec.Cmd[1:]...)
 	cmd.Dir = wd
 	cmd.Env = p.env(h, spec.Env)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	if cg := state(h, "cgroup"); cg != "" {
+		fd, err := os.Open(cg)
+		if err != nil {
+			return sandbox.ExecResult{}, fmt.Errorf("sandbox: process: the sandbox's cgroup: %w", err)
+		}
+		defer fd.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(fd.Fd())
+	}
 	// Look the command up in the sandbox's PATH, not proctor's.
 	if !strings.Contains(spec.Cmd[0], "/") {
 		if path, ok := lookPathIn(spec.Cmd[0], cmd.Env); ok {
@@ -467,8 +495,17 @@ func copyFile(src, dst string, perm fs.FileMode) error {
 	return os.Chmod(dst, perm)
 }
 
-// Destroy implements Driver: it removes the work tree. Idempotent.
+// Destroy implements Driver: it kills what is left in the sandbox's
+// cgroup, removes the cgroup and the work tree. Idempotent.
 func (p *Driver) Destroy(ctx context.Context, h *sandbox.Handle) error {
+	if cg := state(h, "cgroup"); cg != "" {
+		if err := killCgroup(ctx, cg); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("sandbox: process: destroy: %w", err)
+		}
+		if err := os.Remove(cg); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("sandbox: process: destroy: remove %s: %w", cg, err)
+		}
+	}
 	root := state(h, "root")
 	if root == "" {
 		return nil
