@@ -618,9 +618,11 @@ func (g *globals) warnTasks(cells []planner.Cell) {
 }
 
 // warnUsers warns when an arm compared with the baseline runs its agent
-// as another user than the baseline's (harness.UserMismatches).
+// as another user than the baseline's (harness.UserMismatches), or in
+// another place: on the host against the task container
+// (harness.LocationMismatches).
 func (g *globals) warnUsers(spec events.RunSpec) {
-	for _, w := range harness.UserMismatches(spec) {
+	for _, w := range append(harness.UserMismatches(spec), harness.LocationMismatches(spec)...) {
 		fmt.Fprintf(g.stderr, "warning: %s\n", textsafe.Line(w))
 	}
 }

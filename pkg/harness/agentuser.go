@@ -211,12 +211,15 @@ func (r Ref) RefusalIn(spec events.RunSpec, t *task.Task) (events.ErrorClass, st
 // ArmUser is what an arm's agent runs as, for comparing arms: an
 // in-container agent arm's is the run's --agent-user; a delegated arm's
 // is "task" (Harbor and BenchFlow run their agents as the task's user); a
-// host command's "host"; "" for an arm that runs no agent (the setup
+// host command's "host"; a host launch's "host-agent" (HostAgentUser); "" for an arm that runs no agent (the setup
 // checks).
 func ArmUser(spec events.RunSpec, r Ref) string {
 	a, err := For(r)
 	if err != nil || a.SetupCheck() {
 		return ""
+	}
+	if h, ok := a.(hostLauncher); ok && h.onHost() {
+		return "host-agent"
 	}
 	switch a.(type) {
 	case harborArm, benchflowArm:
@@ -256,6 +259,58 @@ func UserMismatches(spec events.RunSpec) []string {
 	return out
 }
 
+// hostLauncher is an arm that may run its agent on the host (the
+// docker-*-host arms) rather than in the task container.
+type hostLauncher interface{ onHost() bool }
+
+// AgentLocation is where an arm's agent runs: "host" for a host launch
+// (docker-claude-host, docker-probe-host), "container" for the other
+// in-container agent arms, "" for an arm whose agent is not proctor's to
+// place (setup checks, host commands, Harbor, BenchFlow).
+func AgentLocation(r Ref) string {
+	a, err := For(r)
+	if err != nil {
+		return ""
+	}
+	if h, ok := a.(hostLauncher); ok && h.onHost() {
+		return "host"
+	}
+	switch a.(type) {
+	case agentArm, claudeArm, codexArm:
+		return "container"
+	}
+	return ""
+}
+
+// LocationMismatches are the warnings of a run of spec that compares a
+// host launch with an in-container baseline, or the reverse: one line
+// per such harness, naming what the host cannot seal (HostOpen).
+func LocationMismatches(spec events.RunSpec) []string {
+	if spec.BaselineHarness == "" {
+		return nil
+	}
+	br, err := Parse(spec.BaselineHarness)
+	if err != nil {
+		return nil
+	}
+	base := AgentLocation(br)
+	if base == "" {
+		return nil
+	}
+	var out []string
+	for _, h := range spec.Harnesses {
+		r, err := Parse(h)
+		if err != nil || r.Name == br.Name {
+			continue
+		}
+		if l := AgentLocation(r); l != "" && l != base {
+			out = append(out, fmt.Sprintf("harness %s runs its agent on the %s and the baseline %s in the %s: the host cannot seal work_tree, operator_config, env, host_filesystem and network (metrics.isolation.host_open), so a difference between them may be the launch's, not the agent's (docs/harnesses.md#host-launches)",
+				r.Name, map[string]string{"host": "host", "container": "task container"}[l], br.Name, map[string]string{"host": "host", "container": "task container"}[base]))
+		}
+	}
+	return out
+}
+
 func describeArmUser(u string) string {
 	switch u {
 	case AgentUserSealed:
@@ -264,6 +319,8 @@ func describeArmUser(u string) string {
 		return "the task's user (Harbor's rule: [agent].user, else the image's USER, often root)"
 	case "host":
 		return "the operator's host user"
+	case "host-agent":
+		return "a dedicated unprivileged user on the host (" + HostAgentUserName + ")"
 	}
 	return u
 }

@@ -165,7 +165,7 @@ func For(r Ref) (Arm, error) {
 		return harborArm{ref: r}, nil
 	case BenchFlow, BenchFlowSkill, BenchFlowSelfGen:
 		return benchflowArm{ref: r}, nil
-	case DockerClaude, DockerClaudeSkill:
+	case DockerClaude, DockerClaudeSkill, DockerClaudeHost, DockerClaudeHostSkill:
 		return claudeArm{ref: r}, nil
 	case DockerCodex, DockerCodexSkill:
 		return codexArm{ref: r}, nil

@@ -73,8 +73,20 @@ var (
 
 // claudeArm runs the Claude Code CLI in the task container: docker-claude,
 // and docker-claude-skill:<skill-path> with the skill as a one-skill
-// plugin (DESIGN §5.3).
+// plugin (DESIGN §5.3); or, for docker-claude-host and
+// docker-claude-host-skill:<skill-path>, on the host beside the task
+// container (claudehost.go).
 type claudeArm struct{ ref Ref }
+
+// onHost reports whether the arm runs the CLI on the host.
+func (a claudeArm) onHost() bool {
+	return a.ref.Kind == DockerClaudeHost || a.ref.Kind == DockerClaudeHostSkill
+}
+
+// withSkill reports whether the arm offers a skill.
+func (a claudeArm) withSkill() bool {
+	return a.ref.Kind == DockerClaudeSkill || a.ref.Kind == DockerClaudeHostSkill
+}
 
 // claudeState is what Prepare found for Solve: env is what the CLI gets
 // (placeholders for the credentials behind a model gateway), secrets the
@@ -85,13 +97,22 @@ type claudeState struct {
 	secrets map[string]string
 	// session carries the CLI's session between the steps of a cell.
 	session *claudeSession
+	// hostBin is the CLI's host path, for a host arm.
+	hostBin string
 }
 
 func (a claudeArm) Ref() Ref                       { return a.ref }
 func (a claudeArm) SetupCheck() bool               { return false }
 func (a claudeArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
 
+// Refusal: the in-container agent's rules; a host arm also refuses a
+// task.md task (hostRefusal).
 func (a claudeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
+	if a.onHost() {
+		if c, why := hostRefusal(t); why != "" {
+			return c, why
+		}
+	}
 	return refusal(t, a.needs(t))
 }
 
@@ -107,7 +128,7 @@ func (a claudeArm) Check(baseDir string) error {
 	if _, err := ClaudeEnv(os.Getenv); err != nil {
 		return err
 	}
-	if a.ref.Kind == DockerClaudeSkill {
+	if a.withSkill() {
 		if _, err := LoadSkill(baseDir, a.ref.Arg); err != nil {
 			return err
 		}
@@ -235,7 +256,7 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 			st.secrets[k] = v
 		}
 	}
-	if a.ref.Kind == DockerClaudeSkill {
+	if a.withSkill() {
 		if st.skill, err = LoadSkill(env.Spec().BaseDir, a.ref.Arg); err != nil {
 			return Placement{}, events.Classed(events.ClassRefused, err)
 		}
@@ -244,8 +265,14 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassSandbox, err)
 	}
-	runImage, err := claudeImage(ctx, env, img, bin)
-	if err != nil {
+	runImage := img.Ref
+	if a.onHost() {
+		// The CLI runs on the host as the agent's user: it must be able
+		// to run the binary where it is.
+		if st.hostBin, err = hostRunnable(bin); err != nil {
+			return Placement{}, events.Classed(events.ClassSandbox, err)
+		}
+	} else if runImage, err = claudeImage(ctx, env, img, bin); err != nil {
 		if ctx.Err() != nil {
 			return Placement{}, ctx.Err()
 		}
@@ -280,7 +307,9 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	// caches, the env file) reaches the image or the verifier's files.
 	// (Owned by uid 10001 when mounted; the solve gives it to the user it
 	// runs as, ResolveSolveUser.)
-	spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}
+	if !a.onHost() {
+		spec.Tmpfs = map[string]string{agentHome: "uid=10001,gid=10001,mode=0700,size=256m"}
+	}
 	user, _ := SolveUser(env.Spec(), t, img)
 	return Placement{
 		Driver: env.Driver(), Spec: spec, Networks: n, Workdir: workdir, User: user, Image: img, State: st,

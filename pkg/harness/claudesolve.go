@@ -41,6 +41,9 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	if !ok || st.env == nil {
 		return Outcome{}, errors.New("claude arm: Solve without Prepare")
 	}
+	if a.onHost() {
+		return a.solveHost(ctx, env, p, h, st)
+	}
 	reader, ok := p.Driver.(sandbox.FileReader)
 	if !ok {
 		return Outcome{}, fmt.Errorf("the sandbox driver %T cannot read the stream file back", p.Driver)
@@ -70,6 +73,7 @@ type claudeSolve struct {
 	red       *Redactor
 	treatment string
 	resumed   string // the session of the step before this one resumes
+	host      bool   // the CLI ran on the host (claudehost.go)
 	prompt    string // as the CLI is given it (prompt.txt)
 
 	logs    *cellfs.Capture
@@ -187,35 +191,16 @@ wait $pid; rc=$?
 wait $tpid
 exit $rc
 `, claudeEnvPath, strings.Join(argv, " "), agentOutput, claudeStreamPath)
-	var err error
-	if s.logs, err = dir.OpenCapture("agent.stderr.log"); err != nil {
+	if err := s.sinks(ctx, func() error { return u.Killer.KillAll(ctx, u.Handle, u.Identity.Killer()) }); err != nil {
 		return sandbox.ExecSpec{}, err
 	}
-	s.stderr = s.red.Writer(s.logs)
-	s.grace = newResultGrace(ResultGrace, func() {
-		if err := u.Killer.KillAll(ctx, u.Handle, u.Identity.Killer()); err != nil {
-			dir.Logf("claude: kill the agent's processes %s after the result: %v", ResultGrace, err)
-		}
-	})
-	results := 0 // the result lines the live reader saw: each (re)starts the grace
-	s.live = newCLILive(ctx, s.env, func() lineFolder { return newClaudeStream(s.treatment) }, func(at time.Time) {
-		if n := s.live.fold.(*claudeStream).results; n > results {
-			results = n
-			s.grace.result(at)
-		}
-	})
-	s.lines = sandbox.NewLines(s.live.feed, 0)
-	s.stdout = s.red.Writer(s.lines)
 	// The provider is reached through the sandbox's egress proxy (the
 	// only way out of its internal network; RunUntrusted lays its
 	// variables over these), with the gateway's CA when it intercepts.
 	s.ca = sandbox.CAEnv(u.Handle)
 	dir.Logf("claude: %s as %s in %s (budget %gs, grace %s, egress %s)", plan.Harness, u.Identity, u.Workdir, t.AgentTimeoutSec, u.Grace, u.Egress)
-	cliEnv := map[string]string{
-		"HOME": agentHome, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-		"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": t.Name, "PROCTOR_CELL_ID": s.env.CellID(),
-	}
+	cliEnv := claudeCLIEnv(s.env)
+	cliEnv["HOME"], cliEnv["PATH"] = agentHome, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	if u.Identity.Root() {
 		// As root (--agent-user task) the CLI refuses
 		// --dangerously-skip-permissions unless told it runs in a
@@ -228,6 +213,43 @@ exit $rc
 		Env:     withEnv(cliEnv, s.ca),
 		Timeout: seconds(t.AgentTimeoutSec), Stdout: s.stdout, Stderr: s.stderr,
 	}, nil
+}
+
+// claudeCLIEnv is what the CLI gets beside the provider variables in
+// every Claude arm: the bundled skills, non-essential traffic and the
+// updater off, and the task and cell named.
+func claudeCLIEnv(env Env) map[string]string {
+	return map[string]string{
+		"CLAUDE_CODE_DISABLE_BUNDLED_SKILLS": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+		"DISABLE_AUTOUPDATER": "1", "PROCTOR_TASK": env.Task().Name, "PROCTOR_CELL_ID": env.CellID(),
+	}
+}
+
+// sinks opens the solve's live sinks: agent.stderr.log (redacted), the
+// result grace (kill ends every process of the agent) and the live
+// reader of the stream behind s.stdout.
+func (s *claudeSolve) sinks(ctx context.Context, kill func() error) error {
+	dir := s.env.Dir()
+	var err error
+	if s.logs, err = dir.OpenCapture("agent.stderr.log"); err != nil {
+		return err
+	}
+	s.stderr = s.red.Writer(s.logs)
+	s.grace = newResultGrace(ResultGrace, func() {
+		if err := kill(); err != nil {
+			dir.Logf("claude: kill the agent's processes %s after the result: %v", ResultGrace, err)
+		}
+	})
+	results := 0 // the result lines the live reader saw: each (re)starts the grace
+	s.live = newCLILive(ctx, s.env, func() lineFolder { return newClaudeStream(s.treatment) }, func(at time.Time) {
+		if n := s.live.fold.(*claudeStream).results; n > results {
+			results = n
+			s.grace.result(at)
+		}
+	})
+	s.lines = sandbox.NewLines(s.live.feed, 0)
+	s.stdout = s.red.Writer(s.lines)
+	return nil
 }
 
 // Ended stops the live reader and the result grace.
@@ -276,6 +298,9 @@ func (s *claudeSolve) finish(ctx context.Context, d sandbox.Driver, reader sandb
 	}
 	iso := r.Isolation
 	iso["network"], iso["home"] = sandbox.NetworkInternal, "tmpfs"
+	if s.host {
+		iso["network"], iso["home"] = "host", "scratch"
+	}
 	fin := events.FinishedData{
 		ExitCode: res.ExitCode, TimedOut: res.TimedOut, DurationSec: round3(res.Duration.Seconds()),
 		StdoutTail: cellfs.Suffix(text, cellfs.RowTailBytes), Synthesized: true, Isolation: iso,

@@ -46,6 +46,15 @@ const (
 	// task container, without and with a skill (DESIGN §5.3).
 	DockerCodex      Kind = "docker-codex"
 	DockerCodexSkill Kind = "docker-codex-skill"
+	// DockerClaudeHost and DockerClaudeHostSkill are the task-runs seed's
+	// host launches of the Claude Code CLI: the CLI on the host in a
+	// scratch tree holding a copy of the task's working tree, the task
+	// container kept for the verifier (untrustedhost.go).
+	DockerClaudeHost      Kind = "docker-claude-host"
+	DockerClaudeHostSkill Kind = "docker-claude-host-skill"
+	// DockerProbeHost is the isolation probe in exactly the host arms'
+	// sandbox; docker-probe-host:<skill-path> also forbids that skill.
+	DockerProbeHost Kind = "docker-probe-host"
 )
 
 // Error classes a refusal carries (DESIGN §8); the vocabulary is
@@ -106,6 +115,10 @@ func Registry() []Info {
 		{DockerClaudeSkill, "docker-claude-skill:<skill-path>", "docker-claude with the skill at <skill-path> as a one-skill plugin", "the task verifier", true},
 		{DockerCodex, "docker-codex", "OpenAI Codex CLI in the task container as uid 10001, exec --json parsed live", "the task verifier", true},
 		{DockerCodexSkill, "docker-codex-skill:<skill-path>", "docker-codex with the skill at <skill-path> as its one skill (/etc/codex/skills)", "the task verifier", true},
+		{DockerClaudeHost, "docker-claude-host", "Claude Code CLI on the host (a proctor-run-* scratch tree holding a copy of the working tree, a dedicated unprivileged user, the egress proxy as its route to the model), the tree copied back into the task container; what the host cannot seal is in every row", "the task verifier (in the container)", true},
+		{DockerClaudeHostSkill, "docker-claude-host-skill:<skill-path>", "docker-claude-host with the skill at <skill-path> as a one-skill plugin", "the task verifier (in the container)", true},
+		{DockerProbeHost, "docker-probe-host", "the isolation probe in exactly the host arms' sandbox: the classes the host cannot seal are reported open", "every leak class closed, n/a or expected by the task", true},
+		{DockerProbeHost, "docker-probe-host:<skill-path>", "docker-probe-host that also forbids the skill at <skill-path>", "every leak class closed, n/a or expected by the task", true},
 	}
 }
 
@@ -139,7 +152,8 @@ func Parse(s string) (Ref, error) {
 		if !in.Available {
 			return r, fmt.Errorf("harness %q: the %s harness is not available in this version", s, in.Kind)
 		}
-		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerProbeSkill || r.Kind == DockerClaudeSkill || r.Kind == DockerCodexSkill || r.Kind == Probe) {
+		if hasArg && (r.Kind == Agent || r.Kind == DockerProbe || r.Kind == DockerProbeSkill || r.Kind == DockerClaudeSkill || r.Kind == DockerCodexSkill || r.Kind == Probe ||
+			r.Kind == DockerClaudeHostSkill || r.Kind == DockerProbeHost) {
 			r.Name = string(r.Kind) + ":" + path.Clean(arg)
 		}
 		if k, ok := aliases[r.Kind]; ok {
@@ -208,7 +222,7 @@ func (r Ref) Comparable() bool {
 	if a, err := For(r); err == nil {
 		return !a.SetupCheck()
 	}
-	return r.Kind != Probe && r.Kind != DockerProbe && r.Kind != DockerProbeSkill && r.Kind != Oracle && r.Kind != DockerOracle
+	return r.Kind != Probe && r.Kind != DockerProbe && r.Kind != DockerProbeSkill && r.Kind != DockerProbeHost && r.Kind != Oracle && r.Kind != DockerOracle
 }
 
 // IsSetupCheck reports whether the rows of the harness named name check the

@@ -82,7 +82,7 @@ func (a claudeArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
 		return nil, err
 	}
 	in := []IdentityInput{{Name: "Claude Code CLI", Path: bin}}
-	if a.ref.Kind == DockerClaudeSkill {
+	if a.withSkill() {
 		in = append(in, IdentityInput{Name: "skill dir", Path: skillDir(baseDir, a.ref.Arg)})
 	}
 	return in, nil

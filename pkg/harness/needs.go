@@ -41,7 +41,13 @@ func (agentArm) Needs() []sandbox.Ability {
 
 // docker-claude's model calls are read from the gateway (CallLogger)
 // unless the run has --no-intercept.
-func (claudeArm) Needs() []sandbox.Ability {
+func (a claudeArm) Needs() []sandbox.Ability {
+	if a.onHost() {
+		// The CLI runs on the host: the container's tree is copied out and
+		// back (TreeCopier), nothing is derived nor run in it as the agent.
+		return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger,
+			sandbox.AbilityCallLogger}, VerifierNeeds...)
+	}
 	return append([]sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityDerivedImager,
 		sandbox.AbilityProcessKiller, sandbox.AbilityFileReader, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger,
 		sandbox.AbilityCallLogger}, VerifierNeeds...)

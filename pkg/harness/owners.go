@@ -115,6 +115,37 @@ func (s *ownerSnapshot) restore(ctx context.Context, d sandbox.Driver, h *sandbo
 		return 0, fmt.Errorf("list the owners of the working tree %s: %w", s.root, err)
 	}
 	byOwner, n := ownersBack(s.owners, now)
+	return s.chownBack(ctx, d, h, byOwner, n)
+}
+
+// restoreByPath is restore for a working tree that was replaced by a
+// copy (a host arm's, copied back): every path the snapshot holds gets
+// back the owner it had, whatever its inode now; what the agent created
+// keeps the owner the copy gave it (root). Paths are chowned with -h.
+func (s *ownerSnapshot) restoreByPath(ctx context.Context, d sandbox.Driver, h *sandbox.Handle) (int, error) {
+	if s == nil || s.owners == nil {
+		return 0, nil
+	}
+	now, why, err := walkOwners(ctx, d, h, s.root)
+	if err == nil && why != "" {
+		err = fmt.Errorf("%s", why)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list the owners of the working tree %s: %w", s.root, err)
+	}
+	byOwner, n := map[string][]string{}, 0
+	for p, f := range now {
+		if was, ok := s.owners[p]; ok && was.owner != f.owner {
+			byOwner[was.owner] = append(byOwner[was.owner], p)
+			n++
+		}
+	}
+	return s.chownBack(ctx, d, h, byOwner, n)
+}
+
+// chownBack gives the n paths of byOwner (relative to the tree, by owner
+// "UID:GID") their owner, with chown -h, as root in the sandbox.
+func (s *ownerSnapshot) chownBack(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, byOwner map[string][]string, n int) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}

@@ -209,7 +209,7 @@ func protectedSkills(t *task.Task, harnesses []string, baseDir string) []string 
 	}
 	for _, h := range harnesses {
 		r, err := Parse(h)
-		if err != nil || r.Arg == "" || (r.Kind != DockerClaudeSkill && r.Kind != DockerProbe && r.Kind != DockerProbeSkill) {
+		if err != nil || r.Arg == "" || (r.Kind != DockerClaudeSkill && r.Kind != DockerClaudeHostSkill && r.Kind != DockerProbe && r.Kind != DockerProbeSkill && r.Kind != DockerProbeHost) {
 			continue
 		}
 		set[filepath.Base(r.AgentDir(baseDir))] = true
