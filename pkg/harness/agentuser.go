@@ -332,6 +332,9 @@ func (a agentArm) refusalAs(mode string, t *task.Task) (events.ErrorClass, strin
 }
 
 func (a claudeArm) refusalAs(mode string, t *task.Task) (events.ErrorClass, string) {
+	if a.onHost() {
+		return a.Refusal(t) // the host agent's user is not --agent-user's
+	}
 	return refusal(t, needsAs(mode, a.needs(t)))
 }
 

@@ -17,8 +17,8 @@ import (
 // beside its in-container rules: a task.md task, whose instruction names
 // paths of the task container that do not exist on the host.
 func hostRefusal(t *task.Task) (events.ErrorClass, string) {
-	if t.DefinitionFile == "task.md" {
-		return events.ClassRefused, fmt.Sprintf("%s: a task.md task's instruction names paths of the task container, which a host arm's agent does not have: refused by the host arms before the agent starts (run it with an in-container arm)", filepath.Join(t.Dir, "task.md"))
+	if filepath.Base(t.DefinitionFile) == "task.md" {
+		return events.ClassRefused, fmt.Sprintf("%s: a task.md task's instruction names paths of the task container, which a host arm's agent does not have: refused by the host arms before the agent starts (run it with an in-container arm)", t.DefinitionFile)
 	}
 	return "", ""
 }
