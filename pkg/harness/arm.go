@@ -159,7 +159,7 @@ func For(r Ref) (Arm, error) {
 		return agentArm{ref: r}, nil
 	case Command:
 		return commandArm{ref: r}, nil
-	case Probe, DockerProbe, DockerProbeSkill:
+	case Probe, DockerProbe, DockerProbeSkill, DockerProbeHost:
 		return probeArm{ref: r}, nil
 	case ClaudeCode, Codex, TerminalBench:
 		return harborArm{ref: r}, nil

@@ -57,7 +57,11 @@ func (a claudeArm) Needs() []sandbox.Ability {
 // class would be untested, which fails the probe. It runs through
 // RunUntrusted as an agent does, so its epilogue kills what the probe
 // left (ProcessKiller).
-func (probeArm) Needs() []sandbox.Ability {
+func (a probeArm) Needs() []sandbox.Ability {
+	if a.onHost() {
+		// On the host: the container's tree copied out and back.
+		return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger}
+	}
 	return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityImageEnver, sandbox.AbilityEgressLogger,
 		sandbox.AbilityProcessKiller}
 }

@@ -81,6 +81,11 @@ func (a probeArm) Check(baseDir string) error {
 // Refusal refuses what every in-container arm refuses, and a task whose
 // metadata.probe_expect is malformed or names no leak class.
 func (a probeArm) Refusal(t *task.Task) (events.ErrorClass, string) {
+	if a.onHost() {
+		if c, why := hostRefusal(t); why != "" {
+			return c, why
+		}
+	}
 	if c, r := refusal(t, a.needs(t)); c != "" {
 		return c, r
 	}
@@ -176,7 +181,16 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		return StepSolveUser(env.Spec(), t, s, p)
 	}
 	var isos []map[string]any
-	for _, r := range probeRuns(t, stepUser) {
+	runs := probeRuns(t, stepUser)
+	if a.onHost() {
+		// One probe on the host, in the host arms' scratch tree.
+		rep, res, iso, err := pr.runHost(ctx, env, p, h)
+		if err != nil {
+			return Outcome{}, err
+		}
+		isos, reps, last, total, runs = append(isos, iso), append(reps, rep), res, res.Duration, nil
+	}
+	for _, r := range runs {
 		for _, s := range r.upload {
 			if s.WorkdirDir == "" {
 				continue
@@ -207,6 +221,9 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 	}
 	rep := isoprobe.Merge(labels, reps)
 	statuses, passed := isoprobe.Fold(rep, expect)
+	if a.onHost() {
+		passed = hostStatuses(statuses, expect) && passed
+	}
 	first := isos[0]
 	result := ProbeResult{Passed: passed, Classes: statuses, Targets: pr.targets, Workdir: p.Workdir, User: fmt.Sprint(first["user"]),
 		AgentUser: fmt.Sprint(first["agent_user"]), Skill: pr.skill, Report: rep, Steps: steps, Duration: round3(total.Seconds())}
@@ -245,7 +262,7 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		StdoutTail: reason, IsolationProbe: statuses,
 		Isolation: map[string]any{"network": p.Networks.Solve, "workdir": p.Workdir},
 	}
-	for _, k := range []string{"agent_user", "user", "user_from", "user_declared"} {
+	for _, k := range []string{"agent_user", "user", "user_from", "user_declared", "agent_location", "host_open", "cgroup", "leftover_kill"} {
 		if v, ok := first[k]; ok {
 			fin.Isolation[k] = v
 		}
@@ -295,6 +312,10 @@ func (a probeArm) stageProbe(ctx context.Context, env Env, d sandbox.Driver, h *
 		if forbid, err = forbiddenSkillOf(env.Spec().BaseDir, a.ref.Arg); err != nil {
 			return probeRun{}, nil, events.Classed(events.ClassRefused, err)
 		}
+	}
+	if a.onHost() {
+		// The probe runs on the host: nothing of it enters the container.
+		return probeRun{targets: targets, forbid: forbid, bin: bin}, expect, nil
 	}
 	stage := strings.TrimSuffix(StagePath("probe"), "/probe")
 	if err := d.CopyIn(ctx, h, bin, stage); err != nil {
