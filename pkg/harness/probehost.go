@@ -23,7 +23,7 @@ import (
 // file system is far larger than a task image's, and a walk cut short
 // leaves task_files and treatment untested (the probe fails), never
 // closed.
-const hostProbeWalk = 400_000
+const hostProbeWalk = 200_000
 
 // onHost reports whether the probe runs in the host arms' sandbox
 // (docker-probe-host).
