@@ -82,7 +82,7 @@ func TestClaudeHostArms(t *testing.T) {
 	t.Cleanup(func() { _ = os.Remove(escape) })
 	skillArm := "docker-claude-host-skill:" + abs(t, "../../examples/skills/sum-numbers")
 	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude-host,"+skillArm,
-		"--baseline-harness", "docker-claude-host", "--concurrency", "2", "--agent-grace", "2")
+		"--baseline-harness", "docker-claude-host", "--concurrency", "4", "--agent-grace", "2")
 	rows := byCell(a)
 	show := func(r artifact.Result) string {
 		return fmt.Sprintf("outcome=%s class=%s error=%q reported=%v isolation=%v", r.Outcome, r.ErrorClass, r.Error, r.Metrics.AgentReported, r.Metrics.Isolation)
