@@ -178,4 +178,3 @@ func copyExecutable(src, dst string) error {
 	}
 	return out.Close()
 }
-
