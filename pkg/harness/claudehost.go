@@ -140,7 +140,9 @@ func (s *claudeHostSolve) Command(ctx context.Context, u *HostRun) (sandbox.Exec
 		return sandbox.ExecSpec{}, err
 	}
 	if u.Handle.State["gateway_ca"] != "" {
-		s.ca = map[string]string{"NODE_EXTRA_CA_CERTS": "set"} // the gateway intercepts (finish records it)
+		// The gateway intercepts: RunUntrustedHost gives the CLI its CA
+		// there (finish records isolation.gateway).
+		s.ca = map[string]string{"NODE_EXTRA_CA_CERTS": filepath.Join(u.Root, "gateway-ca.pem")}
 	}
 	dir.Logf("claude: %s on the host as %q in %s (budget %gs, grace %s)", plan.Harness, u.User, u.Root, t.AgentTimeoutSec, u.Grace)
 	s.started = time.Now()
