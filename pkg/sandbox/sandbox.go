@@ -432,7 +432,8 @@ type ExecSpec struct {
 	Cmd []string
 	// User is the user (name or uid[:gid]) to run as; "" means root in a
 	// container (the image's USER is not used) and the current user on the
-	// host. The process driver rejects a User other than "".
+	// host. The process driver takes only a numeric "uid[:gid]", and one
+	// other than proctor's own only when proctor runs as root.
 	User string
 	// Workdir overrides Spec.Workdir for this command.
 	Workdir string

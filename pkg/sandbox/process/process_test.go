@@ -108,8 +108,14 @@ func TestProcessPathsStayInTree(t *testing.T) {
 	if hp, _ := p.HostPath(h, "/../../etc"); hp != filepath.Join(root, "etc") {
 		t.Fatalf("HostPath escaped the tree: %q", hp)
 	}
-	if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"true"}, User: "10001"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
-		t.Fatalf("User on the process driver: %v", err)
+	// A user name is not the host's to resolve; a numeric uid needs root.
+	if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"true"}, User: "agent"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
+		t.Fatalf("a user name on the process driver: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{Cmd: []string{"true"}, User: "10001"}); !errors.Is(err, sandbox.ErrInvalidSpec) {
+			t.Fatalf("another uid without root: %v", err)
+		}
 	}
 	if _, err := p.Exec(context.Background(), h, sandbox.ExecSpec{}); !errors.Is(err, sandbox.ErrInvalidSpec) {
 		t.Fatalf("empty command: %v", err)
