@@ -253,6 +253,9 @@ func (a probeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Ha
 		return Outcome{}, events.Classed(events.ClassInfra, err)
 	}
 	reason := probeReason(statuses, expect)
+	if a.onHost() {
+		reason = hostProbeReason(statuses, expect)
+	}
 	if result.RootGivesUp != nil {
 		reason += "; the agent runs as root (--agent-user task): it can change the system the verifier runs on"
 	}

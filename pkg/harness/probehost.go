@@ -51,6 +51,22 @@ func hostStatuses(statuses, expect map[string]string) bool {
 	return passed
 }
 
+// hostProbeReason is docker-probe-host's reason: the failing classes,
+// the host's own (hostStatuses) after the probe program's, else
+// probeReason's.
+func hostProbeReason(statuses, expect map[string]string) string {
+	open := isoprobe.OpenClasses(statuses)
+	for _, c := range slices.Sorted(maps.Keys(HostOpen)) {
+		if !slices.Contains(isoprobe.Classes, c) && statuses[c] == isoprobe.Open {
+			open = append(open, c+"="+isoprobe.Open)
+		}
+	}
+	if len(open) > 0 {
+		return "leaks on the host: " + strings.Join(open, ", ")
+	}
+	return probeReason(statuses, expect)
+}
+
 // runHost probes once on the host through RunUntrustedHost, as the host
 // arms' agent: the same scratch tree, user, cgroup, environment and
 // route to the model, the probe program (a copy of the static proctor

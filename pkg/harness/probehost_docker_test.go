@@ -83,6 +83,9 @@ func TestProbeHostReportsOpenClasses(t *testing.T) {
 	if ev := strings.Join(res.Report.Classes[isoprobe.Env].Evidence, "\n"); !strings.Contains(ev, "ANTHROPIC_API_KEY") {
 		t.Errorf("env evidence does not name the key's variable:\n%s", ev)
 	}
+	if r := out.Finished.Reason; !strings.Contains(r, "work_tree=open") || !strings.Contains(r, "host_filesystem=open") || !strings.Contains(r, "env=open") {
+		t.Errorf("reason %q does not name the open classes", r)
+	}
 	iso := out.Finished.Isolation
 	if iso["agent_location"] != "host" || iso["host_open"] == nil || out.Finished.IsolationProbe["work_tree"] != isoprobe.Open {
 		t.Errorf("finished: isolation %v, isolation_probe %v", iso, out.Finished.IsolationProbe)
