@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/harness"
 )
@@ -61,6 +62,7 @@ replies:
 // reward and leaves a process running: failed, its link removed, nothing
 // left running, what it could do on the host stated as open.
 func TestClaudeHostArms(t *testing.T) {
+	testutil.LongE2E(t)
 	if os.Geteuid() != 0 {
 		t.Skip("the host arms' agent user is proctor's own unless proctor runs as root; this test checks the dedicated user")
 	}
