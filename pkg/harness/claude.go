@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/providers"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
@@ -54,22 +55,18 @@ const (
 	maxStreamBytes = 256 << 20
 )
 
-// ClaudeProviderEnv are the provider variables (and the CLI's own output
-// and turn limits) the Claude arms pass from
-// proctor's environment to the CLI (an allowlist: nothing else of
-// proctor's environment reaches the agent; the proxy variables the CLI
-// gets are the sandbox's egress proxy, never the host's).
-// ClaudeCredentialEnv are those
-// whose values are redacted from everything stored.
-var (
-	ClaudeProviderEnv = []string{
-		"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_CUSTOM_HEADERS",
-		"ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
-		"ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_MAX_OUTPUT_TOKENS",
-		"CLAUDE_CODE_MAX_TURNS",
-	}
-	ClaudeCredentialEnv = []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"}
-)
+// ClaudeCredentialEnv are the variables of the Claude arms whose values
+// are credentials (of every provider the CLI can use): the isolation
+// probe looks for their host values whatever a sandbox is given.
+var ClaudeCredentialEnv = []string{
+	"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
+	"AWS_BEARER_TOKEN_BEDROCK", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_FOUNDRY_API_KEY",
+	"AZURE_CLIENT_SECRET",
+}
+
+// claudeFilesDir is where the Claude arms copy the files of file-valued
+// provider variables (providers.FileEnv); removed after the solve.
+const claudeFilesDir = agentHome + "/.provider-files"
 
 // claudeArm runs the Claude Code CLI in the task container: docker-claude,
 // and docker-claude-skill:<skill-path> with the skill as a one-skill
@@ -95,6 +92,8 @@ type claudeState struct {
 	skill   *Skill
 	env     map[string]string
 	secrets map[string]string
+	// files are the provider files to copy in (claudeFilesDir).
+	files []providers.File
 	// session carries the CLI's session between the steps of a cell.
 	session *claudeSession
 	// hostBin is the CLI's host path, for a host arm.
@@ -125,7 +124,7 @@ func (a claudeArm) Check(baseDir string) error {
 	if _, err := ClaudeBinary(baseDir); err != nil {
 		return err
 	}
-	if _, err := ClaudeEnv(os.Getenv); err != nil {
+	if _, err := ClaudeProvider(Environ(), nil); err != nil {
 		return err
 	}
 	if a.withSkill() {
@@ -176,32 +175,61 @@ func findCLI(baseDir, envVar, rel, name, setup string) (string, error) {
 	return "", fmt.Errorf("%s is not installed (run `%s`, or set %s); looked at %s", name, setup, envVar, strings.Join(tried, ", "))
 }
 
-// ClaudeEnv reads the provider allowlist (ClaudeProviderEnv) through
-// getenv and checks that it can work: a credential (ANTHROPIC_API_KEY or
-// ANTHROPIC_AUTH_TOKEN) is set, and ANTHROPIC_BASE_URL, when set, is an
-// http(s) URL whose host is not loopback (the agent runs in a container:
-// its loopback is not the host's).
-func ClaudeEnv(getenv func(string) string) (map[string]string, error) {
-	env := map[string]string{}
-	for _, k := range ClaudeProviderEnv {
-		if v := getenv(k); v != "" {
-			env[k] = v
+// ClaudeProvider is how the Claude arms' CLI reaches its model
+// (providers.Claude): environ (proctor's environment) with the `env`
+// block of the operator's Claude settings
+// (providers.ClaudeSettingsPath: $CLAUDE_CONFIG_DIR or ~/.claude)
+// merged over it as the CLI merges it, read through the same allowlist.
+// A settings file that cannot be used is passed to warn (nil: dropped)
+// and ignored. PROCTOR_PROVIDER_PRIVATE=1 in environ lets a base URL's
+// host name resolve to a private address. A setup that cannot work is a
+// *providers.ClaudeSetupError.
+func ClaudeProvider(environ map[string]string, warn func(string)) (providers.ClaudeConfig, error) {
+	get := func(k string) string { return environ[k] }
+	p := providers.ClaudeSettingsPath(get)
+	settings, err := providers.ClaudeSettingsEnv(p)
+	if err != nil {
+		if warn != nil {
+			warn(fmt.Sprintf("the settings' env block is ignored: %v", err))
+		}
+		settings = nil
+	}
+	return providers.Claude(providers.MergeSettingsEnv(environ, settings), providers.ClaudeOptions{
+		Private: environ[ProviderPrivateEnv] == "1", FilesDir: claudeFilesDir,
+	})
+}
+
+// Environ is proctor's environment as a map.
+func Environ() map[string]string {
+	out := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			out[k] = v
 		}
 	}
-	if env["ANTHROPIC_API_KEY"] == "" && env["ANTHROPIC_AUTH_TOKEN"] == "" {
-		return nil, errors.New("docker-claude: no provider credential: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)")
-	}
-	if b := env["ANTHROPIC_BASE_URL"]; b != "" {
-		u, err := url.Parse(b)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-			return nil, fmt.Errorf("docker-claude: ANTHROPIC_BASE_URL=%s is not an http(s) URL with a host", b)
+	return out
+}
+
+// gatewayCAEnv returns the CLI's variables and files behind a model
+// gateway: the operator's CA bundle variables are dropped (the sandbox's
+// own, sandbox.CAEnv, trust the gateway and every other allowed host),
+// AWS_CA_BUNDLE, when set, points at the sandbox's bundle, and their
+// files are not copied in.
+func gatewayCAEnv(env map[string]string, files []providers.File) (map[string]string, []providers.File) {
+	env = maps.Clone(env)
+	var keep []providers.File
+	for _, f := range files {
+		if f.Secret {
+			keep = append(keep, f)
 		}
-		h := u.Hostname()
-		if ip := net.ParseIP(h); h == "localhost" || strings.HasSuffix(h, ".localhost") || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
-			return nil, fmt.Errorf("docker-claude: ANTHROPIC_BASE_URL=%s is a loopback address, which inside the task container is the container itself: use an address the container can reach", b)
-		}
 	}
-	return env, nil
+	for _, k := range []string{"NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"} {
+		delete(env, k)
+	}
+	if _, ok := env["AWS_CA_BUNDLE"]; ok {
+		env["AWS_CA_BUNDLE"] = sandbox.GatewayBundlePath
+	}
+	return env, keep
 }
 
 // ProviderEgress is the egress proxy's allowlist entry of the provider
@@ -246,16 +274,12 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
-	penv, err := ClaudeEnv(os.Getenv)
+	dir := env.Dir()
+	pc, err := ClaudeProvider(Environ(), func(m string) { dir.Logf("claude: %s", m) })
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
-	st := claudeState{env: penv, secrets: map[string]string{}, session: &claudeSession{}}
-	for _, k := range ClaudeCredentialEnv {
-		if v := penv[k]; v != "" {
-			st.secrets[k] = v
-		}
-	}
+	st := claudeState{env: pc.Env, secrets: pc.Secrets, files: pc.Files, session: &claudeSession{}}
 	if a.withSkill() {
 		if st.skill, err = LoadSkill(env.Spec().BaseDir, a.ref.Arg); err != nil {
 			return Placement{}, events.Classed(events.ClassRefused, err)
@@ -286,22 +310,24 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	// The agent reaches the provider only through the egress proxy,
-	// allowlisted from ANTHROPIC_BASE_URL as any provider host is; unless
-	// the run says --no-intercept, the proxy is its model gateway and the
-	// CLI holds placeholders, not the credentials (DESIGN §6.1).
-	entry, err := ProviderEgress(penv["ANTHROPIC_BASE_URL"], os.Getenv(ProviderPrivateEnv) == "1")
-	if err != nil {
-		return Placement{}, events.Classed(events.ClassRefused, err)
-	}
-	spec.Egress = EgressFor(t, entry)
+	// The agent reaches the provider only through the egress proxy, which
+	// allows the provider's hosts as the CLI derives them; unless the run
+	// says --no-intercept, the proxy is its model gateway and the CLI holds
+	// placeholders for the credentials the proxy can send itself (DESIGN
+	// §6.1).
+	spec.Egress = EgressFor(t, append(slices.Clone(pc.Route.Hosts), pc.Tunnelled...)...)
 	if !env.Spec().NoIntercept {
-		gw, err := ModelGateway(env, func(k string) string { return penv[k] }, "anthropic")
+		ca, err := RunCA(env.RunID())
 		if err != nil {
-			return Placement{}, events.Classed(events.ClassRefused, err)
+			return Placement{}, events.Classed(events.ClassInfra, fmt.Errorf("the run's CA: %w", err))
 		}
-		spec.Egress = GatewayEgress(env, gw)
-		st.env = GatewayEnv(gw, penv)
+		gw := &sandbox.Gateway{CA: ca, Routes: []providers.Route{pc.Route}}
+		spec.Egress = GatewayEgress(env, gw, pc.Tunnelled...)
+		st.env, st.files = gatewayCAEnv(GatewayEnv(gw, pc.Env), pc.Files)
+	}
+	dir.Logf("claude: provider %s, hosts %s", pc.Provider, strings.Join(append(slices.Clone(pc.Route.Hosts), pc.Tunnelled...), " "))
+	if len(pc.InSandbox) > 0 {
+		dir.Logf("claude: %s sign or mint the provider's requests inside the sandbox: their real values are given to the CLI (no placeholder can stand in for them)", strings.Join(pc.InSandbox, ", "))
 	}
 	// HOME on its own tmpfs: nothing the CLI writes there (settings,
 	// caches, the env file) reaches the image or the verifier's files.

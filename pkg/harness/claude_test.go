@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 	"github.com/proctor-eval/proctor/pkg/events"
 )
 
-func TestClaudeEnvRefusesSetupsThatCannotWork(t *testing.T) {
+func TestClaudeProviderRefusesSetupsThatCannotWork(t *testing.T) {
+	home := t.TempDir() // no settings file
 	for name, c := range map[string]struct {
 		env  map[string]string
 		want string
@@ -22,16 +24,54 @@ func TestClaudeEnvRefusesSetupsThatCannotWork(t *testing.T) {
 		"ipv6 loopback": {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://[::1]:8080"}, "loopback"},
 		"not a url":     {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "model:8080"}, "not an http(s) URL"},
 	} {
-		_, err := ClaudeEnv(func(k string) string { return c.env[k] })
+		c.env["HOME"] = home
+		_, err := ClaudeProvider(c.env, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", name, err, c.want)
 		}
 	}
-	env, err := ClaudeEnv(func(k string) string {
-		return map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "https://api.example.test", "PATH": "/x", "AWS_SECRET_ACCESS_KEY": "no"}[k]
-	})
-	if err != nil || len(env) != 2 || env["ANTHROPIC_API_KEY"] != "k123" {
-		t.Fatalf("allowlist: %v %v", env, err)
+	pc, err := ClaudeProvider(map[string]string{"HOME": home, "ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "https://api.example.test", "PATH": "/x", "AWS_SECRET_ACCESS_KEY": "no"}, nil)
+	if err != nil || len(pc.Env) != 2 || pc.Env["ANTHROPIC_API_KEY"] != "k123" {
+		t.Fatalf("allowlist: %v %v", pc.Env, err)
+	}
+}
+
+// TestClaudeProviderMergesTheSettingsEnv: the env block of
+// $CLAUDE_CONFIG_DIR/settings.json (else ~/.claude/settings.json) is
+// merged over proctor's environment through the same allowlist; a
+// malformed one is logged and ignored.
+func TestClaudeProviderMergesTheSettingsEnv(t *testing.T) {
+	home, cfgDir := t.TempDir(), t.TempDir()
+	write := func(dir, body string) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "settings.json"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(home, ".claude"), `{"env":{"CLAUDE_CODE_USE_BEDROCK":"1","AWS_REGION":"eu-west-1","AWS_BEARER_TOKEN_BEDROCK":"bedrock-tok","SOMETHING_ELSE":"x"}}`)
+	var warned []string
+	warn := func(m string) { warned = append(warned, m) }
+	pc, err := ClaudeProvider(map[string]string{"HOME": home, "ANTHROPIC_API_KEY": "k123", "AWS_REGION": "us-west-2"}, warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Provider != "bedrock" || pc.Env["AWS_REGION"] != "eu-west-1" || pc.Env["SOMETHING_ELSE"] != "" || pc.Env["ANTHROPIC_API_KEY"] != "" {
+		t.Errorf("settings under HOME: provider %s env %v", pc.Provider, pc.Env)
+	}
+	if !slices.Contains(pc.Route.Hosts, "bedrock-runtime.eu-west-1.amazonaws.com:443") || len(warned) != 0 {
+		t.Errorf("hosts %v warned %v", pc.Route.Hosts, warned)
+	}
+	// CLAUDE_CONFIG_DIR wins over HOME; a malformed file there is logged
+	// and ignored (the environment alone decides).
+	write(cfgDir, `{"env": ["not", "an", "object"]}`)
+	pc, err = ClaudeProvider(map[string]string{"HOME": home, "CLAUDE_CONFIG_DIR": cfgDir, "ANTHROPIC_API_KEY": "k123"}, warn)
+	if err != nil || pc.Provider != "anthropic" {
+		t.Fatalf("malformed settings: %v %v", pc.Provider, err)
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], filepath.Join(cfgDir, "settings.json")) || !strings.Contains(warned[0], "env is not an object") {
+		t.Errorf("warned %q", warned)
 	}
 }
 

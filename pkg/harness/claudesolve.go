@@ -16,6 +16,7 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/cellfs"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/providers"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
@@ -56,6 +57,11 @@ func (a claudeArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	r, err := RunUntrusted(ctx, env, p, h, s)
 	if err != nil {
 		return Outcome{}, err
+	}
+	if len(st.files) > 0 {
+		if r, err := p.Driver.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", claudeFilesDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
+			return Outcome{}, fmt.Errorf("remove %s after the solve: exit %d: %v", claudeFilesDir, r.ExitCode, err)
+		}
 	}
 	if st.skill != nil {
 		if r, err := p.Driver.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"rm", "-rf", SkillPluginDir}, Timeout: time.Minute}); err != nil || r.ExitCode != 0 {
@@ -99,7 +105,7 @@ func (s *claudeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 		place = fmt.Sprintf("rm -rf %[1]s && cp -R {stage}/abskill %[1]s && chown -R 0:0 %[1]s && chmod -R a+rX,go-w %[1]s\n", SkillPluginDir)
 	}
 	s.prompt = prompt
-	return stageCLI(ctx, u, s.env, s.red, cliFiles{prompt: prompt, env: s.st.env, skill: s.st.skill, envPath: claudeEnvPath, stream: claudeStreamPath, place: place})
+	return stageCLI(ctx, u, s.env, s.red, cliFiles{prompt: prompt, env: s.st.env, files: s.st.files, skill: s.st.skill, envPath: claudeEnvPath, stream: claudeStreamPath, place: place})
 }
 
 // cliFiles are what an agent CLI's solve stages (stageCLI).
@@ -109,6 +115,9 @@ type cliFiles struct {
 	// solver's) for the wrapper to source and delete.
 	env     map[string]string
 	envPath string
+	// files are the provider variables' files, copied to their Sandbox
+	// paths (one directory, the solver's, 0700; each file 0600).
+	files []providers.File
 	// stream is the (empty, the solver's) file the CLI's stdout goes to.
 	stream string
 	// skill, when set, is written as a one-skill plugin to <stage>/abskill
@@ -145,6 +154,21 @@ func stageCLI(ctx context.Context, u *UntrustedRun, env Env, red *Redactor, f cl
 	if err := os.WriteFile(filepath.Join(host, "provider.env"), envFile(f.env), 0o600); err != nil {
 		return err
 	}
+	place := ""
+	if len(f.files) > 0 {
+		if err := os.Mkdir(filepath.Join(host, "files"), 0o700); err != nil {
+			return err
+		}
+		for i, pf := range f.files {
+			name := fmt.Sprintf("%d", i)
+			if err := os.WriteFile(filepath.Join(host, "files", name), pf.Data, 0o600); err != nil {
+				return err
+			}
+			dst := shq(pf.Sandbox)
+			place += fmt.Sprintf("mkdir -p %[1]s && chown %[2]s %[1]s && chmod 0700 %[1]s && cp {stage}/files/%[3]s %[4]s && chown %[2]s %[4]s && chmod 0600 %[4]s\n",
+				shq(parentOf(pf.Sandbox)), u.User, name, dst)
+		}
+	}
 	stage := StagePath("in")
 	err = d.CopyIn(ctx, h, host, stage)
 	_ = os.RemoveAll(host)
@@ -156,7 +180,7 @@ cp %[3]s/provider.env %[4]s && chown %[2]s %[4]s && chmod 0600 %[4]s
 cp %[3]s/prompt.md %[1]s/prompt.md && chown %[2]s %[1]s/prompt.md
 : > %[5]s && chown %[2]s %[5]s
 `, agentOutput, u.User, stage, f.envPath, f.stream)
-	prep += strings.ReplaceAll(f.place, "{stage}", stage)
+	prep += strings.ReplaceAll(place+f.place, "{stage}", stage)
 	prep += "rm -rf " + shq(parentOf(stage)) + "\n"
 	var out bytes.Buffer
 	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"sh", "-c", prep}, Stdout: &out, Stderr: &out, Timeout: 5 * time.Minute}); err != nil || res.ExitCode != 0 {

@@ -109,8 +109,10 @@ func GatewayEnv(g *sandbox.Gateway, env map[string]string) map[string]string {
 		for _, k := range p.CredentialEnv {
 			delete(out, k)
 		}
-		if p.HeaderEnv != "" {
-			delete(out, p.HeaderEnv)
+		for _, k := range []string{p.HeaderEnv, r.HeaderEnv} {
+			if k != "" {
+				delete(out, k)
+			}
 		}
 		maps.Copy(out, r.AgentEnv())
 	}

@@ -115,6 +115,9 @@ type Route struct {
 	// Headers are extra request headers (HeaderEnv) the proxy adds to
 	// every request to Hosts.
 	Headers map[string]string `json:"headers,omitempty"`
+	// HeaderEnv is the variable Headers were read from: the agent never
+	// gets it behind the gateway.
+	HeaderEnv string `json:"header_env,omitempty"`
 	// AuthHeaders and AuthQuery are Provider's.
 	AuthHeaders []string `json:"auth_headers,omitempty"`
 	AuthQuery   []string `json:"auth_query,omitempty"`
@@ -174,7 +177,7 @@ func Resolve(p Provider, getenv func(string) string, private bool) (Route, error
 			if err != nil {
 				return Route{}, fmt.Errorf("%s: %w", p.HeaderEnv, err)
 			}
-			r.Headers = h
+			r.Headers, r.HeaderEnv = h, p.HeaderEnv
 		}
 	}
 	return r, nil
