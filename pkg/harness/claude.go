@@ -181,7 +181,9 @@ func findCLI(baseDir, envVar, rel, name, setup string) (string, error) {
 // (providers.ClaudeSettingsPath: $CLAUDE_CONFIG_DIR or ~/.claude)
 // merged over it as the CLI merges it, read through the same allowlist.
 // A settings file that cannot be used is passed to warn (nil: dropped)
-// and ignored. PROCTOR_PROVIDER_PRIVATE=1 in environ lets a base URL's
+// and ignored. An upstream proxy of the operator (HTTPS_PROXY,
+// HTTP_PROXY, either case) on a loopback address is refused: the egress
+// proxy's sidecar chains it and cannot reach it. PROCTOR_PROVIDER_PRIVATE=1 in environ lets a base URL's
 // host name resolve to a private address. A setup that cannot work is a
 // *providers.ClaudeSetupError.
 func ClaudeProvider(environ map[string]string, warn func(string)) (providers.ClaudeConfig, error) {
@@ -193,6 +195,12 @@ func ClaudeProvider(environ map[string]string, warn func(string)) (providers.Cla
 			warn(fmt.Sprintf("the settings' env block is ignored: %v", err))
 		}
 		settings = nil
+	}
+	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
+		if v := strings.TrimSpace(environ[k]); v != "" && providers.IsLoopbackURL(v) {
+			return providers.ClaudeConfig{}, &providers.ClaudeSetupError{Provider: "proxy", Reason: fmt.Sprintf(
+				"%s is a loopback address, which from the egress proxy's container is the container itself: the CLI's calls could never leave; use an address containers can reach", k)}
+		}
 	}
 	return providers.Claude(providers.MergeSettingsEnv(environ, settings), providers.ClaudeOptions{
 		Private: environ[ProviderPrivateEnv] == "1", FilesDir: claudeFilesDir,

@@ -18,11 +18,13 @@ func TestClaudeProviderRefusesSetupsThatCannotWork(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"no credential": {map[string]string{"ANTHROPIC_BASE_URL": "http://10.0.0.2:8080"}, "no provider credential"},
-		"loopback ip":   {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://127.0.0.1:8080"}, "loopback"},
-		"localhost":     {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://localhost:8080"}, "loopback"},
-		"ipv6 loopback": {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://[::1]:8080"}, "loopback"},
-		"not a url":     {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "model:8080"}, "not an http(s) URL"},
+		"no credential":            {map[string]string{"ANTHROPIC_BASE_URL": "http://10.0.0.2:8080"}, "no provider credential"},
+		"loopback ip":              {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://127.0.0.1:8080"}, "loopback"},
+		"localhost":                {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://localhost:8080"}, "loopback"},
+		"ipv6 loopback":            {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "http://[::1]:8080"}, "loopback"},
+		"not a url":                {map[string]string{"ANTHROPIC_API_KEY": "k123", "ANTHROPIC_BASE_URL": "model:8080"}, "not an http(s) URL"},
+		"loopback upstream proxy":  {map[string]string{"ANTHROPIC_API_KEY": "k123", "https_proxy": "http://user:pw@127.0.0.1:3128"}, "https_proxy is a loopback address"},
+		"localhost upstream proxy": {map[string]string{"ANTHROPIC_API_KEY": "k123", "HTTP_PROXY": "localhost:3128"}, "HTTP_PROXY is a loopback address"},
 	} {
 		c.env["HOME"] = home
 		_, err := ClaudeProvider(c.env, nil)
