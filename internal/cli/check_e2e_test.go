@@ -163,6 +163,7 @@ func TestTasksCheck(t *testing.T) {
 	// The probe runs the static proctor and aims at a host of the test's
 	// own, on a network the sandbox is not on.
 	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
+	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
 	tnet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, tnet, "probe-target.test", "target")
 	t.Setenv(harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")

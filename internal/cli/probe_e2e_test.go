@@ -109,6 +109,7 @@ func TestProbeRealWorldKinds(t *testing.T) {
 	upNet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, upNet, "target.test", "anywhere the task did not ask for")
 	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
+	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
 	t.Setenv("PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 

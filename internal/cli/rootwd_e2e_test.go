@@ -70,6 +70,7 @@ func TestRootWorkdir(t *testing.T) {
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	t.Setenv("PROCTOR_HOME", t.TempDir())
 	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
+	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
 	tnet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, tnet, "probe-target.test", "target")
 	t.Setenv(harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")

@@ -218,6 +218,29 @@ func Environ() map[string]string {
 	return out
 }
 
+// claudeEgress is the egress proxy of a Claude arm's sandbox for provider
+// setup pc, and the variables and files its CLI gets. The agent reaches
+// the provider only through that proxy, which allows the provider's
+// hosts as the CLI derives them (and the task's own list); unless the run
+// says --no-intercept, the proxy is its model gateway and the CLI holds
+// placeholders for the credentials the proxy can send itself (DESIGN
+// §6.1). The isolation probe gets the same (probeArm.Prepare).
+func claudeEgress(env Env, pc providers.ClaudeConfig) (*sandbox.Egress, map[string]string, []providers.File, error) {
+	t, dir := env.Task(), env.Dir()
+	hosts := append(slices.Clone(pc.Route.Hosts), pc.Tunnelled...)
+	dir.Logf("claude: provider %s, hosts %s", pc.Provider, strings.Join(hosts, " "))
+	if env.Spec().NoIntercept {
+		return EgressFor(t, hosts...), pc.Env, pc.Files, nil
+	}
+	ca, err := RunCA(env.RunID())
+	if err != nil {
+		return nil, nil, nil, events.Classed(events.ClassInfra, fmt.Errorf("the run's CA: %w", err))
+	}
+	gw := &sandbox.Gateway{CA: ca, Routes: []providers.Route{pc.Route}}
+	vars, files := gatewayCAEnv(GatewayEnv(gw, pc.Env), pc.Files)
+	return GatewayEgress(env, gw, pc.Tunnelled...), vars, files, nil
+}
+
 // gatewayCAEnv returns the CLI's variables and files behind a model
 // gateway: the operator's CA bundle variables are dropped (the sandbox's
 // own, sandbox.CAEnv, trust the gateway and every other allowed host),
@@ -318,22 +341,9 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	// The agent reaches the provider only through the egress proxy, which
-	// allows the provider's hosts as the CLI derives them; unless the run
-	// says --no-intercept, the proxy is its model gateway and the CLI holds
-	// placeholders for the credentials the proxy can send itself (DESIGN
-	// §6.1).
-	spec.Egress = EgressFor(t, append(slices.Clone(pc.Route.Hosts), pc.Tunnelled...)...)
-	if !env.Spec().NoIntercept {
-		ca, err := RunCA(env.RunID())
-		if err != nil {
-			return Placement{}, events.Classed(events.ClassInfra, fmt.Errorf("the run's CA: %w", err))
-		}
-		gw := &sandbox.Gateway{CA: ca, Routes: []providers.Route{pc.Route}}
-		spec.Egress = GatewayEgress(env, gw, pc.Tunnelled...)
-		st.env, st.files = gatewayCAEnv(GatewayEnv(gw, pc.Env), pc.Files)
+	if spec.Egress, st.env, st.files, err = claudeEgress(env, pc); err != nil {
+		return Placement{}, err
 	}
-	dir.Logf("claude: provider %s, hosts %s", pc.Provider, strings.Join(append(slices.Clone(pc.Route.Hosts), pc.Tunnelled...), " "))
 	if len(pc.InSandbox) > 0 {
 		dir.Logf("claude: %s sign or mint the provider's requests inside the sandbox: their real values are given to the CLI (no placeholder can stand in for them)", strings.Join(pc.InSandbox, ", "))
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/cellfs"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
+	"github.com/proctor-eval/proctor/pkg/providers"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
@@ -114,9 +116,38 @@ func (a probeArm) SolvesSteps() bool { return true }
 
 var _ StepSolver = probeArm{}
 
+// Prepare makes the sandbox docker-claude would get (the seed's probe
+// runs where its agent runs): the same image and networks, and the same
+// egress proxy sidecar with the same allowlist (the task's list and the
+// Claude provider's hosts), model gateway and CLI variables
+// (claudeEgress). When proctor's environment sets up no Claude provider
+// (ClaudeProvider fails), the probe gets the sidecar docker-claude would
+// get with its default provider, api.anthropic.com with no credential,
+// and the cell's log says why.
 func (a probeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
-	return agentSandbox(ctx, env, a.Networks(env.Task()))
+	p, err := agentSandbox(ctx, env, a.Networks(env.Task()))
+	if err != nil {
+		return p, err
+	}
+	dir := env.Dir()
+	pc, err := ClaudeProvider(Environ(), func(m string) { dir.Logf("probe: %s", m) })
+	if err != nil {
+		dir.Logf("probe: %v; the sidecar is docker-claude's with its default provider and no credential", err)
+		pc = providers.ClaudeConfig{Provider: providers.ClaudeAnthropic, Env: map[string]string{},
+			Route: providers.Route{Provider: providers.ClaudeAnthropic, Hosts: []string{"api.anthropic.com:443"}, AuthHeaders: []string{"X-Api-Key", "Authorization"}}}
+	}
+	var vars map[string]string
+	if p.Spec.Egress, vars, _, err = claudeEgress(env, pc); err != nil {
+		return Placement{}, err
+	}
+	p.State = probeState{claudeEnv: vars}
+	return p, nil
 }
+
+// probeState is what Prepare found for Solve: claudeEnv are the provider
+// variables docker-claude's CLI would get (placeholders behind the
+// gateway).
+type probeState struct{ claudeEnv map[string]string }
 
 // ProbeResult is isolation_probe.json: the statuses, whether the probe
 // passed, the targets and the probe program's whole report.
@@ -416,11 +447,14 @@ func (s *probeSolve) Stage(ctx context.Context, u *UntrustedRun) error {
 	return nil
 }
 
-// agentVars is the environment an agent of this cell gets, the egress
-// proxy's variables over it (as RunUntrusted lays them).
+// agentVars is the environment an agent of this cell gets: docker-claude's
+// provider variables and the gateway's CA variables, the egress proxy's
+// variables over them (as RunUntrusted lays them).
 func (s *probeSolve) agentVars(u *UntrustedRun) map[string]string {
 	t := s.env.Task()
-	return withEnv(agentEnv(s.env, u.Workdir, time.Now().Add(seconds(t.AgentTimeoutSec)), nil), sandbox.ProxyEnv(u.Handle))
+	st, _ := s.p.State.(probeState)
+	own := withEnv(maps.Clone(st.claudeEnv), sandbox.CAEnv(u.Handle))
+	return withEnv(agentEnv(s.env, u.Workdir, time.Now().Add(seconds(t.AgentTimeoutSec)), own), sandbox.ProxyEnv(u.Handle))
 }
 
 func (s *probeSolve) Command(ctx context.Context, u *UntrustedRun) (sandbox.ExecSpec, error) {

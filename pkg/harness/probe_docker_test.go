@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing/object"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
 	"github.com/proctor-eval/proctor/pkg/isoprobe"
@@ -37,7 +39,9 @@ func randHex(n int) string {
 
 func dockerDriver(t *testing.T) *docker.Driver {
 	t.Helper()
-	d, err := docker.New(docker.Options{})
+	// The probe runs in docker-claude's sandbox, egress proxy sidecar
+	// included: the sidecar is a static proctor.
+	d, err := docker.New(docker.Options{ProxyBinary: testutil.ProctorBinary(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,6 +245,16 @@ func TestProbeDockerDefaultSandboxClosed(t *testing.T) {
 			// looked for and none is in the sandbox; no skill to protect.
 			if res.Classes[isoprobe.Env] != isoprobe.Closed || res.Classes[isoprobe.Treatment] != isoprobe.NA {
 				t.Errorf("env %+v, treatment %+v", res.Report.Classes[isoprobe.Env], res.Report.Classes[isoprobe.Treatment])
+			}
+			// The task declares no network policy, yet the probe sits
+			// behind docker-claude's egress proxy (the seed's probe tests
+			// the proxy the Claude arm depends on): the proxy itself
+			// refuses the CONNECT and the plain-HTTP GET of the targets.
+			ev := strings.Join(res.Report.Classes[isoprobe.Network].Evidence, "\n")
+			for _, want := range []string{"CONNECT " + ip + ":8000 via http://", "GET http://" + ip + ":8000/ via http://"} {
+				if !regexp.MustCompile(regexp.QuoteMeta(want) + `\S+ refused: 4\d\d`).MatchString(ev) {
+					t.Errorf("no proxy refused %q:\n%s", want, ev)
+				}
 			}
 		})
 	}
