@@ -28,7 +28,7 @@ type Request struct {
 	Model  string `json:"model,omitempty"`
 	Stream bool   `json:"stream"`
 	// APIKey is the x-api-key header, else the bearer token of
-	// Authorization, else x-goog-api-key, else the ?key= parameter; tests
+	// Authorization, else x-goog-api-key, else api-key (Azure Foundry), else the ?key= parameter; tests
 	// check what credential reached the model.
 	APIKey string `json:"api_key,omitempty"`
 	// Body is the request body as sent.
@@ -116,7 +116,7 @@ func (h *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.APIKey = strings.TrimPrefix(a, "Bearer ")
 	}
 	if rec.APIKey == "" {
-		rec.APIKey = cmp.Or(r.Header.Get("x-goog-api-key"), r.URL.Query().Get("key"))
+		rec.APIKey = cmp.Or(r.Header.Get("x-goog-api-key"), r.Header.Get("api-key"), r.URL.Query().Get("key"))
 	}
 	if json.Valid(body) {
 		rec.Body = json.RawMessage(body)
