@@ -47,7 +47,7 @@ const (
 const CodexSkillNotice = "A skill named %q is installed for this task. Use it if it helps.\n\n"
 
 // CodexProviderEnv are the variables the Codex arms pass from proctor's
-// environment to the CLI (an allowlist, as ClaudeProviderEnv):
+// environment to the CLI (an allowlist, as the Claude arms' providers.ClaudeEnvByProvider):
 // OPENAI_API_KEY the credential, OPENAI_BASE_URL the Responses API's base
 // (with its /v1).
 var CodexProviderEnv = []string{"OPENAI_API_KEY", "OPENAI_BASE_URL"}
