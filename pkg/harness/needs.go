@@ -56,14 +56,15 @@ func (a claudeArm) Needs() []sandbox.Ability {
 // The probe scores itself: no verifier phase. Without ImageEnver its env
 // class would be untested, which fails the probe. It runs through
 // RunUntrusted as an agent does, so its epilogue kills what the probe
-// left (ProcessKiller).
+// left (ProcessKiller). Its sandbox is docker-claude's, model gateway
+// included, whose calls the launcher reads (CallLogger).
 func (a probeArm) Needs() []sandbox.Ability {
 	if a.onHost() {
 		// On the host: the container's tree copied out and back.
-		return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger}
+		return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityTreeCopier, sandbox.AbilityEgressLogger, sandbox.AbilityCallLogger}
 	}
 	return []sandbox.Ability{sandbox.AbilityImageBuilder, sandbox.AbilityImageEnver, sandbox.AbilityEgressLogger,
-		sandbox.AbilityProcessKiller}
+		sandbox.AbilityProcessKiller, sandbox.AbilityCallLogger}
 }
 
 func (commandArm) Needs() []sandbox.Ability   { return nil }
