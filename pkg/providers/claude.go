@@ -399,7 +399,7 @@ func Claude(env map[string]string, o ClaudeOptions) (ClaudeConfig, error) {
 		default:
 			return fail("Foundry without credentials: set ANTHROPIC_FOUNDRY_API_KEY, or AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET, or CLAUDE_CODE_SKIP_FOUNDRY_AUTH=1 behind a gateway that authenticates (an Azure CLI login does not reach the sandbox)")
 		}
-		c.Route.AuthHeaders = []string{"Api-Key", "Authorization"}
+		c.Route.AuthHeaders = []string{"Api-Key", "X-Api-Key", "Authorization"}
 	case ClaudeVertex:
 		_, custom, err := baseURL("ANTHROPIC_VERTEX_BASE_URL")
 		if err != nil {

@@ -167,7 +167,7 @@ func TestClaudeCredentials(t *testing.T) {
 			[]string{"AWS_BEARER_TOKEN_BEDROCK"}, nil, []string{"Authorization"}},
 		"bedrock sigv4":        {map[string]string{"CLAUDE_CODE_USE_BEDROCK": "1", "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "st"}, nil, []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}, []string{"Authorization"}},
 		"bedrock profile file": {map[string]string{"CLAUDE_CODE_USE_BEDROCK": "1", "AWS_PROFILE": "dev", "AWS_SHARED_CREDENTIALS_FILE": "/aws/creds", "AWS_CA_BUNDLE": "/aws/ca"}, nil, []string{"AWS_SHARED_CREDENTIALS_FILE"}, []string{"Authorization"}},
-		"foundry key":          {map[string]string{"CLAUDE_CODE_USE_FOUNDRY": "on", "ANTHROPIC_FOUNDRY_RESOURCE": "r", "ANTHROPIC_FOUNDRY_API_KEY": "fk"}, []string{"ANTHROPIC_FOUNDRY_API_KEY"}, nil, []string{"Api-Key", "Authorization"}},
+		"foundry key":          {map[string]string{"CLAUDE_CODE_USE_FOUNDRY": "on", "ANTHROPIC_FOUNDRY_RESOURCE": "r", "ANTHROPIC_FOUNDRY_API_KEY": "fk"}, []string{"ANTHROPIC_FOUNDRY_API_KEY"}, nil, []string{"Api-Key", "X-Api-Key", "Authorization"}},
 		"vertex service account": {map[string]string{"CLAUDE_CODE_USE_VERTEX": "1", "GOOGLE_APPLICATION_CREDENTIALS": "/gcp/sa", "ANTHROPIC_VERTEX_PROJECT_ID": "p"},
 			nil, []string{"GOOGLE_APPLICATION_CREDENTIALS"}, []string{"Authorization"}},
 	} {
