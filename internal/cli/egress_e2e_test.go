@@ -251,4 +251,8 @@ func TestPublicEgressTask(t *testing.T) {
 	if strings.Contains(stdout.String()+stderr.String(), "url-secret") || strings.Contains(stdout.String()+stderr.String(), "op-secret") {
 		t.Errorf("a credential reached proctor's output:\n%s\n%s", stdout.String(), stderr.String())
 	}
+	// Nor any file of the run: the cells' logs, egress.jsonl, the
+	// artifact, the event store.
+	noSecretIn(t, home, "op-secret-pw", "url-secret")
+	noSecretIn(t, out, "op-secret-pw", "url-secret")
 }
