@@ -10,6 +10,8 @@ import (
 
 	"github.com/proctor-eval/proctor/pkg/egress"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/providers"
+	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
 func TestClaudeProviderRefusesSetupsThatCannotWork(t *testing.T) {
@@ -220,5 +222,21 @@ func TestSkillPluginCopyRules(t *testing.T) {
 	must(os.WriteFile(filepath.Join(skill, "SKILL.md"), []byte("---\nname: ../../x\n---\n"), 0o644))
 	if _, err := LoadSkill(base, "greet"); err == nil || !strings.Contains(err.Error(), "skill name") {
 		t.Errorf("a name with ../: %v", err)
+	}
+}
+
+// TestGatewayCAEnv: behind the gateway the operator's CA bundles give way
+// to the sandbox's own (which trust the gateway), AWS_CA_BUNDLE points at
+// that bundle, and only credential files are copied in.
+func TestGatewayCAEnv(t *testing.T) {
+	env := map[string]string{"NODE_EXTRA_CA_CERTS": "/x/ca", "SSL_CERT_FILE": "/x/b", "AWS_CA_BUNDLE": "/x/aws", "AWS_SHARED_CREDENTIALS_FILE": "/x/creds", "AWS_REGION": "eu-west-1"}
+	files := []providers.File{{Env: "NODE_EXTRA_CA_CERTS"}, {Env: "AWS_CA_BUNDLE"}, {Env: "AWS_SHARED_CREDENTIALS_FILE", Secret: true}}
+	got, kept := gatewayCAEnv(env, files)
+	if _, ok := got["NODE_EXTRA_CA_CERTS"]; ok || got["SSL_CERT_FILE"] != "" || got["AWS_CA_BUNDLE"] != sandbox.GatewayBundlePath ||
+		got["AWS_SHARED_CREDENTIALS_FILE"] != "/x/creds" || got["AWS_REGION"] != "eu-west-1" {
+		t.Errorf("env %v", got)
+	}
+	if len(kept) != 1 || kept[0].Env != "AWS_SHARED_CREDENTIALS_FILE" || env["NODE_EXTRA_CA_CERTS"] != "/x/ca" {
+		t.Errorf("files %v (env given %v)", kept, env)
 	}
 }
