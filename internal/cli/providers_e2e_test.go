@@ -24,6 +24,7 @@ import (
 //     this machine: the file is copied in and the variable re-pointed, so
 //     the CLI verifies the model itself and passes.
 func TestClaudeProvidersThroughTheGateway(t *testing.T) {
+	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	net := testutil.InternalTestNetwork(t, cli)
 	model := testutil.FakeModelHost(t, cli, net, "llm.providers.test", gatewayScript)
