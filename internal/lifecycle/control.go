@@ -12,7 +12,6 @@ import (
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
-	"github.com/proctor-eval/proctor/services/planner"
 )
 
 // By names this process as the author of a control action: "user@host
@@ -201,23 +200,11 @@ func PrepareRequeue(ctx context.Context, b *bus.Bus, runID string, sel Selector,
 	if !p.Planned() || p.PlanError() != "" {
 		return nil, refused("run %s was never planned", runID)
 	}
-	cells, err := planner.Matrix(rec.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: its spec no longer plans: %w", runID, err)
-	}
-	id, err := Identify(rec.Spec, cells)
+	r, err := reopen(rec, runID, "requeue")
 	if err != nil {
 		return nil, err
 	}
-	if rec.Identity != "" && id.Hash != rec.Identity {
-		why := "its declared inputs changed"
-		if d := Changes(rec.Inputs, id.Inputs); len(d) > 0 {
-			why = fmt.Sprint(d)
-		}
-		return nil, refused("run %s: refusing to requeue: %s", runID, why)
-	}
-	r := &Resume{RunID: runID, Record: rec, Epoch: rec.Epoch + 1, Identity: id, Cells: cells}
-	for _, c := range cells {
+	for _, c := range r.Cells {
 		if c.Refusal != "" {
 			continue
 		}

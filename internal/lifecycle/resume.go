@@ -93,23 +93,11 @@ func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time)
 	if p.PlanError() != "" {
 		return nil, refused("run %s could not be planned (%s): %w", runID, p.PlanError(), ErrNothingToResume)
 	}
-	cells, err := planner.Matrix(rec.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: its spec no longer plans: %w", runID, err)
-	}
-	id, err := Identify(rec.Spec, cells)
+	r, err := reopen(rec, runID, "resume")
 	if err != nil {
 		return nil, err
 	}
-	if rec.Identity != "" && id.Hash != rec.Identity {
-		why := "its declared inputs changed"
-		if d := Changes(rec.Inputs, id.Inputs); len(d) > 0 {
-			why = fmt.Sprint(d)
-		}
-		return nil, refused("run %s: refusing to resume: %s", runID, why)
-	}
-	r := &Resume{RunID: runID, Record: rec, Epoch: rec.Epoch + 1, Identity: id, Cells: cells}
-	for _, c := range cells {
+	for _, c := range r.Cells {
 		if c.Refusal != "" {
 			continue
 		}
@@ -173,4 +161,26 @@ func (r *Resume) Begin(ctx context.Context, b *bus.Bus, owner, outJSON, outMD st
 		}
 	}
 	return nil
+}
+
+// reopen plans runID's spec again for a new epoch (resume, requeue) and
+// checks that its declared inputs are those the run recorded: a change is
+// refused, named, with verb saying what was refused.
+func reopen(rec bus.RunRecord, runID, verb string) (*Resume, error) {
+	cells, err := planner.Matrix(rec.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: its spec no longer plans: %w", runID, err)
+	}
+	id, err := Identify(rec.Spec, cells)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Identity != "" && id.Hash != rec.Identity {
+		why := "its declared inputs changed"
+		if d := Changes(rec.Inputs, id.Inputs); len(d) > 0 {
+			why = fmt.Sprint(d)
+		}
+		return nil, refused("run %s: refusing to %s: %s", runID, verb, why)
+	}
+	return &Resume{RunID: runID, Record: rec, Epoch: rec.Epoch + 1, Identity: id, Cells: cells}, nil
 }
