@@ -77,6 +77,21 @@ func RecordEgress(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Han
 	if err := os.WriteFile(dir.Path(egressFile), b, 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", egressFile, err)
 	}
+	n, err := eachRecord(b, dir.Path(egressFile), func(data events.EgressDecisionData, at time.Time) error {
+		return env.Emit(ctx, events.EgressDecision, data, at)
+	})
+	if err != nil {
+		return err
+	}
+	dir.Logf("egress: %d proxy records in %s", n, egressFile)
+	return recordCalls(ctx, env, d, h)
+}
+
+// eachRecord calls fn for each JSON line of b (blank lines skipped) with
+// the line decoded as T and its "time" field, and returns how many lines
+// it handled. A line that does not decode is an error naming file and the
+// line; fn's error is returned as it is.
+func eachRecord[T any](b []byte, file string, fn func(T, time.Time) error) (int, error) {
 	n := 0
 	for i, l := range bytes.Split(b, []byte("\n")) {
 		if len(bytes.TrimSpace(l)) == 0 {
@@ -85,18 +100,17 @@ func RecordEgress(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Han
 		var at struct {
 			Time time.Time `json:"time"`
 		}
-		var data events.EgressDecisionData
+		var data T
 		if err := json.Unmarshal(l, &at); err != nil {
-			return fmt.Errorf("%s line %d: %w", dir.Path(egressFile), i+1, err)
+			return n, fmt.Errorf("%s line %d: %w", file, i+1, err)
 		}
 		if err := json.Unmarshal(l, &data); err != nil {
-			return fmt.Errorf("%s line %d: %w", dir.Path(egressFile), i+1, err)
+			return n, fmt.Errorf("%s line %d: %w", file, i+1, err)
 		}
-		if err := env.Emit(ctx, events.EgressDecision, data, at.Time); err != nil {
-			return err
+		if err := fn(data, at.Time); err != nil {
+			return n, err
 		}
 		n++
 	}
-	dir.Logf("egress: %d proxy records in %s", n, egressFile)
-	return recordCalls(ctx, env, d, h)
+	return n, nil
 }

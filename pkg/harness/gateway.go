@@ -1,9 +1,7 @@
 package harness
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -162,26 +160,12 @@ func recordCalls(ctx context.Context, env Env, d sandbox.Driver, h *sandbox.Hand
 		return fmt.Errorf("write %s: %w", callsFile, err)
 	}
 	prices := providers.Prices()
-	n := 0
-	for i, l := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(l)) == 0 {
-			continue
-		}
-		var at struct {
-			Time time.Time `json:"time"`
-		}
-		var data events.ModelCallData
-		if err := json.Unmarshal(l, &at); err != nil {
-			return fmt.Errorf("%s line %d: %w", dir.Path(callsFile), i+1, err)
-		}
-		if err := json.Unmarshal(l, &data); err != nil {
-			return fmt.Errorf("%s line %d: %w", dir.Path(callsFile), i+1, err)
-		}
+	n, err := eachRecord(b, dir.Path(callsFile), func(data events.ModelCallData, at time.Time) error {
 		Price(prices, &data)
-		if err := env.Emit(ctx, events.ModelCall, data, at.Time); err != nil {
-			return err
-		}
-		n++
+		return env.Emit(ctx, events.ModelCall, data, at)
+	})
+	if err != nil {
+		return err
 	}
 	dir.Logf("gateway: %d model calls in %s", n, callsFile)
 	return nil
