@@ -51,6 +51,8 @@ const (
 	RunFinished    Type = "RunFinished"
 	RunResumed     Type = "RunResumed"
 	RunControl     Type = "RunControl"
+	SolveFrozen    Type = "SolveFrozen"
+	SolveThawed    Type = "SolveThawed"
 )
 
 // ErrUnknownType is returned by Decode for an event type this version does
@@ -337,7 +339,8 @@ func Types() []Type {
 	return []Type{RunRequested, RunPlanned, CellPlanned, CellRefused, ImageBuilt,
 		SandboxStarted, Started, Message, Command, FileChange, ToolCall, Usage,
 		Operation, EgressDecision, ModelCall, StepStarted, StepVerdict, Finished, VerifyStarted,
-		Verdict, CellErrored, CellSuperseded, RunFinished, RunResumed, RunControl}
+		Verdict, CellErrored, CellSuperseded, RunFinished, RunResumed, RunControl,
+		SolveFrozen, SolveThawed}
 }
 
 // DataType returns a new zero value of the data type registered for t.
@@ -375,4 +378,6 @@ var dataTypes = map[Type]func() any{
 	RunFinished:    func() any { return new(RunFinishedData) },
 	RunResumed:     func() any { return new(RunResumedData) },
 	RunControl:     func() any { return new(RunControlData) },
+	SolveFrozen:    func() any { return new(SolveFrozenData) },
+	SolveThawed:    func() any { return new(SolveThawedData) },
 }

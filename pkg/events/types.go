@@ -552,6 +552,37 @@ type CellSupersededData struct {
 	Reason          string `json:"reason,omitempty"`
 }
 
+// SolveFrozenData answers a `runs pause --now` for one cell whose solve
+// (or a step's) runs on a launcher: its sandbox frozen, with the solve's
+// budget clock stopped until the thaw (SolveThawed), or, when the
+// sandbox driver cannot freeze (Reason), not frozen: the solve runs on.
+// A cell whose solve had not begun is frozen before its first command.
+type SolveFrozenData struct {
+	// Frozen: every process of the sandbox is stopped and the solve's
+	// budget does not run.
+	Frozen bool `json:"frozen"`
+	// Alive is how many processes the freeze stopped, besides the
+	// sandbox's keep-alive.
+	Alive int `json:"alive,omitempty"`
+	// Driver is the sandbox driver (docker, process).
+	Driver string `json:"driver"`
+	// Reason says why the sandbox was not frozen.
+	Reason string `json:"reason,omitempty"`
+	// Step is the step whose solve was frozen (multi-step tasks).
+	Step string `json:"step,omitempty"`
+	// Node is the launcher's node.
+	Node string `json:"node,omitempty"`
+}
+
+// SolveThawedData ends a freeze of SolveFrozen: the sandbox runs again
+// (on a continue, or to stop it on a cancel), after FrozenSec seconds in
+// which the solve's budget did not run. Error says why the thaw failed
+// (the solve then ends as its sandbox does).
+type SolveThawedData struct {
+	FrozenSec float64 `json:"frozen_sec"`
+	Error     string  `json:"error,omitempty"`
+}
+
 // RunFinishedData closes a run.
 type RunFinishedData struct {
 	Status string         `json:"status"` // finished, failed, interrupted

@@ -100,6 +100,9 @@ type Service struct {
 
 	runMu   sync.Mutex
 	running map[string]*running // by run/cell: the jobs being handled (hold)
+	// solves are the solves in progress here, which a pause --now
+	// freezes (freeze.go).
+	solves solveSet
 }
 
 // New returns a launcher that runs container sandboxes with driver (the
@@ -128,6 +131,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.ctl.Close()
+	s.ctl.OnControl(s.onControl)
 	if r, ok := s.driver.(Reaper); ok {
 		go s.reapLoop(ctx, r)
 	}
@@ -479,8 +483,13 @@ func (c *cell) run(ctx context.Context) error {
 	if err := recordStart(); err != nil {
 		return err
 	}
+	sctx, solved, err := c.beginSolve(ctx, p.Driver, h, "")
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	out, err := arm.Solve(ctx, c, p, h)
+	out, err := arm.Solve(sctx, c, p, h)
+	solved()
 	c.endSolve()
 	if oerr := c.recordHarness(ctx, "", start, out, err); oerr != nil && err == nil {
 		err = oerr

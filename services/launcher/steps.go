@@ -238,8 +238,13 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	st := stepTask(c.task, s)
 	st.InheritPriorSession = s.InheritPriorSession && i > 0
 	env := &stepEnv{cell: c, t: st, dir: dir, quiet: i > 0}
+	sctx, solved, err := c.beginSolve(ctx, p.Driver, h, s.Name)
+	if err != nil {
+		return sv, err
+	}
 	start := time.Now()
-	out, err := arm.Solve(ctx, env, p, h)
+	out, err := arm.Solve(sctx, env, p, h)
+	solved()
 	if oerr := c.recordHarness(ctx, s.Name, start, out, err); oerr != nil && err == nil {
 		return sv, oerr
 	}

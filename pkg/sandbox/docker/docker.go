@@ -29,6 +29,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
@@ -459,23 +460,62 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 	if user == "" {
 		user = "0"
 	}
-	start := time.Now()
-	created, err := d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
-		User:         user,
-		AttachStdout: true,
-		AttachStderr: true,
-		Env:          envList(spec.Env),
-		WorkingDir:   spec.Workdir,
-		Cmd:          spec.Cmd,
-	})
-	if err != nil {
-		return sandbox.ExecResult{}, d.execErr(err)
-	}
-	resp, err := d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
-	if err != nil {
-		return sandbox.ExecResult{}, d.execErr(err)
+	hold := sandbox.HoldOf(ctx)
+	var created container.ExecCreateResponse
+	var resp types.HijackedResponse
+	for {
+		// A frozen sandbox (sandbox.Hold) runs no new command until its
+		// thaw; one frozen between this check and the start refuses it,
+		// and it is asked for again after the thaw.
+		if hold != nil {
+			if err := hold.WaitThawed(ctx); err != nil {
+				return sandbox.ExecResult{TimedOut: true, ExitCode: sandbox.TimeoutExitCode}, nil
+			}
+		}
+		created, err = d.cli.ContainerExecCreate(ctx, cid, container.ExecOptions{
+			User:         user,
+			AttachStdout: true,
+			AttachStderr: true,
+			Env:          envList(spec.Env),
+			WorkingDir:   spec.Workdir,
+			Cmd:          spec.Cmd,
+		})
+		if err == nil {
+			resp, err = d.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+		}
+		if err != nil && hold != nil && isPausedRefusal(err) {
+			if frozen, _, ch := hold.State(); frozen || d.paused(ctx, cid) {
+				if !frozen {
+					// Thawed, and the engine not yet caught up (see
+					// awaitPauseEvents): ask again at its next change or
+					// shortly.
+					select {
+					case <-ch:
+					case <-ctx.Done():
+					case <-time.After(20 * time.Millisecond):
+					}
+				}
+				continue
+			}
+		}
+		if err != nil {
+			return sandbox.ExecResult{}, d.execErr(err)
+		}
+		break
 	}
 	defer resp.Close()
+	start := time.Now()
+	var frozen0 time.Duration
+	if hold != nil {
+		frozen0 = hold.Frozen()
+	}
+	// ran is the exec's time so far, less the time its sandbox was frozen.
+	ran := func() time.Duration {
+		if hold == nil {
+			return time.Since(start)
+		}
+		return time.Since(start) - (hold.Frozen() - frozen0)
+	}
 
 	copyDone := make(chan struct{})
 	var progress atomic.Int64 // twice the writes begun or ended (safeWriter)
@@ -512,9 +552,10 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 
 	var deadline <-chan time.Time
 	if spec.Timeout > 0 {
-		t := time.NewTimer(spec.Timeout)
-		defer t.Stop()
-		deadline = t.C
+		// The budget's clock stops while the sandbox is frozen.
+		c, stop := hold.After(spec.Timeout)
+		defer stop()
+		deadline = c
 	}
 	interval := execPollStart
 	poll := time.NewTimer(interval)
@@ -544,7 +585,7 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 					// runStarted), and nothing ran.
 					return sandbox.ExecResult{}, errors.New("sandbox: docker: exec: the engine did not start the process")
 				}
-				return sandbox.ExecResult{ExitCode: ins.ExitCode, Duration: time.Since(start)}, nil
+				return sandbox.ExecResult{ExitCode: ins.ExitCode, Duration: ran()}, nil
 			case err != nil && cerrdefs.IsNotFound(err):
 				drain()
 				return sandbox.ExecResult{}, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
@@ -566,9 +607,14 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 			}
 			poll.Reset(interval)
 		case <-deadline:
-			return d.stopExec(ctx, cid, created.ID, spec.Grace, start, drain), nil
+			return d.stopExec(ctx, cid, created.ID, spec.Grace, ran, drain), nil
 		case <-ctx.Done():
-			return d.stopExec(ctx, cid, created.ID, spec.Grace, start, drain), nil
+			if hold != nil {
+				// A frozen sandbox's processes take no signal: thaw it
+				// (the owner's freeze ends with the phase).
+				d.unpause(ctx, cid)
+			}
+			return d.stopExec(ctx, cid, created.ID, spec.Grace, ran, drain), nil
 		}
 	}
 }
@@ -583,7 +629,7 @@ const execPollStart = 100 * time.Millisecond
 // stopExec kills every process in the container but PID 1 (see Exec) and
 // returns the timeout result once the exec has stopped and its output is
 // drained.
-func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Duration, start time.Time, drain func()) sandbox.ExecResult {
+func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Duration, ran func() time.Duration, drain func()) sandbox.ExecResult {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout+grace)
 	defer cancel()
 	if grace > 0 {
@@ -597,7 +643,7 @@ func (d *Driver) stopExec(ctx context.Context, cid, execID string, grace time.Du
 	}
 	_, _ = d.waitExec(cctx, execID, killWait)
 	drain()
-	return sandbox.ExecResult{ExitCode: sandbox.TimeoutExitCode, TimedOut: true, Duration: time.Since(start)}
+	return sandbox.ExecResult{ExitCode: sandbox.TimeoutExitCode, TimedOut: true, Duration: ran()}
 }
 
 // runQuiet runs `sh -c script` as user in the container, discards its

@@ -105,6 +105,27 @@ func (d *Driver) Thaw(ctx context.Context, h *sandbox.Handle) error {
 	return nil
 }
 
+// paused reports whether the engine says container cid is paused (false
+// when it cannot tell).
+func (d *Driver) paused(ctx context.Context, cid string) bool {
+	ins, err := d.cli.ContainerInspect(ctx, cid)
+	return err == nil && ins.State != nil && ins.State.Paused
+}
+
+// unpause unpauses container cid when the engine says it is paused, so a
+// stopped Exec can signal its processes; failures are logged (the
+// caller's Destroy removes a paused container all the same).
+func (d *Driver) unpause(ctx context.Context, cid string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sandbox.DestroyTimeout)
+	defer cancel()
+	if !d.paused(cctx, cid) {
+		return
+	}
+	if err := d.cli.ContainerUnpause(cctx, cid); err != nil {
+		d.log.Warn("sandbox: unpause a frozen sandbox to stop its exec", "container", short(cid), "err", err)
+	}
+}
+
 // pauseEventsWait bounds awaitPauseEvents: the engine's queue of a
 // container's events can stand still for 2 s per exec whose output a
 // stopped process holds (see awaitPauseEvents), and longer on a loaded
