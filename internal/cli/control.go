@@ -10,6 +10,7 @@ import (
 
 	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/textsafe"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
@@ -18,6 +19,14 @@ import (
 // through the bus the command reaches as `runs show` does, and prints the
 // action recorded.
 func (g *globals) controlCmd(ctx context.Context, arg string, act func(ctx context.Context, conn *connection, runID string) (events.Envelope, error)) error {
+	return g.controlCmdThen(ctx, arg, act, nil)
+}
+
+// controlCmdThen is controlCmd, then calls then (when set) with the
+// stream sequence the log had reached before the action (SolveMark), to
+// report what the services did of it.
+func (g *globals) controlCmdThen(ctx context.Context, arg string, act func(ctx context.Context, conn *connection, runID string) (events.Envelope, error),
+	then func(ctx context.Context, conn *connection, runID string, mark uint64) error) error {
 	conn, err := g.connect(ctx)
 	if err != nil {
 		return err
@@ -26,6 +35,12 @@ func (g *globals) controlCmd(ctx context.Context, arg string, act func(ctx conte
 	runID, err := g.resolveRun(ctx, conn.Bus, arg)
 	if err != nil {
 		return err
+	}
+	var mark uint64
+	if then != nil {
+		if mark, err = lifecycle.SolveMark(ctx, conn.Bus, runID); err != nil {
+			return err
+		}
 	}
 	e, err := act(ctx, conn, runID)
 	if err != nil {
@@ -41,6 +56,79 @@ func (g *globals) controlCmd(ctx context.Context, arg string, act func(ctx conte
 		msg += ": " + d.Why
 	}
 	fmt.Fprintln(g.stdout, textsafe.Line(msg))
+	if then != nil {
+		return then(ctx, conn, runID, mark)
+	}
+	return nil
+}
+
+// reportFreezes prints, for pause --now, each running cell's SolveFrozen
+// as its launcher records it, for up to wait; the cells that gave none
+// are listed after.
+func (g *globals) reportFreezes(ctx context.Context, conn *connection, runID string, mark uint64, wait time.Duration) error {
+	p, err := projection.Project(ctx, conn.Bus, runID)
+	if err != nil {
+		return err
+	}
+	var running []string
+	for _, id := range p.Cells() {
+		if p.CellState(id) == projection.StateRunning {
+			running = append(running, id)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	missing, err := lifecycle.AwaitSolves(wctx, conn.Bus, runID, mark, events.SolveFrozen, running, func(e events.Envelope) {
+		var d events.SolveFrozenData
+		if events.Into(e, &d) != nil {
+			return
+		}
+		cell := e.CellID
+		if d.Step != "" {
+			cell += " step " + d.Step
+		}
+		var line string
+		switch {
+		case d.Frozen && d.Alive == 0 && d.Reason != "":
+			line = fmt.Sprintf("  held        %s: %s", cell, d.Reason)
+		case d.Frozen:
+			line = fmt.Sprintf("  frozen      %s: %d processes stopped, its solve budget stopped (%s, node %s)", cell, d.Alive, d.Driver, d.Node)
+		default:
+			line = fmt.Sprintf("  not frozen  %s: %s", cell, d.Reason)
+		}
+		fmt.Fprintln(g.stdout, textsafe.Line(line))
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range missing {
+		fmt.Fprintln(g.stdout, textsafe.Line(fmt.Sprintf("  no answer   %s: not in its solve within %s (preparing or being verified: it finishes that phase; a solve that begins while paused waits for the continue)", c, wait)))
+	}
+	return nil
+}
+
+// reportThaws prints, for continue, the SolveThawed of each cell that was
+// frozen, for up to wait.
+func (g *globals) reportThaws(ctx context.Context, conn *connection, runID string, mark uint64, frozen []string, wait time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	missing, err := lifecycle.AwaitSolves(wctx, conn.Bus, runID, mark, events.SolveThawed, frozen, func(e events.Envelope) {
+		var d events.SolveThawedData
+		if events.Into(e, &d) != nil {
+			return
+		}
+		line := fmt.Sprintf("  thawed      %s after %.1fs frozen", e.CellID, d.FrozenSec)
+		if d.Error != "" {
+			line = fmt.Sprintf("  not thawed  %s after %.1fs frozen: %s", e.CellID, d.FrozenSec, d.Error)
+		}
+		fmt.Fprintln(g.stdout, textsafe.Line(line))
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range missing {
+		fmt.Fprintln(g.stdout, textsafe.Line(fmt.Sprintf("  no answer   %s: its launcher recorded no thaw within %s", c, wait)))
+	}
 	return nil
 }
 
@@ -72,48 +160,72 @@ run's log with who asked, when and --why.`,
 func newRunsPause(g *globals) *cobra.Command {
 	var why string
 	var now bool
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "pause RUN [--why TEXT] [--now]",
+		Use:   "pause RUN [--why TEXT] [--now [--wait D]]",
 		Short: "Pause a running run: no new cell starts until runs continue",
 		Long: `Pause a run that is running (here or on a cluster): no new cell starts;
 running cells finish. Launchers hold the jobs of queued cells until the run
-is continued ('proctor runs continue RUN') or cancelled. --now is recorded
-with the action, but no sandbox driver freezes a running solve with its
-budget stopped yet, so running cells finish. The action is recorded in the
-run's log with who asked, when and --why.`,
+is continued ('proctor runs continue RUN') or cancelled.
+
+With --now, the running solves are frozen too: where the sandbox driver can
+(Docker), every process of the cell's sandbox is stopped and the solve's
+budget (its timeout) stops with it until the continue; a solve about to
+begin waits for the continue. A sandbox the driver cannot freeze (host
+commands of the process driver) runs on. Each launcher records what it did
+for each cell (SolveFrozen), and this command prints those answers as they
+come, for up to --wait: frozen, held, not frozen (and why), or no answer (a
+cell preparing or being verified finishes that phase).
+
+The action is recorded in the run's log with who asked, when and --why.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var then func(ctx context.Context, conn *connection, runID string, mark uint64) error
 			if now {
-				fmt.Fprintln(g.stderr, "note: --now is recorded, but no sandbox driver freezes a running solve with its budget stopped yet: the running cells finish")
+				then = func(ctx context.Context, conn *connection, runID string, mark uint64) error {
+					return g.reportFreezes(ctx, conn, runID, mark, wait)
+				}
 			}
-			return g.controlCmd(cmd.Context(), args[0], func(ctx context.Context, conn *connection, runID string) (events.Envelope, error) {
+			return g.controlCmdThen(cmd.Context(), args[0], func(ctx context.Context, conn *connection, runID string) (events.Envelope, error) {
 				return lifecycle.Pause(ctx, conn.Bus, runID, now, lifecycle.By(), why)
-			})
+			}, then)
 		},
 	}
 	cmd.Flags().StringVar(&why, "why", "", "the reason, recorded with the action")
-	cmd.Flags().BoolVar(&now, "now", false, "also freeze the running cells (recorded; not built yet: no driver freezes a solve with its budget stopped, so running cells finish)")
+	cmd.Flags().BoolVar(&now, "now", false, "also freeze the running solves with their budgets, where the sandbox driver can (Docker)")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "with --now: how long to wait for the launchers' answers")
 	return cmd
 }
 
 func newRunsContinue(g *globals) *cobra.Command {
 	var why string
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "continue RUN [--why TEXT]",
+		Use:   "continue RUN [--why TEXT] [--wait D]",
 		Short: "Continue a paused run (paused by runs pause or by a spending cap)",
 		Long: `Continue a run paused by 'proctor runs pause' or by one of its spending
 caps (--max-cost-usd, --max-errored-fraction, --max-errored-per-task of
-tasks run): held cells start again. A cap that tripped does not trip again
-in the run. The action is recorded in the run's log with who asked, when
-and --why.`,
+tasks run): held cells start again, and solves frozen by 'runs pause --now'
+are thawed, their budgets running again (the command prints each thaw as its
+launcher records it, for up to --wait). A cap that tripped does not trip
+again in the run. The action is recorded in the run's log with who asked,
+when and --why.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.controlCmd(cmd.Context(), args[0], func(ctx context.Context, conn *connection, runID string) (events.Envelope, error) {
+			var frozen []string
+			return g.controlCmdThen(cmd.Context(), args[0], func(ctx context.Context, conn *connection, runID string) (events.Envelope, error) {
+				var err error
+				if frozen, err = lifecycle.FrozenSolves(ctx, conn.Bus, runID); err != nil {
+					return events.Envelope{}, err
+				}
 				return lifecycle.Continue(ctx, conn.Bus, runID, lifecycle.By(), why)
+			}, func(ctx context.Context, conn *connection, runID string, mark uint64) error {
+				return g.reportThaws(ctx, conn, runID, mark, frozen, wait)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&why, "why", "", "the reason, recorded with the action")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for the launchers' thaws of frozen solves")
 	return cmd
 }
 

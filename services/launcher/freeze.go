@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,6 +95,13 @@ func (s *Service) onControl(runID string, d events.RunControlData) {
 	}
 }
 
+// canFreeze reports whether driver declares both sandbox.Freezer and
+// sandbox.Thawer (sandbox.AbilitiesOf).
+func canFreeze(driver sandbox.Driver) bool {
+	has := sandbox.AbilitiesOf(driver)
+	return slices.Contains(has, sandbox.AbilityFreezer) && slices.Contains(has, sandbox.AbilityThawer)
+}
+
 // beginSolve registers the solve the cell is about to run in h (step ""
 // for a single-step cell) and returns the context to run it with (its
 // sandbox.Hold in it) and the function that ends it, to call once the
@@ -152,9 +160,8 @@ func (sv *solving) freeze() {
 		sv.mu.Unlock()
 		return
 	}
-	fr, ok := sv.driver.(sandbox.Freezer)
-	_, thaws := sv.driver.(sandbox.Thawer)
-	if !ok || !thaws {
+	fr, _ := sv.driver.(sandbox.Freezer)
+	if !canFreeze(sv.driver) {
 		if !sv.told {
 			sv.told = true
 			why := fmt.Sprintf("the %s sandbox driver cannot freeze a running solve and thaw it: the solve runs on", sv.h.Driver)
