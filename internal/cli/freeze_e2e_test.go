@@ -23,15 +23,17 @@ import (
 )
 
 // TestRunsPauseNowFreezesTheSolve: while `tasks run` runs a slow oracle
-// cell in its container (real Docker, the embedded store), another
-// process pauses the run --now: the command reports the cell frozen, the
-// engine holds its container paused, and the file the solve writes a
-// line to every 0.15 s does not grow while it is; the freeze lasts longer
-// than the solve's whole budget (8 s), so a budget that kept running
-// would time the solve out. `runs continue` reports the thaw, the solve
-// finishes and passes its verifier, its solve_sec leaves the frozen time
-// out, the log holds SolveFrozen and SolveThawed, a replay gives the
-// artifact's bytes, and nothing of the run is left on the engine.
+// cell in its container (real Docker, the embedded store; the solve
+// writes a line every 0.2 s until the test puts /app/release in its
+// sandbox), another process pauses the run --now: the command reports the
+// cell frozen, the engine holds its container paused, and the solve's
+// file does not grow while it is. The freeze lasts until the solve's wall
+// time is past its whole budget (12 s), so a budget that kept running
+// would time the solve out. The release is put in while frozen; `runs
+// continue` reports the thaw, the solve ends and passes its verifier, its
+// solve_sec leaves the frozen time out, the log holds SolveFrozen and
+// SolveThawed, a replay gives the artifact's bytes, and nothing of the
+// run is left on the engine.
 func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
@@ -84,14 +86,23 @@ func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
 	}
 	ctx := context.Background()
 	cell := "tick/oracle/default/1"
+	const budget = 12 * time.Second // the task's agent timeout_sec
 	// The solve is under way once its file has a few lines.
 	var cid string
+	var solving time.Time // when the test first saw a line: the solve began before
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if cid == "" {
 			cid = sandboxOf(t, cli, runID)
 		}
-		if cid != "" && ticks(t, cli, cid) >= 3 {
+		n := 0
+		if cid != "" {
+			n = ticks(t, cli, cid)
+		}
+		if n > 0 && solving.IsZero() {
+			solving = time.Now()
+		}
+		if n >= 3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -110,13 +121,18 @@ func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
 	}
 	before := ticks(t, cli, cid)
 	frozeAt := time.Now()
-	// The freeze outlasts the solve's whole budget (8 s): a budget that
-	// ran on would time the solve out at the thaw. Watching the file over
-	// that window is the measurement, not a synchronisation.
-	time.Sleep(9 * time.Second)
-	if after := ticks(t, cli, cid); after != before || before >= 20 {
+	// The freeze lasts until the solve's wall time is past its whole
+	// budget (12 s) and at least 2 s: a budget that ran on would time the
+	// solve out at the thaw. Watching the file over that window is the
+	// measurement, not a synchronisation.
+	time.Sleep(max(2*time.Second, budget+time.Second-time.Since(solving)))
+	if after := ticks(t, cli, cid); after != before {
 		t.Fatalf("the frozen solve wrote on: %d lines at the freeze, %d after %.1f s", before, after, time.Since(frozeAt).Seconds())
 	}
+	if ins, err := cli.ContainerInspect(ctx, cid); err != nil || !ins.State.Paused {
+		t.Fatalf("the cell's container is no longer paused: %v", err)
+	}
+	release(t, cli, cid)
 	if show := proctor("runs", "show", runID); !strings.Contains(show, "look at it") {
 		t.Errorf("runs show of a paused run:\n%s", show)
 	}
@@ -136,11 +152,19 @@ func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
 		t.Fatalf("%d rows", len(a.Results))
 	}
 	r := a.Results[0]
+	defer func() {
+		if t.Failed() {
+			for _, f := range []string{"run.log", "solve.log"} {
+				b, _ := os.ReadFile(filepath.Join(out, runID, "tick", "oracle", "default", "1", f))
+				t.Logf("%s:\n%s", f, b)
+			}
+		}
+	}()
 	if r.Outcome != artifact.OutcomePassed {
 		t.Errorf("row %s: %s (%s) %s, want passed: the frozen time ate the budget?", r.CellID, r.Outcome, r.ErrorClass, r.Error)
 	}
-	if s := r.Metrics.SolveSec; s == nil || *s >= 8 {
-		t.Errorf("solve_sec %v, want the solve's own time (under its 8 s budget), the freeze left out", s)
+	if s := r.Metrics.SolveSec; s == nil || *s >= budget.Seconds() {
+		t.Errorf("solve_sec %v, want the solve's own time (under its 12 s budget), the freeze left out", s)
 	}
 	if c, n := leftovers(t, cli, runID); c+n != 0 {
 		t.Errorf("%d containers and %d networks of run %s remain", c, n, runID)
@@ -168,8 +192,8 @@ func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
 			}
 		case "SolveThawed":
 			thawed++
-			if s, _ := e.Data["frozen_sec"].(float64); s < 9 {
-				t.Errorf("SolveThawed %v, want frozen_sec of at least 9", e.Data)
+			if s, _ := e.Data["frozen_sec"].(float64); s < 2 || r.Metrics.SolveSec != nil && s+*r.Metrics.SolveSec < budget.Seconds() {
+				t.Errorf("SolveThawed %v, solve_sec %v: want the frozen and the solve's own time past the budget", e.Data, *r.Metrics.SolveSec)
 			}
 		}
 	}
@@ -221,4 +245,21 @@ func ticks(t *testing.T, cli *client.Client, cid string) int {
 		t.Fatal(err)
 	}
 	return bytes.Count(b, []byte("\n"))
+}
+
+// release puts /app/release in container cid through the engine's
+// archive API (which a paused container answers): the tick solve ends at
+// its next line.
+func release(t *testing.T, cli *client.Client, cid string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "release", Mode: 0o644, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = tw.Write([]byte("1"))
+	_ = tw.Close()
+	if err := cli.CopyToContainer(context.Background(), cid, "/app", &buf, container.CopyToContainerOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

