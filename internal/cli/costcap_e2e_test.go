@@ -23,6 +23,7 @@ import (
 // $0.45 (claude-sonnet-4-5).
 const costCapScript = `
 model: claude-sonnet-4-5
+after: repeat
 replies:
   - {text: "Done.", usage: {input_tokens: 100000, output_tokens: 10000}}
 `
@@ -78,7 +79,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 	out := t.TempDir()
 	js := filepath.Join(out, "a.json")
 	cmd := exec.Command(bin, "tasks", "run", "--tasks-root", root, "--tasks", "greet", "--harnesses", "agent:"+agentDir,
-		"--repeats", "8", "--concurrency", "1", "--max-cost-usd", "1", "--output-dir", out, "--out-json", js)
+		"--repeats", "6", "--concurrency", "1", "--max-cost-usd", "1", "--output-dir", out, "--out-json", js)
 	cmd.Env = env
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -103,6 +104,15 @@ func TestCostCapFromTheGateway(t *testing.T) {
 		}
 	}()
 	var runID string
+	defer func() {
+		if t.Failed() && runID != "" {
+			logs, _ := filepath.Glob(filepath.Join(out, runID, "*", "*", "*", "*", "run.log"))
+			for _, f := range logs {
+				b, _ := os.ReadFile(f)
+				t.Logf("%s:\n%s", f, b)
+			}
+		}
+	}()
 	select {
 	case runID = <-runIDc:
 	case <-time.After(3 * time.Minute):
@@ -124,7 +134,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 		Control bus.ControlState `json:"control"`
 		States  map[string]int   `json:"states"`
 	}
-	deadline := time.Now().Add(4 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if err := json.Unmarshal([]byte(proctor("runs", "show", runID, "--json")), &rec); err != nil {
 			t.Fatal(err)
@@ -135,7 +145,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the run never paused by its cap and settled: %+v\n%s", rec, progress.String())
 		}
-		time.Sleep(500 * time.Millisecond) // polling the run index, not synchronising on time
+		time.Sleep(time.Second) // polling the run index, not synchronising on time
 	}
 	t.Logf("paused at %.1f s: %s", time.Since(start).Seconds(), rec.Control.PausedWhy)
 	price, why := providers.Prices().Cost("claude-sonnet-4-5", providers.Tokens{Input: 100000, Output: 10000})
@@ -176,7 +186,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 			t.Errorf("row %s: %s (%s) %s", r.CellID, r.Outcome, r.ErrorClass, r.Error)
 		}
 	}
-	if passed != solved || passed+cancelled != 8 {
+	if passed != solved || passed+cancelled != 6 {
 		t.Errorf("%d passed, %d cancelled; want %d passed (the cells that called the model), the rest cancelled", passed, cancelled, solved)
 	}
 	rc := exec.Command(bin, "replay", runID)
