@@ -88,7 +88,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	defer interrupt(cmd)
 	var progress testutil.SyncBuffer
 	runIDc := make(chan string, 1)
 	go func() {
@@ -134,7 +134,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 		Control bus.ControlState `json:"control"`
 		States  map[string]int   `json:"states"`
 	}
-	deadline := time.Now().Add(5 * time.Minute)
+	deadline := time.Now().Add(8 * time.Minute)
 	for {
 		if err := json.Unmarshal([]byte(proctor("runs", "show", runID, "--json")), &rec); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	defer interrupt(cmd)
 	var runID string
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
@@ -261,5 +262,22 @@ func release(t *testing.T, cli *client.Client, cid string) {
 	_ = tw.Close()
 	if err := cli.CopyToContainer(context.Background(), cid, "/app", &buf, container.CopyToContainerOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// interrupt ends a `tasks run` the test left running (a failure) as
+// Ctrl-C does, so its containers are removed; killed when it has not
+// exited a minute later.
+func interrupt(cmd *exec.Cmd) {
+	if cmd.ProcessState != nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
 	}
 }
