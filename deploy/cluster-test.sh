@@ -9,6 +9,18 @@
 #   - in the event log no cell has more than one Verdict, and each cell's
 #     last attempt has exactly one terminal event (Verdict or CellErrored);
 #   - no container or network of the run is left on the engine.
+# Then, on the same cluster, run control from a second process (one-off
+# containers of the control service) while the cells of a second run (a
+# slow task, oracle) run on both workers:
+#   - `runs pause --now` reports the solves frozen (the engine holds their
+#     containers paused) and no other cell starts;
+#   - `runs cancel --cell` stops one frozen cell (its containers removed),
+#     errored, class cancelled;
+#   - `runs continue` reports the thaws; `runs requeue --outcome errored
+#     --class cancelled` runs the cancelled cell again (attempt 2);
+#   - the driver exits 0, every row passed, the requeued one in 2 attempts,
+#     `proctor replay` gives the artifact's bytes, and no container or
+#     network of the run is left.
 # Then `docker-compose down -v`. Prints PASS or FAIL with the reasons and
 # exits non-zero on failure. Needs root (or the docker group), docker-compose
 # (scripts/setup.sh --compose), go and python3.
@@ -26,6 +38,9 @@
 #   CLUSTER_RESTART_WORKER  1: start worker-1 again 2×ack-wait + 20 s after
 #                     the kill (a supervisor bringing it back) instead of
 #                     leaving it dead
+#   CLUSTER_PHASES    which parts run (default kill,control): kill is the
+#                     run whose worker and NATS node are killed, control
+#                     the run controlled from a second process
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -74,10 +89,12 @@ finish() {
   local rc=$?
   if [[ -n $driver_pid ]] && kill -0 "$driver_pid" 2>/dev/null; then kill "$driver_pid" 2>/dev/null || true; fi
   if ((${#failures[@]} > 0)) || ((rc != 0)); then
-    if [[ -f $data/driver.log ]]; then
-      echo "--- driver log (last 30 lines)"
-      tail -n 30 "$data/driver.log"
-    fi
+    for log in "$data/driver.log" "$data/ctl-driver.log"; do
+      if [[ -f $log ]]; then
+        echo "--- $(basename "$log") (last 30 lines)"
+        tail -n 30 "$log"
+      fi
+    done
     if [[ -n ${run_id:-} ]]; then
       echo "--- proctor runs show $run_id"
       run_cli runs show "$run_id" 2>&1 | tail -n 12 || true
@@ -90,10 +107,10 @@ finish() {
   else
     dc down -v --remove-orphans >/dev/null 2>&1 || true
     # Cells the run left (only if a check below already failed on them).
-    if [[ -n ${run_id:-} ]]; then
-      docker ps -aq --filter "label=proctor.run=$run_id" | xargs -r docker rm -f >/dev/null 2>&1 || true
-      docker network ls -q --filter "label=proctor.run=$run_id" | xargs -r docker network rm >/dev/null 2>&1 || true
-    fi
+    for r in ${run_id:-} ${ctl_run:-}; do
+      docker ps -aq --filter "label=proctor.run=$r" | xargs -r docker rm -f >/dev/null 2>&1 || true
+      docker network ls -q --filter "label=proctor.run=$r" | xargs -r docker network rm >/dev/null 2>&1 || true
+    done
     rm -rf "$data"
   fi
   if ((${#failures[@]} == 0)) && ((rc == 0)); then
@@ -131,6 +148,10 @@ until run_cli runs list >/dev/null 2>&1; do
   sleep 2
 done
 
+phases=${CLUSTER_PHASES:-kill,control}
+phase() { [[ ",$phases," == *",$1,"* ]]; }
+
+if phase kill; then
 # 3. The run, driven from a one-off container; it blocks until the run ends.
 ncells=$(($(tr ',' '\n' <<<"$tasks" | grep -c .) * repeats))
 say "run: $tasks × oracle × $repeats repeats = $ncells cells (retries 2)"
@@ -292,3 +313,148 @@ while :; do
   sleep 1
 done
 ((left_c + left_n == 0)) && say "no container or network of run $run_id remains"
+fi
+
+if phase control; then
+# 8. Run control from a second process while cells run on both workers.
+# A slow task (a line every 0.25 s, about 30 s) in the shared data
+# directory, 6 repeats: 4 cells at once on the 2 workers.
+ctl_tasks=$data/ctl-tasks
+mkdir -p "$ctl_tasks/slow/environment" "$ctl_tasks/slow/solution" "$ctl_tasks/slow/tests"
+printf 'version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 120.0\n' >"$ctl_tasks/slow/task.toml"
+echo "Write 1 to 120 into /app/ticks, one a line, slowly." >"$ctl_tasks/slow/instruction.md"
+printf 'FROM debian:bookworm-slim\nWORKDIR /app\n' >"$ctl_tasks/slow/environment/Dockerfile"
+cat >"$ctl_tasks/slow/solution/solve.sh" <<'SH'
+#!/bin/bash
+for i in $(seq 1 120); do echo "$i" >> /app/ticks; sleep 0.25; done
+SH
+cat >"$ctl_tasks/slow/tests/test.sh" <<'SH'
+#!/bin/bash
+mkdir -p /logs/verifier
+if [ "$(seq 1 120)" = "$(cat /app/ticks 2>/dev/null)" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
+SH
+chmod +x "$ctl_tasks/slow/solution/solve.sh" "$ctl_tasks/slow/tests/test.sh"
+ctl_cells=6
+say "control run: slow × oracle × $ctl_cells repeats, controlled from a second process"
+mkdir -p "$data/ctl-out"
+run_cli tasks run --tasks-root "$ctl_tasks" --tasks slow --harnesses oracle --repeats "$ctl_cells" \
+  --output-dir "$data/ctl-out" --out-json "$data/ctl.json" --out-md "$data/ctl.md" >"$data/ctl-driver.log" 2>&1 &
+driver_pid=$!
+deadline=$((SECONDS + 60))
+ctl_run=""
+until [[ -n $ctl_run ]]; do
+  ((SECONDS < deadline)) || die "the control run's driver printed no run id within 60 s"
+  kill -0 "$driver_pid" 2>/dev/null || die "the control run's driver exited before its run started"
+  ctl_run=$(sed -n 's/^run \([0-9A-Z]\{26\}\): .*/\1/p' "$data/ctl-driver.log" | head -n 1)
+  [[ -n $ctl_run ]] || sleep 1
+done
+say "control run $ctl_run started"
+
+# solving prints "cell node" for each cell of the control run whose
+# solve has begun and not ended, from the cells' run.log.
+solving() {
+  local f
+  for f in "$data/ctl-out/$ctl_run"/*/*/*/*/run.log; do
+    [[ -f $f ]] || continue
+    awk -v cell="$(dirname "${f#"$data/ctl-out/$ctl_run/"}")" '
+      / attempt [0-9]+ on node /{n=$NF; s=0; e=0}
+      / solve: /{s=1}
+      /solve ended|errored/{e=1}
+      END{if (s && !e) print cell, n}' "$f"
+  done
+}
+deadline=$((SECONDS + 240))
+# (Each check reads a variable: with pipefail, `... | grep -q` fails when
+# grep stops reading early.)
+until now_solving=$(solving) && [[ $now_solving == *" worker-1"* && $now_solving == *" worker-2"* ]]; do
+  ((SECONDS < deadline)) || die "no solve of the control run ran on both workers within 240 s ($(tr '\n' ';' <<<"$now_solving"))"
+  kill -0 "$driver_pid" 2>/dev/null || die "the control run ended before the controls"
+  sleep 0.5
+done
+say "solving: $(solving | tr '\n' ';')"
+
+ctl_pause=$(run_cli runs pause "$ctl_run" --now --why "cluster test: look at it" 2>&1) || die "runs pause --now failed: $ctl_pause"
+printf '%s\n' "$ctl_pause" | sed 's/^/    /'
+grep -Eq '^  frozen +[^ ]+: [0-9]+ processes stopped' <<<"$ctl_pause" || fail "runs pause --now reported no frozen solve"
+frozen_cell=$(sed -n 's/^  frozen *\([^ ]*\): .*/\1/p' <<<"$ctl_pause" | head -n 1)
+npaused=$(docker ps -q --filter "label=proctor.run=$ctl_run" --filter status=paused | wc -l)
+((npaused > 0)) || fail "pause --now: no container of run $ctl_run is paused on the engine"
+say "pause --now: $npaused containers paused"
+
+victim=${frozen_cell:-$(solving | head -n 1 | cut -d' ' -f1)}
+[[ -n $victim ]] || die "no cell to cancel"
+run_cli runs cancel "$ctl_run" --cell "$victim" --why "cluster test: stuck" >/dev/null 2>&1 || fail "runs cancel --cell $victim failed"
+deadline=$((SECONDS + 120))
+until (($(docker ps -aq --filter "label=proctor.run=$ctl_run" --filter "label=proctor.cell=$victim" | wc -l) == 0)); do
+  ((SECONDS < deadline)) || { fail "the cancelled cell $victim still has containers 120 s after the cancel"; break; }
+  sleep 0.5
+done
+say "cancelled $victim: its containers are gone"
+
+ctl_cont=$(run_cli runs continue "$ctl_run" --why "cluster test: go on" 2>&1) || die "runs continue failed: $ctl_cont"
+printf '%s\n' "$ctl_cont" | sed 's/^/    /'
+grep -Eq '^  thawed ' <<<"$ctl_cont" || fail "runs continue reported no thaw"
+
+# The cancelled cell's row, then its requeue while the run is live.
+deadline=$((SECONDS + 120))
+until show=$(run_cli runs show "$ctl_run" --cells 2>/dev/null) && [[ $show == *"$victim errored"* ]]; do
+  ((SECONDS < deadline)) || { fail "$victim is not errored 120 s after its cancel"; break; }
+  sleep 1
+done
+ctl_req=$(run_cli runs requeue "$ctl_run" --outcome errored --class cancelled --why "cluster test: again" 2>&1) ||
+  fail "runs requeue failed: $ctl_req"
+printf '%s\n' "$ctl_req" | sed 's/^/    /'
+
+deadline=$((SECONDS + 300))
+while kill -0 "$driver_pid" 2>/dev/null; do
+  ((SECONDS < deadline)) || die "the control run did not finish within 300 s of the requeue"
+  sleep 1
+done
+set +e
+wait "$driver_pid"
+ctl_rc=$?
+set -e
+driver_pid=""
+say "control run's driver exited $ctl_rc"
+((ctl_rc == 0)) || fail "the control run's tasks run exited $ctl_rc"
+if [[ -f $data/ctl.json ]]; then
+  python3 - "$data/ctl.json" "$ctl_cells" "$victim" <<'PY' || fail "the control run's artifact is wrong (BAD lines above)"
+import json, sys
+a = json.load(open(sys.argv[1]))
+want, victim = int(sys.argv[2]), sys.argv[3]
+bad = []
+rows = a["results"]
+if len(rows) != want:
+    bad.append(f"{len(rows)} rows, want {want}")
+for r in rows:
+    if not r["passed"]:
+        bad.append(f"{r['cell_id']}: {r['outcome']} {r.get('error_class', '')} {r.get('error', '')[:200]}")
+    if r["cell_id"] == victim and r.get("attempts", 1) != 2:
+        bad.append(f"{victim}: {r.get('attempts', 1)} attempts, want 2 (cancelled, then requeued)")
+print("control run: " + ", ".join(f"{r['cell_id']} {r['outcome']}" for r in rows))
+for b in bad:
+    print("BAD: " + b)
+sys.exit(1 if bad else 0)
+PY
+  run_cli replay "$ctl_run" --out-json "$data/ctl-replay.json" >/dev/null 2>&1 || fail "proctor replay $ctl_run failed"
+  cmp -s "$data/ctl.json" "$data/ctl-replay.json" || fail "the replay of $ctl_run differs from its artifact"
+else
+  fail "no artifact at $data/ctl.json"
+fi
+run_cli events export "$ctl_run" --format jsonl --out "$data/ctl-events.jsonl" >/dev/null 2>&1 || fail "events export $ctl_run failed"
+for ty in SolveFrozen SolveThawed RunControl; do
+  grep -q "\"type\":\"$ty\"" "$data/ctl-events.jsonl" 2>/dev/null || fail "no $ty event in the control run's log"
+done
+deadline=$((SECONDS + 2 * ${PROCTOR_ACK_WAIT%s} + 15))
+while :; do
+  left_c=$(docker ps -aq --filter "label=proctor.run=$ctl_run" | wc -l)
+  left_n=$(docker network ls -q --filter "label=proctor.run=$ctl_run" | wc -l)
+  ((left_c + left_n == 0)) && break
+  if ((SECONDS >= deadline)); then
+    fail "$left_c containers and $left_n networks of run $ctl_run left after the run"
+    break
+  fi
+  sleep 1
+done
+((left_c + left_n == 0)) && say "no container or network of run $ctl_run remains"
+fi
