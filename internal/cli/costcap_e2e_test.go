@@ -128,8 +128,10 @@ func TestCostCapFromTheGateway(t *testing.T) {
 		}
 		return string(b)
 	}
-	// The run pauses by its cap; once it has, no cell runs any more (the
-	// one whose solve began before the pause came finishes).
+	// The run pauses by its cap; once it has, no solve begins any more
+	// (a cell prepared ahead is held before its solve, "running" with its
+	// sandbox started): it has settled once every cell that called the
+	// model has its verdict.
 	var rec struct {
 		Control bus.ControlState `json:"control"`
 		States  map[string]int   `json:"states"`
@@ -139,7 +141,7 @@ func TestCostCapFromTheGateway(t *testing.T) {
 		if err := json.Unmarshal([]byte(proctor("runs", "show", runID, "--json")), &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.Control.Paused && rec.States["running"] == 0 {
+		if rec.Control.Paused && rec.States["passed"] > 0 && rec.States["passed"] == len(model.Requests()) {
 			break
 		}
 		if time.Now().After(deadline) {
