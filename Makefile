@@ -95,7 +95,7 @@ demo: setup setup-claude setup-codex build
 	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
 	scripts/demo-claude.sh out/demo-claude out/demo-codex
 
-## deploy-test: bring up deploy/docker-compose.yml, run example tasks, kill -9 a worker and a NATS node mid-run, check the artifact (deploy/cluster-test.sh)
+## deploy-test: bring up deploy/docker-compose.yml, run example tasks, kill -9 a worker and a NATS node mid-run, check the artifact; control a second run from a second process (deploy/cluster-test.sh)
 deploy-test: setup-compose
 	deploy/cluster-test.sh
 
