@@ -26,11 +26,9 @@ const freezeTimeout = 2 * time.Minute
 //     honours) and thawed when the run is no longer paused (a continue, a
 //     cancel, the run's end), each recorded as SolveFrozen and
 //     SolveThawed;
-//   - a solve about to begin while the run is paused --now waits for the
-//     continue before its first command, whatever the driver, and so does
-//     a cell's first solve under any pause (a cell prepared ahead, its
-//     sandbox started, has spent nothing yet: a spending cap's pause
-//     stops it there);
+//   - a solve about to begin while the run is paused --now (a step's
+//     after the first, or one past solveGate when the pause came) waits
+//     for the continue before its first command, whatever the driver;
 //   - a solve in a sandbox the driver cannot freeze (the process driver
 //     of host commands) runs on, and SolveFrozen says so.
 type solving struct {
@@ -106,13 +104,13 @@ func canFreeze(driver sandbox.Driver) bool {
 }
 
 // beginSolve registers the solve the cell is about to run in h (step ""
-// for a single-step cell; first: the cell's first solve) and returns the
-// context to run it with (its sandbox.Hold in it) and the function that
-// ends it, to call once the solve returned. When the run is paused --now,
-// or paused and this is the cell's first solve, it waits for the continue
+// for a single-step cell) and returns the context to run it with (its
+// sandbox.Hold in it) and the function that ends it, to call once the
+// solve returned. When the run is paused --now, it waits for the continue
 // (or ctx's end) before it returns: the solve's first command has not
-// run. ctx's error is returned when ctx ended meanwhile.
-func (c *cell) beginSolve(ctx context.Context, driver sandbox.Driver, h *sandbox.Handle, step string, first bool) (context.Context, func(), error) {
+// run. ctx's error is returned when ctx ended meanwhile. (A cell's first
+// solve under any pause is stopped before, by solveGate.)
+func (c *cell) beginSolve(ctx context.Context, driver sandbox.Driver, h *sandbox.Handle, step string) (context.Context, func(), error) {
 	s := c.s
 	sv := &solving{s: s, c: c, ctx: ctx, driver: driver, h: h, step: step, hold: sandbox.NewHold()}
 	run := c.job.RunID
@@ -122,13 +120,13 @@ func (c *cell) beginSolve(ctx context.Context, driver sandbox.Driver, h *sandbox
 	end := func() { sv.end(); s.solves.remove(run, sv) }
 	sv.mu.Lock()
 	rec, err := s.bus.GetRun(ctx, run)
-	if err == nil && s.ctl != nil && rec.Control.Paused && (rec.Control.Now || first) && !rec.Terminal() {
+	if err == nil && s.ctl != nil && rec.Control.Paused && rec.Control.Now && !rec.Terminal() {
 		if _, cancelled := rec.Control.CellCancelled(c.job.CellID); !cancelled {
 			sv.frozen, sv.before = true, true
 			sv.hold.Freeze()
-			c.Dir().Logf("solve held before its first command: the run is paused")
+			c.Dir().Logf("solve held before its first command: the run is paused --now")
 			sv.record(events.SolveFrozen, events.SolveFrozenData{Frozen: true, Driver: h.Driver, Step: step, Node: s.cfg.Node,
-				Reason: "the run was paused before its solve began: it begins at the continue"})
+				Reason: "the run was paused --now before its solve began: it begins at the continue"})
 			go sv.awaitThaw()
 		}
 	}

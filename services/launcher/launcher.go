@@ -483,7 +483,7 @@ func (c *cell) run(ctx context.Context) error {
 	if err := recordStart(); err != nil {
 		return err
 	}
-	sctx, solved, err := c.beginSolve(ctx, p.Driver, h, "", true)
+	sctx, solved, err := c.beginSolve(ctx, p.Driver, h, "")
 	if err != nil {
 		return err
 	}

@@ -238,7 +238,7 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	st := stepTask(c.task, s)
 	st.InheritPriorSession = s.InheritPriorSession && i > 0
 	env := &stepEnv{cell: c, t: st, dir: dir, quiet: i > 0}
-	sctx, solved, err := c.beginSolve(ctx, p.Driver, h, s.Name, i == 0)
+	sctx, solved, err := c.beginSolve(ctx, p.Driver, h, s.Name)
 	if err != nil {
 		return sv, err
 	}
