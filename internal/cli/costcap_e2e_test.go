@@ -54,6 +54,8 @@ echo hello > /app/out.txt
 // from another process then ends the run, its artifact equal to a
 // replay, with the solved cells passed and the others cancelled.
 func TestCostCapFromTheGateway(t *testing.T) {
+	// proctor as processes on a store of its own, the environment untouched.
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	start := time.Now()

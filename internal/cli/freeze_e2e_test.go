@@ -36,6 +36,8 @@ import (
 // SolveThawed, a replay gives the artifact's bytes, and nothing of the
 // run is left on the engine.
 func TestRunsPauseNowFreezesTheSolve(t *testing.T) {
+	// proctor as processes on a store of its own, the environment untouched.
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	start := time.Now()
