@@ -437,12 +437,12 @@ func (c *cell) run(ctx context.Context) error {
 		sb.Network, sb.Limits = p.Networks.Start, &lim
 		c.Dir().Logf("sandbox %.12s started on network %s (cpus %g, memory %d MiB, pids %d; 0 = unlimited)", h.ID, p.Networks.Start, lim.CPUs, lim.MemoryMB, lim.PidsLimit)
 	}
-	// SandboxStarted says the cell runs: a sandbox started ahead of its
-	// solve slot (under Slots) is recorded, at the time it started, once
-	// the cell holds that slot, so a cell waiting for one (or for a paused
-	// run) stays queued. One whose launcher dies before is not in the log:
-	// its keep-alive ends with its lifetime and the reaper removes it with
-	// the run.
+	// SandboxStarted says the cell runs: the sandbox (perhaps started
+	// ahead of its solve slot, under Slots) is recorded, at the time it
+	// started, once the cell passed its solve gate, so a cell waiting for
+	// a slot or for a paused run stays queued. One whose launcher dies
+	// before is not in the log: its keep-alive ends with its lifetime and
+	// the reaper removes it with the run.
 	sbAt, sbDone := time.Now(), false
 	recordStart := func() error {
 		if sbDone {
@@ -450,11 +450,6 @@ func (c *cell) run(ctx context.Context) error {
 		}
 		sbDone = true
 		return c.Emit(ctx, events.SandboxStarted, sb, sbAt)
-	}
-	if c.slots.s == nil {
-		if err := recordStart(); err != nil {
-			return err
-		}
 	}
 	if err := c.environmentHealthy(ctx, p, h); err != nil {
 		if ctx.Err() != nil {
