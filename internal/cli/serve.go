@@ -145,12 +145,17 @@ func newTasksHarnesses(g *globals) *cobra.Command {
 		Short: "List the harnesses proctor knows",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, h := range harness.Registry() {
+			reg := harness.Registry()
+			width := 0
+			for _, h := range reg {
+				width = max(width, len(h.Syntax))
+			}
+			for _, h := range reg {
 				state := ""
 				if !h.Available {
 					state = " (not available in this version)"
 				}
-				fmt.Fprintf(g.stdout, "%-26s %s; scored by %s%s\n", h.Syntax, h.Description, h.ScoredBy, state)
+				fmt.Fprintf(g.stdout, "%-*s %s; scored by %s%s\n", width, h.Syntax, h.Description, h.ScoredBy, state)
 			}
 			return nil
 		},
