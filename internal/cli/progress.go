@@ -57,7 +57,7 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 					progressbar.OptionSetDescription("cells"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 				_ = bar.Set(done)
 			default:
-				fmt.Fprintf(g.stderr, "planned %d cells\n", total)
+				fmt.Fprintf(g.stderr, "planned %d %s\n", total, plural(total, "cell", "cells"))
 				for i, l := range early {
 					fmt.Fprintf(g.stderr, "[%d/%d] %s\n", i+1, total, textsafe.Line(l))
 				}
@@ -145,4 +145,12 @@ func controlLine(p *projection.Projector) string {
 		line += fmt.Sprintf(" (run paused: `proctor runs continue %s` or `proctor runs cancel %s`)", p.Record().ID, p.Record().ID)
 	}
 	return line
+}
+
+// plural is one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

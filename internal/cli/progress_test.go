@@ -44,7 +44,7 @@ func TestProgressServiceFailure(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "planned 1 cells\n"); {
+			for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "planned 1 cell\n"); {
 				if time.Now().After(deadline) {
 					return errors.New("the progress follower never printed the plan")
 				}
