@@ -146,7 +146,11 @@ func (c *CoverageReport) WriteText(w io.Writer) error {
 			layouts = append(layouts, fmt.Sprintf("%s %d", l, c.Layouts[l]))
 		}
 	}
-	fmt.Fprintf(&b, "tasks: %d (%s)\n", len(c.Tasks), strings.Join(layouts, ", "))
+	if len(layouts) > 0 {
+		fmt.Fprintf(&b, "tasks: %d (%s)\n", len(c.Tasks), strings.Join(layouts, ", "))
+	} else {
+		fmt.Fprintf(&b, "tasks: %d\n", len(c.Tasks))
+	}
 	fmt.Fprintf(&b, "notes skipped: %d\n", len(c.Skipped))
 	for _, s := range c.Skipped {
 		fmt.Fprintf(&b, "  %s: %s\n", s.Dir, s.Reason)
