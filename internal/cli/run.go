@@ -627,10 +627,10 @@ func (g *globals) warnUsers(spec events.RunSpec) {
 	}
 }
 
-func (g *globals) dryRun(runID string, spec events.RunSpec) error {
-	cells, err := matrix(spec)
+func (g *globals) dryRun(runID string, spec events.RunSpec) (err error) {
+	cells, checks, err := planner.Preview(spec)
 	if err != nil {
-		return err
+		return matrixError(err)
 	}
 	g.warnTasks(cells)
 	g.warnUsers(spec)
@@ -645,6 +645,15 @@ func (g *globals) dryRun(runID string, spec events.RunSpec) error {
 		fmt.Fprintln(g.stdout, textsafe.Line(c.ID+"\t"+state))
 	}
 	fmt.Fprintf(g.stdout, "%d cells, %d would run, %d errored before any build\n", len(cells), runnable, len(cells)-runnable)
+	if len(checks) > 0 {
+		// The matrix is shown, but the run would stop before any cell:
+		// the dry run says so and fails as the run would.
+		defer func() {
+			if err == nil {
+				err = fmt.Errorf("tasks run would stop before any cell: %w", errors.Join(checks...))
+			}
+		}()
+	}
 	if spec.OutJSON == "" {
 		return nil
 	}

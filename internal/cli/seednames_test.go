@@ -178,3 +178,31 @@ func TestResumeReadsSeedNames(t *testing.T) {
 		t.Errorf("another harness: %v", c)
 	}
 }
+
+// TestDryRunShowsAnArmThatCannotRun: a dry run whose arm cannot run here
+// (docker-claude without any provider credential) still prints the whole
+// matrix, that arm's cells refused with the reason, and exits non-zero
+// saying the run itself would stop before any cell.
+func TestDryRunShowsAnArmThatCannotRun(t *testing.T) {
+	t.Setenv("PROCTOR_HOME", t.TempDir())
+	empty := t.TempDir()
+	t.Setenv("HOME", empty)
+	t.Setenv("CLAUDE_CONFIG_DIR", empty)
+	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY", "ANTHROPIC_BASE_URL"} {
+		t.Setenv(k, "")
+	}
+	root := writeRoot(t, harborTask("ok", "version = \"1.0\"\n", nil))
+	stdout, stderr, code := proctor(t, "tasks", "run", "--tasks-root", root, "--all", "--dry-run", "--output-dir", t.TempDir(),
+		"--harnesses", "oracle,docker-claude")
+	if code == 0 {
+		t.Fatalf("dry run of an arm that cannot run exited 0:\n%s", stdout)
+	}
+	for _, want := range []string{"ok/oracle/default/1\trun", "ok/docker-claude/default/1\terrored (refused): harness docker-claude: ", "2 cells, 1 would run, 1 errored before any build"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "tasks run would stop before any cell: harness docker-claude: ") {
+		t.Errorf("stderr: %s", stderr)
+	}
+}

@@ -95,58 +95,81 @@ type Cell struct {
 // an unknown definition key fails it too: task.ErrUnknownKeys), a task name
 // is unknown (task.ErrTaskNotFound), nothing is selected (task.ErrNoTasks,
 // naming the root and what was skipped there), or a harness reference does
-// not parse; it is what --dry-run shows.
+// not parse, or a harness cannot run here (its Check: a missing CLI or
+// credential).
 func Matrix(spec events.RunSpec) ([]Cell, error) {
+	cells, checks, err := matrix(spec)
+	if err != nil {
+		return nil, err
+	}
+	if len(checks) > 0 {
+		return nil, checks[0]
+	}
+	return cells, nil
+}
+
+// Preview is Matrix for --dry-run: a harness that cannot run here does
+// not stop it; that harness's cells are refused with the reason, and
+// checks holds each such harness's error (the run itself would stop on
+// the first).
+func Preview(spec events.RunSpec) (cells []Cell, checks []error, err error) {
+	return matrix(spec)
+}
+
+func matrix(spec events.RunSpec) ([]Cell, []error, error) {
 	if len(spec.Harnesses) == 0 {
-		return nil, errors.New("no harness given (--harnesses oracle)")
+		return nil, nil, errors.New("no harness given (--harnesses oracle)")
 	}
 	var refs []harness.Ref
-	seen := map[string]bool{}
+	var checks []error
+	seen, unusable := map[string]bool{}, map[string]string{}
 	for _, h := range spec.Harnesses {
 		r, err := harness.Parse(h)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		arm, err := harness.For(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := arm.Check(spec.BaseDir); err != nil {
-			return nil, fmt.Errorf("harness %s: %w", r.Name, err)
+			err = fmt.Errorf("harness %s: %w", r.Name, err)
+			checks = append(checks, err)
+			unusable[r.Name] = err.Error()
 		}
 		if seen[r.Name] {
-			return nil, fmt.Errorf("harness %q given twice", r.Name)
+			return nil, nil, fmt.Errorf("harness %q given twice", r.Name)
 		}
 		seen[r.Name] = true
 		refs = append(refs, r)
 	}
 	if spec.BaselineHarness != "" && !seen[spec.BaselineHarness] {
-		return nil, fmt.Errorf("baseline harness %q is not among --harnesses %s", spec.BaselineHarness, strings.Join(spec.Harnesses, ","))
+		return nil, nil, fmt.Errorf("baseline harness %q is not among --harnesses %s", spec.BaselineHarness, strings.Join(spec.Harnesses, ","))
 	}
 	if spec.BaselineHarness != "" && harness.IsSetupCheck(spec.BaselineHarness) {
 		// Its rows check the setup, not a treatment: they never enter a
 		// comparison (DESIGN §8), so the run would have none.
-		return nil, fmt.Errorf("baseline harness %q checks the setup (the task's solution or a probe) and is never compared: name an agent harness", spec.BaselineHarness)
+		return nil, nil, fmt.Errorf("baseline harness %q checks the setup (the task's solution or a probe) and is never compared: name an agent harness", spec.BaselineHarness)
 	}
 	if _, err := harness.ParseAgentUser(spec.AgentUser); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	loader := task.Loader{Strict: spec.Strict}
 	d, err := loader.Discover(spec.TasksRoot)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tasks := d.Tasks
 	if !spec.All {
 		if len(spec.Tasks) == 0 {
-			return nil, fmt.Errorf("%w selected: pass --tasks a,b or --all", task.ErrNoTasks)
+			return nil, nil, fmt.Errorf("%w selected: pass --tasks a,b or --all", task.ErrNoTasks)
 		}
 		if tasks, err = task.Select(d, spec.Tasks); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if len(tasks) == 0 {
-		return nil, noTasks(d)
+		return nil, nil, noTasks(d)
 	}
 	models := spec.Models
 	if len(models) == 0 {
@@ -157,6 +180,9 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 	for _, t := range tasks {
 		for _, r := range refs {
 			class, reason := r.RefusalIn(spec, t)
+			if why, ok := unusable[r.Name]; ok {
+				class, reason = events.ClassRefused, why
+			}
 			for _, m := range models {
 				for rep := 1; rep <= repeats; rep++ {
 					cells = append(cells, Cell{
@@ -167,7 +193,7 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 			}
 		}
 	}
-	return cells, nil
+	return cells, checks, nil
 }
 
 // CellEvents are the events that plan cell c of run runID: its
