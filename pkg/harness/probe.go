@@ -390,6 +390,14 @@ func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Han
 	defer s.close()
 	p.User = user
 	r, err := RunUntrusted(ctx, env, p, h, s)
+	return probeReport(r, err, s.stdout.Bytes(), s.errLog, "")
+}
+
+// probeReport reads the probe program's report from its stdout once
+// RunUntrusted or RunUntrustedHost returned r and err: an error without a
+// class is a sandbox error, and a probe that failed or printed no report
+// is one too, naming the end of its stderr (errLog) and where it ran.
+func probeReport(r UntrustedResult, err error, stdout []byte, errLog *cellfs.Capture, where string) (isoprobe.Report, sandbox.ExecResult, map[string]any, error) {
 	if err != nil {
 		if _, ok := events.ClassOf(err); !ok {
 			err = events.Classed(events.ClassSandbox, err)
@@ -398,9 +406,13 @@ func (pr probeRun) run(ctx context.Context, env Env, p Placement, h *sandbox.Han
 	}
 	res := r.Exec
 	var rep isoprobe.Report
-	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(s.stdout.Bytes(), &rep) != nil || rep.Classes == nil {
-		return isoprobe.Report{}, res, nil, events.Classf(events.ClassSandbox, "the probe program did not report (exit %d, timed out %v): %s",
-			res.ExitCode, res.TimedOut, cellfs.Suffix(s.errLog.Tail.String(), 300))
+	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(stdout, &rep) != nil || rep.Classes == nil {
+		tail := ""
+		if errLog != nil {
+			tail = cellfs.Suffix(errLog.Tail.String(), 300)
+		}
+		return isoprobe.Report{}, res, nil, events.Classf(events.ClassSandbox, "the probe program did not report%s (exit %d, timed out %v): %s",
+			where, res.ExitCode, res.TimedOut, tail)
 	}
 	return rep, res, r.Isolation, nil
 }

@@ -77,19 +77,7 @@ func (pr probeRun) runHost(ctx context.Context, env Env, p Placement, h *sandbox
 	s := &probeHostSolve{pr: pr, env: env, p: p}
 	defer s.close()
 	r, err := RunUntrustedHost(ctx, env, p, h, s)
-	if err != nil {
-		if _, ok := events.ClassOf(err); !ok {
-			err = events.Classed(events.ClassSandbox, err)
-		}
-		return isoprobe.Report{}, r.Exec, nil, err
-	}
-	res := r.Exec
-	var rep isoprobe.Report
-	if res.ExitCode != 0 || res.TimedOut || json.Unmarshal(s.stdout.Bytes(), &rep) != nil || rep.Classes == nil {
-		return isoprobe.Report{}, res, nil, events.Classf(events.ClassSandbox, "the probe program did not report on the host (exit %d, timed out %v): %s",
-			res.ExitCode, res.TimedOut, cellfs.Suffix(s.errLog.Tail.String(), 300))
-	}
-	return rep, res, r.Isolation, nil
+	return probeReport(r, err, s.stdout.Bytes(), s.errLog, " on the host")
 }
 
 // probeHostSolve is the probe's part of RunUntrustedHost.
