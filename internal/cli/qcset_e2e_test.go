@@ -34,6 +34,7 @@ type qcLabels struct {
 // reading a file the agent can write). Every task of the set is labelled
 // and every label has a task.
 func TestQCSetLabels(t *testing.T) {
+	testutil.LongE2E(t)
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
