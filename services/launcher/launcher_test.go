@@ -419,6 +419,9 @@ func TestLaunchSameJobDeliveredTwice(t *testing.T) {
 	info := func() *jetstream.ConsumerInfo {
 		t.Helper()
 		c, err := f.b.JS.Consumer(ctx, bus.WorkStream, "launcher")
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return &jetstream.ConsumerInfo{} // Run has not made it yet
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
