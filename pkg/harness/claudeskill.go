@@ -223,13 +223,18 @@ func (s *Skill) WritePlugin(dst string) (skipped []string, err error) {
 	return skipped, err
 }
 
-func copyFile(src, dst string) error {
+func copyFile(src, dst string) error { return copyFileMode(src, dst, os.O_TRUNC, 0o644) }
+
+// copyFileMode copies the file src to dst, created with perm and opened
+// with flag beside O_WRONLY|O_CREATE (O_TRUNC to replace, O_EXCL to
+// refuse an existing file).
+func copyFileMode(src, dst string, flag int, perm os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|flag, perm)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -102,7 +101,7 @@ func (s *probeHostSolve) Stage(_ context.Context, u *HostRun) error {
 	if err := os.Mkdir(s.dir, 0o755); err != nil {
 		return err
 	}
-	if err := copyExecutable(s.pr.bin, filepath.Join(s.dir, "proctor")); err != nil {
+	if err := copyFileMode(s.pr.bin, filepath.Join(s.dir, "proctor"), os.O_EXCL, 0o755); err != nil {
 		return events.Classed(events.ClassInfra, fmt.Errorf("copy the probe onto the host tree: %w", err))
 	}
 	t := s.env.Task()
@@ -165,20 +164,3 @@ func (s *probeHostSolve) close() {
 	}
 }
 
-// copyExecutable copies the file src to dst with mode 0755.
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
