@@ -163,4 +163,3 @@ func (s *probeHostSolve) close() {
 		_ = s.errLog.Close(s.env.Dir(), "")
 	}
 }
-
