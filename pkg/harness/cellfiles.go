@@ -117,3 +117,26 @@ func linkCellFile(dir cellfs.Dir, name, target string) error {
 	_ = os.Remove(p)
 	return os.Symlink(target, p)
 }
+
+// storeCLIStream reads a CLI's stream file back from the sandbox (path,
+// at most maxStreamBytes), stores it redacted as the cell's solver.jsonl
+// with <cli>.stream.jsonl a link to it, and the prompt as prompt.txt. It
+// returns the redacted text and the read's error (logged: the live lines
+// stand when the file cannot be read); err is the cell directory's.
+func storeCLIStream(ctx context.Context, dir cellfs.Dir, reader sandbox.FileReader, h *sandbox.Handle, cli, path string, red *Redactor, prompt string) (text string, readErr, err error) {
+	raw, readErr := reader.ReadFile(ctx, h, path, maxStreamBytes)
+	if readErr != nil {
+		dir.Logf("%s: read %s back: %v (the live lines stand)", cli, path, readErr)
+	}
+	text = red.String(string(raw))
+	if err := writeCellFile(dir, SolverStreamFile, []byte(text)); err != nil {
+		return "", readErr, err
+	}
+	if err := linkCellFile(dir, cli+".stream.jsonl", SolverStreamFile); err != nil {
+		return "", readErr, err
+	}
+	if err := writeCellFile(dir, PromptFile, []byte(prompt)); err != nil {
+		return "", readErr, err
+	}
+	return text, readErr, nil
+}

@@ -299,18 +299,8 @@ func (s *claudeSolve) close() {
 // builds the Finished.
 func (s *claudeSolve) finish(ctx context.Context, d sandbox.Driver, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
 	dir, res := s.env.Dir(), r.Exec
-	raw, rerr := reader.ReadFile(ctx, h, claudeStreamPath, maxStreamBytes)
-	if rerr != nil {
-		dir.Logf("claude: read %s back: %v (the live lines stand)", claudeStreamPath, rerr)
-	}
-	text := s.red.String(string(raw))
-	if err := writeCellFile(dir, SolverStreamFile, []byte(text)); err != nil {
-		return Outcome{}, err
-	}
-	if err := linkCellFile(dir, "claude.stream.jsonl", SolverStreamFile); err != nil {
-		return Outcome{}, err
-	}
-	if err := writeCellFile(dir, PromptFile, []byte(s.prompt)); err != nil {
+	text, rerr, err := storeCLIStream(ctx, dir, reader, h, "claude", claudeStreamPath, s.red, s.prompt)
+	if err != nil {
 		return Outcome{}, err
 	}
 	live := s.live

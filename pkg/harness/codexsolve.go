@@ -164,18 +164,8 @@ func (s *codexSolve) close() {
 // treatment check, a provider failure before any attempt as infra.
 func (s *codexSolve) finish(ctx context.Context, d sandbox.Driver, reader sandbox.FileReader, h *sandbox.Handle, r UntrustedResult) (Outcome, error) {
 	dir, res := s.env.Dir(), r.Exec
-	raw, rerr := reader.ReadFile(ctx, h, codexStreamPath, maxStreamBytes)
-	if rerr != nil {
-		dir.Logf("codex: read %s back: %v (the live lines stand)", codexStreamPath, rerr)
-	}
-	text := s.red.String(string(raw))
-	if err := writeCellFile(dir, SolverStreamFile, []byte(text)); err != nil {
-		return Outcome{}, err
-	}
-	if err := linkCellFile(dir, "codex.stream.jsonl", SolverStreamFile); err != nil {
-		return Outcome{}, err
-	}
-	if err := writeCellFile(dir, PromptFile, []byte(s.prompt)); err != nil {
+	text, rerr, err := storeCLIStream(ctx, dir, reader, h, "codex", codexStreamPath, s.red, s.prompt)
+	if err != nil {
 		return Outcome{}, err
 	}
 	live := s.live
