@@ -23,7 +23,7 @@ func runMain(t *testing.T, args ...string) (*artifact.Artifact, string) {
 	js := filepath.Join(out, "a.json")
 	var stdout, stderr bytes.Buffer
 	args = append(args, "--output-dir", out, "--out-json", js)
-	if code := Main(args, &stdout, &stderr); code != 0 {
+	if code := mainT(t, args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
 	}
 	a, err := artifact.Read(js)

@@ -67,7 +67,7 @@ func startCheck(t *testing.T, tasks []string, checks string, p *checkProc) *chec
 		args = append(args, "--checks", checks)
 	}
 	if p == nil {
-		c.code = Main(args, &c.stdout, &c.stderr)
+		c.code = mainT(t, args, &c.stdout, &c.stderr)
 		close(c.done)
 		return c
 	}
@@ -265,7 +265,7 @@ func TestTasksCheck(t *testing.T) {
 	replayed := filepath.Join(full.out, "replayed.json")
 	t.Setenv("PROCTOR_HOME", full.home)
 	var rout, rerr bytes.Buffer
-	if c := Main([]string{"replay", full.runID, "--out-json", replayed, "--out-md", filepath.Join(full.out, "replayed.md")}, &rout, &rerr); c != 0 {
+	if c := mainT(t, []string{"replay", full.runID, "--out-json", replayed, "--out-md", filepath.Join(full.out, "replayed.md")}, &rout, &rerr); c != 0 {
 		t.Fatalf("replay exit %d: %s", c, rerr.String())
 	}
 	if b, _ := os.ReadFile(replayed); !bytes.Equal(b, art) {
@@ -289,7 +289,7 @@ func TestTasksCheckStaticOnly(t *testing.T) {
 	}
 	root, _ := filepath.Abs("../../examples/check-tasks")
 	var stdout, stderr bytes.Buffer
-	code := Main([]string{"tasks", "check", "--tasks-root", root, "--all", "--checks", "oracle,cheat:nope"}, &stdout, &stderr)
+	code := mainT(t, []string{"tasks", "check", "--tasks-root", root, "--all", "--checks", "oracle,cheat:nope"}, &stdout, &stderr)
 	if code != ExitUsage || !strings.Contains(stderr.String(), `unknown check "cheat:nope"`) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}

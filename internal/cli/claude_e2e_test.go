@@ -416,7 +416,7 @@ func TestClaudeSkillFrontmatterRefused(t *testing.T) {
 	for _, fm := range []string{"model: claude-opus-4", "context: fork", "hooks: {}", "disable-model-invocation: true"} {
 		skill := writeSkill(t, skills, "s"+fmt.Sprint(len(fm)), fm)
 		var stdout, stderr strings.Builder
-		code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude-skill:" + skill, "--output-dir", t.TempDir()}, &stdout, &stderr)
+		code := mainT(t, []string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude-skill:" + skill, "--output-dir", t.TempDir()}, &stdout, &stderr)
 		key := strings.SplitN(fm, ":", 2)[0]
 		if code == 0 || !strings.Contains(stderr.String(), "SKILL.md") || !strings.Contains(stderr.String(), "frontmatter key "+key) {
 			t.Errorf("%s: exit %d, stderr %s", fm, code, stderr.String())

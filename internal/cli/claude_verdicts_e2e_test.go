@@ -204,7 +204,7 @@ func TestClaudeSkillNotOfferedRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		var stdout, stderr strings.Builder
-		code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude-skill:" + dir, "--output-dir", t.TempDir()}, &stdout, &stderr)
+		code := mainT(t, []string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude-skill:" + dir, "--output-dir", t.TempDir()}, &stdout, &stderr)
 		if code == 0 || !strings.Contains(stderr.String(), filepath.Join(dir, "SKILL.md")) || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%s: exit %d, stderr %s", name, code, stderr.String())
 		}

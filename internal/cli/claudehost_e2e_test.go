@@ -182,7 +182,7 @@ func TestHostArmAgainstContainerBaselineWarns(t *testing.T) {
 	root := abs(t, "../../examples/tasks")
 	t.Setenv("ANTHROPIC_API_KEY", "sk-test")
 	t.Setenv(harness.ClaudeBinEnv, "")
-	if code := Main([]string{"tasks", "run", "--tasks-root", root, "--tasks", "fix-sum,count-words", "--harnesses", "docker-claude,docker-claude-host",
+	if code := mainT(t, []string{"tasks", "run", "--tasks-root", root, "--tasks", "fix-sum,count-words", "--harnesses", "docker-claude,docker-claude-host",
 		"--baseline-harness", "docker-claude", "--dry-run"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
 	}

@@ -57,12 +57,22 @@ type usageError struct{ error }
 // (os/signal, "SIGPIPE"); Notify does, and unlike Ignore it leaves the
 // child processes proctor starts with the default disposition.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return mainEnv(args, stdout, stderr, os.Getenv)
+}
+
+// mainEnv is Main with the variables the command line reads itself
+// (PROCTOR_HOME and XDG_DATA_HOME, PROCTOR_NATS_*, PROCTOR_IMAGE_MAP, the
+// probe targets, the sandbox driver's PROCTOR_* and upstream proxy
+// variables) taken from getenv instead of the process environment, so
+// that commands on different stores can run at once in one process. The
+// arms read theirs (a model's address, a CLI's path) from the process.
+func mainEnv(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
-	root := newRoot(stdout, stderr)
+	root := newRoot(stdout, stderr, getenv)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	switch {
@@ -83,9 +93,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 type globals struct {
 	stdout, stderr io.Writer
-	verbose        bool
-	natsURL        string
-	natsAuth       bus.Auth
+	// getenv reads the variables the command line reads itself (mainEnv).
+	getenv func(string) string
+	// home is the store's directory (bus.HomeFrom getenv).
+	home     string
+	verbose  bool
+	natsURL  string
+	natsAuth bus.Auth
 	// replicas of the streams created on --nats (0: R3 on a cluster of 3
 	// or more servers, R1 on one).
 	replicas int
@@ -105,8 +119,8 @@ func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
 }
 
-func newRoot(stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{stdout: stdout, stderr: stderr}
+func newRoot(stdout, stderr io.Writer, getenv func(string) string) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr, getenv: getenv, home: bus.HomeFrom(getenv)}
 	root := &cobra.Command{
 		Use:           "proctor",
 		Short:         "Run AI coding agents against executable tasks and measure them honestly",
@@ -117,13 +131,13 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose-log", "v", false, "log debug messages on stderr")
-	root.PersistentFlags().StringVar(&g.natsURL, "nats", os.Getenv("PROCTOR_NATS_URL"), "NATS URL of an external cluster (default: an embedded server storing under $PROCTOR_HOME; env PROCTOR_NATS_URL)")
+	root.PersistentFlags().StringVar(&g.natsURL, "nats", g.getenv("PROCTOR_NATS_URL"), "NATS URL of an external cluster (default: an embedded server storing under $PROCTOR_HOME; env PROCTOR_NATS_URL)")
 	pf := root.PersistentFlags()
 	pf.IntVar(&g.replicas, "replicas", 0, "replicas of the streams proctor creates on --nats (default: 3 on a cluster of 3 or more servers, 1 on one); an existing stream is never lowered")
-	pf.StringVar(&g.natsAuth.User, "nats-user", os.Getenv("PROCTOR_NATS_USER"), "user for --nats (env PROCTOR_NATS_USER)")
-	pf.StringVar(&g.natsAuth.Password, "nats-password", os.Getenv("PROCTOR_NATS_PASSWORD"), "password for --nats (env PROCTOR_NATS_PASSWORD; prefer the env, a flag shows in ps)")
-	pf.StringVar(&g.natsAuth.CredsFile, "nats-creds", os.Getenv("PROCTOR_NATS_CREDS"), "credentials file (user JWT + nkey seed) for --nats (env PROCTOR_NATS_CREDS)")
-	pf.StringVar(&g.natsAuth.NkeySeedFile, "nats-nkey", os.Getenv("PROCTOR_NATS_NKEY"), "user nkey seed file for --nats (env PROCTOR_NATS_NKEY)")
+	pf.StringVar(&g.natsAuth.User, "nats-user", g.getenv("PROCTOR_NATS_USER"), "user for --nats (env PROCTOR_NATS_USER)")
+	pf.StringVar(&g.natsAuth.Password, "nats-password", g.getenv("PROCTOR_NATS_PASSWORD"), "password for --nats (env PROCTOR_NATS_PASSWORD; prefer the env, a flag shows in ps)")
+	pf.StringVar(&g.natsAuth.CredsFile, "nats-creds", g.getenv("PROCTOR_NATS_CREDS"), "credentials file (user JWT + nkey seed) for --nats (env PROCTOR_NATS_CREDS)")
+	pf.StringVar(&g.natsAuth.NkeySeedFile, "nats-nkey", g.getenv("PROCTOR_NATS_NKEY"), "user nkey seed file for --nats (env PROCTOR_NATS_NKEY)")
 
 	tasks := &cobra.Command{Use: "tasks", Short: "Discover, inspect and run tasks"}
 	tasks.AddCommand(newTasksRun(g), newTasksCheck(g), newTasksHarnesses(g), newTasksList(g), newTasksCoverage(g))

@@ -55,7 +55,7 @@ func docEnvVar(k string) bool {
 // file is the same on every machine. TestCLIReference compares it with
 // docs/cli.md.
 func writeCLIReference(w io.Writer) error {
-	root := newRoot(io.Discard, io.Discard)
+	root := newRoot(io.Discard, io.Discard, os.Getenv)
 	machineDefaults := map[string][2]string{
 		"concurrency": {strconv.Itoa(launcher.DefaultConcurrency()), "2 × CPUs"},
 	}

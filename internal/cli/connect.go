@@ -16,13 +16,15 @@ type connection struct {
 	*bus.Bus
 	embedded *bus.Embedded
 	lock     *storeLock
+	// urlFile is the announcement an embedded server removes on Close.
+	urlFile string
 }
 
 func (c *connection) Close() {
 	c.Bus.Close()
 	if c.embedded != nil {
 		c.embedded.Shutdown()
-		_ = os.Remove(urlFile())
+		_ = os.Remove(c.urlFile)
 	}
 	c.lock.unlock()
 }
@@ -30,7 +32,7 @@ func (c *connection) Close() {
 // urlFile is where an embedded server announces its URL, so other proctor
 // commands on this machine (watch, runs) reach the running one instead of
 // failing on the locked store.
-func urlFile() string { return filepath.Join(bus.Home(), "nats.url") }
+func urlFile(home string) string { return filepath.Join(home, "nats.url") }
 
 // connect dials --nats when given, with the credentials of --nats-user /
 // --nats-password, --nats-creds or --nats-nkey; else the embedded server of a running
@@ -67,18 +69,18 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 		return nil, usageError{errors.New("NATS credentials (--nats-user, --nats-password, --nats-creds, --nats-nkey or their PROCTOR_NATS_* env) need --nats URL: the embedded server takes no credentials")}
 	}
 	if !owner {
-		if data, err := os.ReadFile(urlFile()); err == nil {
+		if data, err := os.ReadFile(urlFile(g.home)); err == nil {
 			if b, err := bus.Connect(ctx, string(data), log); err == nil {
 				return &connection{Bus: b}, nil
 			}
 		}
 	}
-	lock, err := lockStore()
-	if errors.Is(err, errStoreBusy) && owner && askYield(ctx) {
+	lock, err := lockStore(g.home)
+	if errors.Is(err, errStoreBusy) && owner && askYield(ctx, g.home) {
 		// A viewer held the store and hands it over.
 		fmt.Fprintln(g.stderr, "proctor view hands the store over to this run")
 		for deadline := time.Now().Add(yieldLockWait); ; {
-			if lock, err = lockStore(); !errors.Is(err, errStoreBusy) || time.Now().After(deadline) {
+			if lock, err = lockStore(g.home); !errors.Is(err, errStoreBusy) || time.Now().After(deadline) {
 				break
 			}
 			select {
@@ -95,13 +97,13 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 		// The holder announces its server's URL just after it locks.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if data, rerr := os.ReadFile(urlFile()); rerr == nil {
+			if data, rerr := os.ReadFile(urlFile(g.home)); rerr == nil {
 				if b, cerr := bus.Connect(ctx, string(data), log); cerr == nil {
 					return &connection{Bus: b}, nil
 				}
 			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("%w, and its server at %s does not answer", err, urlFile())
+				return nil, fmt.Errorf("%w, and its server at %s does not answer", err, urlFile(g.home))
 			}
 			select {
 			case <-ctx.Done():
@@ -120,13 +122,13 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 		// own nats-server) and is used as --nats would be, with this
 		// process's services in-process. A stale URL of a dead proctor
 		// does not answer.
-		if data, rerr := os.ReadFile(urlFile()); rerr == nil {
+		if data, rerr := os.ReadFile(urlFile(g.home)); rerr == nil {
 			if b, cerr := bus.Connect(ctx, string(data), log); cerr == nil {
 				return &connection{Bus: b, lock: lock}, nil
 			}
 		}
 	}
-	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(bus.Home(), "jetstream")})
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(g.home, "jetstream")})
 	if err != nil {
 		lock.unlock()
 		return nil, err
@@ -137,11 +139,11 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 		lock.unlock()
 		return nil, err
 	}
-	if err := os.WriteFile(urlFile(), []byte(e.ClientURL()), 0o644); err != nil {
+	if err := os.WriteFile(urlFile(g.home), []byte(e.ClientURL()), 0o644); err != nil {
 		b.Close()
 		e.Shutdown()
 		lock.unlock()
-		return nil, fmt.Errorf("write %s: %w", urlFile(), err)
+		return nil, fmt.Errorf("write %s: %w", urlFile(g.home), err)
 	}
-	return &connection{Bus: b, embedded: e, lock: lock}, nil
+	return &connection{Bus: b, embedded: e, lock: lock, urlFile: urlFile(g.home)}, nil
 }

@@ -122,7 +122,7 @@ func TestDelegatedDryRunAndPreflight(t *testing.T) {
 	}
 	t.Setenv("PATH", "/nonexistent") // no bench, no docker
 	var stdout, stderr bytes.Buffer
-	if code := Main([]string{"tasks", "harnesses"}, &stdout, &stderr); code != 0 {
+	if code := mainT(t, []string{"tasks", "harnesses"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("tasks harnesses: exit %d", code)
 	}
 	for _, h := range []string{"codex ", "claude-code ", "terminal-bench:<agent> ", "benchflow:<agent> ", "benchflow-skill:<agent>[:<path>] ", "benchflow-selfgen:<agent>[:<dir>] "} {
@@ -132,7 +132,7 @@ func TestDelegatedDryRunAndPreflight(t *testing.T) {
 	}
 	stdout.Reset()
 	args := []string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "codex", "--harnesses", "benchflow:x", "--output-dir", t.TempDir()}
-	if code := Main(append(args, "--dry-run"), &stdout, &stderr); code != 0 {
+	if code := mainT(t, append(args, "--dry-run"), &stdout, &stderr); code != 0 {
 		t.Fatalf("dry run: exit %d: %s", code, stderr.String())
 	}
 	for _, w := range []string{
@@ -146,7 +146,7 @@ func TestDelegatedDryRunAndPreflight(t *testing.T) {
 	}
 	stdout.Reset()
 	stderr.Reset()
-	if code := Main(args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "bench --help") {
+	if code := mainT(t, args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "bench --help") {
 		t.Errorf("a run without bench: exit %d, stderr %q", code, stderr.String())
 	}
 }

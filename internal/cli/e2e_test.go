@@ -63,7 +63,7 @@ func TestRunExamplesWithOracle(t *testing.T) {
 	t.Setenv("PROCTOR_HOME", home)
 	js, md := filepath.Join(out, "a.json"), filepath.Join(out, "r.md")
 	var stdout, stderr bytes.Buffer
-	code := Main([]string{"tasks", "run", "--tasks-root", examplesRoot(t), "--all", "--harnesses", "oracle",
+	code := mainT(t, []string{"tasks", "run", "--tasks-root", examplesRoot(t), "--all", "--harnesses", "oracle",
 		"--output-dir", out, "--out-json", js, "--out-md", md}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())

@@ -59,7 +59,7 @@ func TestAllowlistTaskThroughProxy(t *testing.T) {
 	writeFetchTask(t, tasks, "fetch-unlisted", "private:other.test:80")
 	js := filepath.Join(out, "a.json")
 	var stdout, stderr bytes.Buffer
-	code := Main([]string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "oracle",
+	code := mainT(t, []string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "oracle",
 		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
 	a, err := artifact.Read(js)
 	if err != nil {
@@ -119,7 +119,7 @@ func TestProbeAllowlistTask(t *testing.T) {
 	writeFetchTask(t, tasks, "probe-unlisted", "private:other.test:80")
 	js := filepath.Join(out, "a.json")
 	var stdout, stderr bytes.Buffer
-	code := Main([]string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "docker-probe",
+	code := mainT(t, []string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "docker-probe",
 		"--probe-targets", "url=http://allowed.test/,tcp=allowed.test:80,dns=allowed.test",
 		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
 	a, err := artifact.Read(js)
@@ -219,7 +219,7 @@ func TestPublicEgressTask(t *testing.T) {
 	})
 	js := filepath.Join(out, "a.json")
 	var stdout, stderr bytes.Buffer
-	code := Main([]string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "oracle,agent:" + agent,
+	code := mainT(t, []string{"tasks", "run", "--tasks-root", tasks, "--all", "--harnesses", "oracle,agent:" + agent,
 		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
 	a, err := artifact.Read(js)
 	if err != nil {

@@ -73,7 +73,7 @@ echo '{"_tag":"Finished","reason":"'"$H"'"}'
 	var stdout, stderr bytes.Buffer
 	out := t.TempDir()
 	js := filepath.Join(out, "a.json")
-	code := Main([]string{"tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all",
+	code := mainT(t, []string{"tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all",
 		"--harnesses", "agent:" + talker, "--harnesses", "agent:" + installer, "--output-dir", out, "--out-json", js}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %q\nstderr: %q", code, stdout.String(), stderr.String())
@@ -96,7 +96,7 @@ echo '{"_tag":"Finished","reason":"'"$H"'"}'
 		t.Errorf("artifact: the failed install's row: %s %q", failed.ErrorClass, failed.Error)
 	}
 	var jsonl bytes.Buffer
-	if code := Main([]string{"events", "export", a.Run.ID, "--format", "jsonl"}, &jsonl, &bytes.Buffer{}); code != 0 {
+	if code := mainT(t, []string{"events", "export", a.Run.ID, "--format", "jsonl"}, &jsonl, &bytes.Buffer{}); code != 0 {
 		t.Fatalf("events export: exit %d", code)
 	}
 	reasons := 0
@@ -119,7 +119,7 @@ echo '{"_tag":"Finished","reason":"'"$H"'"}'
 		t.Errorf("events export: %d Finished events carry the agent's reason as written, want 1", reasons)
 	}
 	pq := t.TempDir()
-	if code := Main([]string{"dataset", "export", "--kind", "task_runs", "--input", js, "--out-dir", pq, "--format", "parquet"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 0 {
+	if code := mainT(t, []string{"dataset", "export", "--kind", "task_runs", "--input", js, "--out-dir", pq, "--format", "parquet"}, &bytes.Buffer{}, &bytes.Buffer{}); code != 0 {
 		t.Fatalf("dataset export: exit %d", code)
 	}
 	prows, err := parquet.ReadFile[dataset.TaskRunRow](filepath.Join(pq, dataset.TaskRunsParquetFile))
@@ -177,12 +177,12 @@ echo '{"_tag":"Finished","reason":"'"$H"'"}'
 	}
 	human("report.md", string(b), textsafe.Text(hostileText))
 	var shown bytes.Buffer
-	if code := Main([]string{"runs", "show", a.Run.ID}, &shown, &shown); code != 0 {
+	if code := mainT(t, []string{"runs", "show", a.Run.ID}, &shown, &shown); code != 0 {
 		t.Fatalf("runs show: exit %d: %s", code, shown.String())
 	}
 	human("runs show", shown.String())
 	var watched bytes.Buffer
-	if code := Main([]string{"watch", a.Run.ID, "--events"}, &watched, &watched); code != 0 {
+	if code := mainT(t, []string{"watch", a.Run.ID, "--events"}, &watched, &watched); code != 0 {
 		t.Fatalf("watch: exit %d: %s", code, watched.String())
 	}
 	// watch prints the event data as JSON (which escapes C0 controls but

@@ -115,7 +115,7 @@ func TestImageMapCacheAndBuildFailures(t *testing.T) {
 		js := filepath.Join(out, "a.json")
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--output-dir", out, "--out-json", js}, extra...)
-		if code := Main(args, &stdout, &stderr); code != 0 {
+		if code := mainT(t, args, &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout.String(), stderr.String())
 		}
 		a, err := artifact.Read(js)

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/proctor-eval/proctor/pkg/bus"
 )
 
 // storeLock is an exclusive flock(2) on $PROCTOR_HOME/proctor.lock, held by
@@ -21,25 +19,25 @@ type storeLock struct{ f *os.File }
 // errStoreBusy is returned when another process holds the store.
 var errStoreBusy = errors.New("store in use")
 
-func lockPath() string { return filepath.Join(bus.Home(), "proctor.lock") }
+func lockPath(home string) string { return filepath.Join(home, "proctor.lock") }
 
-// lockStore takes the store lock without waiting. When another process
+// lockStore takes the lock of the store under home without waiting. When another process
 // holds it, the error wraps errStoreBusy and names the holder's pid.
-func lockStore() (*storeLock, error) {
-	if err := os.MkdirAll(bus.Home(), 0o755); err != nil {
+func lockStore(home string) (*storeLock, error) {
+	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(lockPath(), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(lockPath(home), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		data, _ := os.ReadFile(lockPath())
+		data, _ := os.ReadFile(lockPath(home))
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: proctor pid %s holds the store under %s", errStoreBusy, holderPid(data), bus.Home())
+			return nil, fmt.Errorf("%w: proctor pid %s holds the store under %s", errStoreBusy, holderPid(data), home)
 		}
-		return nil, fmt.Errorf("lock %s: %w", lockPath(), err)
+		return nil, fmt.Errorf("lock %s: %w", lockPath(home), err)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

@@ -32,7 +32,7 @@ func TestProxyCommand(t *testing.T) {
 	defer up.Close()
 	logFile := filepath.Join(t.TempDir(), "egress.jsonl")
 	var stdout, stderr testutil.SyncBuffer
-	root := newRoot(&stdout, &stderr)
+	root := newRoot(&stdout, &stderr, os.Getenv)
 	root.SetArgs([]string{"proxy", "--listen", "127.0.0.1:0", "--allow", "allowed.test," + up.Addr().String(),
 		"--egress-log", logFile, "--cell", "c9"})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,7 +84,7 @@ func TestProxyCommand(t *testing.T) {
 	}
 
 	// A bad entry is a usage error naming it.
-	if code := Main([]string{"proxy", "--listen", "127.0.0.1:0", "--allow", "*.example.com"}, io.Discard, &stderr); code != ExitUsage ||
+	if code := mainT(t, []string{"proxy", "--listen", "127.0.0.1:0", "--allow", "*.example.com"}, io.Discard, &stderr); code != ExitUsage ||
 		!strings.Contains(stderr.String(), `"*.example.com"`) {
 		t.Errorf("bad --allow: exit %d, stderr %q", code, stderr.String())
 	}
@@ -98,7 +98,7 @@ func TestProxyLifetime(t *testing.T) {
 	start := time.Now()
 	done := make(chan int, 1)
 	go func() {
-		done <- Main([]string{"proxy", "--listen", "127.0.0.1:0", "--allow", "allowed.test", "--lifetime", "300ms"}, &stdout, &stderr)
+		done <- mainT(t, []string{"proxy", "--listen", "127.0.0.1:0", "--allow", "allowed.test", "--lifetime", "300ms"}, &stdout, &stderr)
 	}()
 	select {
 	case code := <-done:
@@ -130,7 +130,7 @@ func TestServeProxyLoggerPublishesDecisions(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "egress.jsonl")
 	const runID, cellID = "r-proxy", "t1/agent:x/m/1"
 	var stdout, stderr testutil.SyncBuffer
-	root := newRoot(&stdout, &stderr)
+	root := newRoot(&stdout, &stderr, os.Getenv)
 	root.SetArgs([]string{"serve", "proxy-logger", "--nats", srv.ClientURL(), "--run", runID, "--cell", cellID,
 		"--listen", "127.0.0.1:0", "--allow", upAddr, "--egress-log", logFile})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -213,7 +213,7 @@ func TestServeProxyLoggerPublishesDecisions(t *testing.T) {
 
 	// Without --run there is no run to publish into: a usage error.
 	var errOut bytes.Buffer
-	if code := Main([]string{"serve", "proxy-logger", "--nats", srv.ClientURL(), "--listen", "127.0.0.1:0"}, io.Discard, &errOut); code != ExitUsage ||
+	if code := mainT(t, []string{"serve", "proxy-logger", "--nats", srv.ClientURL(), "--listen", "127.0.0.1:0"}, io.Discard, &errOut); code != ExitUsage ||
 		!strings.Contains(errOut.String(), "--run ID") {
 		t.Errorf("no --run: exit %d, stderr %q", code, errOut.String())
 	}

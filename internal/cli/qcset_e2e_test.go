@@ -67,7 +67,7 @@ func TestQCSetLabels(t *testing.T) {
 	out := t.TempDir()
 	js := filepath.Join(out, "check.json")
 	var stdout, stderr bytes.Buffer
-	code := Main([]string{"tasks", "check", "--tasks-root", root, "--all", "--checks", labels.Checks, "--concurrency", "2",
+	code := mainT(t, []string{"tasks", "check", "--tasks-root", root, "--all", "--checks", labels.Checks, "--concurrency", "2",
 		"--output-dir", out, "--out-json", js}, &stdout, &stderr)
 	var rep taskcheck.Report
 	if b, err := os.ReadFile(js); err != nil || json.Unmarshal(b, &rep) != nil {

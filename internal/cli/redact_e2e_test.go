@@ -76,7 +76,7 @@ func TestProxyCredentialsRedacted(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := Main([]string{"events", "export", a.Run.ID, "--format", "jsonl"}, &stdout, &stderr); code != 0 {
+	if code := mainT(t, []string{"events", "export", a.Run.ID, "--format", "jsonl"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("events export: exit %d: %s", code, stderr.String())
 	}
 	if strings.Contains(stdout.String(), secret) {

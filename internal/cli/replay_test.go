@@ -28,7 +28,7 @@ import (
 func proctor(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := Main(args, &stdout, &stderr)
+	code := mainT(t, args, &stdout, &stderr)
 	return stdout.String(), stderr.String(), code
 }
 

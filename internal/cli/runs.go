@@ -394,7 +394,7 @@ func (g *globals) storeName() string {
 	if g.natsURL != "" {
 		return g.natsURL
 	}
-	return filepath.Join(bus.Home(), "jetstream")
+	return filepath.Join(g.home, "jetstream")
 }
 
 // writeOutput writes data to path atomically (a temporary file renamed

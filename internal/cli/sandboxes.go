@@ -27,6 +27,8 @@ const defaultSandbox = "docker"
 
 // sandboxConfig is what a driver is opened with.
 type sandboxConfig struct {
+	// getenv reads the driver's variables (the PROCTOR_* of proxy.go).
+	getenv   func(string) string
 	logger   *slog.Logger
 	imageMap *sandbox.ImageMap
 	// defaults are the limits of a sandbox whose task declares none.
@@ -53,17 +55,21 @@ var sandboxDrivers = []sandboxDriver{{
 	name:  "docker",
 	about: "a Docker container per cell, on the engine DOCKER_HOST names",
 	open: func(cfg sandboxConfig) (sandbox.Driver, error) {
-		slack, err := engineSlack()
+		getenv := cfg.getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		slack, err := engineSlack(getenv)
 		if err != nil {
 			return nil, err
 		}
-		up, err := upstreamFromEnv(os.Getenv, func(w string) { cfg.logger.Warn(w) })
+		up, err := upstreamFromEnv(getenv, func(w string) { cfg.logger.Warn(w) })
 		if err != nil {
 			return nil, err
 		}
 		return docker.New(docker.Options{Logger: cfg.logger, ImageMap: cfg.imageMap, Defaults: cfg.defaults,
-			ProxyBinary: os.Getenv(EnvProxyBinary), EgressNetwork: os.Getenv(EnvEgressNetwork),
-			CgroupRoot: os.Getenv(EnvCgroupRoot), CopyAPIOnly: os.Getenv(EnvCopyAPIOnly) == "1",
+			ProxyBinary: getenv(EnvProxyBinary), EgressNetwork: getenv(EnvEgressNetwork),
+			CgroupRoot: getenv(EnvCgroupRoot), CopyAPIOnly: getenv(EnvCopyAPIOnly) == "1",
 			EngineSlack: slack, UpstreamProxy: up.proxy, UpstreamCA: up.ca, BuildProxy: up.build})
 	},
 	ready: func(ctx context.Context, d sandbox.Driver) error {
@@ -135,7 +141,7 @@ func (g *globals) checkSandbox(name string, harnesses []string) error {
 	}
 	// Only its abilities are asked for: warnings come when it is opened to
 	// serve.
-	d, err := sd.open(sandboxConfig{logger: slog.New(slog.DiscardHandler)})
+	d, err := sd.open(sandboxConfig{getenv: g.getenv, logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -145,10 +151,10 @@ func (g *globals) checkSandbox(name string, harnesses []string) error {
 	return nil
 }
 
-// engineSlack reads PROCTOR_ENGINE_SLACK (seconds; unset: 0, the
-// driver's default).
-func engineSlack() (time.Duration, error) {
-	v := strings.TrimSpace(os.Getenv(EnvEngineSlack))
+// engineSlack reads PROCTOR_ENGINE_SLACK through getenv (seconds; unset:
+// 0, the driver's default).
+func engineSlack(getenv func(string) string) (time.Duration, error) {
+	v := strings.TrimSpace(getenv(EnvEngineSlack))
 	if v == "" {
 		return 0, nil
 	}

@@ -77,7 +77,7 @@ func newGC(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			driver, err := sd.open(sandboxConfig{logger: g.logger()})
+			driver, err := sd.open(sandboxConfig{getenv: g.getenv, logger: g.logger()})
 			if err != nil {
 				return err
 			}

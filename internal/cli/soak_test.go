@@ -89,7 +89,7 @@ func TestSoak(t *testing.T) {
 		out := t.TempDir()
 		js := filepath.Join(out, "a.json")
 		var stderr bytes.Buffer
-		if code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--repeats", strconv.Itoa(n),
+		if code := mainT(t, []string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--repeats", strconv.Itoa(n),
 			"--concurrency", "8", "--output-dir", out, "--out-json", js}, &bytes.Buffer{}, &stderr); code != 0 {
 			t.Fatalf("run exit %d: %s", code, stderr.String())
 		}

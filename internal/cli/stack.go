@@ -64,7 +64,7 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		if err != nil {
 			return nil, err
 		}
-		d, err := sd.open(sandboxConfig{logger: log, imageMap: m, defaults: defaults})
+		d, err := sd.open(sandboxConfig{getenv: g.getenv, logger: log, imageMap: m, defaults: defaults})
 		if err != nil {
 			return nil, err
 		}

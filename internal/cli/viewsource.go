@@ -38,8 +38,8 @@ const (
 // does): its "ok", or its server gone while it answered (it shuts down
 // once it has answered, and may take the answer with it). Any other
 // holder has no responder.
-func askYield(ctx context.Context) bool {
-	data, err := os.ReadFile(urlFile())
+func askYield(ctx context.Context, home string) bool {
+	data, err := os.ReadFile(urlFile(home))
 	if err != nil {
 		return false
 	}
@@ -114,7 +114,7 @@ func (v *viewSource) run(ctx context.Context) {
 		if v.read(ctx) {
 			continue
 		}
-		if !handedAt.IsZero() && (lockedByOther() || time.Since(handedAt) > yieldGrace) {
+		if !handedAt.IsZero() && (lockedByOther(v.g.home) || time.Since(handedAt) > yieldGrace) {
 			handedAt = time.Time{}
 		}
 		if handedAt.IsZero() {
@@ -136,7 +136,7 @@ func (v *viewSource) run(ctx context.Context) {
 // through it until the connection is lost (its process exited) or ctx
 // ends; false when nothing answers there.
 func (v *viewSource) read(ctx context.Context) bool {
-	data, err := os.ReadFile(urlFile())
+	data, err := os.ReadFile(urlFile(v.g.home))
 	if err != nil {
 		return false
 	}
@@ -175,12 +175,12 @@ func (v *viewSource) read(ctx context.Context) bool {
 // until a run asks for the store (handed: true) or ctx ends. It lets go
 // of everything before it returns.
 func (v *viewSource) serve(ctx context.Context) (handed, ok bool) {
-	lock, err := lockStore()
+	lock, err := lockStore(v.g.home)
 	if err != nil {
 		return false, false
 	}
 	defer lock.unlock()
-	if data, err := os.ReadFile(urlFile()); err == nil {
+	if data, err := os.ReadFile(urlFile(v.g.home)); err == nil {
 		// A server someone else started for this home (as tasks run
 		// uses one): read through it instead.
 		if b, err := bus.Connect(ctx, string(data), v.g.logger()); err == nil {
@@ -188,7 +188,7 @@ func (v *viewSource) serve(ctx context.Context) (handed, ok bool) {
 			return false, false
 		}
 	}
-	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(bus.Home(), "jetstream")})
+	e, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: filepath.Join(v.g.home, "jetstream")})
 	if err != nil {
 		fmt.Fprintln(v.g.stderr, "proctor view: opening the store:", err)
 		return false, false
@@ -219,14 +219,14 @@ func (v *viewSource) serve(ctx context.Context) (handed, ok bool) {
 	if err := b.NC.Flush(); err != nil {
 		return false, false
 	}
-	if err := os.WriteFile(urlFile(), []byte(e.ClientURL()), 0o644); err != nil {
-		fmt.Fprintf(v.g.stderr, "proctor view: write %s: %v\n", urlFile(), err)
+	if err := os.WriteFile(urlFile(v.g.home), []byte(e.ClientURL()), 0o644); err != nil {
+		fmt.Fprintf(v.g.stderr, "proctor view: write %s: %v\n", urlFile(v.g.home), err)
 		return false, false
 	}
 	defer func() {
 		// Only this process's own announcement.
-		if data, err := os.ReadFile(urlFile()); err == nil && string(data) == e.ClientURL() {
-			_ = os.Remove(urlFile())
+		if data, err := os.ReadFile(urlFile(v.g.home)); err == nil && string(data) == e.ClientURL() {
+			_ = os.Remove(urlFile(v.g.home))
 		}
 	}()
 	log := v.g.logger().With("service", "view")
@@ -245,8 +245,8 @@ func (v *viewSource) serve(ctx context.Context) (handed, ok bool) {
 // lockedByOther reports whether the store lock names another process
 // than this one: another process took it (the lock file keeps the pid of
 // its last holder).
-func lockedByOther() bool {
-	data, err := os.ReadFile(lockPath())
+func lockedByOther(home string) bool {
+	data, err := os.ReadFile(lockPath(home))
 	return err == nil && strings.TrimSpace(string(data)) != strconv.Itoa(os.Getpid())
 }
 

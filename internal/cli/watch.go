@@ -209,7 +209,7 @@ func (g *globals) watch(ctx context.Context, arg string, f *watchFlags) error {
 		// from the store itself or from whoever serves it now.
 		conn.Close()
 		conn = nil
-		waitGone(ctx, urlFile(), 10*time.Second)
+		waitGone(ctx, urlFile(g.home), 10*time.Second)
 		if conn, err = g.connect(ctx); err != nil {
 			return err
 		}

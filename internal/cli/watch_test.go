@@ -243,7 +243,7 @@ func TestWatchOutlivesTheRunProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(urlFile(), []byte(srv.ClientURL()), 0o644); err != nil {
+	if err := os.WriteFile(urlFile(home), []byte(srv.ClientURL()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	evs := readFixture(t)
@@ -254,7 +254,7 @@ func TestWatchOutlivesTheRunProcess(t *testing.T) {
 	}
 	var stdout, stderr testutil.SyncBuffer
 	done := make(chan int, 1)
-	go func() { done <- Main([]string{"watch", fixtureRun, "--events"}, &stdout, &stderr) }()
+	go func() { done <- mainT(t, []string{"watch", fixtureRun, "--events"}, &stdout, &stderr) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(stdout.String(), "] agent:demo: ") {
 		if time.Now().After(deadline) {
@@ -267,7 +267,7 @@ func TestWatchOutlivesTheRunProcess(t *testing.T) {
 	}
 	b.Close()
 	srv.Shutdown()
-	os.Remove(urlFile())
+	os.Remove(urlFile(home))
 	var code int
 	select {
 	case code = <-done:
@@ -317,7 +317,7 @@ func TestWatchFollowsAResumedRun(t *testing.T) {
 	}
 	var stdout, stderr testutil.SyncBuffer
 	done := make(chan int, 1)
-	go func() { done <- Main([]string{"watch", r.ID, "--nats", e.ClientURL()}, &stdout, &stderr) }()
+	go func() { done <- mainT(t, []string{"watch", r.ID, "--nats", e.ClientURL()}, &stdout, &stderr) }()
 	// Caught up: watch prints the run's progress with cell b running.
 	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stdout.String(), "] oracle: 1/2 done, 1 running"); {
 		select {

@@ -89,11 +89,15 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 
 // Home is proctor's data directory: $PROCTOR_HOME, else
 // $XDG_DATA_HOME/proctor, else ~/.local/share/proctor.
-func Home() string {
-	if h := os.Getenv("PROCTOR_HOME"); h != "" {
+func Home() string { return HomeFrom(os.Getenv) }
+
+// HomeFrom is Home with the variables read through getenv instead of the
+// process environment.
+func HomeFrom(getenv func(string) string) string {
+	if h := getenv("PROCTOR_HOME"); h != "" {
 		return h
 	}
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+	if x := getenv("XDG_DATA_HOME"); x != "" {
 		return filepath.Join(x, "proctor")
 	}
 	if h, err := os.UserHomeDir(); err == nil {

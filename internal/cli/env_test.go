@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// testEnvs holds, by test name, the variables a test gives the in-process
+// command line (mainEnv) instead of setting them in the process with
+// t.Setenv, which a parallel test cannot call.
+var testEnvs sync.Map // test name -> map[string]string
+
+// setenv gives the command lines t runs (runMain, mainT) the variable k,
+// and those of t's subtests; a variable set so shadows the process's. It
+// is for the variables mainEnv reads (PROCTOR_HOME, the sandbox's
+// PROCTOR_*); an arm's (a model's address) still needs t.Setenv.
+func setenv(t *testing.T, k, v string) {
+	t.Helper()
+	m := map[string]string{}
+	if old, ok := testEnvs.Load(t.Name()); ok {
+		for k0, v0 := range old.(map[string]string) {
+			m[k0] = v0
+		}
+	} else {
+		name := t.Name()
+		t.Cleanup(func() { testEnvs.Delete(name) })
+	}
+	m[k] = v
+	testEnvs.Store(t.Name(), m)
+}
+
+// envOf is the getenv of t's command lines: the variables setenv gave t
+// or the tests it is a subtest of (the nearest first), else the process's.
+func envOf(t *testing.T) func(string) string {
+	name := t.Name()
+	return func(k string) string {
+		for n := name; ; {
+			if m, ok := testEnvs.Load(n); ok {
+				if v, ok := m.(map[string]string)[k]; ok {
+					return v
+				}
+			}
+			i := strings.LastIndex(n, "/")
+			if i < 0 {
+				return os.Getenv(k)
+			}
+			n = n[:i]
+		}
+	}
+}
+
+// mainT is Main with t's environment (setenv).
+func mainT(t *testing.T, args []string, stdout, stderr io.Writer) int {
+	return mainEnv(args, stdout, stderr, envOf(t))
+}
