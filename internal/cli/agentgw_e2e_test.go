@@ -231,10 +231,11 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // itself as a Command line is not doubled, and the agent's own run
 // command is not traced.
 func TestAgentPlatformCapAndRecorder(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	root := t.TempDir()
 	writeFiles(t, filepath.Join(root, "wait"), map[string]string{
 		"task.toml":         "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 4.0\n[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/app\"\n",

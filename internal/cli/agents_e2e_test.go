@@ -45,11 +45,12 @@ func byCell(a *artifact.Artifact) map[string]artifact.Result {
 // scripted agent as the baseline, and checks the agents' telemetry, the
 // comparison, the /root task scored and the events by subject.
 func TestAgentArms(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	scripted, metrics := "agent:"+abs(t, "../../examples/agents/scripted"), "agent:"+abs(t, "../../examples/agents/metrics")
 	command := "command:bash commands/has-solution.sh {task_path} {output_dir}"
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--tasks", "fix-sum,count-words,noisy-daemon,home-workdir",
@@ -131,9 +132,10 @@ func TestAgentArms(t *testing.T) {
 // behind; an agent that exits without a word, or whose install fails, made
 // no attempt (solver_error); an install runs once per image.
 func TestAgentFailureModes(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	ag := func(name string) string { return "agent:" + abs(t, "testdata/agents/"+name) }
 	// A copy of the installer with a unique agent.toml, so its install is
 	// not already cached in the engine by an earlier run; its image is

@@ -43,9 +43,10 @@ id -u > "$PROCTOR_WORKSPACE/who.txt" && echo "uid $(id -u) gid $(id -g)"
 // records the mode. Under sealed the same tasks run as uid 10001 (the
 // declared-user tasks fail their verifier, /home is refused).
 func TestAgentUserTask(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	for _, files := range []map[string]string{
 		userTask("declared", "[agent]\nuser = \"agent\"\ntimeout_sec = 60.0\n",
@@ -142,9 +143,10 @@ echo planted
 // honest verdict (failed, reward 0), the row saying what a root agent
 // gives up.
 func TestAgentUserRootCannotReadGraders(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	writeTree(t, root, map[string]string{
 		"steal/task.toml":              "version = \"1.0\"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n",

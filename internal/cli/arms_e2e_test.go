@@ -57,9 +57,10 @@ func TestStepSetupRunsAsTheSolvingUser(t *testing.T) {
 // the sandbox for each step's verifier and back: the second step's agent
 // sees a network interface again.
 func TestNoNetworkVerifierUnderAgentArms(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	replay := "agent:" + abs(t, "testdata/agents/replay")
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/arms-root"), "--tasks", "no-net-dns,no-net-steps",
 		"--harnesses", "oracle,"+replay, "--concurrency", "4")
@@ -142,9 +143,10 @@ stat -c 'owner %u %n' /app /app/.git /app/.git/config /app/notes.txt /app/data /
 // put in place of a file of uid 4242 has its own owner changed, never its
 // target's (/etc/passwd stays root's). The row says isolation.work_tree_owners = image.
 func TestWorkTreeOwnersForTheVerifier(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	gitTask(t, root)
 	replay := "agent:" + abs(t, "testdata/agents/replay")

@@ -20,9 +20,10 @@ import (
 // in steps/<name>/artifacts/. (Before, a single-step task's artifacts were
 // never collected and a step's artifacts key was an unknown one.)
 func TestArtifactsCollected(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	pass := "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"
 	writeTree(t, filepath.Join(root, "single"), map[string]string{

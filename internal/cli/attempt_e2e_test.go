@@ -15,9 +15,10 @@ import (
 // neither is scored 0, and no verifier runs for either (the multi-step
 // cell was a scored 0 before, its steps verified).
 func TestNoAttemptOneRule(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	zero := "#!/bin/bash\necho ran > /logs/verifier/ran\necho 0 > /logs/verifier/reward.txt\n"
 	writeTree(t, root, map[string]string{

@@ -48,9 +48,10 @@ func agentDir(t *testing.T, script string) string {
 // final claim) and work/ (the tree as the agent left it, before the
 // recompile).
 func TestRecompileAndCellFiles(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	stale := "agent:" + abs(t, "../../examples/agents/stale-binary")
 	neverBuilt := "agent:" + agentDir(t, "printf '// prints: 189\\nint main() {}\\n' > /app/answer.cpp\necho 'Wrote the source.'\n")
 	broken := "agent:" + agentDir(t, "printf 'int main( {\\n' > /app/answer.cpp\nprintf '#!/bin/sh\\necho 189\\n' > /app/answer\nchmod +x /app/answer\necho 'The task is solved.'\n")

@@ -281,7 +281,8 @@ func TestTasksCheck(t *testing.T) {
 // TestTasksCheckStaticOnly: --checks static runs no cell and records no
 // run; an unknown check is a usage error naming it.
 func TestTasksCheckStaticOnly(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	r := runCheck(t, []string{"static-solve-reads-tests", "clean-server"}, "static")
 	if r.runID != "" || len(r.rep.Tasks) != 2 || r.rep.Tasks[0].Verdict != taskcheck.Fail || r.rep.Tasks[1].Verdict != taskcheck.Pass ||
 		findingOf(r.rep.Tasks[1], taskcheck.CheckOracle).Verdict != taskcheck.Skip {

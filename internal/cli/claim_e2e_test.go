@@ -18,9 +18,10 @@ import (
 // it appended to $PROCTOR_OPERATIONS_FILE (read from the container after
 // the solve) and, apart from them, its stderr line that mentions a tool.
 func TestOverclaimingAgentFlagged(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	liar := "agent:" + abs(t, "../../examples/agents/overclaim")
 	a, out := runMain(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--tasks", "fix-sum,count-words",
 		"--harnesses", "oracle,"+liar)

@@ -19,10 +19,11 @@ import (
 // with network_mode: host is refused by name before any build; nothing of
 // the run is left behind.
 func TestComposeTasks(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	cheat := "agent:" + abs(t, "testdata/agents/compose-cheat")
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/compose-root"), "--all", "--harnesses", "oracle,"+cheat, "--concurrency", "2")
 	rows := byCell(a)

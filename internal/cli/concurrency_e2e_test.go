@@ -24,10 +24,11 @@ import (
 // verifier ran has queue_sec >= 1.5 s and an elapsed_sec that is its
 // span less that wait.
 func TestConcurrencyBoundsContainers(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	root := filepath.Join(t.TempDir(), "tasks")
 	for _, name := range []string{"slot-a", "slot-b", "slot-c"} {
 		writeTask(t, root, name, "FROM debian:bookworm-slim\nWORKDIR /app\n", "sleep 2\necho 1 > /logs/verifier/reward.txt\n")

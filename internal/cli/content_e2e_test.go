@@ -53,10 +53,11 @@ esac
 // and /logs carried over, and an unknown schema version and an
 // unparseable compose file (refused with the reason).
 func TestTaskContent(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	const answer = "echo 42 > /app/answer.txt\n"
 	for _, files := range []map[string]string{

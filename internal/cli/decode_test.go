@@ -17,7 +17,8 @@ import (
 // --json) report them as the artifact counts them, by type, and the
 // cell whose verdict did not decode is errored.
 func TestWatchAndRunsShowDecodeErrors(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	b, e := bustest.Bus(t)
 	ctx := context.Background()
 	evs := readFixture(t)

@@ -184,7 +184,8 @@ func TestBenchflowRowsEndToEnd(t *testing.T) {
 // refuses exactly the tasks --dry-run errors as refused, with the same
 // reason, and lists the unresolved-env tasks --dry-run errors as such.
 func TestDelegatedCoverageAgreesWithDryRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	skill := filepath.Join(t.TempDir(), "csv")
 	if err := os.MkdirAll(skill, 0o755); err != nil {
 		t.Fatal(err)

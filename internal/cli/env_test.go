@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/bus"
 )
 
 // testEnvs holds, by test name, the variables a test gives the in-process
@@ -50,6 +52,13 @@ func envOf(t *testing.T) func(string) string {
 			n = n[:i]
 		}
 	}
+}
+
+// testGlobals is the globals of a command line with t's environment,
+// for tests that call a command's function.
+func testGlobals(t *testing.T, stdout, stderr io.Writer) *globals {
+	getenv := envOf(t)
+	return &globals{stdout: stdout, stderr: stderr, getenv: getenv, home: bus.HomeFrom(getenv)}
 }
 
 // mainT is Main with t's environment (setenv).

@@ -21,7 +21,8 @@ const (
 // an empty store, replays it into the golden artifact's bytes, exports it
 // again and imports that into another store with the same result.
 func TestImportReplayFixture(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	want, err := os.ReadFile(fixtureArtifact)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func TestImportReplayFixture(t *testing.T) {
 	if b, _ := os.ReadFile(exported); bytes.Count(b, []byte("\n")) != 108 {
 		t.Errorf("export has %d lines, want the 108 stored events (two duplicated ids dropped)", bytes.Count(b, []byte("\n")))
 	}
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	mustProctor(t, "events", "import", exported)
 	js := filepath.Join(dir, "replay.json")
 	mustProctor(t, "replay", fixtureRun, "--out-json", js)
@@ -70,7 +71,8 @@ func TestImportReplayFixture(t *testing.T) {
 }
 
 func TestImportErrors(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.jsonl")
 	if err := os.WriteFile(bad, []byte("{\"v\":1,\"id\":\"A\",\"type\":\"RunFinished\",\"at\":\"2025-01-01T00:00:00Z\",\"run_id\":\"R\",\"source\":\"x\",\"data\":{}}\nnot json\n"), 0o644); err != nil {

@@ -42,10 +42,11 @@ const hostileShell = `printf '\033]0;pwned\007\033[2J\r[9/9] fake passed\n\342\2
 // artifact, the event log's JSONL and the Parquet dataset keep the exact
 // bytes.
 func TestHostileTextNeverReachesATerminal(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	files := func(m map[string]string) string {
 		dir := t.TempDir()
 		for name, body := range m {

@@ -83,9 +83,10 @@ func buildStandIn(t *testing.T, cli *client.Client) string {
 //     lines, with build_sec and a non-zero elapsed_sec, and a plain build.log;
 //   - rules no image used are listed in the artifact and on stderr.
 func TestImageMapCacheAndBuildFailures(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	writeTask(t, root, "needs-python", "FROM debian:bookworm-slim\nWORKDIR /app\n",
 		"if python3 --version >&2; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")

@@ -15,7 +15,8 @@ import (
 // owner stopped renewing its lease is shown stale ("running*") with the
 // way to continue it, and a run whose lease is current is shown running.
 func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	b, e := bustest.Bus(t)
 	url := e.ClientURL()
 	ctx := context.Background()

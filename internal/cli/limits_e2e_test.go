@@ -15,9 +15,10 @@ import (
 // runs after it; a setuid-root binary in the image gives the agent no
 // root, so its attempt to read /etc/shadow fails.
 func TestAgentResourceAttacks(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	attacker := "agent:" + abs(t, "testdata/agents/attacker")
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/limits-root"), "--all", "--harnesses", attacker,
 		"--pids-limit", "300", "--default-memory-mb", "1024", "--default-cpus", "1.5")

@@ -14,7 +14,8 @@ import (
 // PROCTOR_NATS_PASSWORD gets in; credentials without --nats are a usage
 // error.
 func TestNatsCredentialsFlagsAndEnv(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		Users: []*server.User{{Username: "proctor", Password: "s3cret"}},
@@ -39,8 +40,8 @@ func TestNatsCredentialsFlagsAndEnv(t *testing.T) {
 	}
 	mustProctor(t, "runs", "list", "--nats", url, "--nats-user", "proctor", "--nats-password", "s3cret")
 
-	t.Setenv("PROCTOR_NATS_USER", "proctor")
-	t.Setenv("PROCTOR_NATS_PASSWORD", "s3cret")
+	setenv(t, "PROCTOR_NATS_USER", "proctor")
+	setenv(t, "PROCTOR_NATS_PASSWORD", "s3cret")
 	mustProctor(t, "runs", "list", "--nats", url)
 
 	_, errOut, code = proctor(t, "runs", "list")

@@ -25,12 +25,13 @@ import (
 // and end the run as failed with the artifact of what finished (the
 // planned cell an errored row).
 func TestProgressServiceFailure(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := writeRoot(t, harborTask("fix-it", "version = \"1.0\"\n", nil))
 	out := t.TempDir()
 	boom := errors.New("launcher: the sandbox engine went away")
 	var stdout, stderr testutil.SyncBuffer
-	g := &globals{stdout: &stdout, stderr: &stderr}
+	g := testGlobals(t, &stdout, &stderr)
 	g.startServices = func(ctx context.Context, grp *errgroup.Group, b *bus.Bus, cfg stackConfig) (*stack, error) {
 		cfg.services = []string{"planner", "aggregator"}
 		st, err := g.startStack(ctx, grp, b, cfg)
@@ -99,7 +100,7 @@ func TestProgressFollowsAResumedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr testutil.SyncBuffer
-	g := &globals{stdout: io.Discard, stderr: &stderr}
+	g := testGlobals(t, io.Discard, &stderr)
 	done := make(chan struct{})
 	go func() { defer close(done); g.progress(ctx, b, r.ID, 1) }()
 	if err := b.PublishAll(ctx, r.After...); err != nil {

@@ -120,7 +120,8 @@ func TestProxyLifetime(t *testing.T) {
 // command line, plus the close record of the allowed connection with its
 // byte counts; --egress-log holds the same three records.
 func TestServeProxyLoggerPublishesDecisions(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	allowLoopbackUpstreams = true
 	t.Cleanup(func() { allowLoopbackUpstreams = false })
 	b, srv := bustest.Bus(t)

@@ -89,11 +89,12 @@ func copyDir(t *testing.T, src, dst string) {
 // and from a jsonl export imported into a fresh PROCTOR_HOME; and that the
 // dataset export writes a row per cell.
 func TestReplayExportImport(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	home, out := t.TempDir(), t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	js, md := filepath.Join(out, "a.json"), filepath.Join(out, "r.md")
 	mustProctor(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--all", "--harnesses", "oracle",
 		"--output-dir", out, "--out-json", js, "--out-md", md)
@@ -164,13 +165,13 @@ func TestReplayExportImport(t *testing.T) {
 	// A copy of the store, moved to another PROCTOR_HOME (no proctor runs).
 	moved := t.TempDir()
 	copyDir(t, filepath.Join(home, "jetstream"), filepath.Join(moved, "jetstream"))
-	t.Setenv("PROCTOR_HOME", moved)
+	setenv(t, "PROCTOR_HOME", moved)
 	if got := mustProctor(t, "replay", id); got != string(wantJS) {
 		t.Fatal("replay from a copied store differs from the artifact")
 	}
 
 	// The jsonl export imported on a machine that never saw the run.
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	if _, _, code := proctor(t, "replay", id); code != ExitError {
 		t.Fatalf("replay of an unknown run: exit %d", code)
 	}

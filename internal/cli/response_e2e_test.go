@@ -19,10 +19,11 @@ import (
 // a Message{role: response} holding the last 4 KiB of the text, which ends
 // with the answer, and the whole response in the cell's response.txt.
 func TestAgentFinalAnswerKept(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	agent := t.TempDir()
 	// Each line is "line NN " and 508 two-byte runes: 1,025 bytes with the
 	// newline, so the 4 KiB cut falls inside a rune.
@@ -108,9 +109,10 @@ echo 'FINAL ANSWER: 42'
 // Past the cap the file ends with a line saying so and the row has
 // response_truncated.
 func TestAgentLongResponseLineKept(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	agent := func(script string) string {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "agent.sh"), []byte(script), 0o644); err != nil {

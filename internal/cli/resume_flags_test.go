@@ -20,7 +20,8 @@ import (
 // silently ignored before, and the resume went on with the stored
 // spec).
 func TestResumeRefusesConflictingFlags(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	b, e := bustest.Bus(t)
 	root, _ := filepath.Abs("testdata/true-root")
 	out := t.TempDir()

@@ -214,9 +214,10 @@ echo '{"_tag":"Finished","reason":"completed"}'
 // image's own user site-packages (a module and a .pth adding a path)
 // stays importable by the verifier: the honest answer passes.
 func TestRootWorkdirVerifierHome(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 
 	const check = "import sys\nsys.exit(0 if open('/root/answer').read().strip() == '42' else 1)\n"
 	const testSh = "if python3 /tests/check.py; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"

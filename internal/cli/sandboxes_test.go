@@ -27,14 +27,15 @@ func fakeSandbox(name string, d *sandboxfake.Driver) sandboxDriver {
 // naming the ability and the harness: no sandbox started, no image
 // built, no run recorded.
 func TestRunOnTheSelectedSandbox(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := writeRoot(t, harborTask("fix-it", "version = \"1.0\"\n", nil))
 	full := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Files: map[string]sandbox.FileResult{
 		"/logs/verifier/reward.txt": sandboxfake.Regular("1\n")}}}}
 	lacking := &sandboxfake.Driver{Off: []sandbox.Ability{sandbox.AbilityProcessKiller}}
 	var stdout, stderr testutil.SyncBuffer
-	g := &globals{stdout: &stdout, stderr: &stderr,
-		sandboxes: append([]sandboxDriver{fakeSandbox("fake", full), fakeSandbox("lacking", lacking)}, sandboxDrivers...)}
+	g := testGlobals(t, &stdout, &stderr)
+	g.sandboxes = append([]sandboxDriver{fakeSandbox("fake", full), fakeSandbox("lacking", lacking)}, sandboxDrivers...)
 	flags := func(sandboxName string, harnesses ...string) *runFlags {
 		f := &runFlags{tasksRoot: root, tasks: []string{"fix-it"}, models: []string{"default"}, repeats: 1,
 			outputDir: t.TempDir(), agentGrace: 10, concurrency: 1, sandbox: sandboxName,
@@ -93,7 +94,8 @@ func TestGCNeedsACollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr testutil.SyncBuffer
-	g := &globals{stdout: &stdout, stderr: &stderr, sandboxes: []sandboxDriver{fakeSandbox("fake", d), fakeSandbox("plain", nil)}}
+	g := testGlobals(t, &stdout, &stderr)
+	g.sandboxes = []sandboxDriver{fakeSandbox("fake", d), fakeSandbox("plain", nil)}
 	g.sandboxes[1].open = func(sandboxConfig) (sandbox.Driver, error) { return sandboxfake.Plain{D: d}, nil }
 	cmd := newGC(g)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true

@@ -18,7 +18,8 @@ import (
 // takes --command-template, and a --baseline-harness that --harnesses
 // does not name is added with the seed's line.
 func TestSeedNamesDryRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := writeRoot(t, harborTask("t", "version = \"1.0\"\n", nil))
 	for _, c := range []struct {
 		name   string
@@ -62,7 +63,8 @@ func TestSeedNamesDryRun(t *testing.T) {
 // errored as the run writes it; each row keeps the harness as typed with
 // its canonical harness_kind.
 func TestDryRunArtifact(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	files := harborTask("ok", "version = \"1.0\"\n", nil)
 	files = harborTask("nosolution", "version = \"1.0\"\n", files)
 	delete(files, "nosolution/solution/solve.sh")

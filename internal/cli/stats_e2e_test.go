@@ -42,7 +42,8 @@ func writeTasks(t *testing.T, n int) string {
 // it stays in Holm's family: p [0.03125, 1] → p_adjusted [0.0625, 1],
 // nothing significant; the paired intervals keep their width.
 func TestHolmFamilyEndToEnd(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := writeTasks(t, 6)
 	md := filepath.Join(t.TempDir(), "report.md")
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all",

@@ -39,9 +39,10 @@ func stepOutcomes(r artifact.Result) []string {
 // every step's verifier starts from a fresh /logs/verifier, so it earns
 // nothing.
 func TestMultiStepTasks(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	cheat := "agent:" + abs(t, "testdata/agents/step-cheat")
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/steps-root"), "--all", "--harnesses", "oracle,"+cheat, "--concurrency", "2")
 	rows := byCell(a)
@@ -119,9 +120,10 @@ func ptrStr(p *float64) any {
 // reward); a mean over the verified steps only passed the cell with
 // reward 1. The oracle passes both steps.
 func TestMultiStepUnverifiedStepIsNoPass(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	skip := "agent:" + abs(t, "testdata/agents/step-skip")
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/steps-root"), "--tasks", "unverified", "--harnesses", "oracle,"+skip, "--concurrency", "2")
 	rows := byCell(a)
@@ -145,9 +147,10 @@ func TestMultiStepUnverifiedStepIsNoPass(t *testing.T) {
 // a) errors the cell, class sandbox; it stopped the trial as a step would
 // and rolled up the steps before, passing the cell on step a alone.
 func TestMultiStepLostSandboxIsErrored(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	msgs, errc := cli.Events(ctx, events.ListOptions{Filters: filters.NewArgs(filters.Arg("event", "pause"), filters.Arg("label", sandbox.LabelManaged))})
@@ -227,9 +230,10 @@ echo "log: $got"
 // every step passes (a boundary refused as "container is paused" errored
 // 1 or 2 cells of 4 in a loop).
 func TestStepBoundariesUnderLoad(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	const steps = 8
 	manyStepsTask(t, root, steps)
@@ -277,9 +281,10 @@ func TestStepBoundariesUnderLoad(t *testing.T) {
 // grader file (the task-level tests/ grade every step, so step one's copy
 // held step two's own test).
 func TestMultiStepGradersGoneBeforeNextStep(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root, agent := t.TempDir(), t.TempDir()
 	writeTaskFiles(t, agent, map[string]string{
 		"agent.toml": "run = \"ls -la /tests /verifier /logs/verifier > /app/seen.txt 2>&1; echo looked\"\n",

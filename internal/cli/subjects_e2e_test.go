@@ -38,7 +38,8 @@ func subjectDescriptor(t *testing.T, root string) string {
 // tasks and neither --work-harnesses nor --skip-work is refused, and
 // --skip-work writes a skipped scorecard.
 func TestSubjectsRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := writeRoot(t, harborTask("b", "version = \"1.0\"\n", harborTask("a", "version = \"1.0\"\n", nil)))
 	desc := subjectDescriptor(t, root)
 	out := t.TempDir()
@@ -118,9 +119,10 @@ func readScorecard(t *testing.T, p string) subject.Scorecard {
 // rows keep the names typed, with their canonical harness_kind, and the
 // oracle's row is scored by the task's verifier.
 func TestSeedNamesRun(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--tasks", "fix-sum",
 		"--harnesses", "docker-oracle,command", "--command-template", "bash commands/has-solution.sh {task_path} {output_dir}",
 		"--baseline-harness", "command:true")

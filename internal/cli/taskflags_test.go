@@ -78,7 +78,8 @@ func TestSplitHarnesses(t *testing.T) {
 // arm, and the reported input (command:echo a,oracle) is refused with exit
 // 2 instead of becoming two arms.
 func TestHarnessesFlagDryRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := writeRoot(t, harborTask("t", "version = \"1.0\"\n", nil))
 	out := mustProctor(t, "tasks", "run", "--tasks-root", root, "--all", "--dry-run",
 		"--harnesses", "oracle", "--harnesses", `command:test "a,b" = 'a,b'`)
@@ -97,7 +98,8 @@ func TestHarnessesFlagDryRun(t *testing.T) {
 // author's notes, a root that does not exist, --tasks naming nothing. A
 // non-finite --agent-grace is refused the same way.
 func TestNothingToRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	empty := writeRoot(t, map[string]string{"README.md": "no tasks here\n"})
 	notes := writeRoot(t, map[string]string{
 		"ideas/task.md": "# Ideas\nnot a task yet\n",
@@ -166,8 +168,9 @@ func TestStrictListAndCoverage(t *testing.T) {
 // unresolved [verifier.env] key leaves command arms alone (they never run
 // the task's verifier; docs/decisions/2026-12-02-env-and-network-scopes.md).
 func TestUnknownKeysAndPlanFirstInARun(t *testing.T) {
+	t.Parallel()
 	testutil.Docker(t) // the in-process stack's launcher talks to the engine
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	files := harborTask("typo", misspelledTOML, nil)
 	harborTask("needs-env", "version = \"1.0\"\n\n[verifier.env]\nTOKEN = \"${TOKEN}\"\n", files)
 	root := writeRoot(t, files)
@@ -215,7 +218,8 @@ func TestUnknownKeysAndPlanFirstInARun(t *testing.T) {
 // TestRetriesFlagRejectsNegative: --retries below 0 is a usage error
 // naming the flag, before anything runs.
 func TestRetriesFlagRejectsNegative(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", "testdata/true-root", "--all", "--retries", "-1", "--dry-run")
 	if code != ExitUsage || !strings.Contains(errOut, "--retries must be 0 or more") {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -227,7 +231,8 @@ func TestRetriesFlagRejectsNegative(t *testing.T) {
 // the setup (the oracle) is refused, since its rows are never compared,
 // where it used to give a run with no comparison and no word of why.
 func TestConcurrencyAndBaselineFlags(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	for _, c := range []string{"0", "-3"} {
 		_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", "testdata/true-root", "--all", "--concurrency", c, "--dry-run")
 		if code != ExitUsage || !strings.Contains(errOut, "--concurrency must be at least 1, not "+c) {
@@ -250,7 +255,8 @@ func TestConcurrencyAndBaselineFlags(t *testing.T) {
 // (the compose library's raw log line named no task and called HOME
 // unset; pkg/task TestLoadComposeUnsetVariables checks it is gone).
 func TestComposeWarningsNameTheTask(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	files := harborTask("sidecar-home", "version = \"1.0\"\n", nil)
 	files["sidecar-home/environment/docker-compose.yaml"] = "services:\n  main:\n    environment: {CACHE: \"${HOME}/cache\"}\n"
 	root := writeRoot(t, files)

@@ -103,10 +103,11 @@ esac
 // reward files that are not one plain number, and graders and logs left
 // planted for the verifier (recreated fresh).
 func TestThreatsVerdict(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 
 	// Host files an agent would like proctor to read: a reward of 1 and a
 	// metrics.json with a secret. Their paths do not exist in containers.

@@ -71,7 +71,8 @@ func readFixture(t *testing.T) []events.Envelope {
 // caught up, printed progress, the selected events exactly once, and final
 // counts equal to the artifact's.
 func TestWatchFollowsLive(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	b, e := bustest.Bus(t)
 	ctx := context.Background()
 	evs := readFixture(t)
@@ -153,7 +154,8 @@ func TestWatchFollowsLive(t *testing.T) {
 }
 
 func TestWatchBadFlags(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	if _, errOut, code := proctor(t, "watch", "X", "--type", "Usage,Nope"); code != ExitUsage || !strings.Contains(errOut, "Nope") {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
@@ -185,11 +187,12 @@ func TestGlobRegexp(t *testing.T) {
 // subprocess; watch connects through its nats.url) and checks that the
 // final counts equal the artifact's summary.
 func TestWatchMidRun(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	root, _ := filepath.Abs("testdata/replay-root")
 	js := filepath.Join(out, "a.json")
 	cmd, runID := startRun(t, bin, home, "--tasks-root", root, "--tasks", "quick,quick-fail,no-env,medium",
@@ -231,8 +234,9 @@ func TestWatchMidRun(t *testing.T) {
 // since the log has no RunFinished and nobody can write it any more, ends
 // with an error saying so.
 func TestWatchOutlivesTheRunProcess(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	store := filepath.Join(home, "jetstream")
 	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store})
 	if err != nil {
@@ -305,7 +309,8 @@ func TestWatchOutlivesTheRunProcess(t *testing.T) {
 // final counts are the whole run's. It stopped at the first RunFinished,
 // reporting the run interrupted with the resumed cell errored.
 func TestWatchFollowsAResumedRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	b, e := bustest.Bus(t)
 	ctx := context.Background()
 	r := testutil.NewResumedRun("oracle", t.TempDir())
