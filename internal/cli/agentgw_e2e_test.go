@@ -106,9 +106,11 @@ func TestAgentThroughTheGateway(t *testing.T) {
 	writeFiles(t, hostileDir, keyHunter)
 	good, hostile := "agent:"+abs(t, "../../examples/agents/model"), "agent:"+hostileDir
 	// The model agent on both tasks, the key hunter on the public one.
-	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--tasks", "greet", "--harnesses", good+","+hostile,
-		"--baseline-harness", good, "--agent-grace", "2", "--retries", "1")
-	a2, out2 := runMain(t, "tasks", "run", "--tasks-root", root, "--tasks", "greet-offline", "--harnesses", good, "--agent-grace", "2", "--retries", "1")
+	arts, outs := runMainsAtOnce(t,
+		[]string{"tasks", "run", "--tasks-root", root, "--tasks", "greet", "--harnesses", good + "," + hostile,
+			"--baseline-harness", good, "--agent-grace", "2", "--retries", "1"},
+		[]string{"tasks", "run", "--tasks-root", root, "--tasks", "greet-offline", "--harnesses", good, "--agent-grace", "2", "--retries", "1"})
+	a, out, a2, out2 := arts[0], outs[0], arts[1], outs[1]
 	rows := byCell(a)
 	for k, r := range byCell(a2) {
 		rows[k] = r

@@ -7,6 +7,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,7 +20,12 @@ import (
 
 func runMain(t *testing.T, args ...string) (*artifact.Artifact, string) {
 	t.Helper()
-	out := t.TempDir()
+	return runMainIn(t, t.TempDir(), args...)
+}
+
+// runMainIn is runMain with the output directory out.
+func runMainIn(t *testing.T, out string, args ...string) (*artifact.Artifact, string) {
+	t.Helper()
 	js := filepath.Join(out, "a.json")
 	var stdout, stderr bytes.Buffer
 	args = append(args, "--output-dir", out, "--out-json", js)
@@ -31,6 +37,33 @@ func runMain(t *testing.T, args ...string) (*artifact.Artifact, string) {
 		t.Fatal(err)
 	}
 	return a, out
+}
+
+// runMainsAtOnce runs `proctor <runs[i]...>` as runMain does, all at
+// once, each on a store of its own, and returns their artifacts and
+// output directories in order; t fails when one of them does. Runs that
+// share nothing but the engine (and the environment t set) take the time
+// of the longest instead of the sum.
+func runMainsAtOnce(t *testing.T, runs ...[]string) ([]*artifact.Artifact, []string) {
+	t.Helper()
+	arts, outs := make([]*artifact.Artifact, len(runs)), make([]string, len(runs))
+	homes := make([]string, len(runs))
+	for i := range runs {
+		outs[i], homes[i] = t.TempDir(), t.TempDir()
+	}
+	t.Run("runs", func(t *testing.T) {
+		for i, args := range runs {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				setenv(t, "PROCTOR_HOME", homes[i])
+				arts[i], _ = runMainIn(t, outs[i], args...)
+			})
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	return arts, outs
 }
 
 func byCell(a *artifact.Artifact) map[string]artifact.Result {

@@ -121,9 +121,11 @@ func TestClaudeVerdicts(t *testing.T) {
 	skill := writeSkill(t, skills, "My_Skill.v2")
 	skillArm := "docker-claude-skill:" + skill
 	start := time.Now()
-	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude",
-		"--concurrency", "3", "--retries", "1", "--agent-grace", "2")
-	b, _ := runMain(t, "tasks", "run", "--tasks-root", skillRoot, "--all", "--harnesses", skillArm, "--agent-grace", "2")
+	arts, _ := runMainsAtOnce(t,
+		[]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude",
+			"--concurrency", "3", "--retries", "1", "--agent-grace", "2"},
+		[]string{"tasks", "run", "--tasks-root", skillRoot, "--all", "--harnesses", skillArm, "--agent-grace", "2"})
+	a, b := arts[0], arts[1]
 	t.Logf("6 cells in %s", time.Since(start).Round(time.Millisecond))
 	rows := byCell(a)
 	maps.Copy(rows, byCell(b))

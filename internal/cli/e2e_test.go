@@ -56,11 +56,12 @@ func leftovers(t *testing.T, cli *client.Client, runID string) (int, int) {
 // TestRunExamplesWithOracle runs the bundled examples end to end in-process
 // (embedded NATS, real Docker) and checks every behaviour they exist for.
 func TestRunExamplesWithOracle(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	home, out := t.TempDir(), t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	js, md := filepath.Join(out, "a.json"), filepath.Join(out, "r.md")
 	var stdout, stderr bytes.Buffer
 	code := mainT(t, []string{"tasks", "run", "--tasks-root", examplesRoot(t), "--all", "--harnesses", "oracle",

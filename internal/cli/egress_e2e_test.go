@@ -47,14 +47,15 @@ func writeFetchTask(t *testing.T, root, name, allow string) {
 // (projected from the EgressDecision events) show the decision, and
 // nothing of the run is left.
 func TestAllowlistTaskThroughProxy(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	upNet := testutil.TestNetwork(t, cli)
 	testutil.HTTPHost(t, cli, upNet, "allowed.test", "the fetched page")
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
-	t.Setenv(EnvEgressNetwork, upNet)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
+	setenv(t, EnvEgressNetwork, upNet)
 	home, out, tasks := t.TempDir(), t.TempDir(), t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	writeFetchTask(t, tasks, "fetch-listed", "private:allowed.test:80")
 	writeFetchTask(t, tasks, "fetch-unlisted", "private:other.test:80")
 	js := filepath.Join(out, "a.json")
