@@ -240,7 +240,7 @@ func TestAgentPlatformCapAndRecorder(t *testing.T) {
 	setenv(t, "PROCTOR_HOME", home)
 	root := t.TempDir()
 	writeFiles(t, filepath.Join(root, "wait"), map[string]string{
-		"task.toml":         "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 4.0\n[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/app\"\n",
+		"task.toml":         "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 15.0\n[environment]\ndocker_image = \"debian:bookworm-slim\"\nworkdir = \"/app\"\n",
 		"instruction.md":    "Write hello into /app/out.txt.\n",
 		"tests/test.sh":     "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
 		"solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",

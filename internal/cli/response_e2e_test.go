@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ echo 'FINAL ANSWER: 42'
 	if err := os.WriteFile(filepath.Join(agent, "agent.toml"), []byte("run = \"bash /opt/proctor/agent/agent.sh\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--harnesses", "agent:"+agent)
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", patientAgentRoot(t), "--all", "--harnesses", "agent:"+agent)
 	if len(a.Results) != 1 {
 		t.Fatalf("%d rows", len(a.Results))
 	}
@@ -127,8 +128,13 @@ func TestAgentLongResponseLineKept(t *testing.T) {
 printf '{"_tag":"Usage","input_tokens":7,"output_tokens":1,"pad":"'; head -c 2097152 /dev/zero | tr '\0' p; echo '"}'
 echo 'FINAL ANSWER: 42'
 `)
-	a, _ := runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--harnesses", "agent:"+long)
-	row := a.Results[0]
+	// 65 MiB of response text in 64 KiB lines: response.txt is cut at 64 MiB.
+	flood := agent(`head -c 68157440 /dev/zero | tr '\0' r | fold -w 65535
+echo 'FINAL ANSWER: 42'
+`)
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", patientAgentRoot(t), "--all", "--harnesses", "agent:"+long+",agent:"+flood)
+	rows := byCell(a)
+	row := rows["process-check agent:"+long]
 	whole, err := os.ReadFile(filepath.Join(row.OutputDir, "response.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -144,12 +150,7 @@ echo 'FINAL ANSWER: 42'
 			row.Metrics.LongLines, row.Metrics.ResponseTruncated, row.Metrics.PromptTokens)
 	}
 
-	// 65 MiB of response text in 64 KiB lines: response.txt is cut at 64 MiB.
-	flood := agent(`head -c 68157440 /dev/zero | tr '\0' r | fold -w 65535
-echo 'FINAL ANSWER: 42'
-`)
-	a, _ = runMain(t, "tasks", "run", "--tasks-root", abs(t, "testdata/agent-root"), "--all", "--harnesses", "agent:"+flood)
-	row = a.Results[0]
+	row = rows["process-check agent:"+flood]
 	st, err := os.Stat(filepath.Join(row.OutputDir, "response.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -164,4 +165,22 @@ echo 'FINAL ANSWER: 42'
 	if !strings.Contains(string(end[:n]), "[proctor: output capped at 67108864 bytes of 6815") || !row.Metrics.ResponseTruncated || row.Metrics.LongLines != 0 {
 		t.Fatalf("response.txt of %d bytes ends %q; response_truncated %v, long_lines %d", st.Size(), end[:n], row.Metrics.ResponseTruncated, row.Metrics.LongLines)
 	}
+}
+
+// patientAgentRoot is a copy of testdata/agent-root whose agent budget is
+// 120 s instead of 8 s, for agents that end by themselves: the budget is
+// generous where no test waits for it.
+func patientAgentRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	copyDir(t, abs(t, "testdata/agent-root"), root)
+	toml := filepath.Join(root, "process-check", "task.toml")
+	b, err := os.ReadFile(toml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(toml, bytes.Replace(b, []byte("[agent]\ntimeout_sec = 8\n"), []byte("[agent]\ntimeout_sec = 120\n"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
