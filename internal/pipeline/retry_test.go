@@ -6,12 +6,14 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
@@ -71,11 +73,21 @@ func retryRun(t *testing.T, retries int) (map[string]artifact.Result, map[string
 	good := harnesstest.PlanCell(t, b, run, tk, "command:good {task_path}")
 	bad := harnesstest.PlanCell(t, b, run, tk, "command:bad {task_path}")
 	host := &flakyStart{Driver: &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "good"}, {Match: "bad", Exit: 1}}}, cell: good.CellID}
-	l, err := launcher.New(launcher.Config{Node: "n1", Host: host}, b, host)
+	var logs testutil.SyncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, job := range []events.LaunchJob{good, bad} {
+				t.Logf("cell %s: %v", job.CellID, harnesstest.TypesOf(harnesstest.CellEvents(t, b, run, job.CellID)))
+			}
+			t.Logf("service logs:\n%s", logs.String())
+		}
+	})
+	l, err := launcher.New(launcher.Config{Node: "n1", Host: host, Logger: log}, b, host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	agg, err := aggregator.New(aggregator.Config{Version: "test"}, b)
+	agg, err := aggregator.New(aggregator.Config{Version: "test", Logger: log}, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,16 +189,20 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 
 // running is a launch job this process is handling.
 type running struct {
+	job  events.LaunchJob
 	done chan struct{} // closed when its handling ended
 	ok   bool          // the job was done (its Launch returned nil)
 }
 
 // hold makes the caller the one handler in this process of job's cell.
-// When another delivery of the same job is being handled here (JetStream
+// When another job of the cell is being handled here, it first waits for
+// that one to end. If that was a delivery of the same job (JetStream
 // delivers a job again when its in-progress acks are lost, as when the
-// server this process is connected to dies), it first waits for that one
-// to end: if it did the job, hold returns nil and the caller acks the
-// delivery, else the caller handles the job itself (its next attempt).
+// server this process is connected to dies) and it did the job, hold
+// returns nil and the caller acks the delivery; else the caller handles
+// the job itself: the same job's next attempt, or another job of the cell
+// (a retry the aggregator published on the terminal event of the attempt
+// whose handling was still ending).
 // The returned done records the outcome and lets the next one in; with
 // ctx ended hold returns a no-op done and the caller's Launch sees ctx.
 func (s *Service) hold(ctx context.Context, job events.LaunchJob) (*running, func(ok bool)) {
@@ -207,7 +211,7 @@ func (s *Service) hold(ctx context.Context, job events.LaunchJob) (*running, fun
 		s.runMu.Lock()
 		r, busy := s.running[key]
 		if !busy {
-			mine := &running{done: make(chan struct{})}
+			mine := &running{job: job, done: make(chan struct{})}
 			s.running[key] = mine
 			s.runMu.Unlock()
 			return mine, func(ok bool) {
@@ -222,7 +226,7 @@ func (s *Service) hold(ctx context.Context, job events.LaunchJob) (*running, fun
 		s.log.Info("a job of a cell this launcher runs was delivered again (its acks were lost): waiting for the running one", "run", job.RunID, "cell", job.CellID)
 		select {
 		case <-r.done:
-			if r.ok {
+			if r.ok && r.job == job {
 				return nil, func(bool) {}
 			}
 		case <-ctx.Done():
