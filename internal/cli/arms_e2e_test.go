@@ -67,8 +67,11 @@ func TestNoNetworkVerifierUnderAgentArms(t *testing.T) {
 	rows := byCell(a)
 	for _, cell := range []string{"no-net-dns oracle", "no-net-dns " + replay, "no-net-steps oracle", "no-net-steps " + replay} {
 		r := rows[cell]
-		if r.Outcome != "passed" || r.Metrics.VerifySec == nil || *r.Metrics.VerifySec > 10 {
-			t.Errorf("%s: %s after verify_sec %v (%q), want passed at once", cell, r.Outcome, ptrStr(r.Metrics.VerifySec), r.Error)
+		// Passed is the proof: on a network the lookup outlasts the
+		// verifier's budget. A bound on verify_sec below that budget
+		// would only measure how loaded the machine is.
+		if r.Outcome != "passed" || r.Metrics.VerifySec == nil {
+			t.Errorf("%s: %s after verify_sec %v (%q), want passed", cell, r.Outcome, ptrStr(r.Metrics.VerifySec), r.Error)
 		}
 	}
 	r := rows["no-net-steps "+replay]
