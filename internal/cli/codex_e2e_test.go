@@ -96,10 +96,12 @@ func TestCodexArms(t *testing.T) {
 	claudeTask(t, failing, "hangs", "CASE-HANG", 20)
 	skillArm := "docker-codex-skill:" + writeSkill(t, skills, "greet")
 	start := time.Now()
-	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-codex,"+skillArm,
-		"--baseline-harness", "docker-codex", "--concurrency", "2", "--agent-grace", "2")
-	f, fout := runMain(t, "tasks", "run", "--tasks-root", failing, "--all", "--harnesses", "docker-codex",
-		"--concurrency", "2", "--agent-grace", "2")
+	arts, outs := runMainsAtOnce(t,
+		[]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-codex," + skillArm,
+			"--baseline-harness", "docker-codex", "--concurrency", "2", "--agent-grace", "2"},
+		[]string{"tasks", "run", "--tasks-root", failing, "--all", "--harnesses", "docker-codex",
+			"--concurrency", "2", "--agent-grace", "2"})
+	a, out, f, fout := arts[0], outs[0], arts[1], outs[1]
 	t.Logf("5 cells in %s", time.Since(start).Round(time.Millisecond))
 	rows := byCell(a)
 	for k, v := range byCell(f) {
