@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -64,4 +66,33 @@ func testGlobals(t *testing.T, stdout, stderr io.Writer) *globals {
 // mainT is Main with t's environment (setenv).
 func mainT(t *testing.T, args []string, stdout, stderr io.Writer) int {
 	return mainEnv(args, stdout, stderr, envOf(t))
+}
+
+// TestMainEnvStore: the command line opens the store under the
+// PROCTOR_HOME its getenv gives, not the process's, so two commands on
+// two stores run at once in one process.
+func TestMainEnvStore(t *testing.T) {
+	t.Parallel()
+	homes := []string{t.TempDir(), t.TempDir()}
+	codes := make(chan int, len(homes))
+	var outs [2]bytes.Buffer
+	for i, home := range homes {
+		getenv := func(k string) string {
+			if k == "PROCTOR_HOME" {
+				return home
+			}
+			return os.Getenv(k)
+		}
+		go func() { codes <- mainEnv([]string{"runs", "list"}, io.Discard, &outs[i], getenv) }()
+	}
+	for range homes {
+		if code := <-codes; code != 0 {
+			t.Errorf("runs list exited %d: %s | %s", code, outs[0].String(), outs[1].String())
+		}
+	}
+	for _, home := range homes {
+		if _, err := os.Stat(filepath.Join(home, "jetstream")); err != nil {
+			t.Errorf("no store under %s: %v", home, err)
+		}
+	}
 }
