@@ -22,6 +22,7 @@ import (
 // cancelled and why, every row is errored (cancelled), nothing of the run
 // is left on the engine, and a replay gives the artifact's bytes.
 func TestRunsControlFromAnotherProcess(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	start := time.Now()

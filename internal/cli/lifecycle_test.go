@@ -172,6 +172,7 @@ func gated(gate string, fast ...int) string {
 // run's queued cells ever starts; the dead run's replay keeps them
 // errored.
 func TestKilledRunNeverRunsInALaterRun(t *testing.T) {
+	t.Parallel()
 	testutil.Docker(t) // the in-process stack needs an engine
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
@@ -230,6 +231,7 @@ func TestKilledRunNeverRunsInALaterRun(t *testing.T) {
 // embedded store, run B in the same PROCTOR_HOME fails at once naming A's
 // pid, and A finishes correctly.
 func TestSecondRunOnOneStoreFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	testutil.Docker(t)
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
@@ -266,6 +268,7 @@ func TestSecondRunOnOneStoreFailsAtOnce(t *testing.T) {
 // same spec, that only the unfinished cells ran again, and that its
 // replay is byte-identical to the artifact the resume wrote.
 func TestResumeAfterSIGKILL(t *testing.T) {
+	t.Parallel()
 	testutil.Docker(t)
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
@@ -352,6 +355,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 // TestResumeRefusesChangedInputs changes a task's files after its run died:
 // resume refuses and names the task's revision.
 func TestResumeRefusesChangedInputs(t *testing.T) {
+	t.Parallel()
 	testutil.Docker(t)
 	bin := buildProctor(t)
 	home, out := t.TempDir(), t.TempDir()
