@@ -48,6 +48,8 @@ type checkCall struct {
 type checkProc struct {
 	bin   string
 	slots chan struct{}
+	// env is added to the processes' environment (KEY=value).
+	env []string
 }
 
 // startCheck starts the check of tasks (checks "" for every check). In
@@ -73,7 +75,7 @@ func startCheck(t *testing.T, tasks []string, checks string, p *checkProc) *chec
 	}
 	c.home = t.TempDir()
 	cmd := exec.Command(p.bin, args...)
-	cmd.Env = append(os.Environ(), "PROCTOR_HOME="+c.home)
+	cmd.Env = append(append(os.Environ(), p.env...), "PROCTOR_HOME="+c.home)
 	cmd.Stdout, cmd.Stderr = &c.stdout, &c.stderr
 	t.Cleanup(func() { <-c.done }) // no process outlives the test's directories
 	go func() {
@@ -156,23 +158,26 @@ func findingOf(tr taskcheck.TaskResult, check string) taskcheck.Finding {
 // runs of the event log (replay reproduces the artifact) and leave
 // nothing behind.
 func TestTasksCheck(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.RequireImage(t, cli, "python:3.11-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
 	// The probe runs the static proctor and aims at a host of the test's
-	// own, on a network the sandbox is not on.
-	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
+	// own, on a network the sandbox is not on; the check processes get
+	// the variables, the process of the test keeps its own.
 	tnet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, tnet, "probe-target.test", "target")
-	t.Setenv(harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")
+	env := []string{
+		harness.ProbeBinaryEnv + "=" + testutil.ProctorBinary(t),
+		EnvProxyBinary + "=" + testutil.ProctorBinary(t), // the probe gets docker-claude's sidecar
+		harness.ProbeTargetsEnv + "=url=http://" + ip + "/,tcp=" + ip + ":80,dns=probe-target.test",
+	}
 
 	// Every check run is a process of its own, on a store of its own,
 	// two at a time: they share nothing but the engine, and a run of two
 	// cells leaves most of the machine idle. Not more: each runs two cells
 	// at once, and a busy engine answers a container start late.
-	procs := &checkProc{bin: testutil.ProctorBinary(t), slots: make(chan struct{}, 2)}
+	procs := &checkProc{bin: testutil.ProctorBinary(t), slots: make(chan struct{}, 2), env: env}
 	type pending struct {
 		call *checkCall
 		want map[string]string
@@ -263,7 +268,7 @@ func TestTasksCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	replayed := filepath.Join(full.out, "replayed.json")
-	t.Setenv("PROCTOR_HOME", full.home)
+	setenv(t, "PROCTOR_HOME", full.home)
 	var rout, rerr bytes.Buffer
 	if c := mainT(t, []string{"replay", full.runID, "--out-json", replayed, "--out-md", filepath.Join(full.out, "replayed.md")}, &rout, &rerr); c != 0 {
 		t.Fatalf("replay exit %d: %s", c, rerr.String())
