@@ -229,13 +229,14 @@ func TestClaudeAsRootUnderTaskUser(t *testing.T) {
 // isolation_probe.json, the row's reason and isolation); its classes
 // decide the row as ever.
 func TestProbeUnderTaskUser(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	upNet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, upNet, "target.test", "anywhere the task did not ask for")
-	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	staticProbe(t)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 	writeTree(t, root, userTask("root-image", "[agent]\ntimeout_sec = 60.0\n", "WORKDIR /app\n", "/app", "0"))
 	a, _ := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-probe", "--agent-user", "task",

@@ -106,16 +106,17 @@ func TestAllowlistTaskThroughProxy(t *testing.T) {
 // CONNECT and plain-HTTP GET, egress.jsonl shows both denials, and the
 // class is closed. Every class is closed or n/a in both, so both pass.
 func TestProbeAllowlistTask(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	upNet := testutil.TestNetwork(t, cli)
 	testutil.HTTPHost(t, cli, upNet, "allowed.test", "the fetched page")
 	bin := testutil.ProctorBinary(t)
-	t.Setenv(EnvProxyBinary, bin)
-	t.Setenv(harness.ProbeBinaryEnv, bin)
-	t.Setenv(EnvEgressNetwork, upNet)
+	setenv(t, EnvProxyBinary, bin)
+	staticProbe(t)
+	setenv(t, EnvEgressNetwork, upNet)
 	home, out, tasks := t.TempDir(), t.TempDir(), t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	writeFetchTask(t, tasks, "probe-listed", "private:allowed.test:80")
 	writeFetchTask(t, tasks, "probe-unlisted", "private:other.test:80")
 	js := filepath.Join(out, "a.json")

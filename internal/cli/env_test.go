@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/harness"
 )
 
 // testEnvs holds, by test name, the variables a test gives the in-process
@@ -95,4 +97,22 @@ func TestMainEnvStore(t *testing.T) {
 			t.Errorf("no store under %s: %v", home, err)
 		}
 	}
+}
+
+var probeOnce sync.Once
+
+// staticProbe points the isolation probe at the static proctor
+// (harness.ProbeBinaryEnv, which the arm reads from the process): the test
+// binary is not static. Every test that runs the probe wants the same
+// file, so the variable is set once for the process and never unset,
+// instead of by each test with t.Setenv, which a parallel test cannot
+// call.
+func staticProbe(t *testing.T) {
+	t.Helper()
+	bin := testutil.ProctorBinary(t)
+	probeOnce.Do(func() {
+		if err := os.Setenv(harness.ProbeBinaryEnv, bin); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -104,13 +104,14 @@ func gitWithLostCommit(t *testing.T, dir string) {
 //
 // Every row passes: one class expected, no false open.
 func TestProbeRealWorldKinds(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	upNet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, upNet, "target.test", "anywhere the task did not ask for")
-	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	staticProbe(t)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	root := t.TempDir()
 
 	skills := map[string]string{

@@ -66,14 +66,15 @@ echo '{"_tag":"Finished","reason":"completed"}'
 // answer to a grader file gets the honest outcome; a working directory of
 // / or /etc is refused naming it.
 func TestRootWorkdir(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
-	t.Setenv(harness.ProbeBinaryEnv, testutil.ProctorBinary(t))
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	staticProbe(t)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t)) // the probe gets docker-claude's sidecar
 	tnet := testutil.TestNetwork(t, cli)
 	ip := testutil.HTTPHost(t, cli, tnet, "probe-target.test", "target")
-	t.Setenv(harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")
+	setenv(t, harness.ProbeTargetsEnv, "url=http://"+ip+"/,tcp="+ip+":80,dns=probe-target.test")
 
 	root := t.TempDir()
 	const reward = `[ "$ok" = 1 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt` + "\n"
