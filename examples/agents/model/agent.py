@@ -12,7 +12,7 @@ import urllib.request
 
 BASE = os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com").rstrip("/")
 KEY = os.environ.get("ANTHROPIC_API_KEY", "")
-MODEL = os.environ.get("AGENT_MODEL") or os.environ.get("ANTHROPIC_MODEL") or "claude-sonnet-4-5"
+MODEL = next((m for m in (os.environ.get("AGENT_MODEL"), os.environ.get("ANTHROPIC_MODEL")) if m and m != "default"), "claude-sonnet-4-5")
 WORKSPACE = os.environ.get("PROCTOR_WORKSPACE", ".")
 TOOLS = [{
     "name": "bash",
