@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,12 +22,35 @@ import (
 	"github.com/proctor-eval/proctor/pkg/providers"
 )
 
-// agentGatewayScript answers the model example agent's task by a tool
-// call that writes the answer, then a text; anything else gets "No.".
+// agentGatewayScript answers the example agents' task in each API's
+// shape by a tool call that writes the answer, then a text: the Python
+// agent in Anthropic's, the Node agent in OpenAI's Responses and the bash
+// agent in Gemini's, each case limited to its API; anything else (the key
+// hunter) gets "No." from a model the price table does not know.
 const agentGatewayScript = `
 model: claude-sonnet-4-5
 cases:
   - when: "CASE-AGW"
+    api: openai.responses
+    replies:
+      - text: "Writing it."
+        tool_use: [{name: bash, input: {command: "echo hello > /app/out.txt"}}]
+        model: gpt-5-mini
+        usage: {input_tokens: 300, output_tokens: 30, cache_read_input_tokens: 200}
+      - text: "Done."
+        model: gpt-5-mini
+        usage: {input_tokens: 350, output_tokens: 5, cache_read_input_tokens: 250}
+  - when: "CASE-AGW"
+    api: gemini
+    replies:
+      - tool_use: [{name: bash, input: {command: "echo hello > /app/out.txt"}}]
+        model: gemini-2.5-flash
+        usage: {input_tokens: 400, output_tokens: 20}
+      - text: "Done."
+        model: gemini-2.5-flash
+        usage: {input_tokens: 450, output_tokens: 4, cache_read_input_tokens: 50}
+  - when: "CASE-AGW"
+    api: anthropic
     replies:
       - text: "Writing it."
         tool_use: [{name: bash, input: {command: "echo hello > /app/out.txt"}}]
@@ -32,8 +58,15 @@ cases:
       - text: "Done."
         usage: {input_tokens: 600, output_tokens: 10}
 replies:
-  - {text: "No.", usage: {input_tokens: 7, output_tokens: 1}}
+  - {text: "No.", model: claude-unpriced-test, usage: {input_tokens: 7, output_tokens: 1}}
 `
+
+// The real keys of the test's providers: each must reach the model
+// through the gateway and appear in nothing stored.
+const (
+	openaiTestKey = "sk-openai-real-4d3c2b1a0f"
+	geminiTestKey = "AIzaGeminiReal9e8d7c6b5a"
+)
 
 // keyHunter is an agent that declares the model, then looks for the key everywhere it
 // can read (its environment, every process's environ and command line,
@@ -67,36 +100,47 @@ echo '{"inputTokens": 99999, "outputTokens": 5, "llmCallCount": 1}' > "$AGENT_ME
 `,
 }
 
-// TestAgentThroughTheGateway runs two agent:<dir> agents that declare
-// providers = ["anthropic"] against the scripted model served over HTTPS
-// under a name on an internal network the test made: the model example
-// agent (Python's standard library, Archal-style) solves its task through
-// the gateway on a public task and on a no-network one (the model is all
-// either reaches; a run of its own), proctor counts its tokens from the gateway and they
-// equal the scripted usage, and the hostile agent that hunts the key in
-// its environment, every process's environ, its files and the proxy finds
-// only its placeholder, while every request reached the model with the
-// real key and no stored file holds it. Its over-reported tokens are
-// flagged against the observed ones.
+// TestAgentThroughTheGateway runs agent:<dir> agents of every provider
+// shape against the scripted model served over HTTPS under a name on an
+// internal network the test made, in one run on a public task and a run
+// on a no-network one (the model is all either reaches):
+//   - the example agents solve the task through the gateway: the Python
+//     one (Archal-style, providers = ["anthropic"]) on both tasks, the
+//     Node one (Archal-style, https only, ["openai"], the Responses API
+//     streamed) and the bash one (Anpord-style, curl, ["gemini"],
+//     generateContent with the key in x-goog-api-key, then
+//     streamGenerateContent?alt=sse with the key in ?key=) on the public
+//     one; proctor counts their tokens from the gateway, they equal the
+//     scripted usage, and the price table costs them;
+//   - the hostile agent that hunts the key in its environment, every
+//     process's environ, its files and the proxy finds only its
+//     placeholder; its model is not in the price table, so its cost is
+//     null with the reason, and its over-reported tokens are flagged;
+//   - every request reached the model with its provider's real key, and
+//     no key is in any file of the run's output or of proctor's home (the
+//     event store included).
 func TestAgentThroughTheGateway(t *testing.T) {
 	cli := testutil.Docker(t)
-	testutil.RequireImage(t, cli, "python:3.11-slim")
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	tools := testutil.AgentToolsImage(t, cli)
 	net := testutil.InternalTestNetwork(t, cli)
 	model := testutil.FakeModelHost(t, cli, net, "llm.agent.test", agentGatewayScript)
 	t.Setenv("ANTHROPIC_BASE_URL", model.BaseURL)
 	t.Setenv("ANTHROPIC_API_KEY", claudeTestKey)
-	t.Setenv("OPENAI_API_KEY", "sk-openai-not-declared-7c6b5a")
+	t.Setenv("OPENAI_BASE_URL", model.BaseURL+"/v1")
+	t.Setenv("OPENAI_API_KEY", openaiTestKey)
+	t.Setenv("GOOGLE_GEMINI_BASE_URL", model.BaseURL)
+	t.Setenv("GEMINI_API_KEY", geminiTestKey)
 	t.Setenv(harness.ProviderPrivateEnv, "1")
 	t.Setenv(EnvUpstreamCA, model.CAFile)
 	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
 	t.Setenv(EnvEgressNetwork, net)
 
 	root := t.TempDir()
-	for name, policy := range map[string]string{"greet": "", "greet-offline": "allow_internet = false\n"} {
+	for name, env := range map[string]string{"greet": "docker_image = \"" + tools + "\"\n",
+		"greet-offline": "docker_image = \"python:3.11-slim\"\nallow_internet = false\n"} {
 		writeFiles(t, filepath.Join(root, name), map[string]string{
 			"task.toml": "version = \"1.0\"\n[verifier]\ntimeout_sec = 30.0\n[agent]\ntimeout_sec = 120.0\n" +
-				"[environment]\ndocker_image = \"python:3.11-slim\"\nworkdir = \"/app\"\n" + policy,
+				"[environment]\nworkdir = \"/app\"\n" + env,
 			"instruction.md":    "CASE-AGW Write hello into /app/out.txt.\n",
 			"tests/test.sh":     "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
 			"solution/solve.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
@@ -105,9 +149,10 @@ func TestAgentThroughTheGateway(t *testing.T) {
 	hostileDir := filepath.Join(t.TempDir(), "hostile")
 	writeFiles(t, hostileDir, keyHunter)
 	good, hostile := "agent:"+abs(t, "../../examples/agents/model"), "agent:"+hostileDir
-	// The model agent on both tasks, the key hunter on the public one.
-	arts, outs := runMainsAtOnce(t,
-		[]string{"tasks", "run", "--tasks-root", root, "--tasks", "greet", "--harnesses", good + "," + hostile,
+	node, bash := "agent:"+abs(t, "../../examples/agents/model-node"), "agent:"+abs(t, "../../examples/agents/model-bash")
+	// Every agent on the public task, the model agent on the offline one, both runs at once.
+	arts, outs, homes := runMainsAtOnceHomes(t,
+		[]string{"tasks", "run", "--tasks-root", root, "--tasks", "greet", "--harnesses", strings.Join([]string{good, hostile, node, bash}, ","),
 			"--baseline-harness", good, "--agent-grace", "2", "--retries", "1"},
 		[]string{"tasks", "run", "--tasks-root", root, "--tasks", "greet-offline", "--harnesses", good, "--agent-grace", "2", "--retries", "1"})
 	a, out, a2, out2 := arts[0], outs[0], arts[1], outs[1]
@@ -120,65 +165,130 @@ func TestAgentThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs := model.Requests()
-	if len(reqs) != 5 {
-		t.Errorf("the model got %d requests, want 2 per solving cell and 1 of the key hunter", len(reqs))
-	}
-	for _, q := range reqs {
-		if q.APIKey != claudeTestKey {
-			t.Errorf("%s reached the model with %q, not the real key", q.Path, q.APIKey)
+	// Each API's requests, and the key each reached the model with.
+	keyOf := map[string]string{"/v1/messages": claudeTestKey, "/v1/responses": openaiTestKey,
+		"/v1beta/models/gemini-2.5-flash:generateContent": geminiTestKey, "/v1beta/models/gemini-2.5-flash:streamGenerateContent": geminiTestKey}
+	perPath := map[string]int{}
+	for _, q := range model.Requests() {
+		perPath[q.Path]++
+		if want, ok := keyOf[q.Path]; !ok || q.APIKey != want {
+			t.Errorf("%s reached the model with %q, not its provider's real key", q.Path, q.APIKey)
 		}
 	}
-	var want providers.Tokens
-	for _, r := range s.Cases[0].Replies {
-		want.Input += int64(r.Usage.InputTokens)
-		want.Output += int64(r.Usage.OutputTokens)
-		want.CacheRead += int64(r.Usage.CacheReadInputTokens)
-		want.CacheWrite += int64(r.Usage.CacheCreationInputTokens)
+	wantPaths := map[string]int{"/v1/messages": 5, "/v1/responses": 2,
+		"/v1beta/models/gemini-2.5-flash:generateContent": 1, "/v1beta/models/gemini-2.5-flash:streamGenerateContent": 1}
+	if !maps.Equal(perPath, wantPaths) {
+		t.Errorf("the model's requests by path %v, want %v (2 per solving cell, 1 of the key hunter)", perPath, wantPaths)
 	}
-	cost, _ := providers.Prices().Cost("claude-sonnet-4-5", want)
-	for _, task := range []string{"greet", "greet-offline"} {
-		r := rows[task+" "+good]
+	caseOf := func(api string) llmtest.Case {
+		for _, c := range s.Cases {
+			if c.API == api {
+				return c
+			}
+		}
+		t.Fatalf("no case for %s", api)
+		return llmtest.Case{}
+	}
+	type arm struct{ task, harness, api, model string }
+	for _, w := range []arm{{"greet", good, "anthropic", "claude-sonnet-4-5"}, {"greet-offline", good, "anthropic", "claude-sonnet-4-5"},
+		{"greet", node, "openai.responses", "gpt-5-mini"}, {"greet", bash, "gemini", "gemini-2.5-flash"}} {
+		var want providers.Tokens
+		for _, r := range caseOf(w.api).Replies {
+			want.Input += int64(r.Usage.InputTokens)
+			want.Output += int64(r.Usage.OutputTokens)
+			want.CacheRead += int64(r.Usage.CacheReadInputTokens)
+			want.CacheWrite += int64(r.Usage.CacheCreationInputTokens)
+		}
+		cost, _ := providers.Prices().Cost(w.model, want)
+		r := rows[w.task+" "+w.harness]
 		u := r.Metrics.UsageObserved
+		name := w.task + " " + filepath.Base(w.harness)
 		if r.Outcome != "passed" || r.Metrics.Isolation["gateway"] != "intercept" {
-			t.Errorf("%s: outcome %s (%s) isolation %v: %s", task, r.Outcome, r.Error, r.Metrics.Isolation, r.StdoutTail)
+			t.Errorf("%s: outcome %s (%s) isolation %v: %s\nstderr: %s", name, r.Outcome, r.Error, r.Metrics.Isolation, r.StdoutTail, stderrOf(r.OutputDir))
 			continue
 		}
 		if u == nil || u.Requests != 2 || u.InputTokens != want.Input || u.OutputTokens != want.Output ||
-			u.CacheReadTokens != want.CacheRead || u.CacheWriteTokens != want.CacheWrite {
-			t.Errorf("%s: usage_observed %+v, want %+v over 2 requests", task, u, want)
-		} else if u.CostUSD == nil || *u.CostUSD != *cost || u.ReportedDiffers == nil || *u.ReportedDiffers {
-			t.Errorf("%s: observed cost %v (want %v), reported differs %v (agent reported %v)", task, deref(u.CostUSD), *cost, deref(u.ReportedDiffers), r.Metrics.AgentReported)
+			u.CacheReadTokens != want.CacheRead || u.CacheWriteTokens != want.CacheWrite || !slices.Equal(u.Models, []string{w.model}) {
+			t.Errorf("%s: usage_observed %+v, want %+v over 2 requests of %s", name, u, want, w.model)
+		} else if cost == nil || u.CostUSD == nil || math.Abs(*u.CostUSD-*cost) > 1e-9 {
+			t.Errorf("%s: observed cost %v, want %v from the price table (%s)", name, deref(u.CostUSD), deref(cost), u.CostNullReason)
+		}
+		if w.harness != bash && (u == nil || u.ReportedDiffers == nil || *u.ReportedDiffers) {
+			t.Errorf("%s: the agent's own figures (%v) differ from the observed ones", name, r.Metrics.AgentReported)
 		}
 	}
-	if c := a.Summary.PerHarness[good].Cost; c.Source != "observed" {
-		t.Errorf("the model agent's arm is costed from %q", c.Source)
+	for _, h := range []string{good, node, bash} {
+		if c := a.Summary.PerHarness[h].Cost; c.Source != "observed" {
+			t.Errorf("the arm %s is costed from %q", filepath.Base(h), c.Source)
+		}
 	}
 
-	for _, task := range []string{"greet"} {
-		r := rows[task+" "+hostile]
-		u := r.Metrics.UsageObserved
-		if u == nil || u.Requests != 1 || u.InputTokens != 7 || u.ReportedDiffers == nil || !*u.ReportedDiffers {
-			t.Errorf("%s hostile: usage_observed %+v (agent reported %v)", task, u, r.Metrics.AgentReported)
+	r := rows["greet "+hostile]
+	u := r.Metrics.UsageObserved
+	if u == nil || u.Requests != 1 || u.InputTokens != 7 || u.ReportedDiffers == nil || !*u.ReportedDiffers {
+		t.Errorf("hostile: usage_observed %+v (agent reported %v)", u, r.Metrics.AgentReported)
+	} else if u.CostUSD != nil || !strings.Contains(u.CostNullReason, "claude-unpriced-test") {
+		t.Errorf("hostile: a model the price table does not know costs %v (reason %q)", deref(u.CostUSD), u.CostNullReason)
+	}
+	if !strings.Contains(r.StdoutTail, `"text":"No."`) {
+		t.Errorf("hostile: the model's answer is not in its stdout: %s", r.StdoutTail)
+	}
+	dump := findFile(t, r.OutputDir, "dump.txt")
+	for _, w := range []string{"ANTHROPIC_API_KEY=" + providers.PlaceholderPrefix, "SSL_CERT_FILE=", "== /proc/1/environ"} {
+		if !strings.Contains(dump, w) {
+			t.Errorf("hostile: its dump lacks %q (it did not look):\n%s", w, cellTail(dump))
 		}
-		if !strings.Contains(r.StdoutTail, `"text":"No."`) {
-			t.Errorf("%s hostile: the model's answer is not in its stdout: %s", task, r.StdoutTail)
-		}
-		dump := findFile(t, r.OutputDir, "dump.txt")
-		for _, w := range []string{"ANTHROPIC_API_KEY=" + providers.PlaceholderPrefix, "SSL_CERT_FILE=", "== /proc/1/environ"} {
-			if !strings.Contains(dump, w) {
-				t.Errorf("%s hostile: its dump lacks %q (it did not look):\n%s", task, w, cellTail(dump))
-			}
-		}
-		if strings.Contains(dump, "OPENAI_API_KEY") || strings.Contains(dump, "sk-openai-not-declared") {
-			t.Errorf("%s hostile: a provider it did not declare reached it", task)
+	}
+	for _, k := range []string{"OPENAI_API_KEY", "GEMINI_API_KEY", openaiTestKey, geminiTestKey} {
+		if strings.Contains(dump, k) {
+			t.Errorf("hostile: %s of a provider it did not declare reached it", k)
 		}
 	}
 	noCredentialStored(t, out)
 	noCredentialStored(t, out2)
-	if b, err := os.ReadFile(filepath.Join(out, "a.json")); err != nil || strings.Contains(string(b), "sk-openai-not-declared") {
-		t.Errorf("artifact: %v", err)
+	noKeyStored(t, []string{claudeTestKey, openaiTestKey, geminiTestKey}, out, out2, homes[0], homes[1])
+}
+
+// noKeyStored fails when a file under any of dirs holds one of keys (as
+// is, or JSON-escaped).
+func noKeyStored(t *testing.T, keys []string, dirs ...string) {
+	t.Helper()
+	var forms []string
+	for _, k := range keys {
+		esc, _ := json.Marshal(k)
+		forms = append(forms, k, string(esc[1:len(esc)-1]))
 	}
+	for _, dir := range dirs {
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			for _, f := range forms {
+				if bytes.Contains(b, []byte(f)) {
+					t.Errorf("%s holds a key (%q)", p, f)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// stderrOf is the agent.stderr.log of a cell's output directory, "" when
+// there is none.
+func stderrOf(dir string) string {
+	var out string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "agent.stderr.log" && out == "" {
+			b, _ := os.ReadFile(p)
+			out = cellTail(string(b))
+		}
+		return nil
+	})
+	return out
 }
 
 // findFile returns the content of the first file named name under dir,

@@ -46,6 +46,14 @@ func runMainIn(t *testing.T, out string, args ...string) (*artifact.Artifact, st
 // of the longest instead of the sum.
 func runMainsAtOnce(t *testing.T, runs ...[]string) ([]*artifact.Artifact, []string) {
 	t.Helper()
+	arts, outs, _ := runMainsAtOnceHomes(t, runs...)
+	return arts, outs
+}
+
+// runMainsAtOnceHomes is runMainsAtOnce that also returns each run's
+// store (its PROCTOR_HOME), for a test that reads what was stored.
+func runMainsAtOnceHomes(t *testing.T, runs ...[]string) ([]*artifact.Artifact, []string, []string) {
+	t.Helper()
 	arts, outs := make([]*artifact.Artifact, len(runs)), make([]string, len(runs))
 	homes := make([]string, len(runs))
 	for i := range runs {
@@ -63,7 +71,7 @@ func runMainsAtOnce(t *testing.T, runs ...[]string) ([]*artifact.Artifact, []str
 	if t.Failed() {
 		t.FailNow()
 	}
-	return arts, outs
+	return arts, outs, homes
 }
 
 func byCell(a *artifact.Artifact) map[string]artifact.Result {
