@@ -84,7 +84,7 @@ scale:
 scale-test:
 	PROCTOR_SCALE_TEST=1 $(GO) test -count=1 -p 1 -v -run '^TestScaleRigTiny$$' ./internal/scalerig/
 
-## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude) and Claude against the Codex arms (out/demo-codex)
+## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude), Claude against the Codex arms (out/demo-codex) and an agent:<dir> agent through the model gateway, observed tokens and cost beside its own (out/demo-agent)
 demo: setup setup-claude setup-codex build
 	./bin/proctor tasks run --tasks-root examples/tasks --all \
 		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics,agent:examples/agents/overclaim \
@@ -93,7 +93,7 @@ demo: setup setup-claude setup-codex build
 	@echo
 	@echo "report and its figures: out/demo/report.md (pass-rate.svg, paired-diff.svg, cost-pass-rate.svg, outcome-grid.svg beside it)"
 	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
-	scripts/demo-claude.sh out/demo-claude out/demo-codex
+	scripts/demo-claude.sh out/demo-claude out/demo-codex out/demo-agent
 
 ## deploy-test: bring up deploy/docker-compose.yml, run example tasks, kill -9 a worker and a NATS node mid-run, check the artifact; control a second run from a second process (deploy/cluster-test.sh)
 deploy-test: setup-compose

@@ -9,12 +9,17 @@
 # removed on exit. Then Claude against Codex: docker-claude, docker-codex
 # and docker-codex-skill:examples/skills/sum-numbers on the same tasks and
 # model (OPENAI_BASE_URL is the same container's Responses API), compared
-# against docker-claude, into the second directory. Needs bin/proctor
-# (static) and the pinned CLIs (make setup-claude setup-codex).
+# against docker-claude, into the second directory. Last, your own agent:
+# agent:examples/agents/model (Python, providers = ["anthropic"]) solves
+# csv-columns through the model gateway, into the third directory, and the
+# script checks that its report shows the tokens and cost the gateway
+# observed beside the ones the agent reported. Needs bin/proctor (static)
+# and the pinned CLIs (make setup-claude setup-codex).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-out/demo-claude}
 vs=${2:-out/demo-codex}
+own=${3:-out/demo-agent}
 net=proctor-demo-model-$$
 label=proctor.demo=claude
 cleanup() {
@@ -47,3 +52,16 @@ mkdir -p "$vs"
 	--output-dir "$vs" --out-json "$vs/task_runs.json" --out-md "$vs/report.md"
 echo
 echo "Claude against Codex on the same scripted model: $vs/report.md (expected: both arms pass csv-columns, fix-sum only under docker-codex-skill)"
+export ANTHROPIC_API_KEY=demo-key-not-a-secret
+mkdir -p "$own"
+./bin/proctor tasks run --tasks-root examples/tasks --tasks csv-columns \
+	--harnesses agent:examples/agents/model \
+	--output-dir "$own" --out-json "$own/task_runs.json" --out-md "$own/report.md"
+echo
+usage=$(grep -m1 '^Usage: reported ' "$own/report.md" || true)
+if ! grep -q '| passed |' "$own/report.md" || [[ $usage != *"; observed 2000 / 152 / 600 / 600 in 2 requests, cost 0.0107." ]]; then
+	echo "demo: the agent through the gateway did not pass with observed usage in $own/report.md: ${usage:-no Usage line}" >&2
+	exit 1
+fi
+echo "Your own agent through the model gateway: $own/report.md"
+echo "  $usage"

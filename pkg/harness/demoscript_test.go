@@ -17,7 +17,9 @@ import (
 // (examples/fake-model/skill-demo.yaml) to the skill notices the arms send
 // today: the first turn of fix-sum loads the skill when the prompt opens
 // with the arm's notice, and gives up without it. A notice reworded
-// without the script left the demo's skill arm failing fix-sum.
+// without the script left the demo's skill arm failing fix-sum. The
+// demo's own-agent run holds too: the Python example agent's bash tool
+// description picks the case that solves csv-columns with that tool.
 func TestDemoScriptMatchesSkillNotices(t *testing.T) {
 	s, err := llmtest.LoadScript("../../examples/fake-model/skill-demo.yaml")
 	if err != nil {
@@ -47,6 +49,14 @@ func TestDemoScriptMatchesSkillNotices(t *testing.T) {
 	codex := func(prompt string) string {
 		return first("/v1/responses", map[string]any{"model": "m",
 			"input": []map[string]any{{"role": "user", "content": prompt}}})
+	}
+	py, err := os.ReadFile("../../examples/agents/model/agent.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Cases[0]; c.API != "anthropic" || !strings.Contains(string(py), c.When) ||
+		len(c.Replies) == 0 || len(c.Replies[0].ToolUse) != 1 || c.Replies[0].ToolUse[0].Name != "bash" {
+		t.Errorf("the demo's first case (%q, api %q) is not the one examples/agents/model's bash tool picks", c.When, c.API)
 	}
 	for _, c := range []struct {
 		arm, notice, loads string
