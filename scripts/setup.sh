@@ -2,7 +2,8 @@
 # Prepares a machine to build and test proctor: a Docker engine that answers,
 # and the base images the tasks and tests use (debian:bookworm-slim,
 # python:3.11-slim). With --node it also installs the Node.js readers that
-# dataset tests use into .cache/node. With --browser it installs Debian's
+# dataset tests use into .cache/node, and curl and jq (the gateway's tests
+# copy node, curl and jq into a task image for their Node and bash agents). With --browser it installs Debian's
 # chromium, which the viewer's tests drive headless (the viewer itself
 # needs nothing but the proctor binary). With --claude it installs the
 # pinned Claude Code CLI (@anthropic-ai/claude-code@2.1.332, a glibc
@@ -233,6 +234,10 @@ ensure_node() {
   elif ! command -v npm >/dev/null; then
     say "node: installing npm"
     apt_install npm
+  fi
+  if ! command -v curl >/dev/null || ! command -v jq >/dev/null; then
+    say "node: installing curl and jq (the agent tools image of the gateway's tests)"
+    apt_install curl jq
   fi
   local dir=$repo/.cache/node
   if cmp -s "$repo/scripts/node/package.json" "$dir/package.json" &&

@@ -32,8 +32,9 @@ var glibcLibs = regexp.MustCompile(`^(ld-linux.*|linux-vdso.*|libc|libm|libdl|li
 // libraries they load apart from glibc's (in /usr/local/lib/agent-tools,
 // registered with ldconfig): an image for agents written for Node's
 // standard library or for bash with curl and jq, built without a
-// network. It holds on a Debian 12 host (the image's own release, which
-// scripts/setup.sh provides). The tag names a hash of the files copied,
+// network. It holds on a Debian 12 host, the image's own release (the
+// machine scripts/setup.sh prepares; `make setup-node` installs the
+// three). The tag names a hash of the files copied,
 // so the image is built once per set of tools and reused. A missing tool
 // or a failed build makes the test unavailable (skipped, failed under
 // CI).
