@@ -246,19 +246,30 @@ func TestAgentThroughTheGateway(t *testing.T) {
 	}
 	noCredentialStored(t, out)
 	noCredentialStored(t, out2)
-	noKeyStored(t, []string{claudeTestKey, openaiTestKey, geminiTestKey}, out, out2, homes[0], homes[1])
+	// The event store is read as it lies on disk: the Gemini agent's
+	// ModelCall events (model names in plain text) are in the public
+	// task's run's store, to be found.
+	keys := []string{claudeTestKey, openaiTestKey, geminiTestKey}
+	noKeyStored(t, keys, out, out2, homes[1])
+	if seen := noKeyStored(t, keys, homes[0]); !seen["gemini-2.5-flash:streamGenerateContent"] {
+		t.Errorf("no file of proctor's home names the Gemini agent's streamed call: the search for keys read no event it could find them in")
+	}
 }
 
 // noKeyStored fails when a file under any of dirs holds one of keys (as
-// is, or JSON-escaped).
-func noKeyStored(t *testing.T, keys []string, dirs ...string) {
+// is, or JSON-escaped), or when a dir holds no file. It reports which of
+// the Gemini path names it saw, as a control that the files were read as
+// stored.
+func noKeyStored(t *testing.T, keys []string, dirs ...string) map[string]bool {
 	t.Helper()
 	var forms []string
 	for _, k := range keys {
 		esc, _ := json.Marshal(k)
 		forms = append(forms, k, string(esc[1:len(esc)-1]))
 	}
+	seen := map[string]bool{}
 	for _, dir := range dirs {
+		n := 0
 		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return nil
@@ -267,14 +278,24 @@ func noKeyStored(t *testing.T, keys []string, dirs ...string) {
 			if err != nil {
 				return nil
 			}
+			n++
 			for _, f := range forms {
 				if bytes.Contains(b, []byte(f)) {
 					t.Errorf("%s holds a key (%q)", p, f)
 				}
 			}
+			for _, c := range []string{"gemini-2.5-flash:streamGenerateContent"} {
+				if bytes.Contains(b, []byte(c)) {
+					seen[c] = true
+				}
+			}
 			return nil
 		})
+		if n == 0 {
+			t.Errorf("no file under %s", dir)
+		}
 	}
+	return seen
 }
 
 // stderrOf is the agent.stderr.log of a cell's output directory, "" when
