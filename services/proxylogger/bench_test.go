@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +180,13 @@ const (
 //     flushed by the upstream on its own as a model's are; the same ratio.
 //   - connect_added_ms: the first call's added time (the gateway's second
 //     TLS handshake and its leaf, minted once per host).
+//   - cpu_ratio_vs_tunnel: the load-independent figure beside
+//     ratio_vs_tunnel: the CPU time (user + system, getrusage) the whole
+//     process spends per MiB of the long streams through the tunnel over
+//     the same through the gateway. Upstream and client do the same work
+//     either way, so tunnel_cpu_ms/MiB and gateway_cpu_ms/MiB differ by
+//     what the gateway adds (its second TLS: a decryption and an
+//     encryption of every byte); other processes' load does not count.
 func BenchmarkGatewayStream(b *testing.B) {
 	upCA, _ := tlsca.New("bench upstream")
 	certPEM, keyPEM, _ := tlsca.ServerCert(upCA, "api.anthropic.com")
@@ -247,7 +255,9 @@ func BenchmarkGatewayStream(b *testing.B) {
 			TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	}
 	body := `{"model":"claude-sonnet-4-5","stream":true,"max_tokens":1024,"messages":[{"role":"user","content":"hi"}]}`
+	var tCPU, gCPU time.Duration
 	call := func(c *http.Client, key, query string, want int64) time.Duration {
+		cpu0 := processCPU(b)
 		start := time.Now()
 		req, _ := http.NewRequest(http.MethodPost, "https://"+host+"/v1/messages"+query, strings.NewReader(body))
 		req.Header.Set("x-api-key", key)
@@ -260,7 +270,15 @@ func BenchmarkGatewayStream(b *testing.B) {
 		if err != nil || resp.StatusCode != 200 || n < want {
 			b.Fatalf("status %d, %d bytes, %v", resp.StatusCode, n, err)
 		}
-		return time.Since(start)
+		d := time.Since(start)
+		if query == "?long" {
+			if key == "ph-bench" {
+				gCPU += processCPU(b) - cpu0
+			} else {
+				tCPU += processCPU(b) - cpu0
+			}
+		}
+		return d
 	}
 	// pair runs one call each way, which first alternating, adding their
 	// times.
@@ -307,4 +325,16 @@ func BenchmarkGatewayStream(b *testing.B) {
 	b.ReportMetric(mib/gt.Seconds(), "gateway_MiB/s")
 	b.ReportMetric(te.Seconds()/ge.Seconds(), "events_ratio_vs_tunnel")
 	b.ReportMetric(ms(gFirst-tFirst)/float64(b.N), "connect_added_ms")
+	b.ReportMetric(tCPU.Seconds()/gCPU.Seconds(), "cpu_ratio_vs_tunnel")
+	b.ReportMetric(ms(tCPU)/mib, "tunnel_cpu_ms/MiB")
+	b.ReportMetric(ms(gCPU)/mib, "gateway_cpu_ms/MiB")
+}
+
+// processCPU is the CPU time (user + system) the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -60,7 +60,8 @@ func (c *conn) intercept(ctx context.Context, br *bufio.Reader, e Entry, r *rout
 	_ = c.c.SetReadDeadline(time.Now().Add(c.p.cfg.HeaderTimeout))
 	if b, err := br.Peek(1); err == nil && b[0] == 0x16 {
 		x.tls = true
-		tc := tls.Server(cc, &tls.Config{
+		x.batch = &batchConn{Conn: cc}
+		tc := tls.Server(x.batch, &tls.Config{
 			GetCertificate:              func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.p.gw.minter.Cert(e.Host) },
 			NextProtos:                  []string{"http/1.1"},
 			MinVersion:                  tls.VersionTLS12,
@@ -109,6 +110,8 @@ type exchange struct {
 	// upstreamAddr is the last upstream's address, for the close record.
 	upstreamAddr string
 	closeOnce    sync.Once
+	// batch is the client's connection under TLS (nil for plain HTTP).
+	batch *batchConn
 }
 
 func (x *exchange) close() {
@@ -164,7 +167,7 @@ func (x *exchange) plain(cw *bufio.Writer, status int, msg string, last bool) {
 		io.WriteString(cw, "Connection: close\r\n")
 	}
 	io.WriteString(cw, "\r\n"+body)
-	_ = cw.Flush()
+	_ = x.flush(cw)
 }
 
 // one serves one request and reports whether the connection may carry
@@ -194,7 +197,7 @@ func (x *exchange) one(req *http.Request, cw *bufio.Writer) bool {
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		// Answered here: the upstream gets the body at once.
 		io.WriteString(cw, "HTTP/1.1 100 Continue\r\n\r\n")
-		if err := cw.Flush(); err != nil {
+		if err := x.flush(cw); err != nil {
 			return false
 		}
 	}
@@ -302,7 +305,11 @@ func (x *exchange) dial() error {
 	x.upstreamAddr = raw.RemoteAddr().String()
 	conn := raw
 	if x.tls {
-		tc := tls.Client(raw, &tls.Config{ServerName: x.e.Host, RootCAs: x.c.p.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"},
+		// TLS reads a record's header and then its body, each with a read
+		// of its own; through a buffer, the connection is read 64 KiB at
+		// a time instead, as the tunnel reads it.
+		br := &bufReadConn{Conn: raw, r: bufio.NewReaderSize(raw, interceptBuf)}
+		tc := tls.Client(br, &tls.Config{ServerName: x.e.Host, RootCAs: x.c.p.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"},
 			MinVersion: tls.VersionTLS12, DynamicRecordSizingDisabled: true})
 		hctx, cancel := context.WithTimeout(x.ctx, x.c.p.cfg.DialTimeout)
 		err := tc.HandshakeContext(hctx)
@@ -331,9 +338,13 @@ func (x *exchange) closeUpstream() {
 }
 
 // writeResponse writes resp to the client: its head (hop-by-hop headers
-// dropped; chunked when the upstream named no length), then its body
-// flushed as each piece arrives. It reports whether the connection may
-// carry another request (the body was written whole).
+// dropped; chunked when the upstream named no length), then its body. A
+// goroutine of its own reads the body from the upstream while this one
+// writes to the client; whatever has arrived by the time a write is done
+// goes out in the next one, and nothing waits once nothing more is in
+// hand (a stream's event is never held back for the next). It reports
+// whether the connection may carry another request (the body was written
+// whole).
 func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 	stripHopByHop(resp.Header)
 	bodyless := resp.Request.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
@@ -351,38 +362,160 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 	}
 	io.WriteString(cw, "\r\n")
 	if bodyless {
-		return cw.Flush() == nil
+		return x.flush(cw) == nil
 	}
-	if err := cw.Flush(); err != nil {
-		return false
+	pieces, stop := make(chan piece, relayDepth), make(chan struct{})
+	go readPieces(resp.Body, pieces, stop)
+	// drain ends the reader (after its pending read) and returns its
+	// buffers: the reader is gone before the caller closes the body.
+	drain := func() {
+		close(stop)
+		for p := range pieces {
+			pieceBufs.Put(p.buf)
+		}
 	}
-	buf := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(buf)
+	ok := true
 	for {
-		n, rerr := resp.Body.Read(*buf)
-		if n > 0 {
-			if chunked {
-				fmt.Fprintf(cw, "%x\r\n", n)
+		var p piece
+		var more bool
+		select {
+		case p, more = <-pieces:
+		default:
+			// Nothing more in hand: what is written goes out now.
+			if err := x.flush(cw); err != nil {
+				drain()
+				return false
 			}
-			cw.Write((*buf)[:n])
+			p, more = <-pieces
+		}
+		if !more {
+			break
+		}
+		if p.n > 0 {
+			if cw.Available() < p.n+chunkFraming {
+				if err := x.flush(cw); err != nil {
+					pieceBufs.Put(p.buf)
+					drain()
+					return false
+				}
+			}
+			if chunked {
+				fmt.Fprintf(cw, "%x\r\n", p.n)
+			}
+			cw.Write((*p.buf)[:p.n])
 			if chunked {
 				io.WriteString(cw, "\r\n")
 			}
-			// Flushed at once: a stream's event never waits for the
-			// next one.
-			if err := cw.Flush(); err != nil {
-				return false
-			}
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return false
+		pieceBufs.Put(p.buf)
+		if p.err != nil && p.err != io.EOF {
+			ok = false
 		}
 	}
-	if chunked {
+	if ok && chunked {
 		io.WriteString(cw, "0\r\n\r\n")
 	}
-	return cw.Flush() == nil
+	return x.flush(cw) == nil && ok
 }
+
+// flush writes what cw holds to the client; the TLS records it makes go
+// to the connection in one write.
+func (x *exchange) flush(cw *bufio.Writer) error {
+	if x.batch == nil {
+		return cw.Flush()
+	}
+	x.batch.hold()
+	err := cw.Flush()
+	if rerr := x.batch.release(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Pieces of a response body between its reader and its writer: up to
+// relayDepth pieces of up to pieceSize bytes wait for the writer.
+const (
+	pieceSize    = 32 << 10
+	relayDepth   = 4
+	chunkFraming = 16 // a chunk's size line and its CRLF
+)
+
+var pieceBufs = sync.Pool{New: func() any { b := make([]byte, pieceSize); return &b }}
+
+// piece is one read of a response body.
+type piece struct {
+	buf *[]byte
+	n   int
+	err error
+}
+
+// readPieces reads body into pieces until the body ends or fails (the
+// last piece carries the error) or stop is closed; it closes pieces.
+func readPieces(body io.Reader, pieces chan<- piece, stop <-chan struct{}) {
+	defer close(pieces)
+	for {
+		bp := pieceBufs.Get().(*[]byte)
+		n, err := body.Read(*bp)
+		if n == 0 && err == nil {
+			pieceBufs.Put(bp)
+			continue
+		}
+		select {
+		case pieces <- piece{bp, n, err}:
+		case <-stop:
+			pieceBufs.Put(bp)
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// batchConn is the client's connection under the gateway's TLS. Between
+// hold and release the records TLS writes are gathered and go to the
+// connection in one write (crypto/tls writes each record of up to 16 KiB
+// on its own); at any other time (the handshake, alerts) a write goes
+// straight through.
+type batchConn struct {
+	net.Conn
+	mu   sync.Mutex
+	held bool
+	buf  []byte
+}
+
+func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held {
+		b.buf = append(b.buf, p...)
+		return len(p), nil
+	}
+	return b.Conn.Write(p)
+}
+
+func (b *batchConn) hold() {
+	b.mu.Lock()
+	b.held = true
+	b.mu.Unlock()
+}
+
+func (b *batchConn) release() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held = false
+	if len(b.buf) == 0 {
+		return nil
+	}
+	_, err := b.Conn.Write(b.buf)
+	b.buf = b.buf[:0]
+	return err
+}
+
+// bufReadConn is a connection read through a buffer.
+type bufReadConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufReadConn) Read(p []byte) (int, error) { return c.r.Read(p) }
