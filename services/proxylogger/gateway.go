@@ -153,8 +153,8 @@ type call struct {
 func (c *conn) newCall(r *route, e Entry, method, path string) *call {
 	cl := &call{c: c, r: r, start: time.Now()}
 	cl.d = events.ModelCallData{Provider: r.Provider, Host: e.Host, Port: e.Port, Method: method, Path: path, API: APIOf(path)}
-	if cl.d.API == APIGeminiGenerate {
-		cl.d.Model = geminiModel(path)
+	if cl.d.API != "" {
+		cl.d.Model = modelOfPath(path)
 	}
 	return cl
 }
@@ -173,14 +173,14 @@ func (cl *call) requestBody(b io.ReadCloser) io.ReadCloser {
 func (cl *call) response(resp *http.Response) {
 	cl.d.Status = resp.StatusCode
 	cl.d.TTFBSec = time.Since(cl.start).Seconds()
-	sse := strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/event-stream")
-	cl.d.Stream = sse
 	api := cl.d.API
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		api = "" // compressed anyway: counted, not parsed
 	}
+	p := newUsageParser(api, resp.Header.Get("Content-Type"))
+	cl.d.Stream = p.streamed()
 	head := headSize(fmt.Sprintf("HTTP/1.1 %s", resp.Status), resp.Header)
-	resp.Body = &respBody{ReadCloser: resp.Body, cl: cl, p: newUsageParser(api, sse), head: head}
+	resp.Body = &respBody{ReadCloser: resp.Body, cl: cl, p: p, head: head}
 }
 
 // fail records the call as failed with status (0: no response) and why.

@@ -2,8 +2,12 @@ package proxylogger
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"net/url"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
 	"github.com/tidwall/gjson"
 )
 
@@ -13,12 +17,20 @@ const (
 	APIOpenAIChat        = "openai.chat"
 	APIOpenAIResponses   = "openai.responses"
 	APIGeminiGenerate    = "gemini.generate"
+	// Bedrock's InvokeModel (/model/{id}/invoke; with a stream,
+	// invoke-with-response-stream): an Anthropic model's Messages body,
+	// or an event stream of its events as chunks.
+	APIBedrockInvoke = "bedrock.invoke"
+	// Bedrock's Converse and ConverseStream (/model/{id}/converse,
+	// converse-stream).
+	APIBedrockConverse = "bedrock.converse"
 )
 
 // APIOf returns the API a request path is a call of, by its suffix (so a
 // gateway's prefix, /anthropic/v1/messages, is still the Messages API),
 // or "" for any other path (count_tokens, models, files: requests without
-// usage).
+// usage). Vertex AI's rawPredict and streamRawPredict on an Anthropic
+// model answer the Messages API; Foundry's /anthropic/v1/messages is it.
 func APIOf(path string) string {
 	switch {
 	case strings.HasSuffix(path, "/messages"):
@@ -29,6 +41,28 @@ func APIOf(path string) string {
 		return APIOpenAIResponses
 	case strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent"):
 		return APIGeminiGenerate
+	case vertexAnthropicModel(path) != "":
+		return APIAnthropicMessages
+	}
+	if _, op := bedrockModel(path); op == "invoke" || op == "invoke-with-response-stream" {
+		return APIBedrockInvoke
+	} else if op == "converse" || op == "converse-stream" {
+		return APIBedrockConverse
+	}
+	return ""
+}
+
+// modelOfPath returns the model a request's path names (Gemini, Vertex
+// AI, Bedrock), or "".
+func modelOfPath(path string) string {
+	if m := vertexAnthropicModel(path); m != "" {
+		return m
+	}
+	if m, _ := bedrockModel(path); m != "" {
+		return m
+	}
+	if APIOf(path) == APIGeminiGenerate {
+		return geminiModel(path)
 	}
 	return ""
 }
@@ -42,6 +76,40 @@ func geminiModel(path string) string {
 	}
 	m, _, _ := strings.Cut(path[i+len("/models/"):], ":")
 	return m
+}
+
+// vertexAnthropicModel returns the model of a Vertex AI call of an
+// Anthropic model (.../publishers/anthropic/models/claude-sonnet-4-5@20250929:streamRawPredict),
+// or "" (another path, or count-tokens, which reports no usage).
+func vertexAnthropicModel(path string) string {
+	i := strings.LastIndex(path, "/publishers/anthropic/models/")
+	if i < 0 {
+		return ""
+	}
+	m, method, ok := strings.Cut(path[i+len("/publishers/anthropic/models/"):], ":")
+	if !ok || m == "count-tokens" || (method != "rawPredict" && method != "streamRawPredict") {
+		return ""
+	}
+	return m
+}
+
+// bedrockModel splits a Bedrock runtime path, /model/{modelId}/{op},
+// into its model id (unescaped; an ARN's slashes kept) and its operation,
+// or returns "", "".
+func bedrockModel(path string) (model, op string) {
+	rest, ok := strings.CutPrefix(path, "/model/")
+	if !ok {
+		return "", ""
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", ""
+	}
+	model, op = rest[:i], rest[i+1:]
+	if m, err := url.PathUnescape(model); err == nil {
+		model = m
+	}
+	return model, op
 }
 
 var (
@@ -67,26 +135,42 @@ const (
 )
 
 // usageParser reads a response body as it streams to the client (Write),
-// and Finish returns its usage. It keeps only a bounded JSON body or the
-// current Server-Sent event, never the whole stream.
+// and Finish returns its usage. It keeps only a bounded JSON body, the
+// current Server-Sent event or the current event-stream message, never the
+// whole stream.
 type usageParser struct {
 	api    string
 	sse    bool
+	es     bool // an AWS event stream (application/vnd.amazon.eventstream)
 	u      Usage
 	body   bytes.Buffer // a JSON body
 	over   bool         // the JSON body or an event overflowed
 	line   []byte       // the current SSE line, across writes
 	data   []byte       // the current SSE event's data lines
 	hasEvt bool
+	frame  []byte // the current event-stream message, across writes
+	lost   bool   // the event stream is past a message it could not frame
 }
 
-func newUsageParser(api string, sse bool) *usageParser {
-	return &usageParser{api: api, sse: sse}
+// newUsageParser returns a parser of a response of api whose body has
+// contentType.
+func newUsageParser(api, contentType string) *usageParser {
+	ct := strings.ToLower(contentType)
+	return &usageParser{api: api,
+		sse: strings.HasPrefix(ct, "text/event-stream"),
+		es:  strings.HasPrefix(ct, "application/vnd.amazon.eventstream")}
 }
+
+// streamed reports whether the body is a stream of events.
+func (p *usageParser) streamed() bool { return p.sse || p.es }
 
 // Write feeds response body bytes; it never fails.
 func (p *usageParser) Write(b []byte) (int, error) {
 	if p.api == "" {
+		return len(b), nil
+	}
+	if p.es {
+		p.frames(b)
 		return len(b), nil
 	}
 	if !p.sse {
@@ -161,15 +245,7 @@ func (p *usageParser) event(d []byte) {
 	}
 	switch p.api {
 	case APIAnthropicMessages:
-		switch gjson.GetBytes(d, "type").String() {
-		case "message_start":
-			m := gjson.GetBytes(d, "message")
-			p.model(m.Get("model"))
-			p.anthropic(m.Get("usage"))
-		case "message_delta":
-			// Cumulative counts: each field present replaces the start's.
-			p.anthropic(gjson.GetBytes(d, "usage"))
-		}
+		p.anthropicEvent(d)
 	case APIOpenAIChat:
 		p.model(gjson.GetBytes(d, "model"))
 		p.openAIChat(gjson.GetBytes(d, "usage"))
@@ -182,6 +258,130 @@ func (p *usageParser) event(d []byte) {
 	case APIGeminiGenerate:
 		p.gemini(gjson.ParseBytes(d))
 	}
+}
+
+// anthropicEvent reads one event of a Messages API stream.
+func (p *usageParser) anthropicEvent(d []byte) {
+	switch gjson.GetBytes(d, "type").String() {
+	case "message_start":
+		m := gjson.GetBytes(d, "message")
+		p.model(m.Get("model"))
+		p.anthropic(m.Get("usage"))
+	case "message_delta":
+		// Cumulative counts: each field present replaces the start's.
+		p.anthropic(gjson.GetBytes(d, "usage"))
+	}
+}
+
+// minFrame is the size of an event-stream message with no headers and
+// no payload: prelude (total and headers lengths), its CRC, message CRC.
+const minFrame = 16
+
+// frames reads an event stream's bytes: each whole message (its total
+// length is its first 4 bytes) is decoded by the AWS SDK's decoder, which
+// checks its CRCs; a message across writes is kept until whole. A length
+// out of bounds loses the stream's framing: nothing after it is read.
+func (p *usageParser) frames(b []byte) {
+	for len(b) > 0 && !p.lost {
+		if len(p.frame) == 0 && len(b) >= 4 {
+			n := int(binary.BigEndian.Uint32(b))
+			if n < minFrame || n > maxEvent {
+				p.lose()
+				return
+			}
+			if len(b) >= n {
+				p.message(b[:n])
+				b = b[n:]
+				continue
+			}
+		}
+		if len(p.frame) < 4 {
+			k := min(len(b), 4-len(p.frame))
+			p.frame, b = append(p.frame, b[:k]...), b[k:]
+			if len(p.frame) < 4 {
+				return
+			}
+		}
+		n := int(binary.BigEndian.Uint32(p.frame))
+		if n < minFrame || n > maxEvent {
+			p.lose()
+			return
+		}
+		k := min(len(b), n-len(p.frame))
+		p.frame, b = append(p.frame, b[:k]...), b[k:]
+		if len(p.frame) == n {
+			p.message(p.frame)
+			p.frame = p.frame[:0]
+		}
+	}
+}
+
+func (p *usageParser) lose() {
+	p.lost, p.over = true, true
+	p.frame = nil
+}
+
+// message reads one event-stream message: an event of InvokeModel's
+// stream (a chunk: {"bytes": base64 of a Messages API event}, the last
+// one also with Bedrock's amazon-bedrock-invocationMetrics) or of
+// ConverseStream's (metadata: {"usage": ...}). Exceptions and other
+// events carry no usage.
+func (p *usageParser) message(frame []byte) {
+	m, err := eventstream.NewDecoder().Decode(bytes.NewReader(frame), nil)
+	if err != nil {
+		return // a CRC or header that does not check: skipped, the next is framed by its length
+	}
+	if v := m.Headers.Get(":message-type"); v == nil || v.String() != "event" {
+		return
+	}
+	ev := m.Headers.Get(":event-type")
+	if ev == nil {
+		return
+	}
+	switch p.api {
+	case APIBedrockInvoke:
+		if ev.String() != "chunk" {
+			return
+		}
+		b := gjson.GetBytes(m.Payload, "bytes")
+		if b.Type != gjson.String {
+			return
+		}
+		d, err := base64.StdEncoding.DecodeString(b.Str)
+		if err != nil || !gjson.ValidBytes(d) {
+			return
+		}
+		p.anthropicEvent(d)
+		p.bedrockMetrics(gjson.GetBytes(d, "amazon-bedrock-invocationMetrics"))
+	case APIBedrockConverse:
+		if ev.String() == "metadata" {
+			p.bedrockConverse(gjson.GetBytes(m.Payload, "usage"))
+		}
+	}
+}
+
+// bedrockMetrics reads the invocation metrics Bedrock adds to the last
+// chunk of an InvokeModel stream: the call's totals, as billed.
+func (p *usageParser) bedrockMetrics(u gjson.Result) {
+	if !u.IsObject() {
+		return
+	}
+	set(&p.u.Input, u.Get("inputTokenCount"))
+	set(&p.u.Output, u.Get("outputTokenCount"))
+	set(&p.u.CacheRead, u.Get("cacheReadInputTokenCount"))
+	set(&p.u.CacheWrite, u.Get("cacheWriteInputTokenCount"))
+}
+
+// bedrockConverse reads Converse's usage (its inputTokens, as the Messages
+// API's input_tokens, exclude the cached input counted beside them).
+func (p *usageParser) bedrockConverse(u gjson.Result) {
+	if !u.IsObject() {
+		return
+	}
+	set(&p.u.Input, u.Get("inputTokens"))
+	set(&p.u.Output, u.Get("outputTokens"))
+	set(&p.u.CacheRead, u.Get("cacheReadInputTokens"))
+	set(&p.u.CacheWrite, u.Get("cacheWriteInputTokens"))
 }
 
 func (p *usageParser) model(v gjson.Result) {
@@ -257,12 +457,14 @@ func (p *usageParser) Finish() Usage {
 			p.event(p.data)
 			p.hasEvt = false
 		}
-	} else if !p.over && p.body.Len() > 0 {
+	} else if !p.es && !p.over && p.body.Len() > 0 {
 		b := p.body.Bytes()
 		switch p.api {
-		case APIAnthropicMessages:
+		case APIAnthropicMessages, APIBedrockInvoke:
 			p.model(gjson.GetBytes(b, "model"))
 			p.anthropic(gjson.GetBytes(b, "usage"))
+		case APIBedrockConverse:
+			p.bedrockConverse(gjson.GetBytes(b, "usage"))
 		case APIOpenAIChat:
 			p.model(gjson.GetBytes(b, "model"))
 			p.openAIChat(gjson.GetBytes(b, "usage"))

@@ -99,7 +99,7 @@ func TestUsageParserShapes(t *testing.T) {
 				feeds = append(feeds, []string{c.body[:i], c.body[i:]})
 			}
 			for _, parts := range feeds {
-				p := newUsageParser(APIOf(c.path), c.sse)
+				p := newUsageParser(APIOf(c.path), contentType(c.sse))
 				for _, part := range parts {
 					if n, err := p.Write([]byte(part)); n != len(part) || err != nil {
 						t.Fatalf("write %d, %v", n, err)
@@ -114,6 +114,13 @@ func TestUsageParserShapes(t *testing.T) {
 	}
 }
 
+func contentType(sse bool) string {
+	if sse {
+		return "text/event-stream; charset=utf-8"
+	}
+	return "application/json"
+}
+
 func splitEvery(s string, n int) []string {
 	var out []string
 	for len(s) > n {
@@ -126,7 +133,7 @@ func splitEvery(s string, n int) []string {
 func TestUsageParserBounds(t *testing.T) {
 	// An event larger than maxEvent is skipped, the others still count.
 	big := `data: {"type":"content_block_delta","delta":{"text":"` + strings.Repeat("x", maxEvent) + `"}}`
-	p := newUsageParser(APIAnthropicMessages, true)
+	p := newUsageParser(APIAnthropicMessages, "text/event-stream")
 	for _, e := range []string{
 		`data: {"type":"message_start","message":{"model":"m","usage":{"input_tokens":1,"output_tokens":0}}}`, big,
 		`data: {"type":"message_delta","usage":{"output_tokens":9}}`,
@@ -145,13 +152,30 @@ func TestAPIOfAndGeminiModel(t *testing.T) {
 	for path, want := range map[string]string{
 		"/v1/messages": APIAnthropicMessages, "/v1/messages/count_tokens": "", "/v1/models": "",
 		"/openai/v1/chat/completions": APIOpenAIChat, "/v1/responses": APIOpenAIResponses,
-		"/v1beta/models/gemini-2.5-pro:streamGenerateContent": APIGeminiGenerate,
+		"/v1beta/models/gemini-2.5-pro:streamGenerateContent":                                                   APIGeminiGenerate,
+		"/v1/projects/p/locations/global/publishers/anthropic/models/claude-opus-4-1@20250805:streamRawPredict": APIAnthropicMessages,
+		"/v1/projects/p/locations/global/publishers/anthropic/models/claude-opus-4-1@20250805:rawPredict":       APIAnthropicMessages,
+		"/v1/projects/p/locations/global/publishers/anthropic/models/count-tokens:rawPredict":                   "",
+		"/anthropic/v1/messages":                                                                                                       APIAnthropicMessages,
+		"/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke":                                                                   APIBedrockInvoke,
+		"/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke-with-response-stream":                                              APIBedrockInvoke,
+		"/model/anthropic.claude-3-haiku-20240307-v1:0/converse":                                                                       APIBedrockConverse,
+		"/model/arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0/converse-stream": APIBedrockConverse,
+		"/model/m/count-tokens": "",
 	} {
 		if got := APIOf(path); got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)
 		}
 	}
-	if m := geminiModel("/v1beta/models/gemini-2.5-pro:generateContent"); m != "gemini-2.5-pro" {
-		t.Errorf("gemini model %q", m)
+	for path, want := range map[string]string{
+		"/v1beta/models/gemini-2.5-pro:generateContent":                                                              "gemini-2.5-pro",
+		"/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929:rawPredict":        "claude-sonnet-4-5@20250929",
+		"/model/us.anthropic.claude-sonnet-4-5-20250929-v1:0/invoke":                                                 "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+		"/model/arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0/converse": "arn:aws:bedrock:us-east-1:1:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+		"/v1/messages": "",
+	} {
+		if got := modelOfPath(path); got != want {
+			t.Errorf("model of %s: %q, want %q", path, got, want)
+		}
 	}
 }
