@@ -314,13 +314,16 @@ type ModelCallData struct {
 	Port   int    `json:"port,omitempty"`
 	Method string `json:"method"`
 	Path   string `json:"path"`
-	// API names the shape parsed: anthropic.messages, openai.chat,
-	// openai.responses, gemini.generate; "" when the request was none of
-	// them.
+	// API names the shape parsed: anthropic.messages (Vertex AI's
+	// rawPredict and Foundry's included), openai.chat, openai.responses,
+	// gemini.generate, bedrock.invoke, bedrock.converse; "" when the
+	// request was none of them.
 	API string `json:"api,omitempty"`
-	// Model is the response's model, else the request's.
+	// Model is the response's model, else the request's (its body's, or
+	// the model its path names: Gemini, Vertex AI, Bedrock).
 	Model string `json:"model,omitempty"`
-	// Stream is true for a Server-Sent Events response.
+	// Stream is true for a streamed response: Server-Sent Events, or
+	// Bedrock's AWS event stream.
 	Stream bool `json:"stream,omitempty"`
 	// Status is the upstream's HTTP status (0: no response).
 	Status           int    `json:"status"`
