@@ -148,8 +148,12 @@ type usageParser struct {
 	line   []byte       // the current SSE line, across writes
 	data   []byte       // the current SSE event's data lines
 	hasEvt bool
-	frame  []byte // the current event-stream message, across writes
-	lost   bool   // the event stream is past a message it could not frame
+	// ref is the current event's only data line while it is still in the
+	// bytes being written (inRef); keepData copies it to data.
+	ref   []byte
+	inRef bool
+	frame []byte // the current event-stream message, across writes
+	lost  bool   // the event stream is past a message it could not frame
 }
 
 // newUsageParser returns a parser of a response of api whose body has
@@ -184,19 +188,41 @@ func (p *usageParser) Write(b []byte) (int, error) {
 		}
 		return len(b), nil
 	}
+	// Lines whole in b are read where they are; only a line across
+	// writes, and the data of an event not yet ended, are copied.
 	rest := b
-	for len(rest) > 0 {
+	if len(p.line) > 0 {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			p.appendLine(rest)
+			return len(b), nil
+		}
+		p.appendLine(rest[:i])
+		p.sseLine(p.line)
+		p.keepData()
+		p.line = p.line[:0]
+		rest = rest[i+1:]
+	}
+	for {
 		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
 			p.appendLine(rest)
 			break
 		}
-		p.appendLine(rest[:i])
-		p.sseLine(p.line)
-		p.line = p.line[:0]
+		p.sseLine(rest[:i])
 		rest = rest[i+1:]
 	}
+	p.keepData()
 	return len(b), nil
+}
+
+// keepData copies the current event's data out of the bytes being
+// written, which the caller reuses.
+func (p *usageParser) keepData() {
+	if p.inRef {
+		p.data = append(p.data[:0], p.ref...)
+		p.ref, p.inRef = nil, false
+	}
 }
 
 func (p *usageParser) appendLine(b []byte) {
@@ -213,23 +239,33 @@ func (p *usageParser) appendLine(b []byte) {
 func (p *usageParser) sseLine(l []byte) {
 	l = bytes.TrimSuffix(l, []byte("\r"))
 	if len(l) == 0 {
-		if p.hasEvt {
+		if p.inRef {
+			p.event(p.ref)
+		} else if p.hasEvt {
 			p.event(p.data)
 		}
-		p.data, p.hasEvt = p.data[:0], false
+		p.data, p.hasEvt, p.ref, p.inRef = p.data[:0], false, nil, false
 		return
 	}
 	if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
 		v = bytes.TrimPrefix(v, []byte(" "))
+		if !p.hasEvt {
+			// An event's first data line is kept where it is: most
+			// events are one line, ended in the same write.
+			if len(v)+1 > maxEvent {
+				p.over = true
+				return
+			}
+			p.ref, p.inRef, p.hasEvt = v, true, true
+			return
+		}
+		p.keepData()
 		if len(p.data)+len(v)+1 > maxEvent {
 			p.over = true
 			return
 		}
-		if p.hasEvt {
-			p.data = append(p.data, '\n')
-		}
+		p.data = append(p.data, '\n')
 		p.data = append(p.data, v...)
-		p.hasEvt = true
 	}
 }
 
@@ -451,6 +487,7 @@ func (p *usageParser) Finish() Usage {
 	if p.sse {
 		if len(p.line) > 0 {
 			p.sseLine(p.line)
+			p.keepData()
 			p.line = p.line[:0]
 		}
 		if p.hasEvt {

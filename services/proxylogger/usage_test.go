@@ -73,6 +73,10 @@ var usageCases = []struct {
 		`data: {"type":"message_start","message":{"model":"m","usage":{"input_tokens":1,"output_tokens":1}}}` + "\n\n" +
 			`data: {"type":"message_delta","usage":{"output_tokens":2}}`,
 		"m 1 2 - -"},
+	{"an event's data across lines", "/v1/messages", true,
+		"data: {\"type\":\"message_start\",\n: a comment\ndata: \"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n" +
+			"data: {\"type\":\"message_delta\",\ndata: \"usage\":{\"output_tokens\":7}}\n\n",
+		"m 5 7 - -"},
 	{"CRLF lines", "/v1/messages", true,
 		"data: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\r\n\r\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\r\n\r\n",
 		"m 5 3 - -"},
