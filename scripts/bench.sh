@@ -90,6 +90,7 @@ BEGIN {
     "BenchmarkProxyConnectLatency (added p99 ms)|BenchmarkProxyConnectLatency|added_p99_ms|-|added_p99_ms|<=|2\n" \
     "BenchmarkGatewayStream (added ms per call)|BenchmarkGatewayStream|added_ms_per_call|tunnel_ms_per_call|added_ms_per_call|<=|2\n" \
     "  throughput (MiB/s)|BenchmarkGatewayStream|gateway_MiB/s|tunnel_MiB/s|ratio_vs_tunnel|>=|0.9\n" \
+    "  beside: CPU per MiB (load-independent)|BenchmarkGatewayStream|gateway_cpu_ms/MiB|tunnel_cpu_ms/MiB|cpu_ratio_vs_tunnel|beside|\n" \
     "  beside: a model-like stream of small events|BenchmarkGatewayStream|-|-|events_ratio_vs_tunnel|beside|\n" \
     "BenchmarkScheduling (makespan s)|BenchmarkScheduling|makespan_s|ideal_s|efficiency|>=|0.95\n" \
     "  slot refill p99 (ms)|BenchmarkScheduling|refill_p50_ms|-|refill_p99_ms|beside|\n" \
