@@ -738,3 +738,73 @@ func TestGatewayStreamsEachEventAtOnce(t *testing.T) {
 		t.Errorf("%+v", m)
 	}
 }
+
+// TestGatewayClientLeavesMidStream: a client that closes its connection
+// after the first event does not stall the gateway: the gateway closes
+// the upstream connection as the client's own going would have (the model
+// stops generating; nothing more is read or billed on its behalf), and
+// the call is recorded as ended early with the usage seen so far.
+func TestGatewayClientLeavesMidStream(t *testing.T) {
+	ca, _ := tlsca.New("upstream CA")
+	certPEM, keyPEM, _ := tlsca.ServerCert(ca, "api.anthropic.com")
+	cert, _ := tls.X509KeyPair(certPEM, keyPEM)
+	gone, upstreamSawClose := make(chan struct{}), make(chan struct{})
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n")
+		w.(http.Flusher).Flush()
+		<-gone
+		// A model goes on generating at its pace (or sends its pings);
+		// the stream ends only when its connection does.
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		end := time.After(10 * time.Second)
+		for {
+			select {
+			case <-r.Context().Done():
+				close(upstreamSawClose)
+				return
+			case <-end:
+				return
+			case <-tick.C:
+				io.WriteString(w, "data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"more\"}}\n\n")
+				w.(http.Flusher).Flush()
+			}
+		}
+	}), ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	host := "api.anthropic.com:" + port
+	runCA, _ := tlsca.New("run CA")
+	upRoots, _ := ca.Pool()
+	calls := &callCollector{}
+	proxy := startProxy(t, Config{Policy: policy(t, host), Resolver: mapResolver{"api.anthropic.com": loopback}, AllowLoopbackUpstreams: true,
+		UpstreamRoots: upRoots, ModelSink: calls.sink,
+		Gateway: &Gateway{CA: runCA, Routes: []providers.Route{{Provider: "anthropic", Hosts: []string{host}}}}})
+	roots, _ := runCA.Pool()
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), TLSClientConfig: &tls.Config{RootCAs: roots}}
+	resp, err := (&http.Client{Transport: tr}).Post("https://"+host+"/v1/messages", "application/json", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(first, "message_start") {
+		t.Fatalf("first line %q, %v", first, err)
+	}
+	resp.Body.Close() // closes the connection: the body was not read to its end
+	close(gone)
+	select {
+	case <-upstreamSawClose:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream connection was kept open after the client left")
+	}
+	m := calls.waitFor(t, 1)[0]
+	if *m.InputTokens != 3 || *m.OutputTokens != 1 || !strings.Contains(m.Error, "ended before its end") {
+		t.Errorf("%+v", m)
+	}
+}

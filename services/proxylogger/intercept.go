@@ -366,9 +366,12 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 	}
 	pieces, stop := make(chan piece, relayDepth), make(chan struct{})
 	go readPieces(resp.Body, pieces, stop)
-	// drain ends the reader (after its pending read) and returns its
-	// buffers: the reader is gone before the caller closes the body.
+	// drain, once the client is gone, closes the upstream connection (as
+	// the client's own going would have: a model stops generating), ends
+	// the reader and returns its buffers: the reader is gone before the
+	// caller closes the body, and the call is recorded as ended early.
 	drain := func() {
+		x.closeUpstream()
 		close(stop)
 		for p := range pieces {
 			pieceBufs.Put(p.buf)
