@@ -203,3 +203,48 @@ func TestGatewayUsageOfBedrockVertexFoundry(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayKeepsSigV4SignedHeaders: a Bedrock request signed with AWS
+// Signature Version 4 over Accept-Encoding reaches Bedrock with the header
+// it was signed with (the gateway asks for an uncompressed answer only
+// where no signature covers the header).
+func TestGatewayKeepsSigV4SignedHeaders(t *testing.T) {
+	ca, _ := tlsca.New("upstream CA")
+	certPEM, keyPEM, _ := tlsca.ServerCert(ca, "provider.test")
+	cert, _ := tls.X509KeyPair(certPEM, keyPEM)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 4)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Accept-Encoding")
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"usage":{"inputTokens":1,"outputTokens":2}}`)
+	}), ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	host := "provider.test:" + port
+	runCA, _ := tlsca.New("run CA")
+	upRoots, _ := ca.Pool()
+	proxy := startProxy(t, Config{Policy: policy(t, host), Resolver: mapResolver{"provider.test": loopback}, AllowLoopbackUpstreams: true,
+		UpstreamRoots: upRoots, ModelSink: (&callCollector{}).sink,
+		Gateway: &Gateway{CA: runCA, Routes: []providers.Route{{Provider: "bedrock", Hosts: []string{host}}}}})
+	roots, _ := runCA.Pool()
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxy}), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	sig := "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261202/us-east-1/bedrock/aws4_request, SignedHeaders=%s, Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
+	for _, c2 := range []struct{ signed, want string }{
+		{"accept-encoding;content-type;host;x-amz-date", "gzip, br"},
+		{"content-type;host;x-amz-date", "identity"},
+	} {
+		resp, body := post(t, c, "https://"+host+"/model/m/converse", map[string]string{
+			"Authorization": strings.Replace(sig, "%s", c2.signed, 1), "Accept-Encoding": "gzip, br", "X-Amz-Date": "20261202T190000Z"}, `{}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		if got := <-seen; got != c2.want {
+			t.Errorf("signed %s: Bedrock got Accept-Encoding %q, want %q", c2.signed, got, c2.want)
+		}
+	}
+}

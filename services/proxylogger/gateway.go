@@ -108,7 +108,8 @@ func (g *gateway) route(e Entry) *route {
 // apply puts the route's real credentials where the request carries their
 // placeholders (the route's auth headers and auth query parameters, never
 // anywhere else), sets the route's extra headers, and asks for an
-// uncompressed response on the APIs whose usage is read.
+// uncompressed response on the APIs whose usage is read (unless an AWS
+// signature covers Accept-Encoding).
 func (r *route) apply(h http.Header, u *url.URL, api string) {
 	for _, name := range r.headers {
 		vs := h.Values(name)
@@ -134,9 +135,29 @@ func (r *route) apply(h http.Header, u *url.URL, api string) {
 	for k, v := range r.Headers {
 		h.Set(k, v)
 	}
-	if api != "" {
+	if api != "" && !sigV4Signs(h, u, "accept-encoding") {
 		h.Set("Accept-Encoding", "identity")
 	}
+}
+
+// sigV4Signs reports whether the request is signed with AWS Signature
+// Version 4 (Bedrock's access keys; in its Authorization header or a
+// presigned query) over header name, which the gateway must then leave
+// as it is: changing it would break the signature.
+func sigV4Signs(h http.Header, u *url.URL, name string) bool {
+	var signed string
+	if auth := h.Get("Authorization"); strings.HasPrefix(auth, "AWS4-") {
+		_, signed, _ = strings.Cut(auth, "SignedHeaders=")
+		signed, _, _ = strings.Cut(signed, ",")
+	} else if u.RawQuery != "" && strings.Contains(u.RawQuery, "X-Amz-SignedHeaders") {
+		signed = u.Query().Get("X-Amz-SignedHeaders")
+	}
+	for _, s := range strings.Split(signed, ";") {
+		if strings.EqualFold(strings.TrimSpace(s), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // call is one request on a route's host, becoming a ModelCall.
