@@ -66,7 +66,7 @@ var layers = map[string]int{
 	"pkg/sandbox/docker": 2, "pkg/sandbox/process": 2, "pkg/sandbox/sandboxfake": 2,
 	"pkg/sandbox/sandboxtest": 2, "pkg/cellfs": 2, "pkg/bus/bustest": 2, "pkg/dataset": 2,
 	"internal/testutil": 2, // its fixtures are event logs
-	"pkg/subject":       2,
+	"pkg/subject":       2, "pkg/trees": 2,
 	// 3: the harness arms and the cell preamble.
 	"pkg/harness": 3, "pkg/cellrun": 3,
 	// 4: what runs arms or reads the log.

@@ -37,8 +37,11 @@ type Bus struct {
 	Runs   jetstream.KeyValue
 	// Nodes holds each node's verifier heartbeat (NodeBeat, NodeSeen).
 	Nodes jetstream.KeyValue
-	log   *slog.Logger
-	owned bool
+	// Replicas is the replicas the streams were created with (an
+	// existing stream may have more).
+	Replicas int
+	log      *slog.Logger
+	owned    bool
 
 	failMu sync.Mutex
 	failed []failedPub
@@ -95,6 +98,7 @@ func newBus(ctx context.Context, nc *nats.Conn, log *slog.Logger, replicas int) 
 	if replicas <= 0 {
 		replicas = DefaultReplicas(nc)
 	}
+	b.Replicas = replicas
 	if err := Retry(ctx, log, "create the streams", func(ctx context.Context) error { return b.ensure(ctx, replicas) }); err != nil {
 		return nil, err
 	}

@@ -2,8 +2,6 @@ package task
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -102,6 +100,40 @@ var hashBufs = sync.Pool{New: func() any { b := make([]byte, 32*1024); return &b
 // keeps the contents of keptFiles; top, when non-nil, is dir's entries as
 // already read. It fails only when a file or directory cannot be read.
 func scanTask(dir, root string, top []os.DirEntry) (*taskTree, error) {
+	tr, err := walkTree(dir, root, top)
+	if err != nil {
+		return nil, err
+	}
+	bufp := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(bufp)
+	m := NewManifest()
+	fileHash := sha256.New()
+	var sum [sha256.Size]byte
+	for _, e := range tr.entries {
+		if e.real == "" {
+			m.Link(e.rel, e.link)
+			continue
+		}
+		fileHash.Reset()
+		var keep *[]byte
+		if keptFiles[e.rel] || isStepInstruction(e.rel) {
+			keep = new([]byte)
+		}
+		if err := hashFile(e.real, fileHash, *bufp, keep); err != nil {
+			return nil, err
+		}
+		if keep != nil {
+			tr.contents[e.rel] = *keep
+		}
+		m.File(e.rel, fileHash.Sum(sum[:0]))
+	}
+	tr.revision = m.Sum()
+	return tr, nil
+}
+
+// walkTree lists dir's files and unfollowed links (scanTask's walk),
+// sorted, without reading any file.
+func walkTree(dir, root string, top []os.DirEntry) (*taskTree, error) {
 	tr := &taskTree{dirs: map[string]string{"": dir}, files: map[string]string{}, contents: map[string][]byte{}}
 	ancestors := map[string]bool{}
 	for d := dir; ; {
@@ -181,38 +213,6 @@ func scanTask(dir, root string, top []os.DirEntry) (*taskTree, error) {
 	sort.Slice(tr.entries, func(i, j int) bool { return tr.entries[i].rel < tr.entries[j].rel })
 	sort.Slice(tr.issues, func(i, j int) bool { return tr.issues[i].rel < tr.issues[j].rel })
 
-	bufp := hashBufs.Get().(*[]byte)
-	defer hashBufs.Put(bufp)
-	manifest := sha256.New()
-	fileHash := sha256.New()
-	var sum [sha256.Size]byte
-	var hexSum [2 * sha256.Size]byte
-	for _, e := range tr.entries {
-		if e.real == "" {
-			io.WriteString(manifest, e.rel)
-			io.WriteString(manifest, "\x00->")
-			io.WriteString(manifest, e.link)
-			io.WriteString(manifest, "\n")
-			continue
-		}
-		fileHash.Reset()
-		var keep *[]byte
-		if keptFiles[e.rel] || isStepInstruction(e.rel) {
-			keep = new([]byte)
-		}
-		if err := hashFile(e.real, fileHash, *bufp, keep); err != nil {
-			return nil, err
-		}
-		if keep != nil {
-			tr.contents[e.rel] = *keep
-		}
-		hex.Encode(hexSum[:], fileHash.Sum(sum[:0]))
-		io.WriteString(manifest, e.rel)
-		manifest.Write([]byte{0})
-		manifest.Write(hexSum[:])
-		manifest.Write([]byte{'\n'})
-	}
-	tr.revision = hex.EncodeToString(manifest.Sum(nil))
 	return tr, nil
 }
 
