@@ -8,12 +8,17 @@ package cellrun
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/cellfs"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/trees"
 )
 
 // Cell is one planned cell as a service sees it.
@@ -35,6 +40,8 @@ type Cell struct {
 	Plan events.CellPlannedData
 	// Dir is the cell's output directory (Plan.OutputDir).
 	Dir cellfs.Dir
+
+	bus *bus.Bus
 }
 
 // Ended reports whether the run has ended (finished, failed or
@@ -80,7 +87,7 @@ func open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now()), Control: rec.Control}
+	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now()), Control: rec.Control, bus: b}
 	if c.Ended() {
 		return c, nil
 	}
@@ -96,15 +103,55 @@ func open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 }
 
 // LoadTask loads the cell's task and checks its revision against the plan.
-// Both failures are an events.ClassError of class infra naming the task.
-func (c *Cell) LoadTask() (*task.Task, error) {
+// The task is read at its planned path when that holds the planned
+// revision (a single machine, a shared file system); otherwise the tree
+// stored under the revision in the PROCTOR_TREES bucket is fetched into
+// this node's cache ($PROCTOR_HOME/trees/<revision>) and loaded from
+// there, under the name the planned path gives it. Failures are an
+// events.ClassError of class infra naming the task.
+func (c *Cell) LoadTask(ctx context.Context) (*task.Task, error) {
 	t, err := task.Load(c.Plan.TaskDir)
+	if err == nil && t.Revision == c.Plan.TaskRevision {
+		return t, nil
+	}
+	ft, ferr := c.fetchTask(ctx)
+	if ferr == nil {
+		return ft, nil
+	}
+	stored := ""
+	if !errors.Is(ferr, jetstream.ErrObjectNotFound) {
+		stored = fmt.Sprintf(" (its stored tree: %v)", ferr)
+	}
 	if err != nil {
-		return nil, events.Classf(events.ClassInfra, "load task: %w", err)
+		return nil, events.Classf(events.ClassInfra, "load task: %w%s", err, stored)
+	}
+	return nil, events.Classf(events.ClassInfra, "task %s changed since the run was planned (revision %.12s, planned %.12s)%s", t.Name, t.Revision, c.Plan.TaskRevision, stored)
+}
+
+// TreeCache is the directory of this node's fetched trees.
+func TreeCache() string { return filepath.Join(bus.Home(), "trees") }
+
+// fetchTask loads the task from its stored tree.
+func (c *Cell) fetchTask(ctx context.Context) (*task.Task, error) {
+	if c.bus == nil || c.Plan.TaskRevision == "" {
+		return nil, jetstream.ErrObjectNotFound
+	}
+	store, err := trees.Lookup(ctx, c.bus)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := trees.Fetch(ctx, store, c.Plan.TaskRevision, TreeCache())
+	if err != nil {
+		return nil, err
+	}
+	t, err := task.Load(dir)
+	if err != nil {
+		return nil, err
 	}
 	if t.Revision != c.Plan.TaskRevision {
-		return nil, events.Classf(events.ClassInfra, "task %s changed since the run was planned (revision %.12s, planned %.12s)", t.Name, t.Revision, c.Plan.TaskRevision)
+		return nil, fmt.Errorf("%w: %s loads as revision %.12s", trees.ErrDigest, dir, t.Revision)
 	}
+	t.Name = filepath.Base(c.Plan.TaskDir)
 	return t, nil
 }
 
@@ -133,4 +180,21 @@ func Settled(ctx context.Context, b *bus.Bus, runID, cellID string, attempt int)
 		}
 	}
 	return false, nil
+}
+
+// StoreOutput stores the cell's output directory as the object of
+// attempt (trees.OutputName) in the PROCTOR_TREES bucket and returns what
+// its Verdict names. Called before the Verdict is published: a process
+// killed during the upload leaves no object and no verdict, and the
+// attempt's job is redelivered.
+func (c *Cell) StoreOutput(ctx context.Context, attempt int) (*events.OutputObject, error) {
+	store, err := trees.Open(ctx, c.bus)
+	if err != nil {
+		return nil, err
+	}
+	o, err := trees.PutOutput(ctx, store, trees.OutputName(c.RunID, c.CellID, attempt), string(c.Dir))
+	if err != nil {
+		return nil, err
+	}
+	return &events.OutputObject{Object: o.Name, Digest: o.Digest}, nil
 }

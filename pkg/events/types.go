@@ -121,6 +121,23 @@ type CellPlannedData struct {
 	// row's harness_kind. Absent in logs written before it: the part of
 	// Harness before its first ":".
 	HarnessKind string `json:"harness_kind,omitempty"`
+	// Trees are the digests of the directories the cell reads besides its
+	// task (its agent's, its skill's), stored in the PROCTOR_TREES bucket
+	// when the run was planned on a cluster, so a worker that does not
+	// see Path fetches the tree by Digest. Absent in single-process runs
+	// and in logs written before it. The task's own tree is stored under
+	// TaskRevision.
+	Trees []InputTree `json:"trees,omitempty"`
+}
+
+// InputTree is a directory a cell reads, stored by its digest.
+type InputTree struct {
+	// Name says what it is to the harness ("agent dir", "skill dir").
+	Name string `json:"name"`
+	// Path is the directory on the planner's machine (the spec's path).
+	Path string `json:"path"`
+	// Digest is its tree digest: the object's name in PROCTOR_TREES.
+	Digest string `json:"digest"`
 }
 
 // CellRefusedData ends a cell that was never launched: a harness refusal or
@@ -505,6 +522,19 @@ type VerdictData struct {
 	// pass whose script exited non-zero, a runner that executed no
 	// tests, a collect hook that failed); recorded, never decisive.
 	Findings []VerifierFinding `json:"findings,omitempty"`
+	// Output names the object in the PROCTOR_TREES bucket that holds the
+	// cell's output directory as this attempt left it, stored before
+	// this Verdict was published (a cluster run; absent in single-process
+	// runs, which write the output directory in place).
+	Output *OutputObject `json:"output,omitempty"`
+}
+
+// OutputObject is a cell attempt's output directory stored as an object.
+type OutputObject struct {
+	// Object is its name: cell/<run>/<cell hash>/<attempt>.
+	Object string `json:"object"`
+	// Digest is the digest of its files, checked when it is fetched.
+	Digest string `json:"digest"`
 }
 
 // StepStartedData opens one step of a multi-step cell (Harbor's

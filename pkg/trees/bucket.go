@@ -2,6 +2,7 @@ package trees
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,6 +35,20 @@ func Open(ctx context.Context, b *bus.Bus) (jetstream.ObjectStore, error) {
 		})
 		return err
 	})
+	if err != nil {
+		return nil, fmt.Errorf("trees: bucket %s: %w", Bucket, err)
+	}
+	return s, nil
+}
+
+// Lookup returns the bucket when it exists; a missing bucket is
+// jetstream.ErrObjectNotFound (nothing was stored), so a reader never
+// creates it.
+func Lookup(ctx context.Context, b *bus.Bus) (jetstream.ObjectStore, error) {
+	s, err := b.JS.ObjectStore(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("trees: bucket %s: %w", Bucket, jetstream.ErrObjectNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("trees: bucket %s: %w", Bucket, err)
 	}

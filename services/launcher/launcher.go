@@ -58,6 +58,11 @@ type Config struct {
 	// one owns any more (see Reap; at start too; default AckWait), when
 	// its driver is a Reaper.
 	ReapEvery time.Duration
+	// StoreOutputs stores the output directory of each cell this
+	// launcher scores itself (an arm that scores itself, a multi-step
+	// task) in the PROCTOR_TREES bucket before its Verdict is published
+	// (verifier.Config.StoreOutputs).
+	StoreOutputs bool
 }
 
 // Validate fills defaults and checks the config.
@@ -334,6 +339,21 @@ func (c *cell) Emit(ctx context.Context, t events.Type, data any, at time.Time) 
 	return c.s.bus.Publish(ctx, e)
 }
 
+// storeOutput names in v the stored output directory of the cell's
+// attempt when the launcher stores outputs (Config.StoreOutputs). A
+// failure is the cell's, class infra.
+func (c *cell) storeOutput(ctx context.Context, v *events.VerdictData) error {
+	if !c.s.cfg.StoreOutputs {
+		return nil
+	}
+	o, err := c.cr.StoreOutput(ctx, c.attempt)
+	if err != nil {
+		return events.Classf(events.ClassInfra, "store the cell's output: %w", err)
+	}
+	v.Output = o
+	return nil
+}
+
 func (c *cell) emit(ctx context.Context, t events.Type, data any) error {
 	return c.Emit(ctx, t, data, time.Time{})
 }
@@ -398,7 +418,7 @@ func (c *cell) run(ctx context.Context) error {
 	}
 	c.Dir().Logf("attempt %d on node %s", c.attempt, c.s.cfg.Node)
 
-	if c.task, err = cr.LoadTask(); err != nil {
+	if c.task, err = cr.LoadTask(ctx); err != nil {
 		return c.end(ctx, events.ClassInfra, err)
 	}
 	arm, err := harness.Lookup(cr.Plan.Harness)
@@ -541,6 +561,9 @@ func (c *cell) run(ctx context.Context) error {
 	}
 	if out.Verdict != nil {
 		// The arm scored itself: nothing to hand over.
+		if err := c.storeOutput(ctx, out.Verdict); err != nil {
+			return c.end(ctx, events.ClassInfra, err)
+		}
 		if err := c.emit(ctx, events.Verdict, *out.Verdict); err != nil {
 			return err
 		}

@@ -196,6 +196,9 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 		c.Dir().Logf("steps rolled up (%s): reward %g", t.MultiStepRewardStrategy, *reward)
 		_ = c.Dir().WriteReward(*reward)
 	}
+	if err := c.storeOutput(ctx, &verdict); err != nil {
+		return c.end(ctx, events.ClassInfra, err)
+	}
 	if err := c.emit(ctx, events.Verdict, verdict); err != nil {
 		return err
 	}

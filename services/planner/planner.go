@@ -28,12 +28,18 @@ const Source = "planner"
 type Config struct {
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// StoreTrees stores every tree a run reads (each task revision, each
+	// agent and skill directory) in the PROCTOR_TREES bucket as it is
+	// planned, so workers need not see the planner's paths (a cluster
+	// without a shared file system). A single-process run leaves it off.
+	StoreTrees bool
 }
 
 // Service is the planner.
 type Service struct {
-	bus *bus.Bus
-	log *slog.Logger
+	bus        *bus.Bus
+	log        *slog.Logger
+	storeTrees bool
 
 	mu     sync.Mutex
 	primed map[string][]Cell // run id → its matrix, computed by the caller
@@ -74,7 +80,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{bus: b, log: log.With("service", Source)}, nil
+	return &Service{bus: b, log: log.With("service", Source), storeTrees: cfg.StoreTrees}, nil
 }
 
 // Cell is one planned cell.
@@ -88,6 +94,9 @@ type Cell struct {
 	// before any build.
 	RefusalClass events.ErrorClass
 	Refusal      string
+	// Trees are the stored directories the cell reads besides its task
+	// (set by a planner that stores trees).
+	Trees []events.InputTree
 }
 
 // Matrix builds the run's cells from a spec, in task, harness, model,
@@ -206,6 +215,7 @@ func CellEvents(runID string, spec events.RunSpec, c Cell) []events.Envelope {
 		TaskDir: c.Task.Dir, TaskRevision: c.Task.Revision, TaskMeta: taskMeta(c.Task),
 		OutputDir: CellDir(spec.OutputDir, c), UnknownKeys: unknownKeys(c.Task),
 		SetupCheck: !c.Harness.Comparable(), HarnessKind: string(c.Harness.Kind),
+		Trees: c.Trees,
 	})}
 	if c.Refusal != "" {
 		out = append(out, events.Must(events.CellRefused, runID, c.ID, 1, Source, events.CellRefusedData{
@@ -297,6 +307,18 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 			return perr
 		}
 		return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Error = err.Error() })
+	}
+	if s.storeTrees {
+		if cells, err = s.storeInputs(ctx, spec, cells); err != nil {
+			if !bus.Transient(err) && ctx.Err() == nil {
+				s.log.Warn("run cannot be planned", "run", runID, "err", err)
+				if perr := s.bus.PublishAll(ctx, events.Must(events.RunPlanned, runID, "", 0, Source, events.RunPlannedData{Error: err.Error()})); perr != nil {
+					return perr
+				}
+				return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Error = err.Error() })
+			}
+			return err
+		}
 	}
 	var taskNames []string
 	seenTask := map[string]bool{}

@@ -43,6 +43,11 @@ type Config struct {
 	// sandbox is destroyed (launcher.Slots: the launcher in the same
 	// process passed it on with the job).
 	Slots interface{ Release(jobID string) }
+	// StoreOutputs stores each cell's output directory in the
+	// PROCTOR_TREES bucket before its Verdict is published, and names the
+	// object in the Verdict (a cluster whose driver does not see this
+	// node's disk). A single-process run leaves it off.
+	StoreOutputs bool
 }
 
 // Validate fills defaults and checks the config.
@@ -246,7 +251,7 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	} else if err != nil && !errors.Is(err, bus.ErrNotFound) {
 		return nil, err
 	}
-	t, err := cr.LoadTask()
+	t, err := cr.LoadTask(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -324,6 +329,14 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	}
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)
+	}
+	if s.cfg.StoreOutputs {
+		if v.Output, err = cr.StoreOutput(ctx, job.Attempt); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return fail(events.Classf(events.ClassInfra, "store the cell's output: %w", err))
+		}
 	}
 	e := event(job, events.Verdict, v)
 	return &e, nil
