@@ -439,6 +439,27 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	defer stopLease()
 	go lifecycle.HoldLease(leaseCtx, conn.Bus, runID)
 
+	// On a cluster the workers store each cell's output directory; this
+	// process writes it under --output-dir as the cell's verdict arrives.
+	var outputs *outputFetcher
+	outputsDone := make(chan struct{})
+	outputsCtx, stopOutputs := context.WithCancel(ctx)
+	defer stopOutputs()
+	if g.natsURL != "" {
+		if f, err := newOutputFetcher(ctx, conn.Bus, runID, ""); err == nil {
+			outputs = f
+			go func() {
+				defer close(outputsDone)
+				f.follow(outputsCtx)
+			}()
+		} else {
+			fmt.Fprintf(g.stderr, "proctor: cell outputs will not be written (%v): `proctor runs fetch %s` writes them later\n", err, runID)
+		}
+	}
+	if outputs == nil {
+		close(outputsDone)
+	}
+
 	// The progress follower stops at RunFinished, or when it is told to:
 	// a service that failed publishes no RunFinished, and the command
 	// must not wait for one.
@@ -483,6 +504,14 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 		}
 	}
 	<-progressDone
+	stopOutputs()
+	<-outputsDone
+	if outputs != nil && err == nil && !interrupted {
+		// What the follower missed or failed: every cell's last verdict.
+		if _, ferr := outputs.all(ctx); ferr != nil {
+			fmt.Fprintf(g.stderr, "proctor: some cell outputs were not written: %v\n(`proctor runs fetch %s` tries again)\n", ferr, runID)
+		}
+	}
 	switch {
 	case interrupted:
 		g.abandon(conn.Bus, driver, runID, bus.StatusInterrupted)

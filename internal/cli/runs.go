@@ -29,7 +29,7 @@ var outcomeOrder = []string{"passed", "partial", "failed", "solver_timeout", "ve
 
 func newRuns(g *globals) *cobra.Command {
 	runs := &cobra.Command{Use: "runs", Short: "List and inspect runs of the run index"}
-	runs.AddCommand(newRunsList(g), newRunsShow(g), newRunsResume(g), newRunsCancel(g), newRunsPause(g), newRunsContinue(g), newRunsRequeue(g))
+	runs.AddCommand(newRunsList(g), newRunsShow(g), newRunsResume(g), newRunsCancel(g), newRunsPause(g), newRunsContinue(g), newRunsRequeue(g), newRunsFetch(g))
 	return runs
 }
 

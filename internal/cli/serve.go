@@ -43,7 +43,7 @@ of the same machine must use the same --node.`,
 			}
 			defer conn.Close()
 			grp, gctx := errgroup.WithContext(ctx)
-			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, sandbox: sandboxName, services: services, limits: limits, ackWait: ackWait, nodeLost: nodeLost}); err != nil {
+			if _, err := g.startStack(gctx, grp, conn.Bus, stackConfig{node: node, concurrency: concurrency, imageMap: imageMap, sandbox: sandboxName, services: services, limits: limits, ackWait: ackWait, nodeLost: nodeLost, storeTrees: true}); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "serving %s on %s\n", strings.Join(services, ", "), g.natsURL)

@@ -31,6 +31,11 @@ type stackConfig struct {
 	ackWait time.Duration
 	// nodeLost is the aggregator's Config.NodeLost (0: its default).
 	nodeLost time.Duration
+	// storeTrees: the services serve a cluster, whose nodes share only
+	// NATS: the planner stores the trees it plans and the launcher and
+	// verifier each cell's output (PROCTOR_TREES). A single-process run
+	// reads and writes its paths in place.
+	storeTrees bool
 }
 
 type stack struct {
@@ -88,20 +93,20 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		var run func(context.Context) error
 		switch name {
 		case "planner":
-			s, err := planner.New(planner.Config{Logger: log}, b)
+			s, err := planner.New(planner.Config{Logger: log, StoreTrees: cfg.storeTrees}, b)
 			if err != nil {
 				return nil, err
 			}
 			st.planner = s
 			run = s.Run
 		case "launcher":
-			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait}, b, st.driver)
+			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait, StoreOutputs: cfg.storeTrees}, b, st.driver)
 			if err != nil {
 				return nil, err
 			}
 			run = s.Run
 		case "verifier":
-			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log, AckWait: cfg.ackWait}
+			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log, AckWait: cfg.ackWait, StoreOutputs: cfg.storeTrees}
 			if slots != nil {
 				vc.Slots = slots // not a typed nil in the interface
 			}

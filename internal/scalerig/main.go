@@ -79,6 +79,8 @@ func workerMain(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Sim.Verify, "verify", 5*time.Second, "a cell's simulated tests")
 	fs.IntVar(&cfg.Sim.Events, "events", 100, "agent events a cell's solve prints")
 	fs.IntVar(&cfg.Sim.FailEvery, "fail-every", 0, "a cell whose id hashes to a multiple of this fails (0: none)")
+	fs.IntVar(&cfg.Sim.OutputBytes, "output-bytes", 0, "bytes of a file each cell's tests leave in its output")
+	fs.BoolVar(&cfg.StoreOutputs, "store-outputs", false, "keep cell outputs on this node's disk and store each in the PROCTOR_TREES bucket before its verdict")
 	verbose := fs.Bool("v", false, "log the services' debug lines")
 	claims := fs.String("claims", "", "append a line for each launch job's first claim to this file: run, cell, ns from stored to taken")
 	if err := fs.Parse(args); err != nil {

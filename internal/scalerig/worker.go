@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"strings"
 	"time"
 
@@ -30,6 +32,10 @@ type Sim struct {
 	Solve, Verify time.Duration
 	Events        int
 	FailEvery     int
+	// OutputBytes is the size of a file the tests leave beside the
+	// reward (/logs/verifier/output.bin, incompressible): a cell output
+	// large enough to take a while to store.
+	OutputBytes int
 }
 
 // Validate checks the durations and counts.
@@ -39,6 +45,9 @@ func (s Sim) Validate() error {
 	}
 	if s.Events < 2 {
 		return fmt.Errorf("scalerig: events %d: want at least 2 (Started and Finished)", s.Events)
+	}
+	if s.OutputBytes < 0 {
+		return fmt.Errorf("scalerig: output bytes %d must be >= 0", s.OutputBytes)
 	}
 	if s.FailEvery < 0 {
 		return fmt.Errorf("scalerig: fail-every %d must be >= 0", s.FailEvery)
@@ -59,6 +68,24 @@ func (s Sim) Reward(cell string) int {
 	return 1
 }
 
+// OutputBin is the file of Sim.OutputBytes the simulated tests leave.
+const OutputBin = "/logs/verifier/output.bin"
+
+// noise is n incompressible bytes seeded by cell.
+func noise(cell string, n int) string {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, cell)
+	r := rand.New(rand.NewPCG(h.Sum64(), 1))
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8 && i+j < n; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return string(b)
+}
+
 // AgentScript is the agent's run script name: the command the simulated
 // driver answers as the agent's solve.
 const AgentScript = "agent.sh"
@@ -75,7 +102,10 @@ type simDriver struct {
 var _ sandbox.Driver = (*simDriver)(nil)
 
 // newSimDriver returns the driver of a worker node.
-func newSimDriver(sim Sim) *simDriver { return &simDriver{Driver: &sandboxfake.Driver{}, sim: sim} }
+// Its handles carry the process id: a node's processes never share one.
+func newSimDriver(sim Sim) *simDriver {
+	return &simDriver{Driver: &sandboxfake.Driver{Prefix: fmt.Sprintf("fake-%d-", os.Getpid())}, sim: sim}
+}
 
 func (d *simDriver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
 	line := strings.Join(spec.Cmd, " ")
@@ -89,6 +119,9 @@ func (d *simDriver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.Ex
 			cell = h.State["cell"]
 		}
 		d.Sandbox(h).Put(verify.RewardTxt, sandboxfake.Regular(fmt.Sprintf("%d\n", d.sim.Reward(cell))))
+		if d.sim.OutputBytes > 0 {
+			d.Sandbox(h).Put(OutputBin, sandboxfake.Regular(noise(cell, d.sim.OutputBytes)))
+		}
 		return d.Driver.Exec(ctx, h, spec)
 	case strings.Contains(line, AgentScript):
 		// The fake records the call and refuses a destroyed or frozen
@@ -177,6 +210,11 @@ type WorkerConfig struct {
 	AckWait time.Duration
 	Sim     Sim
 	Logger  *slog.Logger
+	// StoreOutputs: the node keeps its cells' output directories on its
+	// own disk and stores each in the PROCTOR_TREES bucket before its
+	// verdict, as `proctor serve` does (the driver does not see the
+	// node's disk).
+	StoreOutputs bool
 }
 
 // RunWorker runs the real launcher and verifier services of one node on
@@ -201,11 +239,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	defer b.Close()
 	d := newSimDriver(cfg.Sim)
 	slots := launcher.NewSlots(cfg.Concurrency)
-	l, err := launcher.New(launcher.Config{Node: cfg.Node, Concurrency: cfg.Concurrency, AckWait: cfg.AckWait, Logger: log, Host: d.Driver, Slots: slots}, b, d)
+	l, err := launcher.New(launcher.Config{Node: cfg.Node, Concurrency: cfg.Concurrency, AckWait: cfg.AckWait, Logger: log, Host: d.Driver, Slots: slots, StoreOutputs: cfg.StoreOutputs}, b, d)
 	if err != nil {
 		return err
 	}
-	v, err := verifier.New(verifier.Config{Node: cfg.Node, Concurrency: cfg.Concurrency, AckWait: cfg.AckWait, Logger: log, Slots: slots}, b, d)
+	v, err := verifier.New(verifier.Config{Node: cfg.Node, Concurrency: cfg.Concurrency, AckWait: cfg.AckWait, Logger: log, Slots: slots, StoreOutputs: cfg.StoreOutputs}, b, d)
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,22 @@ func Open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 	return c, err
 }
 
+// OpenOnNode is Open for a worker whose driver does not see its disk
+// (a cluster that stores outputs): the cell's output directory is
+// nodeDir/<run>/<cell hash> on this node, not the planned path, and
+// StoreOutput carries it to the driver. An empty nodeDir is Open.
+func OpenOnNode(ctx context.Context, b *bus.Bus, runID, cellID, nodeDir string) (*Cell, error) {
+	c, err := Open(ctx, b, runID, cellID)
+	if err == nil && nodeDir != "" && c.Plan.OutputDir != "" {
+		c.Dir = cellfs.Dir(filepath.Join(nodeDir, runID, events.CellHash(cellID)))
+	}
+	return c, err
+}
+
+// NodeOutputs is where a worker that stores outputs keeps its cells'
+// output directories: $PROCTOR_HOME/cells.
+func NodeOutputs() string { return filepath.Join(bus.Home(), "cells") }
+
 func open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) {
 	rec, err := b.GetRun(ctx, runID)
 	if err != nil {

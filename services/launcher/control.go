@@ -59,7 +59,7 @@ func (s *Service) stopped(ctx, cctx context.Context, job events.LaunchJob, attem
 // cell is errored, class cancelled, unless the run ended or the attempt
 // already has its terminal event. The error is the event log's.
 func (s *Service) recordCancelled(ctx context.Context, job events.LaunchJob, attempt int, c *bus.Cancelled) error {
-	cr, err := cellrun.Open(ctx, s.bus, job.RunID, job.CellID)
+	cr, err := s.openCell(ctx, job.RunID, job.CellID)
 	if err != nil {
 		return err
 	}

@@ -259,7 +259,7 @@ func (s *Service) launch(ctx context.Context, job events.LaunchJob, attempt int)
 // recorded. A job of an ended run, or of a cell that has a terminal
 // event, is only acked. The error is the event log's (retry).
 func (s *Service) Poison(ctx context.Context, job events.LaunchJob, attempt int) error {
-	cr, err := cellrun.Open(ctx, s.bus, job.RunID, job.CellID)
+	cr, err := s.openCell(ctx, job.RunID, job.CellID)
 	if err != nil {
 		return err
 	}
@@ -382,7 +382,7 @@ func (c *cell) end(ctx context.Context, dflt events.ErrorClass, err error) error
 }
 
 func (c *cell) run(ctx context.Context) error {
-	cr, err := cellrun.Open(ctx, c.s.bus, c.job.RunID, c.job.CellID)
+	cr, err := c.s.openCell(ctx, c.job.RunID, c.job.CellID)
 	if err != nil {
 		return err
 	}
@@ -675,4 +675,13 @@ func (c *cell) tamperFindings(ctx context.Context, p harness.Placement, h *sandb
 	for _, f := range found {
 		c.Dir().Logf("suspect: the solve %s %s (%s)", f.Change, f.Path, f.Shadows)
 	}
+}
+
+// openCell opens a job's cell (cellrun.Open); with StoreOutputs its
+// output directory is on this node (cellrun.OpenOnNode).
+func (s *Service) openCell(ctx context.Context, runID, cellID string) (*cellrun.Cell, error) {
+	if s.cfg.StoreOutputs {
+		return cellrun.OpenOnNode(ctx, s.bus, runID, cellID, cellrun.NodeOutputs())
+	}
+	return cellrun.Open(ctx, s.bus, runID, cellID)
 }

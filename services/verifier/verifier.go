@@ -208,7 +208,7 @@ func event(job events.VerifyJob, t events.Type, data any) events.Envelope {
 // the job belongs to an ended run. The error is non-nil only when the event
 // log cannot be read or written.
 func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.Handle) (*events.Envelope, error) {
-	cr, err := cellrun.Open(ctx, s.bus, job.RunID, job.CellID)
+	cr, err := s.openCell(ctx, job.RunID, job.CellID)
 	if err != nil {
 		return nil, err
 	}
@@ -347,4 +347,13 @@ func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle,
 	spec := verify.TaskTests(t)
 	spec.Network = network
 	return verify.RunTests(ctx, s.driver, spec, h, dir)
+}
+
+// openCell opens a job's cell (cellrun.Open); with StoreOutputs its
+// output directory is on this node (cellrun.OpenOnNode).
+func (s *Service) openCell(ctx context.Context, runID, cellID string) (*cellrun.Cell, error) {
+	if s.cfg.StoreOutputs {
+		return cellrun.OpenOnNode(ctx, s.bus, runID, cellID, cellrun.NodeOutputs())
+	}
+	return cellrun.Open(ctx, s.bus, runID, cellID)
 }

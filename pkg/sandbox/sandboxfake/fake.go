@@ -147,6 +147,10 @@ var ErrOff = errors.New("sandboxfake: ability switched off")
 // Driver is the scripted fake. Set its fields before use; its methods are
 // safe for concurrent use.
 type Driver struct {
+	// Prefix starts each handle's id ("fake-" when empty): drivers of
+	// several processes serving one node give distinct prefixes, so one
+	// process's reaper never mistakes another's sandbox for its own.
+	Prefix string
 	// Scripts are tried in order; the first that matches a command runs.
 	Scripts []Script
 	// Files are sandbox files present from the start in every sandbox.
@@ -284,7 +288,11 @@ func (d *Driver) Start(ctx context.Context, spec sandbox.Spec) (*sandbox.Handle,
 		return nil, d.StartErr
 	}
 	d.n++
-	id := fmt.Sprintf("fake-%d", d.n)
+	prefix := d.Prefix
+	if prefix == "" {
+		prefix = "fake-"
+	}
+	id := fmt.Sprintf("%s%d", prefix, d.n)
 	d.record(Call{Op: "Start", Sandbox: id})
 	d.started = append(d.started, spec)
 	d.boxOf(id).spec = spec
