@@ -189,3 +189,62 @@ func TestWorkerKilledMidUpload(t *testing.T) {
 		t.Errorf("worker A kept no cell directory: %v", err)
 	}
 }
+
+// TestWorkerWithoutTheTasks: the tasks root is moved away after the run
+// is planned, so the worker cannot read the task at its planned path;
+// it fetches the planned revision from the bucket into its own cache
+// and the run completes with the right verdict, its output written
+// under the driver's --output-dir from the stored object.
+func TestWorkerWithoutTheTasks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := newStoreCluster(t, ctx)
+	root, agent, out := filepath.Join(c.dir, "tasks"), filepath.Join(c.dir, "agent"), filepath.Join(c.dir, "out")
+	if err := writeTasks(root, agent, 2, Sim{Events: 2, FailEvery: 2}); err != nil {
+		t.Fatal(err)
+	}
+	planned := make(chan string, 1)
+	go func() {
+		_ = c.b.Follow(ctx, []string{events.TypeFilter(events.RunPlanned)}, func(e events.Envelope) error {
+			planned <- e.RunID
+			return bus.ErrStop
+		})
+	}()
+	var logW, logD testutil.SyncBuffer
+	js := filepath.Join(out, "a.json")
+	d := c.start(t, "driver", &logD, "proctor", "tasks", "run", "--nats", c.url, "--tasks-root", root, "--all",
+		"--harnesses", "agent:"+agent, "--output-dir", out, "--out-json", js)
+	select {
+	case <-planned:
+	case <-ctx.Done():
+		t.Fatalf("not planned\n%s", logD.String())
+	}
+	if err := os.Rename(root, root+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	c.worker(t, "worker", &logW, "--fail-every", "2")
+	waitCmd(t, ctx, d, &logD)
+	art, err := artifact.Read(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := Sim{FailEvery: 2}
+	if len(art.Results) != 2 {
+		t.Fatalf("%d rows\n%s", len(art.Results), logW.String())
+	}
+	for _, r := range art.Results {
+		want := "failed"
+		if sim.Reward(r.CellID) == 1 {
+			want = "passed"
+		}
+		if r.Outcome != want {
+			t.Errorf("%s: %s (%s), want %s\n%s", r.CellID, r.Outcome, r.Error, want, logW.String())
+		}
+		if _, err := os.Stat(filepath.Join(c.dir, "worker", "trees", r.TaskRevision)); err != nil {
+			t.Errorf("%s: the worker's cache has no tree of revision %.12s: %v", r.Task, r.TaskRevision, err)
+		}
+		if _, err := os.Stat(filepath.Join(r.OutputDir, "logs", "verifier", "reward.txt")); err != nil {
+			t.Errorf("%s: no reward.txt in the driver's output directory: %v", r.CellID, err)
+		}
+	}
+}
