@@ -190,11 +190,12 @@ func TestWorkerKilledMidUpload(t *testing.T) {
 	}
 }
 
-// TestWorkerWithoutTheTasks: the tasks root is moved away after the run
-// is planned, so the worker cannot read the task at its planned path;
-// it fetches the planned revision from the bucket into its own cache
-// and the run completes with the right verdict, its output written
-// under the driver's --output-dir from the stored object.
+// TestWorkerWithoutTheTasks: the tasks root and the agent directory are
+// moved away after the run is planned, so the worker cannot read them at
+// their planned paths; it fetches the planned trees from the bucket
+// into its own cache and the run completes with the right verdicts,
+// each cell's output written under the driver's --output-dir from the
+// stored object.
 func TestWorkerWithoutTheTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -219,8 +220,10 @@ func TestWorkerWithoutTheTasks(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("not planned\n%s", logD.String())
 	}
-	if err := os.Rename(root, root+".moved"); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{root, agent} {
+		if err := os.Rename(p, p+".moved"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c.worker(t, "worker", &logW, "--fail-every", "2")
 	waitCmd(t, ctx, d, &logD)
@@ -242,6 +245,13 @@ func TestWorkerWithoutTheTasks(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(c.dir, "worker", "trees", r.TaskRevision)); err != nil {
 			t.Errorf("%s: the worker's cache has no tree of revision %.12s: %v", r.Task, r.TaskRevision, err)
+		}
+		agentTree, err := trees.Digest(agent + ".moved")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(c.dir, "worker", "trees", agentTree)); err != nil {
+			t.Errorf("the worker's cache has no agent tree: %v", err)
 		}
 		if _, err := os.Stat(filepath.Join(r.OutputDir, "logs", "verifier", "reward.txt")); err != nil {
 			t.Errorf("%s: no reward.txt in the driver's output directory: %v", r.CellID, err)

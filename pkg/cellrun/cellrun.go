@@ -214,3 +214,16 @@ func (c *Cell) StoreOutput(ctx context.Context, attempt int) (*events.OutputObje
 	}
 	return &events.OutputObject{Object: o.Name, Digest: o.Digest}, nil
 }
+
+// FetchTree returns this node's cached copy of the tree stored under
+// digest (trees.Fetch into TreeCache), fetching it on a miss.
+func (c *Cell) FetchTree(ctx context.Context, digest string) (string, error) {
+	if c.bus == nil {
+		return "", jetstream.ErrObjectNotFound
+	}
+	store, err := trees.Lookup(ctx, c.bus)
+	if err != nil {
+		return "", err
+	}
+	return trees.Fetch(ctx, store, digest, TreeCache())
+}

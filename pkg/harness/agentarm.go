@@ -90,7 +90,11 @@ func (a agentArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	spec, err := LoadAgent(a.ref.AgentDir(env.Spec().BaseDir))
+	dir, err := inputDir(ctx, env, a.ref.AgentDir(env.Spec().BaseDir))
+	if err != nil {
+		return Placement{}, err
+	}
+	spec, err := LoadAgent(dir)
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}

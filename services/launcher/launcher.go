@@ -326,9 +326,18 @@ func (c *cell) Node() string                 { return c.s.cfg.Node }
 func (c *cell) Task() *task.Task             { return c.task }
 func (c *cell) Plan() events.CellPlannedData { return c.cr.Plan }
 func (c *cell) Spec() events.RunSpec         { return c.cr.Spec }
-func (c *cell) Dir() cellfs.Dir              { return c.cr.Dir }
-func (c *cell) Driver() sandbox.Driver       { return c.s.driver }
-func (c *cell) Host() sandbox.Driver         { return c.s.cfg.Host }
+
+// FetchTree fetches a stored input tree into this node's cache
+// (harness.TreeFetcher).
+func (c *cell) FetchTree(ctx context.Context, digest string) (string, error) {
+	return c.cr.FetchTree(ctx, digest)
+}
+
+var _ harness.TreeFetcher = (*cell)(nil)
+
+func (c *cell) Dir() cellfs.Dir        { return c.cr.Dir }
+func (c *cell) Driver() sandbox.Driver { return c.s.driver }
+func (c *cell) Host() sandbox.Driver   { return c.s.cfg.Host }
 
 // Emit publishes one event of the cell at time at (zero: now).
 func (c *cell) Emit(ctx context.Context, t events.Type, data any, at time.Time) error {

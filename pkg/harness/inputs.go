@@ -1,0 +1,41 @@
+package harness
+
+import (
+	"context"
+
+	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/trees"
+)
+
+// TreeFetcher is an Env that can fetch a tree the planner stored
+// (events.CellPlannedData.Trees) into its node's cache and return the
+// cached directory: a worker that does not see the planner's paths.
+type TreeFetcher interface {
+	FetchTree(ctx context.Context, digest string) (string, error)
+}
+
+// inputDir is the directory a cell reads for the input directory path
+// (an agent or skill directory): path itself when nothing was stored for
+// it or it holds the stored tree; else, when env is a TreeFetcher, the
+// stored tree fetched into the node's cache. A fetch that fails is an
+// infra error naming the input.
+func inputDir(ctx context.Context, env Env, path string) (string, error) {
+	for _, in := range env.Plan().Trees {
+		if in.Path != path {
+			continue
+		}
+		if d, err := trees.Digest(path); err == nil && d == in.Digest {
+			return path, nil
+		}
+		f, ok := env.(TreeFetcher)
+		if !ok {
+			return path, nil
+		}
+		dir, err := f.FetchTree(ctx, in.Digest)
+		if err != nil {
+			return "", events.Classf(events.ClassInfra, "%s %s (stored as %.12s): %w", in.Name, path, in.Digest, err)
+		}
+		return dir, nil
+	}
+	return path, nil
+}
