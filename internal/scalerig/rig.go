@@ -239,7 +239,11 @@ func (r *rig) startWorker(url, name string, slots int) error {
 	argv := append(append([]string(nil), r.cfg.Self...), "worker", "--nats", url, "--node", name,
 		"--concurrency", fmt.Sprint(slots), "--solve", s.Solve.String(), "--verify", s.Verify.String(),
 		"--events", fmt.Sprint(s.Events), "--fail-every", fmt.Sprint(s.FailEvery), "--ack-wait", r.cfg.AckWait.String(),
-		"--claims", filepath.Join(r.logs, name+".claims"))
+		"--claims", filepath.Join(r.logs, name+".claims"),
+		// Each worker keeps its cells' outputs on its own disk and
+		// stores them in the bucket; the drivers write them under
+		// their --output-dir.
+		"--store-outputs")
 	p, err := r.ps.start("worker", name, argv, r.env(name), filepath.Join(r.logs, name+".log"))
 	if err != nil {
 		return err

@@ -184,6 +184,21 @@ func TestWorkerKilledMidUpload(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(r.OutputDir, "logs", "verifier", "output.bin")); err != nil || fi.Size() != 1000 {
 		t.Errorf("output.bin in the driver's directory: %v %v, want attempt 2's 1000 bytes", fi, err)
 	}
+	// `runs fetch` writes the same files later, from another home, under
+	// another directory.
+	var logF testutil.SyncBuffer
+	other := filepath.Join(c.dir, "elsewhere")
+	f := c.start(t, "fetcher", &logF, "proctor", "runs", "fetch", art.Run.ID, "--nats", c.url, "--output-dir", other)
+	waitCmd(t, ctx, f, &logF)
+	rel, err := filepath.Rel(filepath.Dir(js), r.OutputDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run's --output-dir is out/<run id> (tasks run adds the id).
+	rel, _ = strings.CutPrefix(rel, art.Run.ID+string(filepath.Separator))
+	if got, err := trees.OutputDigest(filepath.Join(other, rel)); err != nil || got != v.Output.Digest {
+		t.Errorf("runs fetch wrote digest %s (%v), want %s\n%s", got, err, v.Output.Digest, logF.String())
+	}
 	// Worker A wrote attempt 1 on its own disk, never the driver's.
 	if _, err := os.Stat(filepath.Join(c.dir, "worker-a", "cells", art.Run.ID)); err != nil {
 		t.Errorf("worker A kept no cell directory: %v", err)
