@@ -78,6 +78,7 @@ BEGIN {
     "BenchmarkOracleCell (ms/cell)|BenchmarkOracleCell|proctor-ms/cell|raw-ms/cell|ratio|<=|1.2\n" \
     "BenchmarkCellOverhead (ms/cell)|BenchmarkCellOverhead|driver-ms/cell|raw-ms/cell|ratio|<=|1.2\n" \
     "BenchmarkEnsureImageCached (ms)|BenchmarkEnsureImageCached|ensure-ms|inspect-ms|ratio|<=|1.5\n" \
+    "BenchmarkPutOutput (MB/s)|BenchmarkPutOutput|proctor-MB/s|floor-MB/s|ratio|<=|1.5\n" \
     "BenchmarkProcessExec (us)|BenchmarkProcessExec|driver-us|raw-us|ratio|<=|3\n" \
     "  driver p99 (us)|BenchmarkProcessExec|driver-p99-us|-|driver-p99-us|<=|10000\n" \
     "BenchmarkExportTaskRunsParquet (rows/s)|BenchmarkExportTaskRunsParquet|rows/s|raw_rows/s|x_raw_rate|>=|0.8\n" \

@@ -17,7 +17,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/trees"
 )
 
-func store(t *testing.T) (jetstream.ObjectStore, jetstream.JetStream) {
+func store(t testing.TB) (jetstream.ObjectStore, jetstream.JetStream) {
 	t.Helper()
 	b, _ := bustest.Bus(t)
 	s, err := trees.Open(context.Background(), b)
