@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,8 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/proctor-eval/proctor/pkg/atomicfile"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/trees"
 )
 
@@ -193,4 +196,33 @@ run were written in place and have nothing stored.`,
 	}
 	cmd.Flags().StringVar(&outDir, "output-dir", "", "directory to write the cells' outputs under (default: the run's output directory)")
 	return cmd
+}
+
+// writeResultsHere writes the run's artifact and report (with their
+// figures) at the spec's paths on this machine when they are not there:
+// on a cluster the aggregator writes them on its own disk, which the
+// driver may not share. They are rendered from the log, as `replay` does,
+// so they are the aggregator's bytes.
+func (g *globals) writeResultsHere(ctx context.Context, b *bus.Bus, runID string) error {
+	p, err := projection.Project(ctx, b, runID)
+	if err != nil {
+		return err
+	}
+	jsPath, mdPath := projection.Paths(p.Spec())
+	if _, err := os.Stat(jsPath); err == nil {
+		return nil // the aggregator's disk is this one
+	}
+	js, md, figs, err := projection.RenderWithFigures(p, version())
+	if err != nil {
+		return err
+	}
+	if err := projection.WriteFigures(mdPath, figs); err != nil {
+		return err
+	}
+	for path, data := range map[string][]byte{jsPath: js, mdPath: md} {
+		if err := atomicfile.WriteBytes(path, data); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -511,6 +511,9 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 		if _, ferr := outputs.all(ctx); ferr != nil {
 			fmt.Fprintf(g.stderr, "proctor: some cell outputs were not written: %v\n(`proctor runs fetch %s` tries again)\n", ferr, runID)
 		}
+		if rerr := g.writeResultsHere(ctx, conn.Bus, runID); rerr != nil {
+			fmt.Fprintf(g.stderr, "proctor: the artifact was not written here: %v (`proctor replay %s --out-json FILE` writes it)\n", rerr, runID)
+		}
 	}
 	switch {
 	case interrupted:
