@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
 )
@@ -40,9 +41,22 @@ func TestImportReplayFixture(t *testing.T) {
 	if v.Status != bus.StatusInterrupted || v.Cells != 12 || v.Stale || v.States["errored"] != 4 || v.Artifact != "" || v.StartedAt != "2025-01-15T10:00:00Z" {
 		t.Errorf("imported record %+v", v)
 	}
-	if list := mustProctor(t, "runs", "list"); !strings.Contains(list, fixtureRun+"  interrupted  2025-01-15 10:00:00  2025-01-15 10:00:30  oracle,agent:demo  12") {
+	if list := mustProctor(t, "runs", "list", "--wide"); !strings.Contains(list, fixtureRun+"  interrupted  2025-01-15 10:00:00  2025-01-15 10:00:30  oracle,agent:demo  12") {
+		t.Errorf("runs list --wide:\n%s", list)
+	}
+	// The default table: the id cut to a prefix runs show takes, counts
+	// by what they mean for a pass rate, within 100 columns.
+	list := mustProctor(t, "runs", "list")
+	if !strings.Contains(list, "RUN         STATUS       STARTED           ARMS               CELLS  PASS  FAIL  NONE  LEFT\n") ||
+		!strings.Contains(list, "\n"+fixtureRun[:10]+"  interrupted  2025-01-15 10:00  oracle,agent:demo  12     2     5     5     0\n") {
 		t.Errorf("runs list:\n%s", list)
 	}
+	for _, l := range strings.Split(list, "\n") {
+		if n := utf8.RuneCountInString(l); n > 100 {
+			t.Errorf("runs list line of %d columns: %q", n, l)
+		}
+	}
+	mustProctor(t, "runs", "show", fixtureRun[:10])
 	if _, errOut, code := proctor(t, "events", "import", fixtureLog); code != ExitError || !strings.Contains(errOut, "already in the log") {
 		t.Errorf("second import: exit %d: %s", code, errOut)
 	}

@@ -34,10 +34,10 @@ func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
 	}
 
 	list := mustProctor(t, "runs", "list", "--nats", url)
-	if !strings.Contains(list, dead.ID+"  running*") {
+	if !strings.Contains(list, dead.ID[:10]+"  running*") {
 		t.Errorf("the run with an expired lease is not shown stale:\n%s", list)
 	}
-	if !strings.Contains(list, live.ID+"  running ") {
+	if !strings.Contains(list, live.ID[:10]+"  running ") {
 		t.Errorf("the run with a current lease is not shown running:\n%s", list)
 	}
 	show := mustProctor(t, "runs", "show", dead.ID, "--nats", url)

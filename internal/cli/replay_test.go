@@ -106,7 +106,7 @@ func TestReplayExportImport(t *testing.T) {
 	wantJS, wantMD := readFile(t, js), readFile(t, md)
 
 	// The run index.
-	list := mustProctor(t, "runs", "list")
+	list := mustProctor(t, "runs", "list", "--wide")
 	if !strings.Contains(list, id) || !strings.Contains(list, "finished") || !strings.Contains(list, "6 passed, 1 verifier_timeout, 1 verifier_error, 1 errored") || !strings.Contains(list, js) {
 		t.Errorf("runs list:\n%s", list)
 	}

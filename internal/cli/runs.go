@@ -64,17 +64,22 @@ func terminalStatus(s string) bool {
 }
 
 func newRunsList(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, wide bool
 	cmd := &cobra.Command{
-		Use:   "list [--json]",
+		Use:   "list [--wide] [--json]",
 		Short: "List the runs of the run index, newest first",
-		Long: `List every run of the run index (KV bucket PROCTOR_RUNS), newest first: id,
-status, start and finish times (UTC), harnesses, cells and cell counts by
-state, and the artifact's path. Counts of a finished run are the index's;
-those of a run still going are projected from its events (running and
-queued cells included). "running*" marks a run whose process died: no
-proctor serves this store any more. --json prints the records as a JSON
-array instead.`,
+		Long: `List every run of the run index (KV bucket PROCTOR_RUNS), newest first,
+in a table that fits 100 columns: the run id cut to the shortest unique
+prefix of at least 10 characters (every command taking RUN accepts it),
+status, start time (UTC), the arms (a path cut to its last element, the
+list cut with "…"), then cell counts: CELLS in all, PASS, FAIL (partial,
+failed, solver_timeout, verifier_timeout), NONE (no verdict:
+verifier_error, errored) and LEFT (running and queued). Counts of a
+finished run are the index's; those of a run still going are projected
+from its events. "running*" marks a run whose process died: no proctor
+serves this store any more. --wide prints every field in full: id,
+status, start and finish times, harnesses, cells, counts by state, the
+artifact's path. --json prints the records as a JSON array instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -98,17 +103,97 @@ array instead.`,
 			if asJSON {
 				return writeJSON(g.stdout, views)
 			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tSTATUS\tSTARTED\tFINISHED\tHARNESSES\tCELLS\tSTATES\tARTIFACT")
-			for _, v := range views {
-				fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s", v.ID, statusText(v), shortTime(v.StartedAt), shortTime(v.FinishedAt),
-					strings.Join(v.Spec.Harnesses, ","), v.Cells, countsText(v.States), orDash(v.Artifact))))
+			if wide {
+				return writeRunsWide(g.stdout, views)
 			}
-			return tw.Flush()
+			return writeRunsNarrow(g.stdout, views)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().BoolVar(&wide, "wide", false, "print every field in full (ids, finish time, harnesses, counts by state, artifact)")
 	return cmd
+}
+
+// writeRunsWide is `runs list --wide`: every field in full, one run a line.
+func writeRunsWide(w io.Writer, views []runView) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTARTED\tFINISHED\tHARNESSES\tCELLS\tSTATES\tARTIFACT")
+	for _, v := range views {
+		fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s", v.ID, statusText(v), shortTime(v.StartedAt), shortTime(v.FinishedAt),
+			strings.Join(v.Spec.Harnesses, ","), v.Cells, countsText(v.States), orDash(v.Artifact))))
+	}
+	return tw.Flush()
+}
+
+// armsWidth is the most runes the ARMS column of `runs list` takes; with
+// the other columns at their usual widths a line stays within 100.
+const armsWidth = 28
+
+// writeRunsNarrow is `runs list`: short ids, the arms abbreviated, the
+// counts grouped by what they mean for a pass rate.
+func writeRunsNarrow(w io.Writer, views []runView) error {
+	ids := make([]string, len(views))
+	for i, v := range views {
+		ids[i] = v.ID
+	}
+	short := shortIDs(ids, 10)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tSTARTED\tARMS\tCELLS\tPASS\tFAIL\tNONE\tLEFT")
+	for i, v := range views {
+		var pass, fail, none, left int
+		for k, n := range v.States {
+			switch k {
+			case "passed":
+				pass += n
+			case "partial", "failed", "solver_timeout", "verifier_timeout":
+				fail += n
+			case projection.StateRunning, projection.StateQueued:
+				left += n
+			default:
+				none += n
+			}
+		}
+		started := "-"
+		if t, err := time.Parse(time.RFC3339Nano, v.StartedAt); err == nil {
+			started = t.UTC().Format("2006-01-02 15:04")
+		}
+		fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d", short[i], statusText(v), started,
+			armsText(v.Spec.Harnesses, armsWidth), v.Cells, pass, fail, none, left)))
+	}
+	return tw.Flush()
+}
+
+// shortIDs returns each id cut to its shortest prefix of at least minLen
+// bytes that is no other id's prefix, so `runs show PREFIX` finds it.
+func shortIDs(ids []string, minLen int) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		n := minLen
+		for n < len(id) && slices.ContainsFunc(ids, func(o string) bool { return o != id && strings.HasPrefix(o, id[:n]) }) {
+			n++
+		}
+		out[i] = id[:min(n, len(id))]
+	}
+	return out
+}
+
+// armsText joins the harnesses with ",", each arm whose argument is a path
+// (agent:examples/agents/scripted) cut to the path's last element
+// (agent:scripted), and cuts the whole to width runes ending in "…".
+func armsText(harnesses []string, width int) string {
+	names := make([]string, len(harnesses))
+	for i, h := range harnesses {
+		kind, arg, ok := strings.Cut(h, ":")
+		if ok && strings.Contains(arg, "/") && !strings.ContainsAny(arg, " \t") {
+			h = kind + ":" + filepath.Base(arg)
+		}
+		names[i] = h
+	}
+	s := orDash(strings.Join(names, ","))
+	if r := []rune(s); len(r) > width {
+		s = string(r[:width-1]) + "…"
+	}
+	return s
 }
 
 func newRunsShow(g *globals) *cobra.Command {
