@@ -159,6 +159,43 @@ func TestStrictListAndCoverage(t *testing.T) {
 	}
 }
 
+// TestListGoesOnPastMalformedTasks: tasks list lists every task that
+// loads and names each malformed definition on stderr with its file, line
+// and key, then exits 1; under --strict a task with an unknown table is
+// one more, and only those make it exit 2.
+func TestListGoesOnPastMalformedTasks(t *testing.T) {
+	files := harborTask("a-good", "version = \"1.0\"\n", nil)
+	harborTask("b-broken", "version = \"1.0\"\n[verifier]\ntimeout_sec = \"soon\"\n", files)
+	harborTask("c-bad-syntax", "version = \"1.0\"\n[agent\n", files)
+	harborTask("d-good", "version = \"1.0\"\n", files)
+	harborTask("e-typo", misspelledTOML, files)
+	root := writeRoot(t, files)
+	out, errOut, code := proctor(t, "tasks", "list", "--tasks-root", root)
+	if code != ExitError {
+		t.Errorf("exit %d, want %d", code, ExitError)
+	}
+	for _, name := range []string{"a-good", "d-good", "e-typo"} {
+		if !strings.Contains(out, "\n"+name+" ") {
+			t.Errorf("stdout does not list %s:\n%s", name, out)
+		}
+	}
+	for _, want := range []string{"malformed: b-broken/task.toml:3: key verifier.timeout_sec: ", "malformed: c-bad-syntax/task.toml:2: ",
+		"2 task definition(s) under " + root + " malformed (each named above); the other 3 listed"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(out, "broken") || strings.Contains(out, "bad-syntax") {
+		t.Errorf("a malformed task is listed:\n%s", out)
+	}
+
+	out, errOut, code = proctor(t, "tasks", "list", "--tasks-root", root, "--strict")
+	if code != ExitError || strings.Contains(out, "e-typo") || !strings.Contains(errOut, "malformed: e-typo/task.toml:3: key enviroment: ") ||
+		!strings.Contains(errOut, "3 task definition(s)") {
+		t.Errorf("--strict: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
 // TestUnknownKeysAndPlanFirstInARun runs a small real matrix of command
 // arms: the misspelled [enviroment] table is warned about on stderr and
 // listed in every row of its task (metrics.unknown_keys); --strict refuses

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
 func newTasksList(g *globals) *cobra.Command {
@@ -15,22 +17,40 @@ func newTasksList(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list --tasks-root DIR [--verbose] [--strict]",
 		Short: "List the tasks under a root: name, layout, difficulty, category, revision, warnings",
-		Args:  cobra.NoArgs,
+		Long: `List the tasks under a root: name, layout, difficulty, category, revision
+and warnings. A malformed task.toml or task.md does not stop the list:
+every task that loads is listed, then each malformed definition is
+reported on stderr with its file, line and key, and the command exits
+non-zero (2 when every one is only a --strict refusal of unknown keys,
+else 1).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l := task.Loader{Strict: strict}
-			d, err := l.Discover(root)
+			d, malformed, err := l.DiscoverEach(root)
 			if err != nil {
-				if errors.Is(err, task.ErrUnknownKeys) {
-					return usageError{err}
-				}
 				return err
 			}
-			return d.WriteTable(g.stdout, verbose)
+			if err := d.WriteTable(g.stdout, verbose); err != nil {
+				return err
+			}
+			if len(malformed) == 0 {
+				return nil
+			}
+			onlyKeys := true
+			for _, e := range malformed {
+				fmt.Fprintln(g.stderr, "malformed:", textsafe.Line(e.Error()))
+				onlyKeys = onlyKeys && errors.Is(e, task.ErrUnknownKeys)
+			}
+			err = fmt.Errorf("%d task definition(s) under %s malformed (each named above); the other %d listed", len(malformed), root, len(d.Tasks))
+			if onlyKeys {
+				return usageError{err}
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&root, "tasks-root", ".", "directory holding task directories")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "also show keys read past and every warning")
-	cmd.Flags().BoolVar(&strict, "strict", false, "fail on the first task.toml / task.md holding unknown tables or keys")
+	cmd.Flags().BoolVar(&strict, "strict", false, "report every task.toml / task.md holding unknown tables or keys as malformed")
 	return cmd
 }
 

@@ -59,6 +59,15 @@ func (l *Loader) Discover(root string) (*Discovery, error) {
 	return d, err
 }
 
+// DiscoverEach walks root as Discover does but does not stop at a
+// malformed definition: it returns every task that loaded, and every
+// malformed definition as an *Error naming the file (relative to root),
+// the line when known and the key when one is at fault, sorted by file.
+// err is non-nil only when root itself cannot be walked.
+func (l *Loader) DiscoverEach(root string) (d *Discovery, malformed []*Error, err error) {
+	return l.discover(root, true)
+}
+
 type candidate struct {
 	rel   string // relative to root, "." for the root itself
 	dir   string // absolute
