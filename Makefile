@@ -84,13 +84,19 @@ scale:
 scale-test:
 	PROCTOR_SCALE_TEST=1 $(GO) test -count=1 -p 1 -v -run '^TestScaleRigTiny$$' ./internal/scalerig/
 
-## demo: run the example tasks through the oracle and the three example agents (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude), Claude against the Codex arms (out/demo-codex) and an agent:<dir> agent through the model gateway, observed tokens and cost beside its own (out/demo-agent)
+## demo: run the example tasks through the oracle and the three example agents, checking the oracle's outcomes (report in out/demo: difficulty rollup, per-task cost, ⚠️ on the overclaiming agent's cells), then the Claude arms against the scripted model (out/demo-claude), Claude against the Codex arms (out/demo-codex) and an agent:<dir> agent through the model gateway, observed tokens and cost beside its own (out/demo-agent)
 demo: setup setup-claude setup-codex build
+	@echo "examples/tasks holds three tasks built to go wrong, to show how proctor reports them (examples/tasks/README.md):"
+	@echo "  needs-token  errored before any build (unresolved_env; the 'warning: needs-token' line below says why)"
+	@echo "  slow-check   verifier_timeout (reward 0);  bad-reward  verifier_error (no verdict, never a 0)"
 	./bin/proctor tasks run --tasks-root examples/tasks --all \
 		--harnesses oracle,agent:examples/agents/scripted,agent:examples/agents/metrics,agent:examples/agents/overclaim \
 		--baseline-harness agent:examples/agents/scripted \
 		--output-dir out/demo --out-json out/demo/task_runs.json --out-md out/demo/report.md
 	@echo
+	@scripts/demo-expect.sh out/demo/task_runs.json "the oracle passes the six sound tasks; needs-token, slow-check and bad-reward go wrong as built" \
+		$(foreach t,fix-sum csv-columns count-words noisy-daemon home-workdir notes-steps,$(t)/oracle/default/1=passed) \
+		needs-token/oracle/default/1=errored slow-check/oracle/default/1=verifier_timeout bad-reward/oracle/default/1=verifier_error
 	@echo "report and its figures: out/demo/report.md (pass-rate.svg, paired-diff.svg, cost-pass-rate.svg, outcome-grid.svg beside it)"
 	@echo "browse the runs, live:  ./bin/proctor view   (then open http://127.0.0.1:8080/runs)"
 	scripts/demo-claude.sh out/demo-claude out/demo-codex out/demo-agent

@@ -43,7 +43,11 @@ mkdir -p "$out"
 	--baseline-harness docker-claude --concurrency 2 \
 	--output-dir "$out" --out-json "$out/task_runs.json" --out-md "$out/report.md"
 echo
-echo "Claude arms against the scripted model: $out/report.md (expected: fix-sum passes only with the skill, csv-columns in both arms)"
+skill=docker-claude-skill:examples/skills/sum-numbers
+scripts/demo-expect.sh "$out/task_runs.json" "fix-sum passes only with the skill, csv-columns in both arms" \
+	fix-sum/docker-claude/default/1=failed "fix-sum/$skill/default/1=passed" \
+	csv-columns/docker-claude/default/1=passed "csv-columns/$skill/default/1=passed"
+echo "Claude arms against the scripted model: $out/report.md"
 export OPENAI_BASE_URL=http://$ip:8080/v1 OPENAI_API_KEY=demo-key-not-a-secret
 mkdir -p "$vs"
 ./bin/proctor tasks run --tasks-root examples/tasks --tasks fix-sum,csv-columns \
@@ -51,7 +55,11 @@ mkdir -p "$vs"
 	--baseline-harness docker-claude --concurrency 2 \
 	--output-dir "$vs" --out-json "$vs/task_runs.json" --out-md "$vs/report.md"
 echo
-echo "Claude against Codex on the same scripted model: $vs/report.md (expected: both arms pass csv-columns, fix-sum only under docker-codex-skill)"
+skill=docker-codex-skill:examples/skills/sum-numbers
+scripts/demo-expect.sh "$vs/task_runs.json" "every arm passes csv-columns, fix-sum only under docker-codex-skill" \
+	fix-sum/docker-claude/default/1=failed fix-sum/docker-codex/default/1=failed "fix-sum/$skill/default/1=passed" \
+	csv-columns/docker-claude/default/1=passed csv-columns/docker-codex/default/1=passed "csv-columns/$skill/default/1=passed"
+echo "Claude against Codex on the same scripted model: $vs/report.md"
 export ANTHROPIC_API_KEY=demo-key-not-a-secret
 mkdir -p "$own"
 ./bin/proctor tasks run --tasks-root examples/tasks --tasks csv-columns \

@@ -93,7 +93,7 @@ func expandEnvRefs(s string, lookup LookupEnv) (out, why string) {
 		name := s[m[2]:m[3]]
 		hasDefault := m[4] >= 0
 		if !hasDefault {
-			return "", fmt.Sprintf("${%s} refers to proctor's environment, which is never forwarded", name)
+			return "", fmt.Sprintf("${%s} refers to proctor's environment, which is never forwarded: write the value itself, or ${%s:-value} for a default; a cell given this table is errored (unresolved_env)", name, name)
 		}
 		if v, ok := lookup(name); ok && v != "" {
 			return "", fmt.Sprintf("%s is set in proctor's environment, which is never forwarded; unset it to use the default of ${%s:-...}", name, name)
