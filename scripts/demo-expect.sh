@@ -3,17 +3,18 @@
 # Checks that each named cell of the run whose task_runs.json is ARTIFACT
 # ended with OUTCOME, as `proctor runs show RUN --cells` reports it. On a
 # match prints "demo: checked: WHAT"; else names every cell that differs
-# (expected and got) and exits 1, so `make demo` fails loudly.
+# (expected and got) and exits 1, so `make demo` fails loudly. PROCTOR is
+# the proctor binary (default ./bin/proctor).
 set -euo pipefail
+artifact=$(cd "$(dirname "$1")" && pwd)/$(basename "$1") what=$2
 cd "$(dirname "$0")/.."
-artifact=$1 what=$2
 shift 2
 run=$(sed -n 's/^    "id": "\([0-9A-Z]*\)",$/\1/p' "$artifact" | head -n 1)
 if [[ -z $run ]]; then
 	echo "demo: $artifact names no run (\"run\": {\"id\": ...})" >&2
 	exit 1
 fi
-cells=$(./bin/proctor runs show "$run" --cells)
+cells=$("${PROCTOR:-./bin/proctor}" runs show "$run" --cells)
 bad=0
 for want in "$@"; do
 	cell=${want%=*} outcome=${want##*=}
