@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -140,16 +142,39 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 	if err := atomicfile.Write(outMD, rep.WriteMarkdown); err != nil {
 		return err
 	}
-	for _, t := range rep.Tasks {
-		line := fmt.Sprintf("%s\t%s", t.Verdict, t.Task)
-		if t.DecidedBy != "" {
-			line += "\t" + t.DecidedBy
-		}
-		fmt.Fprintln(g.stdout, textsafe.Line(line))
+	if err := writeCheckSummary(g.stdout, rep); err != nil {
+		return err
 	}
 	fmt.Fprintf(g.stdout, "check json: %s\ncheck report: %s\n", outJSON, outMD)
 	if rep.Failed() {
 		return errCheckFailed
 	}
 	return nil
+}
+
+// writeCheckSummary writes what tasks check prints after its run: the
+// verdicts counted, then one line a task: its verdict, its name and, when
+// a check decided it, that check with its finding (what to fix), every
+// line shown through textsafe.Line.
+func writeCheckSummary(w io.Writer, rep taskcheck.Report) error {
+	counts := map[taskcheck.Verdict]int{}
+	for _, t := range rep.Tasks {
+		counts[t.Verdict]++
+	}
+	fmt.Fprintf(w, "tasks check: %d task(s): %d FAIL, %d WARN, %d PASS\n", len(rep.Tasks), counts[taskcheck.Fail], counts[taskcheck.Warn], counts[taskcheck.Pass])
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, t := range rep.Tasks {
+		why := "every check passed"
+		if t.DecidedBy != "" {
+			why = t.DecidedBy
+			for _, f := range t.Findings {
+				if f.Check == t.DecidedBy && f.Verdict == t.Verdict {
+					why += ": " + f.Detail
+					break
+				}
+			}
+		}
+		fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s", t.Verdict, t.Task, why)))
+	}
+	return tw.Flush()
 }

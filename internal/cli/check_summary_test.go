@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/proctor-eval/proctor/pkg/taskcheck"
+)
+
+// TestCheckSummarySaysWhatToFix: after its run tasks check prints the
+// verdicts counted and, for each task a check decided, that check's
+// finding, not only its name; a task's own text cannot break the line.
+func TestCheckSummarySaysWhatToFix(t *testing.T) {
+	rep := taskcheck.Report{Tasks: []taskcheck.TaskResult{
+		{Task: "fix-sum", Verdict: taskcheck.Warn, DecidedBy: "static", Findings: []taskcheck.Finding{
+			{Check: "oracle", Verdict: taskcheck.Pass, Detail: "the reference solution passes"},
+			{Check: "static", Verdict: taskcheck.Warn, Detail: "ship it under tests/ instead"},
+		}},
+		{Task: "leaky\nname", Verdict: taskcheck.Fail, DecidedBy: "cheat:reward-files", Findings: []taskcheck.Finding{
+			{Check: "cheat:reward-files", Verdict: taskcheck.Fail, Detail: "reward-files passes (passed, reward 1)"},
+		}},
+		{Task: "sound", Verdict: taskcheck.Pass},
+	}}
+	var b bytes.Buffer
+	if err := writeCheckSummary(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	want := "tasks check: 3 task(s): 1 FAIL, 1 WARN, 1 PASS\n" +
+		"WARN  fix-sum      static: ship it under tests/ instead\n" +
+		"FAIL  leaky\\nname  cheat:reward-files: reward-files passes (passed, reward 1)\n" +
+		"PASS  sound        every check passed\n"
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
