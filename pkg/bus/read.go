@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -209,7 +210,9 @@ func (b *Bus) Read(ctx context.Context, filters []string, fn func(events.Envelop
 // included): a consumer that stops sending idle heartbeats (FollowHeartbeat
 // missed twice), is deleted, or skips a delivery is replaced by a new one
 // that starts at the stream sequence after the last event delivered, so
-// each event reaches fn once and in stream order.
+// each event reaches fn once and in stream order. The first replacement
+// after a consumer that delivered is logged at Info, a further one in a
+// row at Warn.
 func (b *Bus) Follow(ctx context.Context, filters []string, fn func(events.Envelope) error) error {
 	return b.follow(ctx, filters, func(e events.Envelope, _ uint64) error { return fn(e) })
 }
@@ -263,7 +266,14 @@ func (b *Bus) follow(ctx context.Context, filters []string, fn func(events.Envel
 			return err
 		}
 		if b.log != nil {
-			b.log.Warn("event follow interrupted, resuming", "filters", filters, "after_seq", last, "err", err, "in", wait)
+			// A consumer lost once and replaced (a heartbeat missed on a
+			// loaded machine) is no news to a user: Info. Failing again
+			// before the replacement delivered anything is: Warn.
+			level := slog.LevelInfo
+			if wait > RetryFirst {
+				level = slog.LevelWarn
+			}
+			b.log.Log(ctx, level, "event follow interrupted, resuming", "filters", filters, "after_seq", last, "err", err, "in", wait)
 		}
 		select {
 		case <-ctx.Done():
