@@ -18,7 +18,8 @@ func newTasksList(g *globals) *cobra.Command {
 		Use:   "list --tasks-root DIR [--verbose] [--strict]",
 		Short: "List the tasks under a root: name, layout, difficulty, category, revision, warnings",
 		Long: `List the tasks under a root: name, layout, difficulty, category, revision
-and warnings. A malformed task.toml or task.md does not stop the list:
+and how many warnings; each warning follows the table in full, one
+"warning: TASK: ..." line each. A malformed task.toml or task.md does not stop the list:
 every task that loads is listed, then each malformed definition is
 reported on stderr with its file, line and key, and the command exits
 non-zero (2 when every one is only a --strict refusal of unknown keys,

@@ -277,10 +277,12 @@ func (t *Task) Remarks() []string {
 }
 
 // WriteTable writes `proctor tasks list`: one row per task with NAME,
-// LAYOUT, DIFFICULTY, CATEGORY, REVISION (12 hex digits) and WARNINGS (the
-// task's Remarks joined by "; ", "-" when none); verbose adds UNCHECKED,
-// the keys read past without being interpreted. Skipped directories follow
-// the table, one "skipped DIR: reason" line each. Every line is shown
+// LAYOUT, DIFFICULTY, CATEGORY, REVISION (12 hex digits) and WARNINGS (how
+// many Remarks the task has, "-" when none), so the table stays narrow;
+// verbose adds UNCHECKED, the keys read past without being interpreted.
+// After the table every remark follows in full, one "warning: NAME: remark"
+// line each, then the skipped directories, one "skipped DIR: reason" line
+// each. Every line is shown
 // through textsafe.Line (task files write the names and values).
 func (d *Discovery) WriteTable(w io.Writer, verbose bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -295,10 +297,19 @@ func (d *Discovery) WriteTable(w io.Writer, verbose bool) error {
 		}
 		return s
 	}
+	var notes []string
 	for _, t := range d.Tasks {
+		remarks := t.Remarks()
+		count := "-"
+		if len(remarks) > 0 {
+			count = fmt.Sprintf("%d (below)", len(remarks))
+		}
+		for _, r := range remarks {
+			notes = append(notes, t.Name+": "+oneLine(r))
+		}
 		row := strings.Join([]string{
 			t.Name, string(t.Layout), dash(t.Difficulty()), dash(t.Category()),
-			ShortRevision(t.Revision), dash(oneLine(strings.Join(t.Remarks(), "; "))),
+			ShortRevision(t.Revision), count,
 		}, "\t")
 		if verbose {
 			row += "\t" + dash(strings.Join(t.UncheckedKeys, ", "))
@@ -307,6 +318,11 @@ func (d *Discovery) WriteTable(w io.Writer, verbose bool) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, textsafe.Line("warning: "+n)); err != nil {
+			return err
+		}
 	}
 	for _, s := range d.Skipped {
 		if _, err := fmt.Fprintf(w, "%s\n", textsafe.Line("skipped "+s.Dir+": "+s.Reason)); err != nil {

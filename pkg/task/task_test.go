@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -276,13 +277,23 @@ func TestWriteTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(plain.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NAME") || strings.Contains(lines[0], "UNCHECKED") {
+	if len(lines) < 4 || !strings.HasPrefix(lines[0], "NAME") || strings.Contains(lines[0], "UNCHECKED") {
 		t.Fatalf("plain table:\n%s", plain.String())
 	}
 	full := lines[1]
-	for _, want := range []string{"full", "benchflow", "hard", "data", ShortRevision(d.Tasks[0].Revision), "multi-role"} {
+	n := len(d.Tasks[0].Remarks())
+	for _, want := range []string{"full", "benchflow", "hard", "data", ShortRevision(d.Tasks[0].Revision), fmt.Sprintf("%d (below)", n)} {
 		if !strings.Contains(full, want) {
 			t.Errorf("row %q lacks %q", full, want)
+		}
+	}
+	// Each warning in full after the table, not in a row that grows with it.
+	if n == 0 || !strings.Contains(plain.String(), "\nwarning: full: ") || !strings.Contains(plain.String(), "multi-role") || strings.Contains(full, "multi-role") {
+		t.Errorf("the warnings are not listed after the table:\n%s", plain.String())
+	}
+	for _, l := range lines[:4] {
+		if len(l) > 100 {
+			t.Errorf("table row of %d columns: %q", len(l), l)
 		}
 	}
 	if !strings.Contains(verbose.String(), "UNCHECKED") || !strings.Contains(verbose.String(), "agents, benchflow, reward, scenes, user") {
