@@ -98,7 +98,12 @@ func TestSoak(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p := passed(a); p != n {
-			t.Fatalf("%d of %d cells passed", p, n)
+			for _, r := range a.Results {
+				if !r.Passed {
+					t.Logf("cell %s %s repeat %d: %s %s", r.Task, r.Harness, r.Repeat, r.Outcome, r.ErrorClass)
+				}
+			}
+			t.Fatalf("%d of %d cells passed (the others above)", p, n)
 		}
 		// The cells' directories (5 MB logs each) are this test's, not
 		// proctor's: removed so the disk does not fill.
