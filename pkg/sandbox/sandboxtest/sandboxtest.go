@@ -201,7 +201,9 @@ sh -c 'sh -c "echo \$\$ > grandchild.pid; exec sleep 100000" & echo $$ > child.p
 while [ ! -s child.pid ] || [ ! -s grandchild.pid ]; do sleep 0.05; done
 echo ready
 sleep 100000`
-		res, out, _ := run(t, h, sandbox.ExecSpec{Timeout: 3 * time.Second}, script)
+		// The timeout leaves a loaded engine time to start the command
+		// and print ready; the kill is what is tested.
+		res, out, _ := run(t, h, sandbox.ExecSpec{Timeout: 8 * time.Second}, script)
 		if !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode {
 			t.Fatalf("want a timeout with exit 124, got %+v", res)
 		}
@@ -214,7 +216,8 @@ sleep 100000`
 	t.Run("IgnoresSIGTERM", func(t *testing.T) {
 		t.Parallel()
 		h := start(t)
-		const timeout, grace = 2 * time.Second, time.Second
+		// As in TimeoutKillsTree, room for a loaded engine to start it.
+		const timeout, grace = 8 * time.Second, time.Second
 		script := `trap '' TERM; echo $$ > stubborn.pid; echo ready; while :; do sleep 0.2; done`
 		res, out, _ := run(t, h, sandbox.ExecSpec{Timeout: timeout, Grace: grace}, script)
 		if !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode || out != "ready\n" {
