@@ -9,7 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,10 +41,16 @@ type Cell struct {
 	Control bus.ControlState
 	// Plan is the cell's CellPlanned data.
 	Plan events.CellPlannedData
-	// Dir is the cell's output directory (Plan.OutputDir).
+	// Dir is the cell's output directory (Plan.OutputDir, or the node's
+	// own under OpenOnNode).
 	Dir cellfs.Dir
 
-	bus *bus.Bus
+	bus    *bus.Bus
+	onNode bool // Dir is this node's (Node.Outputs), not the planned path
+	hold   *trees.HeldDir
+	cache  trees.Cache
+	mu     sync.Mutex
+	held   []func()
 }
 
 // Ended reports whether the run has ended (finished, failed or
@@ -82,16 +91,97 @@ func Open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 	return c, err
 }
 
-// OpenOnNode is Open for a worker whose driver does not see its disk
-// (a cluster that stores outputs): the cell's output directory is
-// nodeDir/<run>/<cell hash> on this node, not the planned path, and
-// StoreOutput carries it to the driver. An empty nodeDir is Open.
-func OpenOnNode(ctx context.Context, b *bus.Bus, runID, cellID, nodeDir string) (*Cell, error) {
+// Node is what a worker's services set for the cells they open.
+type Node struct {
+	// Outputs, when set, is where this node keeps its cells' output
+	// directories (a cluster that stores outputs: NodeOutputs): a cell
+	// attempt's is Outputs/<run>/<cell hash>/<attempt>, not the planned
+	// path, and StoreOutput carries it to the driver.
+	Outputs string
+	// Make: the cell makes its directory under Outputs (the launcher,
+	// which starts the attempt there); without, it holds the directory
+	// only when this node has it (a verifier: a directory the launcher of
+	// another node made is not here, and is never stored empty).
+	Make bool
+	// Attempt is the attempt the cell is opened for (with Outputs).
+	Attempt int
+	// Trees is the node's tree cache; an empty Dir is TreeCache().
+	Trees trees.Cache
+}
+
+// OpenOnNode is Open for a worker: with node.Outputs the cell's output
+// directory is on this node (Node.Outputs), made (Node.Make) and held
+// (trees.HoldDir) until Close, so the node's Sweeper never removes it while the cell
+// uses it; the trees it fetches go to node.Trees. Close releases the
+// trees and the directory it holds.
+func OpenOnNode(ctx context.Context, b *bus.Bus, runID, cellID string, node Node) (*Cell, error) {
 	c, err := Open(ctx, b, runID, cellID)
-	if err == nil && nodeDir != "" && c.Plan.OutputDir != "" {
-		c.Dir = cellfs.Dir(filepath.Join(nodeDir, runID, events.CellHash(cellID)))
+	if err != nil {
+		return c, err
 	}
-	return c, err
+	if node.Outputs != "" && c.Plan.OutputDir != "" {
+		dir := NodeDir(node.Outputs, runID, cellID, node.Attempt)
+		h, err := trees.HoldDir(dir, node.Make)
+		if err != nil {
+			return nil, events.Classf(events.ClassInfra, "the cell's output directory on this node: %w", err)
+		}
+		c.Dir, c.hold = cellfs.Dir(dir), h
+		c.onNode = true
+	}
+	if node.Trees.Dir != "" {
+		c.cache = node.Trees
+	} else {
+		c.cache.MaxBytes, c.cache.Limits = node.Trees.MaxBytes, node.Trees.Limits
+	}
+	return c, nil
+}
+
+// NodeDir is the output directory of a cell attempt on a node that keeps
+// them under outputs: outputs/<run>/<cell hash>/<attempt>.
+func NodeDir(outputs, runID, cellID string, attempt int) string {
+	return filepath.Join(outputs, runID, events.CellHash(cellID), strconv.Itoa(attempt))
+}
+
+// Close releases the trees the cell holds (LoadTask, FetchTree), so the
+// node's cache may remove them, and its output directory on this node
+// (OpenOnNode; removed when the cell left it empty, and so are the cell's
+// and the run's directories above it when nothing else is in them); call
+// it once the cell's work is done, its output stored and removed
+// included.
+func (c *Cell) Close() {
+	c.mu.Lock()
+	held, h := c.held, c.hold
+	c.held, c.hold = nil, nil
+	c.mu.Unlock()
+	for _, r := range held {
+		r()
+	}
+	if h != nil {
+		h.Release(true)
+		removeEmptyParents(string(c.Dir))
+	}
+}
+
+// removeEmptyParents removes the cell's and the run's directories above
+// a cell attempt's directory on a node (NodeDir) when they are empty.
+func removeEmptyParents(attemptDir string) {
+	cell := filepath.Dir(attemptDir)
+	if os.Remove(cell) == nil {
+		_ = os.Remove(filepath.Dir(cell))
+	}
+}
+
+// fetch returns the node's cached copy of the tree stored under digest,
+// held until Close.
+func (c *Cell) fetch(ctx context.Context, store jetstream.ObjectStore, digest string) (string, error) {
+	dir, release, err := c.cache.Fetch(ctx, store, digest)
+	if err != nil {
+		return "", err
+	}
+	c.mu.Lock()
+	c.held = append(c.held, release)
+	c.mu.Unlock()
+	return dir, nil
 }
 
 // NodeOutputs is where a worker that stores outputs keeps its cells'
@@ -103,7 +193,8 @@ func open(ctx context.Context, b *bus.Bus, runID, cellID string) (*Cell, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now()), Control: rec.Control, bus: b}
+	c := &Cell{RunID: runID, CellID: cellID, Status: rec.Status, Spec: rec.Spec, Epoch: rec.Epoch, Expired: rec.LeaseExpired(time.Now()), Control: rec.Control, bus: b,
+		cache: trees.Cache{Dir: TreeCache()}}
 	if c.Ended() {
 		return c, nil
 	}
@@ -156,7 +247,7 @@ func (c *Cell) fetchTask(ctx context.Context) (*task.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := trees.Fetch(ctx, store, c.Plan.TaskRevision, TreeCache())
+	dir, err := c.fetch(ctx, store, c.Plan.TaskRevision)
 	if err != nil {
 		return nil, err
 	}
@@ -200,9 +291,9 @@ func Settled(ctx context.Context, b *bus.Bus, runID, cellID string, attempt int)
 
 // StoreOutput stores the cell's output directory as the object of
 // attempt (trees.OutputName) in the PROCTOR_TREES bucket and returns what
-// its Verdict names. Called before the Verdict is published: a process
-// killed during the upload leaves no object and no verdict, and the
-// attempt's job is redelivered.
+// its terminal event (Verdict or CellErrored) names. Called before that
+// event is published: a process killed during the upload leaves no
+// object and no terminal event, and the attempt's job is redelivered.
 func (c *Cell) StoreOutput(ctx context.Context, attempt int) (*events.OutputObject, error) {
 	store, err := trees.Open(ctx, c.bus)
 	if err != nil {
@@ -216,7 +307,8 @@ func (c *Cell) StoreOutput(ctx context.Context, attempt int) (*events.OutputObje
 }
 
 // FetchTree returns this node's cached copy of the tree stored under
-// digest (trees.Fetch into TreeCache), fetching it on a miss.
+// digest (the node's trees.Cache), fetching it on a miss; the tree is
+// held until Close.
 func (c *Cell) FetchTree(ctx context.Context, digest string) (string, error) {
 	if c.bus == nil {
 		return "", jetstream.ErrObjectNotFound
@@ -225,5 +317,22 @@ func (c *Cell) FetchTree(ctx context.Context, digest string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return trees.Fetch(ctx, store, digest, TreeCache())
+	return c.fetch(ctx, store, digest)
+}
+
+// RemoveOutput removes the cell's output directory from this node, and
+// the run's and cell's directories above it when that leaves them empty:
+// call it once the terminal event naming the stored copy (StoreOutput) is
+// published, so nothing recorded is lost. It does nothing for a cell
+// whose directory is the planned path (not opened with Node.Outputs):
+// that one is the run's output.
+func (c *Cell) RemoveOutput() error {
+	if !c.onNode {
+		return nil
+	}
+	if err := os.RemoveAll(string(c.Dir)); err != nil {
+		return fmt.Errorf("remove the cell's stored output directory: %w", err)
+	}
+	removeEmptyParents(string(c.Dir))
+	return nil
 }

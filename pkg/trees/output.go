@@ -42,7 +42,7 @@ func PutOutput(ctx context.Context, store jetstream.ObjectStore, name, dir strin
 	if err != nil {
 		return Output{}, fmt.Errorf("trees: %w", err)
 	}
-	digest, err := upload(ctx, store, name, dir, entries, true)
+	digest, err := upload(ctx, store, jetstream.ObjectMeta{Name: name}, dir, entries, true)
 	if err != nil {
 		return Output{}, err
 	}
@@ -73,7 +73,7 @@ func FetchOutput(ctx context.Context, store jetstream.ObjectStore, o Output, des
 		return fmt.Errorf("trees: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := download(ctx, store, o.Name, tmp); err != nil {
+	if err := download(ctx, store, o.Name, tmp, DefaultLimits); err != nil {
 		return err
 	}
 	got, err := OutputDigest(tmp)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
 
@@ -69,17 +70,20 @@ func digestOf(dir string, entries []task.TreeEntry) (string, error) {
 }
 
 // Put stores the tree at dir (its own root: links are followed only
-// inside it) under its digest, unless the store already holds that name,
-// and returns the digest.
-func Put(ctx context.Context, store jetstream.ObjectStore, dir string) (string, error) {
-	return PutWithin(ctx, store, dir, dir)
+// inside it) in store, the bucket of b, under its digest, unless the
+// store already holds that name, and returns the digest. A tree already
+// there is touched (Touch), which keeps it from a collection for the
+// grace (PlanSweep): call Put for every tree a run reads before the run's
+// CellPlanned events name it.
+func Put(ctx context.Context, b *bus.Bus, store jetstream.ObjectStore, dir string) (string, error) {
+	return PutWithin(ctx, b, store, dir, dir)
 }
 
 // PutWithin is Put for a directory inside root whose links may reach
 // anywhere inside root (a task inside its tasks root: its digest is then
 // its revision). A tree holding a link that leaves it is refused
 // (ErrUnsafe), as a task holding one is blocked.
-func PutWithin(ctx context.Context, store jetstream.ObjectStore, dir, root string) (string, error) {
+func PutWithin(ctx context.Context, b *bus.Bus, store jetstream.ObjectStore, dir, root string) (string, error) {
 	entries, err := task.WalkTree(dir, root)
 	if err != nil {
 		return "", fmt.Errorf("trees: %w", err)
@@ -93,12 +97,12 @@ func PutWithin(ctx context.Context, store jetstream.ObjectStore, dir, root strin
 	if err != nil {
 		return "", err
 	}
-	if _, err := store.GetInfo(ctx, digest); err == nil {
+	if found, err := Touch(ctx, b, digest); err != nil {
+		return "", err
+	} else if found {
 		return digest, nil
-	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return "", fmt.Errorf("trees: %s: %w", digest, err)
 	}
-	got, err := upload(ctx, store, digest, dir, entries, false)
+	got, err := upload(ctx, store, jetstream.ObjectMeta{Name: digest, Metadata: declare(entries)}, dir, entries, false)
 	if err != nil {
 		return "", err
 	}
@@ -111,9 +115,10 @@ func PutWithin(ctx context.Context, store jetstream.ObjectStore, dir, root strin
 	return digest, nil
 }
 
-// upload streams the tar of entries into the object name and returns the
-// digest of what it wrote.
-func upload(ctx context.Context, store jetstream.ObjectStore, name, dir string, entries []task.TreeEntry, skipUnsafe bool) (string, error) {
+// upload streams the tar of entries into the object meta names and
+// returns the digest of what it wrote.
+func upload(ctx context.Context, store jetstream.ObjectStore, meta jetstream.ObjectMeta, dir string, entries []task.TreeEntry, skipUnsafe bool) (string, error) {
+	name := meta.Name
 	pr, pw := io.Pipe()
 	done := make(chan string, 1)
 	go func() {
@@ -130,7 +135,7 @@ func upload(ctx context.Context, store jetstream.ObjectStore, name, dir string, 
 		pw.CloseWithError(err)
 		done <- digest
 	}()
-	_, err := store.Put(ctx, jetstream.ObjectMeta{Name: name}, pr)
+	_, err := store.Put(ctx, meta, pr)
 	pr.CloseWithError(errors.New("trees: upload ended"))
 	digest := <-done
 	if err != nil {

@@ -12,19 +12,20 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/task"
 	"github.com/proctor-eval/proctor/pkg/trees"
 )
 
-func store(t testing.TB) (jetstream.ObjectStore, jetstream.JetStream) {
+func store(t testing.TB) (jetstream.ObjectStore, *bus.Bus) {
 	t.Helper()
 	b, _ := bustest.Bus(t)
 	s, err := trees.Open(context.Background(), b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, b.JS
+	return s, b
 }
 
 func write(t *testing.T, root string, files map[string]string) {
@@ -84,14 +85,14 @@ func objects(t *testing.T, js jetstream.JetStream) uint64 {
 // links intact, its sibling link materialised.
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	s, _ := store(t)
+	s, b := store(t)
 	root := taskRoot(t)
 	dir := filepath.Join(root, "t")
 	want, err := task.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest, err := trees.PutWithin(ctx, s, dir, root)
+	digest, err := trees.PutWithin(ctx, b, s, dir, root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestRoundTrip(t *testing.T) {
 	// An agent directory is its own root.
 	agent := t.TempDir()
 	write(t, agent, map[string]string{"agent.toml": "name = \"a\"\n", "bin/run": "#!/bin/sh\n"})
-	ad, err := trees.Put(ctx, s, agent)
+	ad, err := trees.Put(ctx, b, s, agent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,26 +147,26 @@ func TestRoundTrip(t *testing.T) {
 // TestPutDedupe: a tree the bucket holds is not uploaded again.
 func TestPutDedupe(t *testing.T) {
 	ctx := context.Background()
-	s, js := store(t)
+	s, b := store(t)
 	root := taskRoot(t)
-	d1, err := trees.PutWithin(ctx, s, filepath.Join(root, "t"), root)
+	d1, err := trees.PutWithin(ctx, b, s, filepath.Join(root, "t"), root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := objects(t, js)
+	n := objects(t, b.JS)
 	if n == 0 {
 		t.Fatal("the first put stored nothing")
 	}
 	// The same files elsewhere: the same digest, nothing uploaded.
 	copyRoot := taskRoot(t)
-	d2, err := trees.PutWithin(ctx, s, filepath.Join(copyRoot, "t"), copyRoot)
+	d2, err := trees.PutWithin(ctx, b, s, filepath.Join(copyRoot, "t"), copyRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d2 != d1 {
 		t.Errorf("digests %s and %s of the same files", d1, d2)
 	}
-	if m := objects(t, js); m != n {
+	if m := objects(t, b.JS); m != n {
 		t.Errorf("second put: %d messages in the bucket, %d before", m, n)
 	}
 }
@@ -227,7 +228,7 @@ func TestTamperedObjectRefused(t *testing.T) {
 // refused, and nothing lands outside.
 func TestHostileTarRefused(t *testing.T) {
 	ctx := context.Background()
-	s, _ := store(t)
+	s, b := store(t)
 	cases := map[string][]*tar.Header{
 		"dot-dot":       {{Typeflag: tar.TypeReg, Name: "../escaped"}},
 		"inner dot-dot": {{Typeflag: tar.TypeReg, Name: "a/../../escaped"}},
@@ -278,7 +279,7 @@ func TestHostileTarRefused(t *testing.T) {
 	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "p")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := trees.Put(ctx, s, dir); !errors.Is(err, trees.ErrUnsafe) {
+	if _, err := trees.Put(ctx, b, s, dir); !errors.Is(err, trees.ErrUnsafe) {
 		t.Errorf("put of a tree with a link out: %v, want ErrUnsafe", err)
 	}
 }
@@ -297,9 +298,9 @@ func zstdReader(t *testing.T, b []byte) *zstd.Decoder {
 // complete tree.
 func TestConcurrentFetch(t *testing.T) {
 	ctx := context.Background()
-	s, _ := store(t)
+	s, b := store(t)
 	root := taskRoot(t)
-	digest, err := trees.PutWithin(ctx, s, filepath.Join(root, "t"), root)
+	digest, err := trees.PutWithin(ctx, b, s, filepath.Join(root, "t"), root)
 	if err != nil {
 		t.Fatal(err)
 	}
