@@ -8,7 +8,13 @@
 #   - every planned cell has exactly one row, every row passed (oracle);
 #   - in the event log no cell has more than one Verdict, and each cell's
 #     last attempt has exactly one terminal event (Verdict or CellErrored);
-#   - no container or network of the run is left on the engine.
+#   - `proctor runs fetch RUN` from a container that sees none of the
+#     nodes' disks writes the same outputs as the driver did; `proctor gc
+#     --run RUN` removes them from the bucket, a second gc finds nothing
+#     and a fetch then fails;
+#   - no container or network of the run is left on the engine, and no
+#     cell directory in worker-2's home; worker-1, started again, sweeps
+#     the cell directories its killed predecessor left.
 # Then, on the same cluster, run control from a second process (one-off
 # containers of the control service) while the cells of a second run (a
 # slow task, oracle) run on both workers:
@@ -19,8 +25,8 @@
 #   - `runs continue` reports the thaws; `runs requeue --outcome errored
 #     --class cancelled` runs the cancelled cell again (attempt 2);
 #   - the driver exits 0, every row passed, the requeued one in 2 attempts,
-#     `proctor replay` gives the artifact's bytes, and no container or
-#     network of the run is left.
+#     `proctor replay` gives the artifact's bytes, and no container,
+#     network or worker's cell directory of the run is left.
 # Then `docker-compose down -v`. Prints PASS or FAIL with the reasons and
 # exits non-zero on failure. Needs root (or the docker group), docker-compose
 # (scripts/setup.sh --compose), go and python3.
@@ -31,6 +37,7 @@
 #   CLUSTER_TASKS     tasks to run (default fix-sum,csv-columns,count-words,noisy-daemon)
 #   CLUSTER_REPEATS   attempts per task (default 3)
 #   CLUSTER_KEEP      1: leave the cluster up and the data directory on failure
+#   CLUSTER_LOGS      a file to write every service's log to before the teardown
 #   PROCTOR_ACK_WAIT  workers' --ack-wait (default 15s): how soon a dead worker's jobs return
 #   PROCTOR_NODE_LOST the aggregator's --node-lost (default 30s): how soon the
 #                     cells a dead worker was to verify are errored (infra)
@@ -80,6 +87,45 @@ PROCTOR_ROUTE_PASSWORD=$(rnd)
 export PROCTOR_SERVICE_PASSWORD PROCTOR_OBSERVER_PASSWORD PROCTOR_ROUTE_PASSWORD
 
 dc() { docker-compose -p "$project" -f "$repo/deploy/docker-compose.yml" "$@"; }
+# A worker keeps each cell attempt's directory in its own home,
+# $PROCTOR_HOME/cells/<run>/<cell hash>/<attempt>/, until it stores it
+# for the driver, which writes it under --output-dir when the verdict
+# arrives.
+# cell_hashes TASKS REPEATS prints "<cell hash> <cell id>" for the oracle
+# cells of TASKS (comma-separated); cell_of MAP RUNLOG prints the id of
+# the cell whose attempt directory holds RUNLOG.
+cell_hashes() {
+  local t r id
+  for t in ${1//,/ }; do
+    for ((r = 1; r <= $2; r++)); do
+      id="$t/oracle/default/$r"
+      printf '%s %s\n' "$(printf '%s' "$id" | sha256sum | cut -c1-16)" "$id"
+    done
+  done
+}
+cell_of() { awk -v h="$(basename "$(dirname "$(dirname "$2")")")" '$1 == h {print $2}' "$1"; }
+# attempt_dirs HOME RUN prints the cell attempt directories of RUN a
+# worker's home holds.
+attempt_dirs() { find "$1/cells/$2" -mindepth 2 -maxdepth 2 -type d 2>/dev/null || true; }
+# run_dirs HOME RUN prints what a worker's home holds of RUN's cells
+# (cell and attempt directories): nothing once the run has ended and the
+# worker has swept.
+run_dirs() { find "$1/cells/$2" -mindepth 1 -maxdepth 2 2>/dev/null || true; }
+# swept_w1 checks that worker-1, started again after its kill, swept the
+# cell directories of the kill run its predecessor left (at start, then
+# every --ack-wait).
+swept_w1() {
+  [[ -n ${run_id:-} && -s $data/w1-left ]] || return 0
+  local deadline=$((SECONDS + ${PROCTOR_ACK_WAIT%s} + 30)) n
+  while n=$(run_dirs "$data/home/worker-1" "$run_id" | wc -l) && ((n > 0)); do
+    if ((SECONDS >= deadline)); then
+      fail "worker-1, started again, kept $n of the cell and attempt directories its killed predecessor left ($(wc -l <"$data/w1-left") attempts)"
+      return
+    fi
+    sleep 1
+  done
+  say "worker-1, started again, swept the $(wc -l <"$data/w1-left") cell directories its killed predecessor left"
+}
 # run_cli runs proctor in a one-off container of the control service on
 # the project's network (credentials from the service's environment).
 run_cli() { dc run --rm --no-deps -T control "$@"; }
@@ -102,9 +148,17 @@ finish() {
     echo "--- service logs (last 15 lines each)"
     dc logs --no-color --tail 15 control worker-1 worker-2 2>/dev/null || true
   fi
+  if [[ -n ${CLUSTER_LOGS:-} ]]; then
+    dc logs --no-color --timestamps >"$CLUSTER_LOGS" 2>&1 || true
+  fi
   if [[ ${CLUSTER_KEEP:-0} == 1 ]] && ((${#failures[@]} > 0 || rc != 0)); then
     say "CLUSTER_KEEP=1: left project $project up and $data in place"
   else
+    # The one-off containers first (a driver or a fetch cut short): the
+    # project's network cannot go while they are attached to it.
+    docker ps -aq --filter "label=com.docker.compose.project=$project" --filter label=com.docker.compose.oneoff=True |
+      xargs -r docker rm -f >/dev/null 2>&1 || true
+    docker rm -f "$project-fetch" >/dev/null 2>&1 || true
     dc down -v --remove-orphans >/dev/null 2>&1 || true
     # Cells the run left (only if a check below already failed on them).
     for r in ${run_id:-} ${ctl_run:-}; do
@@ -123,6 +177,12 @@ finish() {
   exit "$rc"
 }
 trap finish EXIT
+# A test cut short by a signal has not passed (the EXIT trap alone would
+# see the status of the last command).
+for sig in INT TERM HUP; do
+  # shellcheck disable=SC2064
+  trap "fail 'interrupted by SIG$sig'; exit 1" "$sig"
+done
 
 # 1. Images, built here from the pinned sources: no registry.
 say "building bin/proctor and nats-server (go.mod's version), images proctor-deploy/*:$PROCTOR_DEPLOY_TAG"
@@ -172,15 +232,16 @@ done
 say "run $run_id started"
 
 sandboxes() { docker ps -q --filter "label=proctor.run=$run_id" --filter label=proctor.cell | wc -l; }
+cell_hashes "$tasks" "$repeats" >"$data/cells.map"
 # launching_on_worker1 prints a cell whose latest attempt runs on worker-1
 # and has not ended its solve (its launch job is in flight), from the
-# cells' run.log.
+# cells' run.log in worker-1's home.
 launching_on_worker1() {
   local f
-  for f in "$data/out/$run_id"/*/*/*/*/run.log; do
+  for f in "$data/home/worker-1/cells/$run_id"/*/*/run.log; do
     [[ -f $f ]] || continue
     if awk '/ attempt [0-9]+ on node /{n=$NF; e=0} /solve ended|errored/{e=1} END{exit !(n=="worker-1" && !e)}' "$f"; then
-      dirname "${f#"$data/out/$run_id/"}"
+      cell_of "$data/cells.map" "$f"
       return 0
     fi
   done
@@ -200,6 +261,10 @@ docker kill -s KILL "$w1" >/dev/null
 docker kill -s KILL "$n2" >/dev/null
 killed_at=$((SECONDS - t0))
 say "killed worker-1 and nats-2 with SIGKILL (worker-1 was launching $victim; $(sandboxes) sandboxes of the run running)"
+# The cell attempt directories the dead worker-1 left in its home: the
+# worker that takes its place sweeps them (checked once it has started).
+attempt_dirs "$data/home/worker-1" "$run_id" >"$data/w1-left"
+say "worker-1 left $(wc -l <"$data/w1-left") cell attempt directories of the run in its home"
 
 # 5. The run must finish on worker-2 and two NATS nodes. Launch jobs are
 # shared: worker-1's come back to worker-2 after --ack-wait. Verify jobs
@@ -299,24 +364,56 @@ if ((unknown > 0)); then
   fail "$unknown cell logs say \"OOM kills unknown\" (the workers do not see the host's cgroups)"
 fi
 
-# 7. Nothing of the run's cells left: worker-2 reaps what worker-1 left at
-# its next reap (every --ack-wait); allow two rounds.
+# 7. The stored outputs, fetched by a process that sees none of the
+# nodes' disks (a container on the project's network with only an empty
+# directory mounted), are the driver's; `proctor gc --run` on the control
+# node then removes them, a second gc finds nothing, and a fetch fails.
+mkdir -p "$data/fetched"
+fetched=$(PROCTOR_NATS_PASSWORD=$PROCTOR_SERVICE_PASSWORD docker run --rm --name "$project-fetch" --network "${project}_bus" \
+  -e PROCTOR_NATS_URL=nats://nats-1:4222,nats://nats-3:4222 -e PROCTOR_NATS_USER=proctor -e PROCTOR_NATS_PASSWORD \
+  -v "$data/fetched:/fetched" "proctor-deploy/proctor:$PROCTOR_DEPLOY_TAG" runs fetch "$run_id" --output-dir /fetched 2>&1) ||
+  fail "proctor runs fetch $run_id from a machine without the workers' disks failed: $fetched"
+say "runs fetch elsewhere: $(tail -n 1 <<<"$fetched")"
+nlogs=$(find "$data/fetched" -name run.log | wc -l)
+((nlogs == ncells)) || fail "runs fetch wrote $nlogs cell run.log files, want $ncells"
+if ! outdiff=$(diff -r "$data/out/$run_id" "$data/fetched" 2>&1); then
+  fail "the outputs runs fetch wrote differ from the driver's: $(head -n 5 <<<"$outdiff" | tr '\n' ';')"
+fi
+gc1=$(run_cli gc --run "$run_id" 2>&1) || fail "proctor gc --run $run_id failed: $gc1"
+grep -v '^Creating ' <<<"$gc1" | sed 's/^/    /'
+freed=$(sed -n 's/^removed \([0-9]*\) stored objects\?, .*/\1/p' <<<"$gc1")
+((${freed:-0} >= ncells)) || fail "gc --run $run_id removed ${freed:-no} stored objects, want at least $ncells (each cell's output): $gc1"
+gc2=$(run_cli gc --run "$run_id" 2>&1) || fail "the second proctor gc --run $run_id failed: $gc2"
+grep -q '^removed 0 stored objects, 0 bytes' <<<"$gc2" || fail "the second gc --run $run_id found something: $gc2"
+if refetch=$(run_cli runs fetch "$run_id" --output-dir /tmp/refetch 2>&1); then
+  fail "runs fetch $run_id succeeded after gc: $refetch"
+elif ! grep -q 'proctor gc removes the stored outputs' <<<"$refetch"; then
+  fail "runs fetch $run_id after gc failed without saying gc removed the outputs: $(tail -n 3 <<<"$refetch")"
+fi
+say "gc --run: $(grep '^removed .* stored' <<<"$gc1"); again: $(grep '^removed .* stored' <<<"$gc2")"
+
+# 8. Nothing of the run's cells left: worker-2 reaps what worker-1 left at
+# its next reap (every --ack-wait), and removes its cell directories
+# (at their terminal event, else its sweep); allow two rounds.
 deadline=$((SECONDS + 2 * ${PROCTOR_ACK_WAIT%s} + 15))
 while :; do
   left_c=$(docker ps -aq --filter "label=proctor.run=$run_id" | wc -l)
   left_n=$(docker network ls -q --filter "label=proctor.run=$run_id" | wc -l)
-  ((left_c + left_n == 0)) && break
+  left_d=$(run_dirs "$data/home/worker-2" "$run_id" | wc -l)
+  ((left_c + left_n + left_d == 0)) && break
   if ((SECONDS >= deadline)); then
-    fail "$left_c containers and $left_n networks of run $run_id left after the run"
+    fail "$left_c containers, $left_n networks and $left_d cell directories on worker-2 of run $run_id left after the run"
     break
   fi
   sleep 1
 done
-((left_c + left_n == 0)) && say "no container or network of run $run_id remains"
+((left_c + left_n + left_d == 0)) && say "no container, network or worker-2 cell directory of run $run_id remains"
+[[ -z $restarted ]] || swept_w1
 fi
 
+
 if phase control; then
-# 8. Run control from a second process while cells run on both workers.
+# 9. Run control from a second process while cells run on both workers.
 # A slow task (a line every 0.25 s, about 30 s) in the shared data
 # directory, 6 repeats: 4 cells at once on the 2 workers.
 ctl_tasks=$data/ctl-tasks
@@ -335,6 +432,10 @@ if [ "$(seq 1 120)" = "$(cat /app/ticks 2>/dev/null)" ]; then echo 1; else echo 
 SH
 chmod +x "$ctl_tasks/slow/solution/solve.sh" "$ctl_tasks/slow/tests/test.sh"
 ctl_cells=6
+# The kill phase leaves worker-1 dead unless CLUSTER_RESTART_WORKER=1:
+# start it again (a no-op when it runs), as its supervisor would.
+dc start worker-1 >/dev/null 2>&1 || die "docker-compose start worker-1 failed"
+swept_w1
 say "control run: slow × oracle × $ctl_cells repeats, controlled from a second process"
 mkdir -p "$data/ctl-out"
 run_cli tasks run --tasks-root "$ctl_tasks" --tasks slow --harnesses oracle --repeats "$ctl_cells" \
@@ -351,12 +452,14 @@ done
 say "control run $ctl_run started"
 
 # solving prints "cell node" for each cell of the control run whose
-# solve has begun and not ended, from the cells' run.log.
+# solve has begun and not ended, from the cells' run.log in the workers'
+# homes.
+cell_hashes slow "$ctl_cells" >"$data/ctl-cells.map"
 solving() {
   local f
-  for f in "$data/ctl-out/$ctl_run"/*/*/*/*/run.log; do
+  for f in "$data/home"/worker-*/cells/"$ctl_run"/*/*/run.log; do
     [[ -f $f ]] || continue
-    awk -v cell="$(dirname "${f#"$data/ctl-out/$ctl_run/"}")" '
+    awk -v cell="$(cell_of "$data/ctl-cells.map" "$f")" '
       / attempt [0-9]+ on node /{n=$NF; s=0; e=0}
       / solve: /{s=1}
       /solve ended|errored/{e=1}
@@ -449,12 +552,13 @@ deadline=$((SECONDS + 2 * ${PROCTOR_ACK_WAIT%s} + 15))
 while :; do
   left_c=$(docker ps -aq --filter "label=proctor.run=$ctl_run" | wc -l)
   left_n=$(docker network ls -q --filter "label=proctor.run=$ctl_run" | wc -l)
-  ((left_c + left_n == 0)) && break
+  left_d=$( (run_dirs "$data/home/worker-1" "$ctl_run"; run_dirs "$data/home/worker-2" "$ctl_run") | wc -l)
+  ((left_c + left_n + left_d == 0)) && break
   if ((SECONDS >= deadline)); then
-    fail "$left_c containers and $left_n networks of run $ctl_run left after the run"
+    fail "$left_c containers, $left_n networks and $left_d workers' cell directories of run $ctl_run left after the run"
     break
   fi
   sleep 1
 done
-((left_c + left_n == 0)) && say "no container or network of run $ctl_run remains"
+((left_c + left_n + left_d == 0)) && say "no container, network or worker's cell directory of run $ctl_run remains"
 fi

@@ -18,8 +18,8 @@ import (
 
 // claimHandler is a worker's log handler: the launcher's claim lines
 // (launcher.ClaimedMsg, at debug level) of a first delivery go to w as
-// "<run> <cell> <queued ns>" lines; every other record goes to next when
-// next is enabled for its level.
+// "<run> <cell> <queued ns> <taken, Unix ns>" lines; every other record
+// goes to next when next is enabled for its level.
 type claimHandler struct {
 	next slog.Handler
 	mu   *sync.Mutex
@@ -54,7 +54,7 @@ func (h claimHandler) Handle(ctx context.Context, r slog.Record) error {
 		if delivery == 1 {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			_, err := fmt.Fprintf(h.w, "%s %s %d\n", run, cell, queued.Nanoseconds())
+			_, err := fmt.Fprintf(h.w, "%s %s %d %d\n", run, cell, queued.Nanoseconds(), r.Time.UnixNano())
 			return err
 		}
 		return nil
@@ -73,27 +73,37 @@ func (h claimHandler) WithGroup(name string) slog.Handler {
 	return claimHandler{next: h.next.WithGroup(name), mu: h.mu, w: h.w}
 }
 
+// claim is the first delivery of a launch job to a worker node.
+type claim struct {
+	worker, run, cell string
+	queued            time.Duration // stored on the work queue to taken
+	at                time.Time     // taken
+}
+
 // readClaims reads the claims files under dir whose name starts with
-// prefix: the queued time of each first delivery of a launch job.
-func readClaims(dir, prefix string) ([]time.Duration, error) {
+// prefix (<worker>.claims): each first delivery of a launch job.
+func readClaims(dir, prefix string) ([]claim, error) {
 	files, err := filepath.Glob(filepath.Join(dir, prefix+"*.claims"))
 	if err != nil {
 		return nil, err
 	}
-	var out []time.Duration
+	var out []claim
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
 			return nil, err
 		}
+		worker := strings.TrimSuffix(filepath.Base(f), ".claims")
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
-			if len(fs) != 3 {
+			if len(fs) != 4 {
 				continue // a line cut by a kill -9
 			}
-			if ns, err := strconv.ParseInt(fs[2], 10, 64); err == nil {
-				out = append(out, time.Duration(ns))
+			ns, err1 := strconv.ParseInt(fs[2], 10, 64)
+			at, err2 := strconv.ParseInt(fs[3], 10, 64)
+			if err1 == nil && err2 == nil {
+				out = append(out, claim{worker: worker, run: fs[0], cell: fs[1], queued: time.Duration(ns), at: time.Unix(0, at)})
 			}
 		}
 		fh.Close()

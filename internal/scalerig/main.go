@@ -132,6 +132,7 @@ func RigFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.DurationVar(&cfg.FaultDown, "fault-down", cfg.FaultDown, "how long a killed process stays down")
 	fs.BoolVar(&cfg.Reference, "reference", cfg.Reference, "run the plan on a single node first and compare every artifact with its")
 	fs.BoolVar(&cfg.Profile, "profile", cfg.Profile, "write CPU profiles of the planner and the aggregator under DIR/profiles")
+	fs.BoolVar(&cfg.StoreOutputs, "store-outputs", cfg.StoreOutputs, "workers store each cell's output in the PROCTOR_TREES bucket and the drivers write it under their --output-dir (false: workers write it at its planned path, to measure what storing costs)")
 }
 
 func rigMain(args []string, stdout, stderr io.Writer) int {

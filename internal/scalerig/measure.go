@@ -1,6 +1,7 @@
 package scalerig
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,13 @@ type cellLog struct {
 	endAt     time.Time // the last attempt's terminal event
 	agent     int       // Started, Message and Finished events of the last attempt
 	firstLoad time.Time // the launcher's first event of attempt 1
+	// revision and trees are the task's revision and the digests of the
+	// other trees it reads (CellPlanned): what a worker fetches.
+	revision string
+	trees    []string
+	// output says the last attempt's Verdict names a stored output
+	// object.
+	output bool
 }
 
 // runLog is what the event log says of one run.
@@ -82,8 +90,17 @@ func readLog(ctx context.Context, b *bus.Bus) (*logStats, error) {
 			c = &cellLog{}
 			rl.byCell[e.CellID] = c
 		}
+		if e.Type == events.CellPlanned {
+			var d events.CellPlannedData
+			if err := events.Into(e, &d); err == nil {
+				c.revision = d.TaskRevision
+				for _, t := range d.Trees {
+					c.trees = append(c.trees, t.Digest)
+				}
+			}
+		}
 		if e.Attempt > c.attempt {
-			c.attempt, c.terminal, c.agent, c.verdict = e.Attempt, 0, 0, false
+			c.attempt, c.terminal, c.agent, c.verdict, c.output = e.Attempt, 0, 0, false, false
 		}
 		if e.Attempt == 1 && e.Source == "launcher" && c.firstLoad.IsZero() {
 			c.firstLoad = e.At
@@ -99,6 +116,8 @@ func readLog(ctx context.Context, b *bus.Bus) (*logStats, error) {
 			c.verdicts++
 			c.terminal++
 			c.verdict, c.endAt = true, e.At
+			var d events.VerdictData
+			c.output = events.Into(e, &d) == nil && d.Output != nil
 		case events.CellErrored:
 			c.terminal++
 			c.verdict, c.endAt = false, e.At
@@ -110,26 +129,26 @@ func readLog(ctx context.Context, b *bus.Bus) (*logStats, error) {
 	return st, err
 }
 
-// artifactRows reads an artifact's rows: cell id → outcome.
-func artifactRows(path string) ([]struct{ CellID, Outcome string }, error) {
+// artifactRow is what the rig reads of an artifact's row.
+type artifactRow struct {
+	CellID    string `json:"cell_id"`
+	Outcome   string `json:"outcome"`
+	OutputDir string `json:"output_dir"`
+}
+
+// artifactRows reads an artifact's rows.
+func artifactRows(path string) ([]artifactRow, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var a struct {
-		Results []struct {
-			CellID  string `json:"cell_id"`
-			Outcome string `json:"outcome"`
-		} `json:"results"`
+		Results []artifactRow `json:"results"`
 	}
 	if err := json.Unmarshal(b, &a); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var out []struct{ CellID, Outcome string }
-	for _, r := range a.Results {
-		out = append(out, struct{ CellID, Outcome string }{r.CellID, r.Outcome})
-	}
-	return out, nil
+	return a.Results, nil
 }
 
 // normalized is an artifact with what differs between two runs of one
@@ -147,11 +166,17 @@ var volatile = map[string]bool{
 	"at": true, "first": true,
 }
 
-// normalize reads the artifact at path and drops the volatile keys.
-func normalize(path string) (*normalized, error) {
+// normalize reads the artifact at path and drops the volatile keys; the
+// run's inputs directory inputs (its tasks root and agent directory were
+// under it, so it is in the harness's name and the cell ids) is written
+// as INPUTS.
+func normalize(path, inputs string) (*normalized, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
+	}
+	if inputs != "" {
+		b = bytes.ReplaceAll(b, []byte(inputs), []byte("INPUTS"))
 	}
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {

@@ -2,6 +2,9 @@ package scalerig
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -9,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
+	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
@@ -39,9 +45,9 @@ func TestNormalizeKeepsWhatAPlanDecides(t *testing.T) {
 	a := write("a.json", `{"run":{"id":"A","started_at":"t1"},"results":[{"cell_id":"c","attempt":1,"elapsed_sec":3.5,"output_dir":"/x/A/c","outcome":"passed","metrics":{"build_sec":0.1}}]}`)
 	b := write("b.json", `{"run":{"id":"B","started_at":"t2"},"results":[{"cell_id":"c","attempt":2,"elapsed_sec":9,"output_dir":"/x/B/c","outcome":"passed","metrics":{"build_sec":0}}]}`)
 	c := write("c.json", `{"run":{"id":"C","started_at":"t3"},"results":[{"cell_id":"c","attempt":1,"elapsed_sec":3.5,"output_dir":"/x/C/c","outcome":"failed","metrics":{"build_sec":0.1}}]}`)
-	na, _ := normalize(a)
-	nb, _ := normalize(b)
-	nc, err := normalize(c)
+	na, _ := normalize(a, "")
+	nb, _ := normalize(b, "")
+	nc, err := normalize(c, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +56,18 @@ func TestNormalizeKeepsWhatAPlanDecides(t *testing.T) {
 	}
 	if na.text == nc.text || firstDiff(nc.text, na.text) == "" {
 		t.Error("a different outcome normalized equal")
+	}
+	// Each run is planned from inputs of its own, named in its harness
+	// and cell ids.
+	d := write("d.json", `{"results":[{"cell_id":"t/agent:/r/inputs/0001/agent/default/1","harness":"agent:/r/inputs/0001/agent","outcome":"passed"}]}`)
+	e := write("e.json", `{"results":[{"cell_id":"t/agent:/r/inputs/ref-0000/agent/default/1","harness":"agent:/r/inputs/ref-0000/agent","outcome":"passed"}]}`)
+	nd, _ := normalize(d, "/r/inputs/0001")
+	ne, err := normalize(e, "/r/inputs/ref-0000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nd.text != ne.text {
+		t.Errorf("runs planned from two inputs directories normalized differently: %s", firstDiff(nd.text, ne.text))
 	}
 }
 
@@ -73,8 +91,10 @@ func TestClaimLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0] != 25*time.Millisecond {
-		t.Errorf("claims %v, want [25ms]", got)
+	if len(got) != 1 || got[0].queued != 25*time.Millisecond || got[0].worker != "w001" || got[0].run != "R" || got[0].cell != "c/1" {
+		t.Errorf("claims %+v, want one of w001, run R, cell c/1, 25ms", got)
+	} else if d := time.Since(got[0].at); d < 0 || d > time.Minute {
+		t.Errorf("claim taken at %v, %v ago", got[0].at, d)
 	}
 	if n := next.lines(); n != 1 {
 		t.Errorf("%d records passed on, want 1 (the info line)", n)
@@ -106,5 +126,92 @@ func TestLongestGap(t *testing.T) {
 	}
 	if g := longestGap(ts, at(11), at(20)); g != 9*time.Second {
 		t.Errorf("gap to the end %v, want 9s", g)
+	}
+}
+
+// TestRewardByTaskAndRepeat: a cell's simulated reward does not depend
+// on the directory its agent was planned from (each run of the rig has
+// its own), only on its task and repeat.
+func TestRewardByTaskAndRepeat(t *testing.T) {
+	sim := Sim{FailEvery: 2}
+	fails := 0
+	for rep := 1; rep <= 20; rep++ {
+		a := sim.Reward(fmt.Sprintf("s001/agent:/r/inputs/0001/agent/default/%d", rep))
+		b := sim.Reward(fmt.Sprintf("s001/agent:/r/inputs/ref-0000/agent/default/%d", rep))
+		if a != b {
+			t.Errorf("repeat %d: reward %d from one directory, %d from another", rep, a, b)
+		}
+		fails += 1 - a
+	}
+	if fails == 0 || fails == 20 {
+		t.Errorf("%d of 20 repeats fail: the hash decides nothing", fails)
+	}
+}
+
+// TestInputHider: at a run's first CellPlanned the hider renames the
+// run's inputs directory away (the planned task path no longer exists)
+// and records when; a CellPlanned of a path outside its root is left
+// alone, and a second one of the same run changes nothing.
+func TestInputHider(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := bustest.Server(t)
+	b, err := bus.Connect(ctx, srv.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	root := filepath.Join(t.TempDir(), "inputs")
+	in := filepath.Join(root, "0001")
+	if err := writeTasks(filepath.Join(in, "tasks"), filepath.Join(in, "agent"), 2, Sim{Events: 2}); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "tasks", "s000")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := hideInputs(srv.ClientURL(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	planned := func(run, cell, dir string) {
+		t.Helper()
+		if err := b.PublishAll(ctx, events.Must(events.CellPlanned, run, cell, 0, "planner", events.CellPlannedData{TaskDir: dir})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	planned("OTHER", "s000/oracle/default/1", other)
+	before := time.Now()
+	planned("R", "s000/oracle/default/1", filepath.Join(in, "tasks", "s000"))
+	planned("R", "s001/oracle/default/1", filepath.Join(in, "tasks", "s001"))
+	// The hider handles messages in order: once R's is handled, OTHER's was.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, ok := h.get("R"); ok {
+			break
+		}
+		select {
+		case <-tick.C: // the hider's subscription runs on its own
+		case <-ctx.Done():
+			t.Fatal("run R's inputs were not taken away")
+		}
+	}
+	ri, _ := h.get("R")
+	if ri.dir != in || ri.removed.Before(before) {
+		t.Errorf("removed %+v, want %s after %v", ri, in, before)
+	}
+	if _, err := os.Stat(filepath.Join(in, "tasks", "s000", "task.toml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the planned task is still readable: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a path outside the hider's root was touched: %v", err)
+	}
+	if _, ok := h.get("OTHER"); ok {
+		t.Error("a run outside the root was recorded")
+	}
+	if p := h.problems(); len(p) != 0 {
+		t.Errorf("problems: %v", p)
 	}
 }

@@ -26,6 +26,11 @@ func (r *rig) reference(ctx context.Context, rep *Report) (*normalized, error) {
 		return nil, err
 	}
 	url := natsURLs(nodes)
+	h, err := hideInputs(nodes[0].url(), r.inputs)
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
 	if err := r.startControl(url, "ref-"); err != nil {
 		return nil, err
 	}
@@ -43,7 +48,7 @@ func (r *rig) reference(ctx context.Context, rep *Report) (*normalized, error) {
 	r.stopAll()
 	r.control, r.workers = nil, nil
 	r.logf("reference: run %s %s in %.1fs", s.runID, s.status, time.Since(s.at).Seconds())
-	return normalize(s.artifact)
+	return normalize(s.artifact, s.inputs)
 }
 
 // fault is one fault injected during the run.
@@ -72,6 +77,11 @@ func (r *rig) cluster(ctx context.Context, rep *Report, ref *normalized) error {
 		return err
 	}
 	defer b.Close()
+	// The first node: the faults kill the last.
+	if r.hider, err = hideInputs(nodes[0].url(), r.inputs); err != nil {
+		return err
+	}
+	defer r.hider.close()
 	r.logf("cluster: %d servers up; streams at R%d", len(nodes), bus.DefaultReplicas(b.NC))
 	rep.Replicas = bus.DefaultReplicas(b.NC)
 	if err := r.startControl(url, ""); err != nil {
@@ -235,6 +245,7 @@ func (r *rig) cluster(ctx context.Context, rep *Report, ref *normalized) error {
 	}
 	rep.Problems = append(rep.Problems, runErrs...)
 	r.check(rep, st, subs, ref, ws, s1.at, faults)
+	r.checkNoSharing(lctx, rep, b, st, subs)
 	return nil
 }
 
@@ -393,7 +404,7 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 			rep.RunsProjectedOnce++
 		}
 		if ref != nil {
-			n, err := normalize(s.artifact)
+			n, err := normalize(s.artifact, s.inputs)
 			if err != nil {
 				problem("run %s: %v", s.runID, err)
 				continue
@@ -419,10 +430,14 @@ func (r *rig) check(rep *Report, st *logStats, subs []*submission, ref *normaliz
 	if err != nil {
 		problem("the workers' claim lines: %v", err)
 	}
+	queued := make([]time.Duration, len(claims))
+	for i, c := range claims {
+		queued[i] = c.queued
+	}
 	rep.Claims = len(claims)
-	rep.DispatchP50 = percentile(claims, 0.5)
-	rep.DispatchP99 = percentile(claims, 0.99)
-	rep.DispatchMax = percentile(claims, 1)
+	rep.DispatchP50 = percentile(queued, 0.5)
+	rep.DispatchP99 = percentile(queued, 0.99)
+	rep.DispatchMax = percentile(queued, 1)
 	rep.FinishLagP50 = percentile(lags, 0.5)
 	rep.FirstEventP50 = percentile(firstEvent, 0.5)
 	rep.FirstEventP99 = percentile(firstEvent, 0.99)

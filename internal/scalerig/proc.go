@@ -37,14 +37,16 @@ type procs struct {
 	deadCPU map[string]time.Duration
 }
 
-// start runs argv (its output appended to logPath) as role/name.
-func (ps *procs) start(role, name string, argv, env []string, logPath string) (*proc, error) {
+// start runs argv (its output appended to logPath) as role/name, in the
+// working directory dir ("": the rig's).
+func (ps *procs) start(role, name string, argv, env []string, dir, logPath string) (*proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -58,7 +58,26 @@ type Report struct {
 	// stalls against.
 	BaselineGap time.Duration
 	Faults      []FaultResult
-	Problems    []string
+	// What shows the nodes shared nothing but NATS (checkNoSharing):
+	// InputsRemoved runs had their tasks root and agent directory taken
+	// away after planning, RemoveP50/RemoveMax after their first
+	// CellPlanned's stamp; ClaimsAfterRemoval launch jobs (first
+	// deliveries) were taken after that, ClaimsWithTrees by a worker
+	// that holds the cell's task tree and agent tree in its own cache.
+	// TreesStored trees and OutputObjects outputs (OutputBytes) are in
+	// the bucket; TreesFetched trees are in the caches of
+	// FetchingWorkers workers. OutputsNamed verdicts name a stored
+	// output; OutputsWritten rows' output directories, under their
+	// driver's --output-dir, hold the cell's reward.txt.
+	InputsRemoved                       int
+	RemoveP50, RemoveMax                time.Duration
+	ClaimsAfterRemoval, ClaimsWithTrees int
+	TreesStored, TreesFetched           int
+	FetchingWorkers                     int
+	OutputObjects, OutputsNamed         int
+	OutputsWritten                      int
+	OutputBytes                         int64
+	Problems                            []string
 }
 
 // FaultResult is one fault's recovery.
@@ -84,6 +103,7 @@ func (r *Report) OK() bool { return len(r.Problems) == 0 && r.Runs > 0 }
 func (r *Report) Write(w io.Writer) {
 	c := r.Config
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.3f s", d.Seconds()) }
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	fmt.Fprintf(w, "\nscale rig: %d NATS servers (R%d), %d workers × %d slots, offered %.0f cells/h for %v, runs of %d cells, solve %v verify %v, %d agent events a cell\n",
 		c.Nodes, r.Replicas, c.Workers, c.Concurrency, c.Rate, c.Duration, c.Tasks*c.Repeats, c.Sim.Solve, c.Sim.Verify, c.Sim.Events)
 	row := func(k, v, target string) { fmt.Fprintf(w, "  %-44s %-30s %s\n", k, v, target) }
@@ -111,6 +131,16 @@ func (r *Report) Write(w io.Writer) {
 	}
 	row("cells retried; verdicts of earlier attempts", fmt.Sprintf("%d; %d", r.Retried, r.ExtraVerdicts), "")
 	row("events in the log; agent events a cell", fmt.Sprintf("%d; %.1f", r.Events, r.AgentEventsPerCell), "")
+	row("runs whose inputs were gone once planned", fmt.Sprintf("%d of %d (%.0f / %.0f ms after)", r.InputsRemoved, r.Runs, ms(r.RemoveP50), ms(r.RemoveMax)), "all")
+	row("jobs taken after their inputs were gone", fmt.Sprintf("%d of %d", r.ClaimsAfterRemoval, r.Claims), "all")
+	row("jobs whose worker fetched the cell's trees", fmt.Sprintf("%d of %d", r.ClaimsWithTrees, r.Claims), "all")
+	row("trees stored; fetched (workers)", fmt.Sprintf("%d; %d (%d)", r.TreesStored, r.TreesFetched, r.FetchingWorkers), "")
+	if c.StoreOutputs {
+		row("outputs stored (MB); named by verdicts", fmt.Sprintf("%d (%.1f); %d of %d", r.OutputObjects, float64(r.OutputBytes)/1e6, r.OutputsNamed, r.Verdicts), "all")
+		row("outputs written by the drivers", fmt.Sprintf("%d of %d", r.OutputsWritten, r.Cells), "all")
+	} else {
+		row("outputs", "at their planned paths (not stored)", "")
+	}
 	row("longest stretch without a cell ending", sec(r.BaselineGap)+" (no fault)", "")
 	for _, f := range r.Faults {
 		v := fmt.Sprintf("up %.1f s, stall %.1f s", f.Ready.Seconds(), f.Stall.Seconds())

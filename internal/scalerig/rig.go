@@ -11,8 +11,12 @@
 // run's artifact equals a single node's for the same plan; with faults,
 // it kills a NATS node, then worker nodes, then the aggregator (SIGKILL)
 // during the run, restarts each and reports how long the pipeline took
-// to recover. It is a test kit: it drives the services with a scripted
-// sandbox, never a real one.
+// to recover. The worker nodes share nothing but NATS with the rest:
+// each runs in a PROCTOR_HOME of its own, each run's tasks and agent are
+// taken away once planned (inputHider), so workers load them from the
+// trees the planner stored, and workers store each cell's output for the
+// run's driver to write. It is a test kit: it drives the services with a
+// scripted sandbox, never a real one.
 package scalerig
 
 import (
@@ -72,19 +76,25 @@ type Config struct {
 	// Profile writes CPU profiles of the planner and the aggregator into
 	// Dir/profiles.
 	Profile bool
+	// StoreOutputs: each worker keeps its cells' output directories on
+	// its own disk and stores each in the PROCTOR_TREES bucket before its
+	// verdict, and each run's driver writes them under its --output-dir
+	// (on in Defaults). Off, the workers write them at their planned
+	// paths on this machine's disk: only to measure what storing costs.
+	StoreOutputs bool
 	// Log receives the rig's progress lines (nil: discarded).
 	Log io.Writer
 }
 
 // Defaults returns the issue's sizes: 3 servers, 50 workers of 4 slots,
 // 10,000 cells an hour for 10 minutes in runs of 50 cells, 100 agent
-// events a cell, solve 30 s and verify 5 s, faults on.
+// events a cell, solve 30 s and verify 5 s, faults on, outputs stored.
 func Defaults() Config {
 	return Config{
 		Nodes: 3, Workers: 50, Concurrency: 4, Rate: 10000, Duration: 10 * time.Minute,
 		Tasks: 10, Repeats: 5, Sim: Sim{Solve: 30 * time.Second, Verify: 5 * time.Second, Events: 100, FailEvery: 4},
 		AckWait: 30 * time.Second, NodeLost: 45 * time.Second,
-		Faults: true, FaultWorkers: 5, FaultDown: 5 * time.Second, Reference: true,
+		Faults: true, FaultWorkers: 5, FaultDown: 5 * time.Second, Reference: true, StoreOutputs: true,
 	}
 }
 
@@ -115,7 +125,8 @@ func (c Config) Validate() error {
 type rig struct {
 	cfg              Config
 	ps               procs
-	tasks, agent     string
+	inputs           string // Dir/inputs: each run's tasks root and agent directory
+	hider            *inputHider
 	logs             string
 	logMu            sync.Mutex
 	start            time.Time
@@ -144,16 +155,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &rig{cfg: cfg, start: time.Now()}
 	defer r.stopAll()
-	r.tasks = filepath.Join(cfg.Dir, "tasks")
-	r.agent = filepath.Join(cfg.Dir, "agent")
+	r.inputs = filepath.Join(cfg.Dir, "inputs")
 	r.logs = filepath.Join(cfg.Dir, "logs")
-	for _, d := range []string{r.tasks, r.agent, r.logs} {
+	for _, d := range []string{r.inputs, r.logs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
-	}
-	if err := writeTasks(r.tasks, r.agent, cfg.Tasks, cfg.Sim); err != nil {
-		return nil, err
 	}
 	rep := &Report{Config: cfg}
 	var ref *normalized
@@ -172,8 +179,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // env is the environment of a process of the rig named name: its own
 // PROCTOR_HOME, and the marker a test binary dispatches on.
 func (r *rig) env(name string) []string {
-	return []string{"PROCTOR_HOME=" + filepath.Join(r.cfg.Dir, "home", name), RoleEnv + "=1"}
+	return []string{"PROCTOR_HOME=" + r.home(name), RoleEnv + "=1"}
 }
+
+// home is the PROCTOR_HOME of the process named name.
+func (r *rig) home(name string) string { return filepath.Join(r.cfg.Dir, "home", name) }
 
 // startNATS starts the nodes' servers and waits until each is healthy.
 func (r *rig) startNATS(ctx context.Context, nodes []*natsNode, prefix string) error {
@@ -193,7 +203,7 @@ func (r *rig) startNATS(ctx context.Context, nodes []*natsNode, prefix string) e
 }
 
 func (r *rig) startNode(n *natsNode, prefix string) error {
-	p, err := r.ps.start("nats", prefix+n.name, []string{r.cfg.NATSServer, "-c", n.conf}, nil, filepath.Join(r.logs, prefix+n.name+".log"))
+	p, err := r.ps.start("nats", prefix+n.name, []string{r.cfg.NATSServer, "-c", n.conf}, nil, "", filepath.Join(r.logs, prefix+n.name+".log"))
 	n.p = p
 	return err
 }
@@ -225,7 +235,7 @@ func (r *rig) startService(url, prefix, svc string) error {
 		}
 		env = append(env, ProfileEnv+"="+filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", svc, time.Now().UnixNano())))
 	}
-	p, err := r.ps.start(svc, prefix+svc, argv, env, filepath.Join(r.logs, prefix+svc+".log"))
+	p, err := r.ps.start(svc, prefix+svc, argv, env, "", filepath.Join(r.logs, prefix+svc+".log"))
 	if err != nil {
 		return err
 	}
@@ -233,18 +243,26 @@ func (r *rig) startService(url, prefix, svc string) error {
 	return nil
 }
 
-// startWorker starts worker node name with slots cells.
+// startWorker starts worker node name with slots cells. It runs in its
+// PROCTOR_HOME, and is told of no path of the runs' inputs or outputs:
+// it reads tasks and the agent from the trees the planner stored.
 func (r *rig) startWorker(url, name string, slots int) error {
 	s := r.cfg.Sim
 	argv := append(append([]string(nil), r.cfg.Self...), "worker", "--nats", url, "--node", name,
 		"--concurrency", fmt.Sprint(slots), "--solve", s.Solve.String(), "--verify", s.Verify.String(),
 		"--events", fmt.Sprint(s.Events), "--fail-every", fmt.Sprint(s.FailEvery), "--ack-wait", r.cfg.AckWait.String(),
-		"--claims", filepath.Join(r.logs, name+".claims"),
+		"--claims", filepath.Join(r.logs, name+".claims"))
+	if r.cfg.StoreOutputs {
 		// Each worker keeps its cells' outputs on its own disk and
 		// stores them in the bucket; the drivers write them under
 		// their --output-dir.
-		"--store-outputs")
-	p, err := r.ps.start("worker", name, argv, r.env(name), filepath.Join(r.logs, name+".log"))
+		argv = append(argv, "--store-outputs")
+	}
+	home := r.home(name)
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return err
+	}
+	p, err := r.ps.start("worker", name, argv, r.env(name), home, filepath.Join(r.logs, name+".log"))
 	if err != nil {
 		return err
 	}
@@ -258,6 +276,7 @@ func (r *rig) startWorker(url, name string, slots int) error {
 // submission is one run submitted by a driver process.
 type submission struct {
 	n        int
+	inputs   string // the run's tasks root and agent directory, under rig.inputs
 	out      string
 	p        *proc
 	at       time.Time
@@ -267,21 +286,29 @@ type submission struct {
 }
 
 // submit starts the driver of run n: `proctor tasks run --nats` of the
-// rig's plan, its outputs under Dir/out/<n>.
+// rig's plan, from a tasks root and an agent directory of its own under
+// Dir/inputs/<n> (taken away once planned: inputHider), its outputs
+// under Dir/out/<n>.
 func (r *rig) submit(url, prefix string, n int) (*submission, error) {
-	out := filepath.Join(r.cfg.Dir, "out", fmt.Sprintf("%s%04d", prefix, n))
+	id := fmt.Sprintf("%s%04d", prefix, n)
+	out := filepath.Join(r.cfg.Dir, "out", id)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
+	in := filepath.Join(r.inputs, id)
+	tasks, agent := filepath.Join(in, "tasks"), filepath.Join(in, "agent")
+	if err := writeTasks(tasks, agent, r.cfg.Tasks, r.cfg.Sim); err != nil {
+		return nil, err
+	}
 	argv := append(append([]string(nil), r.cfg.Self...), "proctor", "tasks", "run", "--nats", url,
-		"--tasks-root", r.tasks, "--all", "--harnesses", "agent:"+r.agent, "--repeats", fmt.Sprint(r.cfg.Repeats),
+		"--tasks-root", tasks, "--all", "--harnesses", "agent:"+agent, "--repeats", fmt.Sprint(r.cfg.Repeats),
 		"--retries", "3", "--output-dir", out)
 	name := fmt.Sprintf("%sdriver%04d", prefix, n)
-	p, err := r.ps.start("driver", name, argv, r.env(name), filepath.Join(out, "driver.log"))
+	p, err := r.ps.start("driver", name, argv, r.env(name), "", filepath.Join(out, "driver.log"))
 	if err != nil {
 		return nil, err
 	}
-	return &submission{n: n, out: out, p: p, at: time.Now()}, nil
+	return &submission{n: n, inputs: in, out: out, p: p, at: time.Now()}, nil
 }
 
 // wait waits for the driver to end and reads the run's id, status and

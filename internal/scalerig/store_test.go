@@ -185,7 +185,7 @@ func TestWorkerKilledMidUpload(t *testing.T) {
 		t.Errorf("output.bin in the driver's directory: %v %v, want attempt 2's 1000 bytes", fi, err)
 	}
 	// `runs fetch` writes the same files later, from another home, under
-	// another directory.
+	// another directory: <output-dir>/<run id>, as tasks run lays it out.
 	var logF testutil.SyncBuffer
 	other := filepath.Join(c.dir, "elsewhere")
 	f := c.start(t, "fetcher", &logF, "proctor", "runs", "fetch", art.Run.ID, "--nats", c.url, "--output-dir", other)
@@ -194,8 +194,9 @@ func TestWorkerKilledMidUpload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The run's --output-dir is out/<run id> (tasks run adds the id).
-	rel, _ = strings.CutPrefix(rel, art.Run.ID+string(filepath.Separator))
+	if !strings.HasPrefix(rel, art.Run.ID+string(filepath.Separator)) {
+		t.Fatalf("the driver's cell directory %s is not under out/<run id>", r.OutputDir)
+	}
 	if got, err := trees.OutputDigest(filepath.Join(other, rel)); err != nil || got != v.Output.Digest {
 		t.Errorf("runs fetch wrote digest %s (%v), want %s\n%s", got, err, v.Output.Digest, logF.String())
 	}
@@ -210,7 +211,7 @@ func TestWorkerKilledMidUpload(t *testing.T) {
 // their planned paths; it fetches the planned trees from the bucket
 // into its own cache and the run completes with the right verdicts,
 // each cell's output written under the driver's --output-dir from the
-// stored object.
+// stored object, and nothing left in the worker's cells directory.
 func TestWorkerWithoutTheTasks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -270,6 +271,26 @@ func TestWorkerWithoutTheTasks(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(r.OutputDir, "logs", "verifier", "reward.txt")); err != nil {
 			t.Errorf("%s: no reward.txt in the driver's output directory: %v", r.CellID, err)
+		}
+	}
+	// Each cell's directory on the worker is removed once its stored
+	// copy is named by a published verdict: the worker's cells directory
+	// (made by the run) ends empty.
+	cells := filepath.Join(c.dir, "worker", "cells")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		des, err := os.ReadDir(cells)
+		if err != nil {
+			t.Fatalf("the worker's cells directory: %v", err)
+		}
+		if len(des) == 0 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the worker keeps %v under %s after the run", des, cells)
 		}
 	}
 }

@@ -26,8 +26,9 @@ import (
 // wall time and prints Events event lines spread over it (a Started
 // line, Events-2 Message lines, a Finished line: Events agent events in
 // the log), and its verifier's tests run Verify. A cell's reward is 0
-// when the FNV-1a hash of its id is divisible by FailEvery (0: never),
-// else 1, so a plan has a fixed mix of passed and failed rows.
+// when the FNV-1a hash of its task and repeat is divisible by FailEvery
+// (0: never), else 1, so a plan has a fixed mix of passed and failed
+// rows whatever directory its agent was planned from.
 type Sim struct {
 	Solve, Verify time.Duration
 	Events        int
@@ -55,13 +56,17 @@ func (s Sim) Validate() error {
 	return nil
 }
 
-// Reward is the reward Sim gives cell (1 or 0).
+// Reward is the reward Sim gives cell (1 or 0): by its task and repeat,
+// the first and last fields of its id ("<task>/<harness>/<model>/<repeat>"),
+// since the harness names the agent's directory, which differs between
+// the rig's runs.
 func (s Sim) Reward(cell string) int {
 	if s.FailEvery == 0 {
 		return 1
 	}
+	task, _, _ := strings.Cut(cell, "/")
 	h := fnv.New32a()
-	_, _ = io.WriteString(h, cell)
+	_, _ = io.WriteString(h, task+"/"+cell[strings.LastIndexByte(cell, '/')+1:])
 	if h.Sum32()%uint32(s.FailEvery) == 0 {
 		return 0
 	}

@@ -153,7 +153,7 @@ func (b *Bus) ensure(ctx context.Context, replicas int) error {
 	if err != nil {
 		return fmt.Errorf("bus: stream %s: %w", WorkStream, err)
 	}
-	b.Runs, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.Runs, err = b.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RunsBucket,
 		Description: "proctor run index: spec, status, artifact location",
 		History:     1,
@@ -161,19 +161,64 @@ func (b *Bus) ensure(ctx context.Context, replicas int) error {
 		Replicas:    b.keep(ctx, "KV_"+RunsBucket, replicas),
 	})
 	if err != nil {
-		return fmt.Errorf("bus: kv %s: %w", RunsBucket, err)
+		return err
 	}
-	b.Nodes, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.Nodes, err = b.keyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      NodesBucket,
 		Description: "proctor node liveness: each node's verifier heartbeat",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    b.keep(ctx, "KV_"+NodesBucket, replicas),
 	})
-	if err != nil {
-		return fmt.Errorf("bus: kv %s: %w", NodesBucket, err)
+	return err
+}
+
+// keyValue creates or updates the KV bucket of cfg and returns a handle
+// that reads through the bucket's stream leader (leaderReads). A bucket
+// already as cfg asks, direct gets off, is only bound: the processes
+// that connect leave its stream's configuration alone.
+func (b *Bus) keyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if s, err := b.JS.Stream(ctx, "KV_"+cfg.Bucket); err == nil {
+		c := s.CachedInfo().Config
+		if !c.AllowDirect && c.Description == cfg.Description && c.MaxMsgsPerSubject == int64(cfg.History) &&
+			c.Storage == cfg.Storage && c.Replicas == cfg.Replicas {
+			kv, err := b.JS.KeyValue(ctx, cfg.Bucket)
+			if err != nil {
+				return nil, fmt.Errorf("bus: kv %s: %w", cfg.Bucket, err)
+			}
+			return kv, nil
+		}
 	}
-	return nil
+	if _, err := b.JS.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("bus: kv %s: %w", cfg.Bucket, err)
+	}
+	return b.leaderReads(ctx, cfg.Bucket)
+}
+
+// leaderReads turns direct gets off for the KV bucket (they are on for
+// every bucket the client creates) and returns a handle on it that reads
+// through the stream's leader. A direct get is answered by any replica,
+// which may not have applied the last write yet: a record just written
+// (a run the driver started, a lease renewed, a heartbeat) could read as
+// missing or old. A process that (re)creates the bucket turns direct
+// gets on again for a moment; the handles that read through the leader
+// are right either way.
+func (b *Bus) leaderReads(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	s, err := b.JS.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bus: kv %s: %w", bucket, err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := b.JS.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("bus: kv %s: turn direct gets off: %w", bucket, err)
+		}
+	}
+	kv, err := b.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bus: kv %s: %w", bucket, err)
+	}
+	return kv, nil
 }
 
 // Close flushes pending publishes (5 s at most) and closes the connection

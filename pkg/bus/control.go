@@ -99,9 +99,19 @@ func (s ControlState) CellCancelled(cellID string) (events.RunControlData, bool)
 // the index's or the log's; a control message that could not be sent is
 // not one (services find the state in the index when they next look).
 func (b *Bus) Control(ctx context.Context, runID, source string, d events.RunControlData) (events.Envelope, error) {
+	return b.ControlID(ctx, runID, source, "", d)
+}
+
+// ControlID is Control with the RunControl event's id (a fresh one when
+// id is ""): an action two processes may take alike, as a cap's pause
+// (events.RunOnceID), gives both the same id, so the log holds it once.
+func (b *Bus) ControlID(ctx context.Context, runID, source, id string, d events.RunControlData) (events.Envelope, error) {
 	e, err := events.New(events.RunControl, runID, "", 0, source, d)
 	if err != nil {
 		return e, err
+	}
+	if id != "" {
+		e.ID = id
 	}
 	if err := b.UpdateRun(ctx, runID, func(r *RunRecord) { r.Control.Apply(d, e.At) }); err != nil {
 		return e, err

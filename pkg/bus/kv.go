@@ -66,8 +66,10 @@ type RunRecord struct {
 	LeaseUntil string `json:"lease_until,omitempty"`
 	// FinishClaim is epoch+1 of the last epoch whose RunFinished a
 	// process claimed the right to publish (ClaimFinish), and
-	// FinishClaimUntil (RFC 3339) when that claim lapses unless the
-	// RunFinished was published.
+	// FinishClaimUntil (RFC 3339) when the claimant's clock puts the
+	// claim's end. No process compares FinishClaimUntil with its own
+	// clock: it is for the operator, and makes each claim's value new, so
+	// an asker can see that a claim was made again (ClaimFinish).
 	FinishClaim      int    `json:"finish_claim,omitempty"`
 	FinishClaimUntil string `json:"finish_claim_until,omitempty"`
 	// FinishClaimBy names the claimant (ClaimFinish's by), so a
@@ -79,33 +81,52 @@ type RunRecord struct {
 }
 
 // FinishClaimDuration is how long a claim to publish a run's RunFinished
-// holds: a claimant that dies before publishing is replaced after it.
+// holds, on the clock of the process asking for it: a claimant that dies
+// before publishing is replaced after it.
 var FinishClaimDuration = 30 * time.Second
 
 // ClaimFinish claims, with a compare-and-set on the run index, the right
 // to publish the RunFinished of the run's epoch: exactly one of the
 // processes asking wins (two aggregators following one run), unless the
-// winner's claim lapsed (FinishClaimDuration) because it died before
-// publishing. by names the claimant (one per process): a claimant that
-// asks again, as after a timeout whose update went through, is told it
-// won while its claim holds, so an error can be retried. It reports
-// whether this caller won; the error is the index's.
-func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int, by string) (bool, error) {
+// winner's claim lapsed because it died before publishing. by names the
+// claimant (one per process): a claimant that asks again, as after a
+// timeout whose update went through, is told it won, so an error can be
+// retried. It reports whether this caller won; the error is the index's.
+//
+// Another's claim lapses on the asker's own clock, never by comparing the
+// time the claimant's machine wrote with the asker's: seen(claim) is how
+// long the asker has seen that same claim (a string naming the claim's
+// epoch, claimant and the time it wrote, so a claim made again is a new
+// one) unchanged, by a monotonic clock of its own, and the claim has
+// lapsed once that is FinishClaimDuration or more. A claimant whose clock
+// is behind so keeps its claim, and one whose clock is ahead loses it, a
+// FinishClaimDuration after the asker first saw it; an asker must ask
+// again to win a claim its first look did not find lapsed. seen must not
+// be nil; it is called once per compare-and-set try.
+//
+// The claim alone does not keep the RunFinished single: a claim lapsed
+// after its holder published (killed before it wrote the results) is won
+// again, so the winner also looks for the event in the log, and the
+// event's id is the epoch's own (events.RunFinishedID).
+func (b *Bus) ClaimFinish(ctx context.Context, id string, epoch int, by string, seen func(claim string) time.Duration) (bool, error) {
 	won := false
 	err := b.UpdateRun(ctx, id, func(r *RunRecord) {
-		now := time.Now()
-		lapsed := r.FinishClaimUntil != "" && func() bool {
-			t, err := time.Parse(time.RFC3339Nano, r.FinishClaimUntil)
-			return err == nil && now.After(t)
-		}()
 		mine := by != "" && r.FinishClaimBy == by
+		lapsed := r.FinishClaim == epoch+1 && !mine && seen(r.finishClaimKey()) >= FinishClaimDuration
 		won = r.FinishClaim < epoch+1 || (r.FinishClaim == epoch+1 && (lapsed || mine))
 		if won {
 			r.FinishClaim, r.FinishClaimBy = epoch+1, by
-			r.FinishClaimUntil = now.Add(FinishClaimDuration).UTC().Format(time.RFC3339Nano)
+			r.FinishClaimUntil = time.Now().Add(FinishClaimDuration).UTC().Format(time.RFC3339Nano)
 		}
 	})
 	return won, err
+}
+
+// finishClaimKey names the record's finish claim for ClaimFinish's seen:
+// its epoch, its claimant and the time the claimant wrote, which a claim
+// made again (a retry, a takeover) changes.
+func (r RunRecord) finishClaimKey() string {
+	return fmt.Sprintf("%d %q %s", r.FinishClaim, r.FinishClaimBy, r.FinishClaimUntil)
 }
 
 // LeaseDuration is how long a run's owner holds its lease without a

@@ -23,8 +23,21 @@ type NodeRecord struct {
 	// Process names the verifier that wrote it ("host pid N").
 	Process string `json:"process"`
 	// At is the writer's clock (RFC 3339), for people; liveness is
-	// judged by the server's time of the write (NodeSeen).
+	// judged by a reader seeing the entry change (NodeEntry.Revision).
 	At string `json:"at"`
+}
+
+// NodeEntry is a node's heartbeat entry as read from the bucket.
+type NodeEntry struct {
+	Record NodeRecord
+	// Revision is the entry's revision, which every heartbeat changes: a
+	// reader judges silence by how long, on its own monotonic clock, it
+	// has seen the same revision, so no other machine's clock plays a
+	// part.
+	Revision uint64
+	// Written is the server's time of the last heartbeat, for people
+	// (another machine's clock).
+	Written time.Time
 }
 
 // NodeBeat records that a verifier of node is alive now.
@@ -41,21 +54,21 @@ func (b *Bus) NodeBeat(ctx context.Context, node, process string) error {
 	return nil
 }
 
-// NodeSeen returns the server's time of node's last heartbeat (the KV
-// entry's creation time, so the writer's clock plays no part) and the
-// record; ok is false when the node never wrote one.
-func (b *Bus) NodeSeen(ctx context.Context, node string) (seen time.Time, rec NodeRecord, ok bool, err error) {
+// NodeSeen returns node's last heartbeat entry; ok is false when the
+// node never wrote one.
+func (b *Bus) NodeSeen(ctx context.Context, node string) (entry NodeEntry, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
 	e, err := b.Nodes.Get(ctx, node)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return time.Time{}, rec, false, nil
+		return NodeEntry{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, rec, false, fmt.Errorf("bus: node heartbeat %s: %w", node, err)
+		return NodeEntry{}, false, fmt.Errorf("bus: node heartbeat %s: %w", node, err)
 	}
-	_ = json.Unmarshal(e.Value(), &rec) // the time is the entry's; the record is informative
-	return e.Created(), rec, true, nil
+	entry = NodeEntry{Revision: e.Revision(), Written: e.Created()}
+	_ = json.Unmarshal(e.Value(), &entry.Record) // informative: liveness is the revision's
+	return entry, true, nil
 }
 
 // Heartbeat renews node's heartbeat every interval (NodeBeatEvery when

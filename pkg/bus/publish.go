@@ -29,6 +29,29 @@ func (b *Bus) Publish(ctx context.Context, e events.Envelope) error {
 	return b.publishRaw(ctx, &nats.Msg{Subject: events.Subject(e), Data: data, Header: nats.Header{}}, e.ID)
 }
 
+// PublishNow publishes one event synchronously, as Publish does (its
+// Nats-Msg-Id = e.ID, its credentials redacted), and returns once the
+// stream acknowledged it: dup reports that the stream already held an
+// event of that id, stored within DuplicateWindow, and dropped this one.
+// It waits for no other publish (Flush does), and one try is bounded by
+// RequestTimeout; a timeout is transient and may be retried (Retry), the
+// same id dropping the copy of a try that was stored after all.
+func (b *Bus) PublishNow(ctx context.Context, e events.Envelope) (dup bool, err error) {
+	data, err := events.Encode(e)
+	if err != nil {
+		return false, err
+	}
+	msg := &nats.Msg{Subject: events.Subject(e), Data: egress.RedactCredentialsBytes(data), Header: nats.Header{}}
+	msg.Header[nats.MsgIdHdr] = []string{e.ID}
+	pctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	ack, err := b.JS.PublishMsg(pctx, msg)
+	if err != nil {
+		return false, fmt.Errorf("bus: publish %s: %w", msg.Subject, err)
+	}
+	return ack.Duplicate, nil
+}
+
 // PublishAll publishes events in order and then waits for every ack.
 func (b *Bus) PublishAll(ctx context.Context, evs ...events.Envelope) error {
 	for _, e := range evs {
@@ -42,7 +65,9 @@ func (b *Bus) PublishAll(ctx context.Context, evs ...events.Envelope) error {
 func (b *Bus) publishRaw(ctx context.Context, msg *nats.Msg, id string) error {
 	msg.Header[nats.MsgIdHdr] = []string{id} // the canonical key: no Set
 	for {
-		_, err := b.JS.PublishMsgAsync(msg, jetstream.WithStallWait(100*time.Millisecond))
+		// No options: with any, nats.go allocates them per message. A
+		// full window waits up to its default 200 ms before ctx is seen.
+		_, err := b.JS.PublishMsgAsync(msg)
 		if err == nil {
 			return nil
 		}

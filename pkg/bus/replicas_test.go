@@ -94,3 +94,45 @@ func TestReplicasOneServer(t *testing.T) {
 		t.Fatalf("replicas on one server: %d", r)
 	}
 }
+
+// TestKVReadsSeeTheLastWrite: on a 3-server cluster the run index and the
+// node heartbeats are read through their stream's leader (direct gets
+// off, however many processes create the buckets): a record written
+// through one server reads back at once through each of the three. A
+// direct get, answered by any replica, could miss a run the driver had
+// just started.
+func TestKVReadsSeeTheLastWrite(t *testing.T) {
+	urls := strings.Split(cluster(t), ",")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var bs []*bus.Bus
+	for _, u := range urls {
+		b, err := bus.ConnectReplicas(ctx, u, nil, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		bs = append(bs, b)
+	}
+	for _, name := range []string{bus.RunsBucket, bus.NodesBucket} {
+		s, err := bs[0].JS.Stream(ctx, "KV_"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Errorf("KV_%s: direct gets on after three processes connected", name)
+		}
+	}
+	for i := range 300 {
+		want := fmt.Sprintf("s%d", i)
+		if err := bs[i%3].PutRun(ctx, bus.RunRecord{ID: "r1", Status: want}); err != nil {
+			t.Fatal(err)
+		}
+		for j, b := range bs {
+			got, err := b.GetRun(ctx, "r1")
+			if err != nil || got.Status != want {
+				t.Fatalf("write %d through server %d, read through server %d: status %q, err %v; want %q", i, i%3+1, j+1, got.Status, err, want)
+			}
+		}
+	}
+}
