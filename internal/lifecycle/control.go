@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
@@ -134,6 +136,82 @@ func (s Selector) pick(r artifact.Result) bool {
 	return true
 }
 
+// String names what s selects: "outcome errored,solver_timeout", with
+// " (class infra,build)" when it names classes (of the errored cells).
+func (s Selector) String() string {
+	out := "outcome " + strings.Join(s.Outcomes, ",")
+	if len(s.Classes) > 0 {
+		out += " (class " + strings.Join(s.Classes, ",") + ")"
+	}
+	return out
+}
+
+// Explain says, for a requeue that picked none of rows (a run's done
+// cells), what s asked for and what those cells are instead: the cells of
+// s's outcomes it passed over, counted by why (a class --class leaves
+// out; refused and unresolved_env, which the task files decide, so a
+// requeue would only refuse them again), or, when no cell has one of s's
+// outcomes, the run's cells by outcome.
+func (s Selector) Explain(rows []artifact.Result) string {
+	count := func(m map[string]int) string {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%d %s", m[k], k)
+		}
+		return strings.Join(parts, ", ")
+	}
+	classes, fixed, all := map[string]int{}, map[string]int{}, map[string]int{}
+	for _, r := range rows {
+		all[r.Outcome]++
+		if !slices.Contains(s.Outcomes, r.Outcome) || s.pick(r) {
+			continue
+		}
+		if r.ErrorClass == artifact.ErrorRefused || r.ErrorClass == artifact.ErrorUnresolvedEnv {
+			fixed[r.ErrorClass]++
+		} else {
+			classes[r.ErrorClass]++
+		}
+	}
+	msg := "no cell to run again has " + s.String()
+	var why []string
+	if len(classes) > 0 {
+		why = append(why, "errored of a class --class leaves out: "+count(classes))
+	}
+	if len(fixed) > 0 {
+		why = append(why, "errored before any build, which the task files decide (a requeue would refuse them again; fix the task, then run it anew): "+count(fixed))
+	}
+	switch {
+	case len(why) > 0:
+		msg += "; the run's other cells of that outcome are " + strings.Join(why, "; ")
+	case len(all) > 0:
+		msg += "; the run's done cells: " + count(all)
+	default:
+		msg += "; no cell of the run is done"
+	}
+	return msg
+}
+
+// NothingPicked is Explain over runID's done cells in the log: why a
+// requeue with sel picked none of them.
+func NothingPicked(ctx context.Context, b *bus.Bus, runID string, sel Selector) (string, error) {
+	p, err := projection.Project(ctx, b, runID)
+	if err != nil {
+		return "", err
+	}
+	var rows []artifact.Result
+	for _, id := range p.Cells() {
+		if row, ok := p.Row(id); ok && p.CellDone(id) {
+			rows = append(rows, row)
+		}
+	}
+	return sel.Explain(rows), nil
+}
+
 // RequeueLive runs again, within a live run, the done cells sel picks,
 // each as a new attempt (the earlier kept in the log): it records the
 // RunControl requeue (which keeps the run open for them) and publishes one
@@ -184,8 +262,8 @@ func RequeueLive(ctx context.Context, b *bus.Bus, runID string, sel Selector, by
 // identity checked, the matrix recomputed), a finished run included: the
 // picked cells, and any cell without a terminal event, run again; the
 // others keep their outcome. It refuses a live run (RequeueLive serves
-// it). Begin, then Record, start it.
-func PrepareRequeue(ctx context.Context, b *bus.Bus, runID string, sel Selector, now time.Time) (*Resume, error) {
+// it). Begin, then Record, start it. getenv is PrepareResume's.
+func PrepareRequeue(ctx context.Context, b *bus.Bus, runID string, sel Selector, now time.Time, getenv func(string) string) (*Resume, error) {
 	rec, err := b.GetRun(ctx, runID)
 	if err != nil {
 		return nil, &Refused{err}
@@ -200,7 +278,7 @@ func PrepareRequeue(ctx context.Context, b *bus.Bus, runID string, sel Selector,
 	if !p.Planned() || p.PlanError() != "" {
 		return nil, refused("run %s was never planned", runID)
 	}
-	r, err := reopen(rec, runID, "requeue")
+	r, err := reopen(rec, runID, "requeue", getenv)
 	if err != nil {
 		return nil, err
 	}

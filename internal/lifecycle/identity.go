@@ -25,14 +25,15 @@ type Identity struct {
 // Identify hashes a run's declared inputs: every task's revision, the
 // content of every file and directory each harness arm brings into its
 // cells (harness.Arm.IdentityInputs: agent and skill directories, the
-// pinned CLI binaries, resolved against spec.BaseDir), and the set of
+// pinned CLI binaries, resolved against spec.BaseDir, a CLI's path
+// read through getenv, nil meaning os.Getenv), and the set of
 // cell ids (tasks × harnesses × models × repeats), and who the agents
 // run as (--agent-user, when it is not sealed). Output paths, the
 // machine and the time are no part of it: a resumed run is the same run
 // wherever it continues. An input that cannot be read is an error naming
 // the harness.
-func Identify(spec events.RunSpec, cells []planner.Cell) (Identity, error) {
-	inputs, err := declaredInputs(spec, cells)
+func Identify(spec events.RunSpec, cells []planner.Cell, getenv func(string) string) (Identity, error) {
+	inputs, err := declaredInputs(spec, cells, getenv)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -45,7 +46,7 @@ func Identify(spec events.RunSpec, cells []planner.Cell) (Identity, error) {
 
 // declaredInputs maps each declared input, by the name resume reports
 // when it changed, to its value.
-func declaredInputs(spec events.RunSpec, cells []planner.Cell) (map[string]string, error) {
+func declaredInputs(spec events.RunSpec, cells []planner.Cell, getenv func(string) string) (map[string]string, error) {
 	in := map[string]string{}
 	var ids []string
 	arms := map[string]bool{}
@@ -60,7 +61,7 @@ func declaredInputs(spec events.RunSpec, cells []planner.Cell) (map[string]strin
 		if err != nil {
 			return nil, err
 		}
-		files, err := arm.IdentityInputs(spec.BaseDir)
+		files, err := arm.IdentityInputs(spec.BaseDir, getenv)
 		if err != nil {
 			return nil, fmt.Errorf("harness %s: %w", c.Harness.Name, err)
 		}

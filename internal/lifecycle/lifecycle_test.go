@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/proctor-eval/proctor/internal/lifecycle"
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/events"
+	"github.com/proctor-eval/proctor/pkg/trees"
 	"github.com/proctor-eval/proctor/services/planner"
 )
 
@@ -66,7 +69,7 @@ func newRunIn(t testing.TB, b *bus.Bus, base string, repeats int, harnesses ...s
 	r := &run{b: b, id: events.NewID(), root: root, base: base}
 	r.spec = events.RunSpec{BaseDir: base, TasksRoot: root, All: true, Harnesses: harnesses, Models: []string{"m"},
 		Repeats: repeats, OutputDir: filepath.Join(base, "out"), AgentGraceSec: 10}
-	cells, err := planner.Matrix(r.spec)
+	cells, err := planner.Matrix(r.spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +82,7 @@ func newRunIn(t testing.TB, b *bus.Bus, base string, repeats int, harnesses ...s
 func (r *run) start(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
-	id, err := lifecycle.Identify(r.spec, r.cells)
+	id, err := lifecycle.Identify(r.spec, r.cells, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +283,7 @@ func TestPrepareResumeRefuses(t *testing.T) {
 	ctx := context.Background()
 	refusal := func(r *run, want string) {
 		t.Helper()
-		_, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now())
+		_, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now(), nil)
 		var ref *lifecycle.Refused
 		if !errors.As(err, &ref) || !strings.Contains(err.Error(), want) {
 			t.Errorf("PrepareResume: %v, want a refusal saying %q", err, want)
@@ -329,7 +332,7 @@ func TestResumeRunsUnfinishedCellsAgain(t *testing.T) {
 	if _, err := lifecycle.RecoverDead(ctx, b, "test"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now())
+	res, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,6 +341,10 @@ func TestResumeRunsUnfinishedCellsAgain(t *testing.T) {
 	}
 	if err := res.Begin(ctx, b, "host-b pid 2", "", ""); err != nil {
 		t.Fatal(err)
+	}
+	// A run of a store without the bucket stores nothing.
+	if _, err := trees.Lookup(ctx, b); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("the resume of a single-process run made the bucket: %v", err)
 	}
 	rec := r.record(t)
 	if rec.Status != bus.StatusRunning || rec.Epoch != 1 || rec.Owner != "host-b pid 2" || rec.Error != "" || rec.LeaseExpired(time.Now()) {
@@ -365,7 +372,7 @@ func TestResumeRunsUnfinishedCellsAgain(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &job); err != nil || job.CellID != b1 || job.Epoch != 1 || job.AttemptBase != 1 {
 		t.Errorf("last launch job %+v (%v)", job, err)
 	}
-	if _, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now()); err == nil || !strings.Contains(err.Error(), "is alive: host-b pid 2") {
+	if _, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now(), nil); err == nil || !strings.Contains(err.Error(), "is alive: host-b pid 2") {
 		t.Errorf("a second resume while the first holds the lease: %v", err)
 	}
 }
@@ -393,7 +400,7 @@ func TestIdentityNoticesChangedArmFiles(t *testing.T) {
 			r.start(t)
 			r.die(t)
 			writeFiles(t, filepath.Join(base, c.dir), map[string]string{c.file: "echo 2\n"})
-			_, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now())
+			_, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now(), nil)
 			if err == nil || !strings.Contains(err.Error(), c.input) {
 				t.Fatalf("resume after %s changed: %v, want a refusal naming %q", c.file, err, c.input)
 			}
@@ -421,7 +428,7 @@ func TestResumeRunsInfraErroredCellsAgain(t *testing.T) {
 	if _, err := lifecycle.RecoverDead(ctx, b, "test"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now())
+	res, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +476,7 @@ func TestIdentityHoldsTheAgentUser(t *testing.T) {
 	ident := func(mode string) lifecycle.Identity {
 		s := r.spec
 		s.AgentUser = mode
-		id, err := lifecycle.Identify(s, r.cells)
+		id, err := lifecycle.Identify(s, r.cells, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -484,5 +491,88 @@ func TestIdentityHoldsTheAgentUser(t *testing.T) {
 	}
 	if d := lifecycle.Changes(sealed.Inputs, task.Inputs); !slices.Equal(d, []string{"agent user (--agent-user) is new"}) {
 		t.Errorf("Changes(sealed → task) = %q, want the agent user named", d)
+	}
+}
+
+// TestResumeStoresTreesAgain: on a cluster whose bucket lost a run's
+// trees to `proctor gc` after the run ended, resume stores again the task
+// tree of each cell it runs again, under the revision its CellPlanned
+// names, and not the tree of a cell whose verdict it keeps.
+func TestResumeStoresTreesAgain(t *testing.T) {
+	b, _ := bustest.Bus(t)
+	ctx := context.Background()
+	r := newRun(t, b, 1, "oracle")
+	if _, err := planner.StoreInputs(ctx, b, r.spec, r.cells, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.start(t)
+	a, bb := r.cells[0], r.cells[1]
+	r.pass(t, a.ID, 1)
+	r.die(t)
+	if _, err := lifecycle.RecoverDead(ctx, b, "test"); err != nil {
+		t.Fatal(err)
+	}
+	store, err := trees.Lookup(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range r.cells {
+		if err := trees.Remove(ctx, b, trees.Stored{Name: c.Task.Revision}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := lifecycle.PrepareResume(ctx, b, r.id, time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(res.Again), []string{bb.ID}) {
+		t.Fatalf("again %v, want %s", ids(res.Again), bb.ID)
+	}
+	if err := res.Begin(ctx, b, "host-b pid 2", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GetInfo(ctx, bb.Task.Revision); err != nil {
+		t.Errorf("the tree of the cell run again, %s: %v", bb.Task.Revision, err)
+	}
+	if _, err := store.GetInfo(ctx, a.Task.Revision); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("the tree of the kept cell was stored again: %v", err)
+	}
+}
+
+// TestSelectorExplain: a requeue that picks nothing says what it asked for
+// and what the run's cells are instead: errored cells of a class --class
+// leaves out, errored cells the task files decide (refused,
+// unresolved_env: a requeue never runs them), or, when no cell has the
+// outcome, the run's cells by outcome.
+func TestSelectorExplain(t *testing.T) {
+	errored := func(class string) artifact.Result {
+		return artifact.Result{Outcome: artifact.OutcomeErrored, ErrorClass: class}
+	}
+	rows := []artifact.Result{
+		{Outcome: artifact.OutcomePassed}, errored(artifact.ErrorCancelled),
+		errored(artifact.ErrorUnresolvedEnv), errored(artifact.ErrorUnresolvedEnv),
+	}
+	for _, c := range []struct {
+		sel  lifecycle.Selector
+		want []string
+	}{
+		{lifecycle.Selector{Outcomes: []string{"errored"}, Classes: []string{"infra"}}, []string{
+			"no cell to run again has outcome errored (class infra)",
+			"errored of a class --class leaves out: 1 cancelled",
+			"which the task files decide", "2 unresolved_env",
+		}},
+		{lifecycle.Selector{Outcomes: []string{"solver_timeout"}}, []string{
+			"no cell to run again has outcome solver_timeout; the run's done cells: 3 errored, 1 passed",
+		}},
+	} {
+		got := c.sel.Explain(rows)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", c.sel, got, w)
+			}
+		}
+	}
+	if got := (lifecycle.Selector{Outcomes: []string{"errored"}}).Explain(rows[:1]); !strings.Contains(got, "the run's done cells: 1 passed") {
+		t.Errorf("no errored cell: %q", got)
 	}
 }

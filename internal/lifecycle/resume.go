@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/proctor-eval/proctor/pkg/artifact"
 	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
+	"github.com/proctor-eval/proctor/pkg/trees"
 	"github.com/proctor-eval/proctor/services/planner"
 )
 
@@ -45,6 +48,10 @@ type Resume struct {
 	// terminal event (PrepareResume says which), both in plan order. Cells the planner refuses are
 	// in neither: their refusal is recorded by the plan.
 	Again, Kept []Decision
+
+	// getenv reads proctor's environment (nil: os.Getenv), as the
+	// preparation did.
+	getenv func(string) string
 }
 
 // Decision is what a resume does with one cell, and why.
@@ -69,7 +76,9 @@ type Decision struct {
 // sandbox, infra, as a container killed mid-verify leaves it), the cells
 // `--retries` would run again. A verdict, and an error of the cell's own
 // (solver_error, refused, unresolved_env), is kept. It changes nothing.
-func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time) (*Resume, error) {
+// getenv reads proctor's environment for the arms' checks and inputs
+// (planner.Matrix; nil: os.Getenv).
+func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time, getenv func(string) string) (*Resume, error) {
 	rec, err := b.GetRun(ctx, runID)
 	if err != nil {
 		return nil, &Refused{err}
@@ -93,7 +102,7 @@ func PrepareResume(ctx context.Context, b *bus.Bus, runID string, now time.Time)
 	if p.PlanError() != "" {
 		return nil, refused("run %s could not be planned (%s): %w", runID, p.PlanError(), ErrNothingToResume)
 	}
-	r, err := reopen(rec, runID, "resume")
+	r, err := reopen(rec, runID, "resume", getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +144,13 @@ func outcome(row artifact.Result) string {
 // epochs and the aggregator follows to this epoch's RunFinished; then it
 // publishes RunResumed (outJSON and outMD, when set, replace the
 // artifact's paths) and one launch job per cell run again, as attempt
-// last+1. The error is the event log's or the index's.
+// last+1. On a cluster it first stores the trees of those cells again
+// (storeTrees). The error is the event log's, the index's or the
+// bucket's.
 func (r *Resume) Begin(ctx context.Context, b *bus.Bus, owner, outJSON, outMD string) error {
+	if err := r.storeTrees(ctx, b); err != nil {
+		return err
+	}
 	now := time.Now()
 	if err := b.UpdateRun(ctx, r.RunID, func(rec *bus.RunRecord) {
 		rec.Status, rec.Epoch, rec.Owner, rec.Error, rec.FinishedAt = bus.StatusRunning, r.Epoch, owner, "", ""
@@ -163,15 +177,46 @@ func (r *Resume) Begin(ctx context.Context, b *bus.Bus, owner, outJSON, outMD st
 	return nil
 }
 
+// storeTrees stores again, on a cluster (the PROCTOR_TREES bucket
+// exists), the trees of the cells run again (planner.StoreInputs; a tree
+// the bucket holds is not stored twice): `proctor gc` removes the trees
+// of a run that ended, and a worker fetches a cell's trees by the digests
+// its CellPlanned recorded, which the run's unchanged identity keeps.
+func (r *Resume) storeTrees(ctx context.Context, b *bus.Bus) error {
+	if _, err := trees.Lookup(ctx, b); errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	again := map[string]bool{}
+	for _, d := range r.Again {
+		again[d.CellID] = true
+	}
+	var cells []planner.Cell
+	for _, c := range r.Cells {
+		if again[c.ID] && c.Refusal == "" {
+			cells = append(cells, c)
+		}
+	}
+	if len(cells) == 0 {
+		return nil
+	}
+	if _, err := planner.StoreInputs(ctx, b, r.Record.Spec, cells, r.getenv); err != nil {
+		return fmt.Errorf("run %s: storing its trees again: %w", r.RunID, err)
+	}
+	return nil
+}
+
 // reopen plans runID's spec again for a new epoch (resume, requeue) and
 // checks that its declared inputs are those the run recorded: a change is
-// refused, named, with verb saying what was refused.
-func reopen(rec bus.RunRecord, runID, verb string) (*Resume, error) {
-	cells, err := planner.Matrix(rec.Spec)
+// refused, named, with verb saying what was refused. getenv reads
+// proctor's environment (planner.Matrix).
+func reopen(rec bus.RunRecord, runID, verb string, getenv func(string) string) (*Resume, error) {
+	cells, err := planner.Matrix(rec.Spec, getenv)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: its spec no longer plans: %w", runID, err)
 	}
-	id, err := Identify(rec.Spec, cells)
+	id, err := Identify(rec.Spec, cells, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -182,5 +227,5 @@ func reopen(rec bus.RunRecord, runID, verb string) (*Resume, error) {
 		}
 		return nil, refused("run %s: refusing to %s: %s", runID, verb, why)
 	}
-	return &Resume{RunID: runID, Record: rec, Epoch: rec.Epoch + 1, Identity: id, Cells: cells}, nil
+	return &Resume{RunID: runID, Record: rec, Epoch: rec.Epoch + 1, Identity: id, Cells: cells, getenv: getenv}, nil
 }

@@ -27,7 +27,11 @@ func (c ControlEvent) String() string {
 		s += " --now"
 	}
 	if len(c.Cells) > 0 {
-		s += fmt.Sprintf(" %d cell(s)", len(c.Cells))
+		unit := "cells"
+		if len(c.Cells) == 1 {
+			unit = "cell"
+		}
+		s += fmt.Sprintf(" %d %s", len(c.Cells), unit)
 	}
 	s += " by " + c.By
 	if c.Cap != "" {

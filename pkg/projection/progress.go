@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/events"
 )
 
 // Cell states of a live projection that are not outcomes.
@@ -41,8 +42,39 @@ type HarnessProgress struct {
 	States map[string]int `json:"states"`
 }
 
+// HarnessOrder returns names in the order a run shows its harnesses: the
+// baseline harness of spec first, then the others as spec's harnesses
+// list them (the plan's order, --harnesses), then any other by name.
+// Names given twice are listed once.
+func HarnessOrder(spec events.RunSpec, names []string) []string {
+	rank := map[string]int{}
+	if spec.BaselineHarness != "" {
+		rank[spec.BaselineHarness] = 0
+	}
+	for i, h := range spec.Harnesses {
+		if _, ok := rank[h]; !ok {
+			rank[h] = i + 1
+		}
+	}
+	out := slices.Compact(slices.Sorted(slices.Values(names)))
+	slices.SortStableFunc(out, func(a, b string) int {
+		ra, oka := rank[a]
+		rb, okb := rank[b]
+		switch {
+		case oka && okb:
+			return ra - rb
+		case oka:
+			return -1
+		case okb:
+			return 1
+		}
+		return 0 // both unlisted: by name, as sorted
+	})
+	return out
+}
+
 // Progress returns the progress of every harness with a planned cell,
-// sorted by harness name. A cell is done once it has its terminal event
+// in HarnessOrder. A cell is done once it has its terminal event
 // or the run has finished; it is running once an event of its current
 // attempt beside the preparation events (Preparing) arrived; otherwise it
 // is queued (a cell whose image is built waits for a slot). Cells whose CellPlanned event
@@ -84,7 +116,7 @@ func (p *Projector) Progress() []HarnessProgress {
 		}
 	}
 	out := make([]HarnessProgress, 0, len(by))
-	for _, name := range slices.Sorted(maps.Keys(by)) {
+	for _, name := range HarnessOrder(p.Spec(), slices.Collect(maps.Keys(by))) {
 		h := by[name]
 		if h.Scored > 0 {
 			h.PassRate = ptr(float64(h.Passed) / float64(h.Scored))

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/proctor-eval/proctor/pkg/artifact"
@@ -278,5 +279,19 @@ func TestHarnessKind(t *testing.T) {
 	}
 	if kinds["docker-oracle"] != "oracle" || kinds["agent:demo"] != "agent" || len(kinds) != 2 {
 		t.Fatalf("harness -> harness_kind: %v", kinds)
+	}
+}
+
+// TestHarnessOrder: the baseline first, then the run's --harnesses order,
+// then harnesses the spec does not list by name; each once.
+func TestHarnessOrder(t *testing.T) {
+	spec := events.RunSpec{Harnesses: []string{"oracle", "docker-claude-skill:s", "docker-claude"}, BaselineHarness: "docker-claude"}
+	got := HarnessOrder(spec, []string{"zeta", "docker-claude-skill:s", "oracle", "alpha", "docker-claude", "oracle"})
+	want := []string{"docker-claude", "oracle", "docker-claude-skill:s", "alpha", "zeta"}
+	if !slices.Equal(got, want) {
+		t.Errorf("order %q, want %q", got, want)
+	}
+	if got := HarnessOrder(events.RunSpec{}, []string{"b", "a"}); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("no spec: %q", got)
 	}
 }

@@ -134,7 +134,9 @@ func WriteResults(ctx context.Context, b *bus.Bus, runID string, p *Projector, v
 }
 
 // Finish ends a run that will not complete (interrupted): it publishes
-// RunFinished with status unless the log already has one, projects the
+// RunFinished with status unless the log already has one (with the
+// epoch's id, events.RunFinishedID, so a RunFinished of the same epoch
+// published meanwhile by an aggregator is the one kept), projects the
 // whole log (unfinished cells become errored rows), writes the results
 // (WriteResults) and returns the run's index record.
 func Finish(ctx context.Context, b *bus.Bus, runID, status, version string) (bus.RunRecord, error) {
@@ -143,8 +145,12 @@ func Finish(ctx context.Context, b *bus.Bus, runID, status, version string) (bus
 		return bus.RunRecord{}, err
 	}
 	if !p.Finished() {
-		if err := b.PublishAll(ctx, events.Must(events.RunFinished, runID, "", 0, Source,
-			events.RunFinishedData{Status: status, Counts: p.Counts(), Epoch: p.Epoch()})); err != nil {
+		// The epoch's one id: an aggregator's RunFinished of the same
+		// epoch published meanwhile keeps its place, this one dropped.
+		e := events.Must(events.RunFinished, runID, "", 0, Source,
+			events.RunFinishedData{Status: status, Counts: p.Counts(), Epoch: p.Epoch()})
+		e.ID = events.RunFinishedID(runID, p.Epoch())
+		if err := b.PublishAll(ctx, e); err != nil {
 			return bus.RunRecord{}, err
 		}
 		if p, err = Project(ctx, b, runID); err != nil {

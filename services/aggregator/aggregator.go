@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +37,11 @@ type Config struct {
 	// it looks (default NodeLost/4, at most 10 s).
 	NodeLost  time.Duration
 	NodeCheck time.Duration
+	// Now is the aggregator's clock (default time.Now). A node's silence,
+	// a run's lease and another aggregator's finish claim are differences
+	// of two of its readings, never a comparison with a time another
+	// machine wrote.
+	Now func() time.Time
 }
 
 // DefaultNodeLost is Config.NodeLost's default: twice the verifier's
@@ -48,6 +54,12 @@ type Service struct {
 	bus *bus.Bus
 	log *slog.Logger
 	id  string // this process's claimant name (Bus.ClaimFinish)
+	// beats is when this aggregator last saw each node's heartbeat
+	// change, leases each followed run's lease (leaseHeld), and claims
+	// each followed run's finish claim (Bus.ClaimFinish's seen).
+	beats  *changeClock[uint64]
+	leases *changeClock[string]
+	claims *changeClock[string]
 }
 
 // New returns an aggregator on b.
@@ -64,7 +76,12 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	if cfg.NodeCheck <= 0 {
 		cfg.NodeCheck = min(cfg.NodeLost/4, 10*time.Second)
 	}
-	return &Service{cfg: cfg, bus: b, log: cfg.Logger.With("service", Source), id: events.NewID()}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{cfg: cfg, bus: b, log: cfg.Logger.With("service", Source), id: events.NewID(),
+		beats: newChangeClock[uint64](cfg.Now), leases: newChangeClock[string](cfg.Now),
+		claims: newChangeClock[string](cfg.Now)}, nil
 }
 
 // Run follows every planned run until ctx ends. A run it was following
@@ -116,16 +133,26 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 	// epoch is the run's current epoch: the RunFinished of an earlier
 	// one (before a resume) does not end the follow.
 	epoch := rec.Epoch
+	if err == nil {
+		s.leaseHeld(rec) // the lease's first look starts its clock
+	}
+	defer s.leases.forget(runID)
+	defer s.claims.forget(runID)
 	p := projection.NewProjector(runID)
-	closing := false
-	waits := newVerifyWaits()
-	wctx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		s.watchNodes(wctx, runID, waits)
-	}()
-	defer func() { stopWatch(); <-watched }()
+	fin := newCloser(s, runID, epoch)
+	waits := newVerifyWaits(s.cfg.Now)
+	// fctx ends the follow early when the closer's asking again fails.
+	fctx, stopFollow := context.WithCancelCause(ctx)
+	defer stopFollow(nil)
+	wctx, stopWatch := context.WithCancel(fctx)
+	var bg sync.WaitGroup
+	bg.Go(func() { s.watchNodes(wctx, runID, waits) })
+	bg.Go(func() {
+		if err := fin.askAgain(wctx); err != nil {
+			stopFollow(err)
+		}
+	})
+	defer func() { stopWatch(); bg.Wait() }()
 	// Events after liveFrom were stored after the follow began: only
 	// they may trip a cap.
 	var liveFrom uint64
@@ -133,7 +160,7 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 		liveFrom = info.State.LastSeq
 	}
 	var cp caps
-	err = s.bus.FollowSeq(ctx, []string{events.RunFilter(runID)}, func(e events.Envelope, seq uint64) error {
+	err = s.bus.FollowSeq(fctx, []string{events.RunFilter(runID)}, func(e events.Envelope, seq uint64) error {
 		p.Apply(e)
 		if e.Type == events.RunResumed {
 			waits.reset()
@@ -157,43 +184,17 @@ func (s *Service) follow(ctx context.Context, runID string) error {
 				return err
 			}
 		}
-		if p.Done() && !closing {
-			// Finishing is idempotent: of two aggregators following the
-			// run, the one that wins the claim in the run index publishes
-			// RunFinished; the other follows on until it sees it. The
-			// claim and the publish are retried here while the bus fails
-			// transiently (a server lost): an error returned would end
-			// this follow's callback for the run's last event, and no
-			// later event would come to finish the run.
-			var won bool
-			err := bus.Retry(ctx, s.log, "claim the RunFinished of "+runID, func(ctx context.Context) error {
-				var err error
-				won, err = s.bus.ClaimFinish(ctx, runID, epoch, s.id)
-				return err
-			})
-			if err != nil || !won {
-				return err
-			}
-			closing = true
-			status, why := bus.StatusFinished, p.PlanError()
-			switch {
-			case why != "":
-				status = bus.StatusFailed
-			case p.Cancelled():
-				status = bus.StatusCancelled
-				why = (&bus.Cancelled{Control: p.Control().Cancels[""]}).Error()
-			}
-			finished := events.Must(events.RunFinished, runID, "", 0, Source,
-				events.RunFinishedData{Status: status, Counts: p.Counts(), Error: why, Epoch: epoch})
-			return bus.Retry(ctx, s.log, "publish the RunFinished of "+runID, func(ctx context.Context) error {
-				return s.bus.PublishAll(ctx, finished)
-			})
+		if p.Done() {
+			return fin.done(ctx, finishData(p, epoch))
 		}
 		return nil
 	})
 	stopWatch()
-	<-watched
+	bg.Wait()
 	if err != nil {
+		if cause := context.Cause(fctx); ctx.Err() == nil && cause != nil {
+			return cause
+		}
 		return err
 	}
 	if d := p.DecodeErrors(); d != nil {

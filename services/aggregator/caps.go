@@ -18,7 +18,9 @@ const CapSource = "cap"
 // and any replay's) knows it tripped. Only live events are checked (live:
 // the follow has reached the events stored when it began), so an
 // aggregator that replays a run never trips again a cap an earlier one
-// tripped and an operator continued.
+// tripped and an operator continued. The event's id is the run's one id
+// for the cap (events.RunOnceID), so two aggregators following the run
+// live, both tripping it, put one pause in the log.
 type caps struct {
 	tripped map[string]bool // caps this follow paused the run for
 }
@@ -37,6 +39,7 @@ func (c *caps) check(ctx context.Context, b *bus.Bus, runID string, p *projectio
 		c.tripped = map[string]bool{}
 	}
 	c.tripped[name] = true
-	_, err := b.Control(ctx, runID, Source, events.RunControlData{Action: events.ControlPause, By: CapSource, Cap: name, Why: why})
+	_, err := b.ControlID(ctx, runID, Source, events.RunOnceID(runID, "cap/"+name),
+		events.RunControlData{Action: events.ControlPause, By: CapSource, Cap: name, Why: why})
 	return err
 }

@@ -23,7 +23,7 @@ type verifyWait struct {
 	node    string
 	// finished is the Finished event's time (the log's, so every
 	// aggregator derives the same error event id from it); since is when
-	// this aggregator saw it (its own clock).
+	// this aggregator saw it (its own clock, Config.Now).
 	finished time.Time
 	since    time.Time
 }
@@ -31,14 +31,15 @@ type verifyWait struct {
 // verifyWaits tracks the cells of one followed run waiting for their
 // verifier. The follow's callback writes it; watchNodes reads it.
 type verifyWaits struct {
-	mu sync.Mutex
+	now func() time.Time
+	mu  sync.Mutex
 	// node is the node of each cell's latest SandboxStarted, by attempt.
 	node    map[string]verifyWait
 	pending map[string]verifyWait
 }
 
-func newVerifyWaits() *verifyWaits {
-	return &verifyWaits{node: map[string]verifyWait{}, pending: map[string]verifyWait{}}
+func newVerifyWaits(now func() time.Time) *verifyWaits {
+	return &verifyWaits{now: now, node: map[string]verifyWait{}, pending: map[string]verifyWait{}}
 }
 
 // observe folds one event of the run, applied already to the projection
@@ -55,7 +56,7 @@ func (w *verifyWaits) observe(e events.Envelope, current int, terminal bool) {
 		}
 	case events.Finished:
 		if n, ok := w.node[e.CellID]; ok && n.attempt == e.Attempt && e.Attempt == current && !terminal {
-			n.finished, n.since = e.At, time.Now()
+			n.finished, n.since = e.At, w.now()
 			w.pending[e.CellID] = n
 		}
 	}
@@ -92,18 +93,67 @@ func (w *verifyWaits) drop(v verifyWait) {
 	}
 }
 
+// changeClock measures, on this aggregator's own clock, how long each
+// key's value has stayed the same: a node's heartbeat entry revision in
+// KV PROCTOR_NODES (Service.beats), a run's lease in the run index
+// (Service.leases). A time written by another machine (the verifier's
+// record, the server's time of the write, the lease's end as its owner's
+// clock put it) plays no part, so a clock stepped or skewed anywhere
+// neither calls a live node or owner lost nor keeps a dead one. A value
+// is unchanged at most since this aggregator first looked at it: one
+// restarted finds nothing lost before the bound has passed. Safe for
+// concurrent use (the watchers of every followed run share it).
+type changeClock[V comparable] struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	seen map[string]seenValue[V]
+}
+
+// seenValue is a key's value and when this aggregator first saw it
+// (Config.Now: a reading with the monotonic clock, by default).
+type seenValue[V comparable] struct {
+	v     V
+	since time.Time
+}
+
+func newChangeClock[V comparable](now func() time.Time) *changeClock[V] {
+	return &changeClock[V]{now: now, seen: map[string]seenValue[V]{}}
+}
+
+// unchanged records that key has value v now and returns for how long
+// this clock has seen that value.
+func (c *changeClock[V]) unchanged(key string, v V) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	s, ok := c.seen[key]
+	if !ok || s.v != v {
+		s = seenValue[V]{v: v, since: now}
+		c.seen[key] = s
+	}
+	return now.Sub(s.since)
+}
+
+// forget drops key (a run no longer followed).
+func (c *changeClock[V]) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.seen, key)
+}
+
 // watchNodes errors, every Config.NodeCheck until ctx ends, the cells of
 // the run (while it is driven: not ended, its lease not expired) whose
-// verify job waits on a lost node: one whose verifiers
-// wrote no heartbeat (bus.NodeSeen) for longer than Config.NodeLost, or
-// never did while the cell waited that long. The cell's attempt ends
-// CellErrored, class infra (retryable: `--retries` runs it again on a
-// live node), "node N lost: no heartbeat for X s". The event's id is
-// derived from the run, cell and attempt, so two aggregators publishing
-// it put it in the log once (the stream's duplicate window; projections
-// de-duplicate by id, and take the first terminal event of an attempt).
-// A verifier of the node that comes back later finds the attempt settled
-// (cellrun.Settled) and only destroys the sandbox.
+// verify job waits on a lost node: one whose heartbeat entry (bus.NodeSeen)
+// this aggregator has seen unchanged for longer than Config.NodeLost
+// (Service.beats), or that never wrote one while the cell waited that long.
+// The cell's attempt ends CellErrored, class infra (retryable: `--retries`
+// runs it again on a live node), "node N lost: no heartbeat for X s". The
+// event's id is derived from the run, cell and attempt, so two
+// aggregators publishing it put it in the log once (the stream's
+// duplicate window; projections de-duplicate by id, and take the first
+// terminal event of an attempt). A verifier of the node that comes back
+// later finds the attempt settled (cellrun.Settled) and only destroys the
+// sandbox.
 func (s *Service) watchNodes(ctx context.Context, runID string, w *verifyWaits) {
 	t := time.NewTicker(s.cfg.NodeCheck)
 	defer t.Stop()
@@ -118,24 +168,25 @@ func (s *Service) watchNodes(ctx context.Context, runID string, w *verifyWaits) 
 			continue
 		}
 		type seen struct {
-			at time.Time
-			ok bool
+			entry  bus.NodeEntry
+			ok     bool
+			silent time.Duration
 		}
 		nodes := map[string]*seen{}
 		for _, v := range waiting {
 			n := nodes[v.node]
 			if n == nil {
-				at, _, ok, err := s.bus.NodeSeen(ctx, v.node)
+				entry, ok, err := s.bus.NodeSeen(ctx, v.node)
 				if err != nil {
 					if ctx.Err() == nil {
 						s.log.Warn("node heartbeat", "node", v.node, "err", err)
 					}
 					continue
 				}
-				n = &seen{at: at, ok: ok}
+				n = &seen{entry: entry, ok: ok, silent: s.beats.unchanged(v.node, entry.Revision)}
 				nodes[v.node] = n
 			}
-			if err := s.lost(ctx, runID, w, v, n.at, n.ok); err != nil && ctx.Err() == nil {
+			if err := s.lost(ctx, runID, w, v, n.entry, n.ok, n.silent); err != nil && ctx.Err() == nil {
 				s.log.Warn("erroring a cell of a lost node", "run", runID, "cell", v.cell, "node", v.node, "err", err)
 			}
 		}
@@ -143,8 +194,9 @@ func (s *Service) watchNodes(ctx context.Context, runID string, w *verifyWaits) 
 }
 
 // driven reports whether the run is still driven: not ended, and its
-// owner's lease not expired. The cells of a run whose owner died are left
-// as they are for `runs resume`, which runs them again as new attempts.
+// owner's lease not lapsed (leaseHeld). The cells of a run whose owner
+// died are left as they are for `runs resume`, which runs them again as
+// new attempts.
 func (s *Service) driven(ctx context.Context, runID string) bool {
 	rec, err := s.bus.GetRun(ctx, runID)
 	if err != nil {
@@ -153,24 +205,38 @@ func (s *Service) driven(ctx context.Context, runID string) bool {
 		}
 		return false
 	}
-	return !rec.Terminal() && !rec.LeaseExpired(time.Now())
+	return !rec.Terminal() && s.leaseHeld(rec)
+}
+
+// leaseHeld reports whether rec's owner renewed its lease within
+// bus.LeaseDuration by this aggregator's clock: every renewal writes a
+// new lease_until, and the lease lapses when this aggregator has seen the
+// same lease_until for longer than bus.LeaseDuration (changeClock). The
+// time lease_until names, written by the owner's clock, is never compared
+// with this one, so an owner whose clock is behind keeps its run while it
+// renews, and one whose clock is ahead loses it a lease after it stopped.
+// A record without a lease (an older proctor) is always held.
+func (s *Service) leaseHeld(rec bus.RunRecord) bool {
+	if rec.LeaseUntil == "" {
+		return true
+	}
+	return s.leases.unchanged(rec.ID, rec.LeaseUntil) <= bus.LeaseDuration
 }
 
 // lost errors v's attempt when its node was silent longer than NodeLost:
-// since the heartbeat at seen (ok), or since this aggregator saw the
-// cell's Finished when the node never wrote one.
-func (s *Service) lost(ctx context.Context, runID string, w *verifyWaits, v verifyWait, seen time.Time, ok bool) error {
-	now := time.Now()
+// its heartbeat entry unchanged for silent on this aggregator's clock
+// (ok), or, when the node never wrote one, since this aggregator saw the
+// cell's Finished.
+func (s *Service) lost(ctx context.Context, runID string, w *verifyWaits, v verifyWait, entry bus.NodeEntry, ok bool, silent time.Duration) error {
 	var msg string
 	if ok {
-		silent := now.Sub(seen)
 		if silent <= s.cfg.NodeLost {
 			return nil
 		}
-		msg = fmt.Sprintf("node %s lost: no heartbeat for %.0f s (last at %s); its verify job of attempt %d waits on it",
-			v.node, silent.Seconds(), seen.UTC().Format(time.RFC3339), v.attempt)
+		msg = fmt.Sprintf("node %s lost: no heartbeat for %.0f s (last written %s by the server's clock); its verify job of attempt %d waits on it",
+			v.node, silent.Seconds(), entry.Written.UTC().Format(time.RFC3339), v.attempt)
 	} else {
-		silent := now.Sub(v.since)
+		silent := s.cfg.Now().Sub(v.since)
 		if silent <= s.cfg.NodeLost {
 			return nil
 		}
