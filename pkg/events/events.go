@@ -91,6 +91,34 @@ func NewID() string {
 	return ulid.MustNew(ulid.Timestamp(time.Now()), entropy).String()
 }
 
+// RunOnceID is the id of an event the run has once per key, the same for
+// every process that derives it: a ULID whose time is the run id's (a
+// ULID; the Unix epoch for another id) and whose random part is a hash of
+// run and key. A publisher sets it as the event's id (its Nats-Msg-Id),
+// so two publishers of the event within the stream's duplicate window
+// store it once, and the projection, which dedupes by id, folds it once.
+func RunOnceID(runID, key string) string {
+	var ms uint64
+	if u, err := ulid.ParseStrict(runID); err == nil {
+		ms = u.Time()
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s", runID, key))
+	var id ulid.ULID
+	if err := id.SetTime(ms); err != nil {
+		panic(err) // a ULID's time always fits
+	}
+	if err := id.SetEntropy(sum[:10]); err != nil {
+		panic(err)
+	}
+	return id.String()
+}
+
+// RunFinishedID is the RunOnceID of the RunFinished that closes epoch of
+// runID: another epoch's is another id.
+func RunFinishedID(runID string, epoch int) string {
+	return RunOnceID(runID, "RunFinished/"+strconv.Itoa(epoch))
+}
+
 // New builds an envelope with a fresh ID and the current UTC time. data is
 // one of the *Data types of this package (or nil for an empty object).
 func New(t Type, runID, cellID string, attempt int, source string, data any) (Envelope, error) {
@@ -124,7 +152,10 @@ func Must(t Type, runID, cellID string, attempt int, source string, data any) En
 // JSON, as New and Decode guarantee. The error is for interface stability;
 // it is always nil.
 func Encode(e Envelope) ([]byte, error) {
-	b := make([]byte, 0, 160+len(e.Data))
+	// The keys, punctuation, time and numbers take under 160 bytes; the
+	// strings and data the rest (one allocation unless a string needs
+	// escaping).
+	b := make([]byte, 0, 160+len(e.ID)+len(e.Type)+len(e.RunID)+len(e.CellID)+len(e.Source)+len(e.Data))
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, int64(e.V), 10)
 	b = append(b, `,"id":`...)

@@ -577,6 +577,12 @@ type StepVerdictData struct {
 type CellErroredData struct {
 	ErrorClass string `json:"error_class"`
 	Error      string `json:"error"`
+	// Output names the object in the PROCTOR_TREES bucket that holds the
+	// cell's output directory as this attempt left it (its logs: why it
+	// errored), stored before this event was published, as a Verdict's
+	// Output; absent when nothing was stored (a single-process run, a
+	// cell errored before it ran on a worker, a store that failed).
+	Output *OutputObject `json:"output,omitempty"`
 }
 
 // CellSupersededData marks the attempts before Attempt as replaced.

@@ -48,12 +48,12 @@ func (a agentArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
 // Check loads agent.toml (LoadAgent) and the variables of the providers
 // it declares (AgentProviderEnv), so a bad agent directory or a provider
 // that cannot work fails the run before it starts.
-func (a agentArm) Check(baseDir string) error {
+func (a agentArm) Check(baseDir string, getenv func(string) string) error {
 	spec, err := LoadAgent(a.ref.AgentDir(baseDir))
 	if err != nil {
 		return err
 	}
-	if _, err := AgentProviderEnv(spec, os.Getenv); err != nil {
+	if _, err := AgentProviderEnv(spec, orProcess(getenv)); err != nil {
 		return fmt.Errorf("agent %s: %w", spec.Dir, err)
 	}
 	return nil

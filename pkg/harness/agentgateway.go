@@ -117,13 +117,13 @@ func agentGateway(env Env, a *AgentSpec) (*agentCalls, error) {
 	if !a.CallsOut() {
 		return nil, nil
 	}
-	penv, err := AgentProviderEnv(a, os.Getenv)
+	penv, err := AgentProviderEnv(a, env.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	getenv := func(k string) string { return penv[k] }
 	c := &agentCalls{env: penv, secrets: map[string]string{}}
-	private := os.Getenv(ProviderPrivateEnv) == "1"
+	private := env.Getenv(ProviderPrivateEnv) == "1"
 	var hosts []string
 	for _, n := range a.Providers {
 		p, _ := providers.Lookup(n)

@@ -40,14 +40,17 @@ type Arm interface {
 	SetupCheck() bool
 	// Check validates the arm's own files when a run is planned (an
 	// agent's agent.toml), with relative paths resolved against
-	// baseDir; its error fails the whole run before anything starts.
-	Check(baseDir string) error
+	// baseDir, and what it reads from proctor's environment through
+	// getenv (a CLI's path, a provider's credentials; nil: os.Getenv);
+	// its error fails the whole run before anything starts.
+	Check(baseDir string, getenv func(string) string) error
 	// IdentityInputs are the files and directories of the host (relative
 	// paths resolved against baseDir) that the arm brings into its cells
 	// and whose content is part of the run's identity: its agent or
 	// skill directory, the CLI binary it pins. Resume hashes them
-	// (HashInput) and refuses a run whose inputs changed.
-	IdentityInputs(baseDir string) ([]IdentityInput, error)
+	// (HashInput) and refuses a run whose inputs changed. getenv reads
+	// proctor's environment (a CLI's path; nil: os.Getenv).
+	IdentityInputs(baseDir string, getenv func(string) string) ([]IdentityInput, error)
 	// Refusal decides, from the task files alone and before any build,
 	// whether the arm refuses the task: the error class and a reason
 	// naming the file or key, or ("", "") when the task can run.
@@ -88,6 +91,11 @@ type Env interface {
 	// process trees (command arms).
 	Driver() sandbox.Driver
 	Host() sandbox.Driver
+	// Getenv reads one variable of proctor's own environment ("" when
+	// unset): an arm reads every setting it takes from the environment
+	// through it (environ.go), never from the process. The launcher's is
+	// its Config.Getenv.
+	Getenv(key string) string
 	// Emit records one event of the cell; a zero at means now. Its error
 	// is the event log's.
 	Emit(ctx context.Context, t events.Type, data any, at time.Time) error

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
+	"github.com/proctor-eval/proctor/pkg/bus/bustest"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
 	"github.com/proctor-eval/proctor/pkg/sandbox/process"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/trees"
 )
 
 // benchArgv is the argv the fake bench got, without the key=value lines.
@@ -100,7 +102,7 @@ func TestBenchflowGrammar(t *testing.T) {
 		"benchflow-skill:acp:pi:" + pack: "acp:pi", "benchflow-skill:codex-acp:" + pack: "codex-acp",
 		"benchflow-skill:ai-sdk:codex": "ai-sdk:codex", "benchflow-selfgen:omnigent:pi": "omnigent:pi",
 	} {
-		if err := arm(t, name).Check(base); err != nil {
+		if err := arm(t, name).Check(base, nil); err != nil {
 			t.Errorf("Check(%s): %v", name, err)
 			continue
 		}
@@ -123,7 +125,7 @@ func TestBenchflowGrammar(t *testing.T) {
 		"benchflow-skill:codex:":  "empty path",
 		"benchflow-skill::skills": "no agent",
 	} {
-		if err := arm(t, name).Check(base); err == nil || !strings.Contains(err.Error(), want) {
+		if err := arm(t, name).Check(base, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Check(%s) = %v, want an error saying %q", name, err, want)
 		}
 	}
@@ -167,7 +169,7 @@ func TestBenchflowSkillPaths(t *testing.T) {
 		"lib":                    {"./csv-tools/SKILL.md", "./pdf/SKILL.md"},
 	} {
 		name := "benchflow-skill:claude-agent-acp:" + path
-		if err := arm(t, name).Check(base); err != nil {
+		if err := arm(t, name).Check(base, nil); err != nil {
 			t.Errorf("Check(%s): %v", path, err)
 			continue
 		}
@@ -185,7 +187,7 @@ func TestBenchflowSkillPaths(t *testing.T) {
 		"missing":             "no such file",
 		"lib/notes/README.md": "not a SKILL.md",
 	} {
-		if err := arm(t, "benchflow-skill:x:"+path).Check(base); err == nil || !strings.Contains(err.Error(), want) {
+		if err := arm(t, "benchflow-skill:x:"+path).Check(base, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Check(%s) = %v, want %q", path, err, want)
 		}
 	}
@@ -252,7 +254,7 @@ func TestBenchflowSelfGenCreator(t *testing.T) {
 	tk := benchflowTask(t, nil)
 	for _, dir := range []string{"home/skills", "home/skills/skill-creator", "vendor/skill-creator"} {
 		name := "benchflow-selfgen:claude-agent-acp:" + dir
-		if err := arm(t, name).Check(base); err != nil {
+		if err := arm(t, name).Check(base, nil); err != nil {
 			t.Errorf("Check(%s): %v", dir, err)
 			continue
 		}
@@ -273,7 +275,7 @@ func TestBenchflowSelfGenCreator(t *testing.T) {
 		}
 	}
 	for dir, want := range map[string]string{"nothing": "holds no skill-creator", "missing": "no such file"} {
-		if err := arm(t, "benchflow-selfgen:x:"+dir).Check(base); err == nil || !strings.Contains(err.Error(), want) {
+		if err := arm(t, "benchflow-selfgen:x:"+dir).Check(base, nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Check(%s) = %v, want %q", dir, err, want)
 		}
 	}
@@ -706,5 +708,42 @@ func TestBenchflowOneAtATime(t *testing.T) {
 	}
 	if !reflect.DeepEqual(kinds, []string{"start", "end", "start", "end"}) {
 		t.Errorf("bench runs overlapped: %q", b)
+	}
+}
+
+// TestBenchflowSkillFetchedOnAWorker: benchflow-skill's skill directory
+// is gone on the worker; the arm stages its stored tree, fetched into the
+// node's cache, under the planned directory's name (bench finds
+// ./csv-tools/SKILL.md, not the cache's digest).
+func TestBenchflowSkillFetchedOnAWorker(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	writeFiles(t, base, map[string]string{"csv-tools/SKILL.md": "---\nname: tabular-tools\n---\nUse stats.py.\n", "csv-tools/scripts/s.py": "print(1)\n"})
+	b, _ := bustest.Bus(t)
+	store, err := trees.Open(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := filepath.Join(base, "csv-tools")
+	digest, err := trees.Put(ctx, b, store, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(planned); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	tk := benchflowTask(t, nil)
+	env, out, err, _ := delegatedRunIn(t, tk, "benchflow-skill:claude-agent-acp:csv-tools", "skill", func(e *harnesstest.Env) {
+		e.SpecV.BaseDir = base
+		e.PlanV.Trees = []events.InputTree{{Name: "skill dir", Path: planned, Digest: digest}}
+		e.Trees = func(ctx context.Context, d string) (string, error) { return trees.Fetch(ctx, store, d, cache) }
+	})
+	wantVerdict(t, out, err, 1)
+	if !strings.Contains(out.Finished.StdoutTail, "staged skills: ./csv-tools/SKILL.md ") {
+		t.Errorf("bench found %q, want ./csv-tools/SKILL.md", out.Finished.StdoutTail)
+	}
+	if data, err := os.ReadFile(env.DirV.Path("skills", "csv-tools", "scripts", "s.py")); err != nil || string(data) != "print(1)\n" {
+		t.Errorf("staged scripts/s.py: %q, %v", data, err)
 	}
 }

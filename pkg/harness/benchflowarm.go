@@ -118,7 +118,7 @@ func (a benchflowArm) SetupCheck() bool {
 // benchflow-skill a skill directory, its SKILL.md or a root of skill
 // directories (skillPacks); for benchflow-selfgen a skill-creator
 // (skillCreator).
-func (a benchflowArm) Check(baseDir string) error {
+func (a benchflowArm) Check(baseDir string, _ func(string) string) error {
 	_, p, err := a.parts()
 	if err != nil || p == "" {
 		return err
@@ -196,25 +196,56 @@ func (a benchflowArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	st := benchflowState{jobs: jobs, cwd: string(dir), agent: agent}
 	switch {
 	case a.ref.Kind == BenchFlowSkill && p != "":
-		packs, err := skillPacks(a.abs(base, p))
+		// The skill directory or root planned (inputDir: a worker that
+		// cannot see it reads its stored tree, named as planned).
+		planned := skillDir(base, p)
+		src, err := inputDir(ctx, env, planned)
+		if err != nil {
+			return Placement{}, err
+		}
+		name := func(pk string) string { return filepath.Base(pk) }
+		if src == planned {
+			src = a.abs(base, p)
+		} else {
+			name = func(pk string) string {
+				if pk == src {
+					return filepath.Base(planned)
+				}
+				return filepath.Base(pk)
+			}
+		}
+		packs, err := skillPacks(src)
 		if err != nil {
 			return Placement{}, events.Classed(events.ClassRefused, err)
 		}
 		st.skillsDir = dir.Path("skills")
 		for _, pk := range packs {
-			if err := stageCopy(pk, filepath.Join(st.skillsDir, filepath.Base(pk))); err != nil {
+			if err := stageCopy(pk, filepath.Join(st.skillsDir, name(pk))); err != nil {
 				return Placement{}, events.Classf(events.ClassRefused, "staging skill %s: %w", pk, err)
 			}
 		}
 		st.packs = skillNames(packs)
+		if n := filepath.Base(src); src != a.abs(base, p) && st.packs[n] && name(src) != n {
+			delete(st.packs, n) // the cache's digest, not a name
+			st.packs[name(src)] = true
+		}
 	case a.ref.Kind == BenchFlowSkill:
 		st.packs = skillNames(bundledPacks(t))
 	case a.ref.Kind == BenchFlowSelfGen && p != "":
-		creator, err := skillCreator(a.abs(base, p))
+		planned := a.abs(base, p)
+		src, err := inputDir(ctx, env, planned)
+		if err != nil {
+			return Placement{}, err
+		}
+		creator, err := skillCreator(src)
 		if err != nil {
 			return Placement{}, events.Classed(events.ClassRefused, err)
 		}
-		st.creatorDir = filepath.Join(dir.Path("creator"), filepath.Base(creator))
+		creatorName := filepath.Base(creator)
+		if creator == src && src != planned {
+			creatorName = filepath.Base(planned)
+		}
+		st.creatorDir = filepath.Join(dir.Path("creator"), creatorName)
 		if err := stageCopy(creator, st.creatorDir); err != nil {
 			return Placement{}, events.Classf(events.ClassRefused, "staging skill-creator %s: %w", creator, err)
 		}

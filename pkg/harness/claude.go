@@ -120,11 +120,11 @@ func (a claudeArm) needs(*task.Task) task.Needs { return task.NeedsContainerAgen
 // Check fails the run before it starts when the CLI binary is missing,
 // the provider environment cannot work (ClaudeEnv) or the skill of a
 // skill arm is refused (LoadSkill).
-func (a claudeArm) Check(baseDir string) error {
-	if _, err := ClaudeBinary(baseDir); err != nil {
+func (a claudeArm) Check(baseDir string, getenv func(string) string) error {
+	if _, err := ClaudeBinary(baseDir, getenv); err != nil {
 		return err
 	}
-	if _, err := ClaudeProvider(Environ(), nil); err != nil {
+	if _, err := ClaudeProvider(claudeEnviron(getenv), nil); err != nil {
 		return err
 	}
 	if a.withSkill() {
@@ -135,18 +135,19 @@ func (a claudeArm) Check(baseDir string) error {
 	return nil
 }
 
-// ClaudeBinary is the host path of the CLI binary: $PROCTOR_CLAUDE_BIN,
-// else ClaudeBinRel under baseDir or under the working directory or one
-// of its parents. The error says to run `make setup-claude`.
-func ClaudeBinary(baseDir string) (string, error) {
-	return findCLI(baseDir, ClaudeBinEnv, ClaudeBinRel, "the Claude Code CLI", "make setup-claude")
+// ClaudeBinary is the host path of the CLI binary: $PROCTOR_CLAUDE_BIN
+// (read through getenv), else ClaudeBinRel under baseDir or under the
+// working directory or one of its parents. The error says to run `make
+// setup-claude`.
+func ClaudeBinary(baseDir string, getenv func(string) string) (string, error) {
+	return findCLI(baseDir, getenv, ClaudeBinEnv, ClaudeBinRel, "the Claude Code CLI", "make setup-claude")
 }
 
-// findCLI is the host path of an agent CLI's binary: $envVar, else rel
-// under baseDir or under the working directory or one of its parents; the
-// error names what to run (setup).
-func findCLI(baseDir, envVar, rel, name, setup string) (string, error) {
-	if p := os.Getenv(envVar); p != "" {
+// findCLI is the host path of an agent CLI's binary: $envVar (read
+// through getenv), else rel under baseDir or under the working directory
+// or one of its parents; the error names what to run (setup).
+func findCLI(baseDir string, getenv func(string) string, envVar, rel, name, setup string) (string, error) {
+	if p := orProcess(getenv)(envVar); p != "" {
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 			return "", fmt.Errorf("%s=%s: not a regular file", envVar, p)
 		}
@@ -176,8 +177,8 @@ func findCLI(baseDir, envVar, rel, name, setup string) (string, error) {
 }
 
 // ClaudeProvider is how the Claude arms' CLI reaches its model
-// (providers.Claude): environ (proctor's environment) with the `env`
-// block of the operator's Claude settings
+// (providers.Claude): environ (proctor's environment: claudeEnviron)
+// with the `env` block of the operator's Claude settings
 // (providers.ClaudeSettingsPath: $CLAUDE_CONFIG_DIR or ~/.claude)
 // merged over it as the CLI merges it, read through the same allowlist.
 // A settings file that cannot be used is passed to warn (nil: dropped)
@@ -196,7 +197,7 @@ func ClaudeProvider(environ map[string]string, warn func(string)) (providers.Cla
 		}
 		settings = nil
 	}
-	for _, k := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"} {
+	for _, k := range claudeProxyEnv {
 		if v := strings.TrimSpace(environ[k]); v != "" && providers.IsLoopbackURL(v) {
 			return providers.ClaudeConfig{}, &providers.ClaudeSetupError{Provider: "proxy", Reason: fmt.Sprintf(
 				"%s is a loopback address, which from the egress proxy's container is the container itself: the CLI's calls could never leave; use an address containers can reach", k)}
@@ -207,15 +208,15 @@ func ClaudeProvider(environ map[string]string, warn func(string)) (providers.Cla
 	})
 }
 
-// Environ is proctor's environment as a map.
-func Environ() map[string]string {
-	out := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			out[k] = v
-		}
-	}
-	return out
+// claudeProxyEnv are the operator's upstream proxy variables
+// ClaudeProvider checks.
+var claudeProxyEnv = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"}
+
+// claudeEnviron is proctor's environment as getenv gives it (Environ)
+// with every variable ClaudeProvider reads by name.
+func claudeEnviron(getenv func(string) string) map[string]string {
+	names := append(providers.ClaudeEnvNames(), claudeProxyEnv...)
+	return Environ(getenv, append(names, "CLAUDE_CONFIG_DIR", "HOME", ProviderPrivateEnv)...)
 }
 
 // claudeEgress is the egress proxy of a Claude arm's sandbox for provider
@@ -306,17 +307,17 @@ func (a claudeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
 	dir := env.Dir()
-	pc, err := ClaudeProvider(Environ(), func(m string) { dir.Logf("claude: %s", m) })
+	pc, err := ClaudeProvider(claudeEnviron(env.Getenv), func(m string) { dir.Logf("claude: %s", m) })
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
 	st := claudeState{env: pc.Env, secrets: pc.Secrets, files: pc.Files, session: &claudeSession{}}
 	if a.withSkill() {
-		if st.skill, err = LoadSkill(env.Spec().BaseDir, a.ref.Arg); err != nil {
-			return Placement{}, events.Classed(events.ClassRefused, err)
+		if st.skill, err = plannedSkill(ctx, env, a.ref.Arg); err != nil {
+			return Placement{}, err
 		}
 	}
-	bin, err := ClaudeBinary(env.Spec().BaseDir)
+	bin, err := ClaudeBinary(env.Spec().BaseDir, env.Getenv)
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassSandbox, err)
 	}

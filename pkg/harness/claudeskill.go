@@ -84,19 +84,20 @@ var refusedFrontmatter = []struct {
 // a refused setting (model:, context: fork, hooks:,
 // disable-model-invocation: true).
 func LoadSkill(baseDir, p string) (*Skill, error) {
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(baseDir, p)
-	}
-	p = filepath.Clean(p)
-	if filepath.Base(p) == "SKILL.md" {
-		p = filepath.Dir(p)
-	}
+	dir := skillDir(baseDir, p)
+	return loadSkillDir(dir, filepath.Base(dir))
+}
+
+// loadSkillDir is LoadSkill of the skill directory p whose name, when its
+// frontmatter gives none, is dirName (the planned directory's name: a
+// tree fetched into a node's cache is named by its digest).
+func loadSkillDir(p, dirName string) (*Skill, error) {
 	md := filepath.Join(p, "SKILL.md")
 	b, err := os.ReadFile(md)
 	if err != nil {
 		return nil, fmt.Errorf("skill %s: %w", p, err)
 	}
-	s := &Skill{Dir: p, Name: filepath.Base(p)}
+	s := &Skill{Dir: p, Name: dirName}
 	fm, ok := frontmatter(b)
 	if !ok {
 		return nil, fmt.Errorf("%s: no frontmatter (a first line \"---\", YAML with a description, a line \"---\"): Claude Code would load the plugin and never offer the skill", md)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 
@@ -80,11 +79,11 @@ func (a codexArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 // Check fails the run before it starts when the CLI binary is missing,
 // the provider environment cannot work (CodexEnv) or the skill of a
 // skill arm is refused (LoadSkill).
-func (a codexArm) Check(baseDir string) error {
-	if _, err := CodexBinary(baseDir); err != nil {
+func (a codexArm) Check(baseDir string, getenv func(string) string) error {
+	if _, err := CodexBinary(baseDir, getenv); err != nil {
 		return err
 	}
-	if _, err := CodexEnv(os.Getenv); err != nil {
+	if _, err := CodexEnv(orProcess(getenv)); err != nil {
 		return err
 	}
 	if a.ref.Kind == DockerCodexSkill {
@@ -97,8 +96,8 @@ func (a codexArm) Check(baseDir string) error {
 
 // IdentityInputs: the pinned CLI binary the cells run, and the skill of
 // docker-codex-skill:<skill-path>.
-func (a codexArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
-	bin, err := CodexBinary(baseDir)
+func (a codexArm) IdentityInputs(baseDir string, getenv func(string) string) ([]IdentityInput, error) {
+	bin, err := CodexBinary(baseDir, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -109,11 +108,12 @@ func (a codexArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
 	return in, nil
 }
 
-// CodexBinary is the host path of the Codex CLI binary: $PROCTOR_CODEX_BIN,
-// else CodexBinRel under baseDir or under the working directory or one of
-// its parents. The error says to run `make setup-codex`.
-func CodexBinary(baseDir string) (string, error) {
-	return findCLI(baseDir, CodexBinEnv, CodexBinRel, "the Codex CLI", "make setup-codex")
+// CodexBinary is the host path of the Codex CLI binary: $PROCTOR_CODEX_BIN
+// (read through getenv), else CodexBinRel under baseDir or under the
+// working directory or one of its parents. The error says to run `make
+// setup-codex`.
+func CodexBinary(baseDir string, getenv func(string) string) (string, error) {
+	return findCLI(baseDir, getenv, CodexBinEnv, CodexBinRel, "the Codex CLI", "make setup-codex")
 }
 
 // CodexEnv reads CodexProviderEnv through getenv and checks that it can
@@ -158,17 +158,17 @@ func (a codexArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
-	penv, err := CodexEnv(os.Getenv)
+	penv, err := CodexEnv(env.Getenv)
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, err)
 	}
 	st := codexState{env: penv, secrets: map[string]string{"OPENAI_API_KEY": penv["OPENAI_API_KEY"]}}
 	if a.ref.Kind == DockerCodexSkill {
-		if st.skill, err = LoadSkill(env.Spec().BaseDir, a.ref.Arg); err != nil {
-			return Placement{}, events.Classed(events.ClassRefused, err)
+		if st.skill, err = plannedSkill(ctx, env, a.ref.Arg); err != nil {
+			return Placement{}, err
 		}
 	}
-	bin, err := CodexBinary(env.Spec().BaseDir)
+	bin, err := CodexBinary(env.Spec().BaseDir, env.Getenv)
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassSandbox, err)
 	}
@@ -184,7 +184,7 @@ func (a codexArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 	if err != nil {
 		return Placement{}, err
 	}
-	entry, err := ProviderEgress(cmp.Or(penv["OPENAI_BASE_URL"], DefaultOpenAIBaseURL), os.Getenv(ProviderPrivateEnv) == "1")
+	entry, err := ProviderEgress(cmp.Or(penv["OPENAI_BASE_URL"], DefaultOpenAIBaseURL), env.Getenv(ProviderPrivateEnv) == "1")
 	if err != nil {
 		return Placement{}, events.Classed(events.ClassRefused, fmt.Errorf("docker-codex: %w", err))
 	}

@@ -53,9 +53,9 @@ func (a commandArm) Ref() Ref { return a.ref }
 
 // Networks: a host command has no network plan (the host's network) and
 // no verifier phase.
-func (a commandArm) Networks(*task.Task) Networks { return Networks{} }
-func (a commandArm) Check(string) error           { return nil }
-func (a commandArm) SetupCheck() bool             { return false }
+func (a commandArm) Networks(*task.Task) Networks            { return Networks{} }
+func (a commandArm) Check(string, func(string) string) error { return nil }
+func (a commandArm) SetupCheck() bool                        { return false }
 
 func (a commandArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 	return refusal(t, a.needs(t))

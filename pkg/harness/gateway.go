@@ -65,7 +65,7 @@ func ModelGateway(env Env, getenv func(string) string, names ...string) (*sandbo
 		return nil, fmt.Errorf("the run's CA: %w", err)
 	}
 	g := &sandbox.Gateway{CA: ca}
-	private := os.Getenv(ProviderPrivateEnv) == "1"
+	private := env.Getenv(ProviderPrivateEnv) == "1"
 	for _, n := range names {
 		p, ok := providers.Lookup(n)
 		if !ok {

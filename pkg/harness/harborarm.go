@@ -32,9 +32,9 @@ type harborArm struct{ ref Ref }
 // harborState is what Prepare made for Solve.
 type harborState struct{ jobs, cwd string }
 
-func (a harborArm) Ref() Ref                     { return a.ref }
-func (a harborArm) Check(string) error           { return nil }
-func (a harborArm) Networks(*task.Task) Networks { return Networks{} }
+func (a harborArm) Ref() Ref                                { return a.ref }
+func (a harborArm) Check(string, func(string) string) error { return nil }
+func (a harborArm) Networks(*task.Task) Networks            { return Networks{} }
 
 // agent is the name Harbor knows the agent by (-a).
 func (a harborArm) agent() string {

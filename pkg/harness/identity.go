@@ -53,21 +53,25 @@ func skillDir(baseDir, p string) string {
 }
 
 // IdentityInputs: the task's own solution is part of its revision.
-func (a oracleArm) IdentityInputs(string) ([]IdentityInput, error) { return nil, nil }
+func (a oracleArm) IdentityInputs(string, func(string) string) ([]IdentityInput, error) {
+	return nil, nil
+}
 
 // IdentityInputs: the template is the harness name; the host command it
 // names is the operator's, outside what proctor can hash.
-func (a commandArm) IdentityInputs(string) ([]IdentityInput, error) { return nil, nil }
+func (a commandArm) IdentityInputs(string, func(string) string) ([]IdentityInput, error) {
+	return nil, nil
+}
 
 // IdentityInputs: the agent directory copied into every cell.
-func (a agentArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
+func (a agentArm) IdentityInputs(baseDir string, _ func(string) string) ([]IdentityInput, error) {
 	return []IdentityInput{{Name: "agent dir", Path: a.ref.AgentDir(baseDir)}}, nil
 }
 
 // IdentityInputs: the forbidden skill of docker-probe:<skill-path>. The
 // probe program is proctor itself, whose version is no part of a run's
 // identity.
-func (a probeArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
+func (a probeArm) IdentityInputs(baseDir string, _ func(string) string) ([]IdentityInput, error) {
 	if a.ref.Arg == "" {
 		return nil, nil
 	}
@@ -76,8 +80,8 @@ func (a probeArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
 
 // IdentityInputs: the pinned CLI binary the cells run, and the skill of
 // docker-claude-skill:<skill-path>.
-func (a claudeArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
-	bin, err := ClaudeBinary(baseDir)
+func (a claudeArm) IdentityInputs(baseDir string, getenv func(string) string) ([]IdentityInput, error) {
+	bin, err := ClaudeBinary(baseDir, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -90,13 +94,15 @@ func (a claudeArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
 
 // IdentityInputs: none; the installed harbor is the operator's, not
 // pinned by proctor.
-func (a harborArm) IdentityInputs(string) ([]IdentityInput, error) { return nil, nil }
+func (a harborArm) IdentityInputs(string, func(string) string) ([]IdentityInput, error) {
+	return nil, nil
+}
 
 // IdentityInputs: the path of benchflow-skill:<agent>:<path> (a skill
 // directory, its SKILL.md's directory, or a root of skill directories) or
 // the skill-creator of benchflow-selfgen; the installed bench is the
 // operator's.
-func (a benchflowArm) IdentityInputs(baseDir string) ([]IdentityInput, error) {
+func (a benchflowArm) IdentityInputs(baseDir string, _ func(string) string) ([]IdentityInput, error) {
 	_, p, err := a.parts()
 	if err != nil || p == "" {
 		return nil, err

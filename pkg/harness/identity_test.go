@@ -14,13 +14,14 @@ import (
 // paths resolved against the base directory, and no others; the hash of
 // a directory input changes when a file below it changes.
 func TestArmIdentityInputs(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	bin := filepath.Join(t.TempDir(), "claude")
 	if err := os.WriteFile(bin, []byte("a CLI"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(harness.ClaudeBinEnv, bin)
-	t.Setenv(harness.CodexBinEnv, bin)
+	vars := map[string]string{harness.ClaudeBinEnv: bin, harness.CodexBinEnv: bin}
+	getenv := func(k string) string { return vars[k] }
 	abs := func(p string) string { return filepath.Join(base, p) }
 	for name, want := range map[string][]harness.IdentityInput{
 		"oracle":                                    nil,
@@ -36,7 +37,7 @@ func TestArmIdentityInputs(t *testing.T) {
 		"docker-codex-skill:skills/s":               {{Name: "Codex CLI", Path: bin}, {Name: "skill dir", Path: abs("skills/s")}},
 		"benchflow-skill:claude-agent-acp:skills/s": {{Name: "skill dir", Path: abs("skills/s")}},
 	} {
-		got, err := arm(t, name).IdentityInputs(base)
+		got, err := arm(t, name).IdentityInputs(base, getenv)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue

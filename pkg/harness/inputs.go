@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/trees"
@@ -15,10 +16,13 @@ type TreeFetcher interface {
 }
 
 // inputDir is the directory a cell reads for the input directory path
-// (an agent or skill directory): path itself when nothing was stored for
-// it or it holds the stored tree; else, when env is a TreeFetcher, the
-// stored tree fetched into the node's cache. A fetch that fails is an
-// infra error naming the input.
+// (an agent or skill directory), resolved as pkg/cellrun resolves a
+// task: path itself when nothing was stored for it or it holds the
+// stored tree; else, when env is a TreeFetcher, the stored tree fetched
+// into the node's cache (its digest checked: a tampered object is never
+// read). A fetch that fails is an infra error naming the input, so the
+// cell is errored and never runs without its input. It is the one
+// resolution every arm that reads an agent or skill directory uses.
 func inputDir(ctx context.Context, env Env, path string) (string, error) {
 	for _, in := range env.Plan().Trees {
 		if in.Path != path {
@@ -38,4 +42,22 @@ func inputDir(ctx context.Context, env Env, path string) (string, error) {
 		return dir, nil
 	}
 	return path, nil
+}
+
+// plannedSkill loads the skill at p (relative to the run's base
+// directory; a skill directory or its SKILL.md) from the directory
+// inputDir resolves it to, under the planned directory's name, with
+// LoadSkill's checks (a refused skill is class refused; a skill that
+// cannot be fetched is inputDir's infra error).
+func plannedSkill(ctx context.Context, env Env, p string) (*Skill, error) {
+	planned := skillDir(env.Spec().BaseDir, p)
+	dir, err := inputDir(ctx, env, planned)
+	if err != nil {
+		return nil, err
+	}
+	s, err := loadSkillDir(dir, filepath.Base(planned))
+	if err != nil {
+		return nil, events.Classed(events.ClassRefused, err)
+	}
+	return s, nil
 }

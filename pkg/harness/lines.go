@@ -50,6 +50,17 @@ var opPrefixes = []string{"PROCTOR_OP ", "DOKIMI_OP "}
 // common agent runtimes use (input_tokens / inputTokens / prompt_tokens,
 // exitCode, toolName, ...).
 func ParseLine(line string, readAt time.Time) Line {
+	return parseLine(line, readAt, new(lineFields))
+}
+
+// fastLines turns on fastFields, the decoder of plain lines (off: every
+// line through encoding/json, which the tests compare it with).
+var fastLines = true
+
+// parseLine is ParseLine decoding into f, which it clears first: a caller
+// parsing many lines in turn keeps one (the fields are about a kilobyte;
+// nothing parseLine returns points into f).
+func parseLine(line string, readAt time.Time, f *lineFields) Line {
 	s := strings.TrimSpace(line)
 	for _, p := range opPrefixes {
 		if rest, ok := strings.CutPrefix(s, p); ok {
@@ -61,13 +72,19 @@ func ParseLine(line string, readAt time.Time) Line {
 	if !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}") {
 		return Line{Kind: LineText, Text: line, At: readAt}
 	}
-	var f lineFields
-	err := json.Unmarshal([]byte(s), &f)
-	// A field of an unexpected type is skipped, the rest are read (as
-	// encoding/json does for an UnmarshalTypeError); a line that is not
-	// JSON at all is text.
-	var typeErr *json.UnmarshalTypeError
-	if (err != nil && !errors.As(err, &typeErr)) || f.Tag == nil {
+	*f = lineFields{}
+	if !fastLines || !fastFields(s, f) {
+		*f = lineFields{}
+		err := json.Unmarshal([]byte(s), f)
+		// A field of an unexpected type is skipped, the rest are read (as
+		// encoding/json does for an UnmarshalTypeError); a line that is
+		// not JSON at all is text.
+		var typeErr *json.UnmarshalTypeError
+		if err != nil && !errors.As(err, &typeErr) {
+			return Line{Kind: LineText, Text: line, At: readAt}
+		}
+	}
+	if f.Tag == nil {
 		return Line{Kind: LineText, Text: line, At: readAt}
 	}
 	tag := *f.Tag

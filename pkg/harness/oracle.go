@@ -3,7 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -23,10 +22,10 @@ const OracleGrace = 2 * time.Second
 // rows are never compared.
 type oracleArm struct{ ref Ref }
 
-func (a oracleArm) Ref() Ref                       { return a.ref }
-func (a oracleArm) Networks(t *task.Task) Networks { return oracleNetworks(t) }
-func (a oracleArm) Check(string) error             { return nil }
-func (a oracleArm) SetupCheck() bool               { return true }
+func (a oracleArm) Ref() Ref                                { return a.ref }
+func (a oracleArm) Networks(t *task.Task) Networks          { return oracleNetworks(t) }
+func (a oracleArm) Check(string, func(string) string) error { return nil }
+func (a oracleArm) SetupCheck() bool                        { return true }
 
 func (a oracleArm) Refusal(t *task.Task) (events.ErrorClass, string) {
 	return refusal(t, a.needs(t))
@@ -95,13 +94,14 @@ func oracleBudget(t *task.Task) float64 {
 }
 
 // oracleEnv is the reference solution's environment: on the open
-// network (a public solve), the host's proxy variables without their
-// credentials (sandbox.HostProxyEnv, as the public verifier gets them),
+// network (a public solve), the host's proxy variables (read through
+// getenv) without their credentials (sandbox.HostProxyEnv, as the public
+// verifier gets them),
 // then the task's [solution.env] / [oracle.env] over them; behind the
 // egress proxy, the task's table with the proxy's variables over it.
-func oracleEnv(t *task.Task, n Networks, h *sandbox.Handle) map[string]string {
+func oracleEnv(t *task.Task, getenv func(string) string, n Networks, h *sandbox.Handle) map[string]string {
 	if n.Start == sandbox.NetworkBridge {
-		return withEnv(sandbox.HostProxyEnv(os.Getenv), t.OracleEnv)
+		return withEnv(sandbox.HostProxyEnv(orProcess(getenv)), t.OracleEnv)
 	}
 	return withEnv(t.OracleEnv, sandbox.ProxyEnv(h))
 }
@@ -129,7 +129,7 @@ func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
 			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
-		Env:     oracleEnv(t, p.Networks, h),
+		Env:     oracleEnv(t, env.Getenv, p.Networks, h),
 		Timeout: seconds(budget), Grace: OracleGrace, Stdout: out, Stderr: out,
 	})
 	_ = out.Close(dir, "stdout.tail.txt")

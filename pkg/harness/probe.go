@@ -69,7 +69,7 @@ func (a probeArm) Networks(t *task.Task) Networks { return agentNetworks(t) }
 
 // Check refuses a docker-probe:<skill-path> or
 // docker-probe-skill:<skill-path> whose directory holds no SKILL.md.
-func (a probeArm) Check(baseDir string) error {
+func (a probeArm) Check(baseDir string, _ func(string) string) error {
 	if a.ref.Arg == "" {
 		return nil
 	}
@@ -130,7 +130,7 @@ func (a probeArm) Prepare(ctx context.Context, env Env) (Placement, error) {
 		return p, err
 	}
 	dir := env.Dir()
-	pc, err := ClaudeProvider(Environ(), func(m string) { dir.Logf("probe: %s", m) })
+	pc, err := ClaudeProvider(claudeEnviron(env.Getenv), func(m string) { dir.Logf("probe: %s", m) })
 	if err != nil {
 		dir.Logf("probe: %v; the sidecar is docker-claude's with its default provider and no credential", err)
 		pc = providers.ClaudeConfig{Provider: providers.ClaudeAnthropic, Env: map[string]string{},
@@ -322,7 +322,7 @@ func (a probeArm) stageProbe(ctx context.Context, env Env, d sandbox.Driver, h *
 	if err != nil {
 		return probeRun{}, nil, events.Classed(events.ClassRefused, err)
 	}
-	bin, err := ProbeBinary()
+	bin, err := ProbeBinary(env.Getenv)
 	if err != nil {
 		return probeRun{}, nil, events.Classed(events.ClassInfra, err)
 	}
@@ -337,13 +337,22 @@ func (a probeArm) stageProbe(ctx context.Context, env Env, d sandbox.Driver, h *
 	var forbid *isoprobe.ForbiddenSkill
 	switch {
 	case a.ref.Kind == DockerProbeSkill:
-		src := a.ref.AgentDir(env.Spec().BaseDir)
-		skill = path.Join(SkillMount, filepath.Base(src))
+		planned := a.ref.AgentDir(env.Spec().BaseDir)
+		src, err := inputDir(ctx, env, planned)
+		if err != nil {
+			return probeRun{}, nil, err
+		}
+		skill = path.Join(SkillMount, filepath.Base(planned))
 		if err := d.CopyIn(ctx, h, src, skill); err != nil {
 			return probeRun{}, nil, events.Classed(events.ClassSandbox, fmt.Errorf("copy the skill in: %w", err))
 		}
 	case a.ref.Arg != "":
-		if forbid, err = forbiddenSkillOf(env.Spec().BaseDir, a.ref.Arg); err != nil {
+		planned := a.ref.AgentDir(env.Spec().BaseDir)
+		dir, err := inputDir(ctx, env, planned)
+		if err != nil {
+			return probeRun{}, nil, err
+		}
+		if forbid, err = forbiddenSkillOf(planned, dir); err != nil {
 			return probeRun{}, nil, events.Classed(events.ClassRefused, err)
 		}
 	}
@@ -516,11 +525,12 @@ func writeProbeConfig(cfg isoprobe.Config) (string, error) {
 }
 
 // ProbeBinary is the proctor binary the probe copies into the sandbox: the
-// file PROCTOR_PROBE_BINARY names, else the running executable. It must be
+// file PROCTOR_PROBE_BINARY names (read through getenv; nil: os.Getenv),
+// else the running executable. It must be
 // a statically linked ELF (no interpreter), since a task image may have no
 // C library at all or another one; the error says how to get one.
-func ProbeBinary() (string, error) {
-	p := os.Getenv(ProbeBinaryEnv)
+func ProbeBinary(getenv func(string) string) (string, error) {
+	p := orProcess(getenv)(ProbeBinaryEnv)
 	from := ProbeBinaryEnv
 	if p == "" {
 		exe, err := os.Executable()
@@ -556,16 +566,16 @@ func (c *capWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// forbiddenSkillOf describes the skill at p (relative to baseDir) for a
-// docker-probe:<skill-path> probe: its absolute host directory, its
-// directory name and frontmatter name, every regular file by size and
-// SHA-256 (symlinks not followed), and the places proctor's skill arms
-// install a skill.
-func forbiddenSkillOf(baseDir, p string) (*isoprobe.ForbiddenSkill, error) {
-	dir := Ref{Arg: p}.AgentDir(baseDir)
-	fb := &isoprobe.ForbiddenSkill{Name: filepath.Base(dir), HostDir: filepath.ToSlash(dir),
+// forbiddenSkillOf describes the skill planned at the directory planned
+// and read at dir on this host (inputDir: planned itself, or its stored
+// tree in the node's cache) for a docker-probe:<skill-path> probe: its
+// absolute directory on this host, its planned directory name and
+// frontmatter name, every regular file by size and SHA-256 (symlinks not
+// followed), and the places proctor's skill arms install a skill.
+func forbiddenSkillOf(planned, dir string) (*isoprobe.ForbiddenSkill, error) {
+	fb := &isoprobe.ForbiddenSkill{Name: filepath.Base(planned), HostDir: filepath.ToSlash(dir),
 		Places: []string{SkillMount, SkillPluginDir + "/skills"}}
-	if sk, err := LoadSkill(baseDir, p); err == nil && sk.Name != fb.Name && skillName.MatchString(sk.Name) {
+	if sk, err := loadSkillDir(skillDir("", dir), fb.Name); err == nil && sk.Name != fb.Name && skillName.MatchString(sk.Name) {
 		fb.Names = []string{sk.Name}
 	}
 	err := filepath.WalkDir(dir, func(q string, de fs.DirEntry, err error) error {

@@ -209,6 +209,7 @@ func runProbe(t *testing.T, tk harnesstest.Files, name string, d sandbox.Driver,
 // every class is closed or n/a, though the targets are listening on this
 // machine (on a network the sandbox is not on).
 func TestProbeDockerDefaultSandboxClosed(t *testing.T) {
+	t.Parallel()
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
 	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
@@ -363,6 +364,7 @@ func TestProbeDockerLeaks(t *testing.T) {
 // skill where a skill arm does and passes when it is the only skill
 // visible; another skill in the image opens treatment.
 func TestProbeDockerSkillForm(t *testing.T) {
+	t.Parallel()
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
 	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
@@ -397,6 +399,7 @@ func TestProbeDockerSkillForm(t *testing.T) {
 // offered, opens treatment (the hostile images an agent's baseline could
 // cheat with).
 func TestProbeDockerForbiddenSkill(t *testing.T) {
+	t.Parallel()
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
 	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name
@@ -501,6 +504,7 @@ func stepsTask(files harnesstest.Files) harnesstest.Files {
 // step's answer, or whose setup.sh writes a later step's expected output,
 // opens task_files.
 func TestProbeDockerSteps(t *testing.T) {
+	t.Parallel()
 	d := dockerDriver(t)
 	_, name, ip := targetHost(t, d.Client())
 	targets := "url=http://" + ip + ":8000/,tcp=" + ip + ":8000,dns=" + name

@@ -85,6 +85,7 @@ func requireFirewall(t *testing.T) {
 // probe used to try only 2375 and 2376 there and said closed with the
 // listener reachable.
 func TestProbeGatewayListener(t *testing.T) {
+	t.Parallel()
 	requireFirewall(t)
 	staticProctor(t)
 	d := dockerDriver(t)

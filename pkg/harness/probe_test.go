@@ -3,14 +3,12 @@ package harness_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/harness/harnesstest"
@@ -18,47 +16,22 @@ import (
 	"github.com/proctor-eval/proctor/pkg/sandbox/sandboxfake"
 )
 
-var (
-	staticOnce sync.Once
-	staticBin  string
-	staticErr  error
-)
+var staticSet sync.Once
 
-// TestMain removes the static proctor staticProctor built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if staticBin != "" {
-		_ = os.RemoveAll(filepath.Dir(staticBin))
-	}
-	os.Exit(code)
-}
-
-// staticProctor builds proctor with CGO_ENABLED=0 once per test binary and
-// points PROCTOR_PROBE_BINARY at it. A test whose subtests run in parallel
-// calls it first: the subtests then find the variable set and leave it.
+// staticProctor builds proctor with CGO_ENABLED=0 once per test binary
+// (testutil.ProctorBinary, the file the other Docker tests use) and points
+// PROCTOR_PROBE_BINARY at it. Every probe test wants the same file, so the
+// variable is set once for the process and never unset, instead of
+// by each test with t.Setenv, which a parallel test cannot call; a test
+// that wants another binary gives its Env's Vars one.
 func staticProctor(t *testing.T) {
 	t.Helper()
-	staticOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "proctor-probe-bin-")
-		if err != nil {
-			staticErr = err
-			return
-		}
-		staticBin = filepath.Join(dir, "proctor")
-		cmd := exec.Command("go", "build", "-o", staticBin, "./cmd/proctor")
-		cmd.Dir = "../.."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			staticErr = errors.New(string(out))
-		}
-	})
-	if staticErr != nil {
-		t.Fatalf("build a static proctor: %v", staticErr)
+	bin := testutil.ProctorBinary(t)
+	var err error
+	staticSet.Do(func() { err = os.Setenv(harness.ProbeBinaryEnv, bin) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	if os.Getenv(harness.ProbeBinaryEnv) == staticBin {
-		return
-	}
-	t.Setenv(harness.ProbeBinaryEnv, staticBin)
 }
 
 func report(statuses map[string]string) string {
@@ -84,6 +57,7 @@ func allClosed() map[string]string {
 // folded into isolation_probe.json, Finished.isolation_probe and a Verdict
 // that passes only when every class is closed or n/a.
 func TestProbeSolveFake(t *testing.T) {
+	t.Parallel()
 	staticProctor(t)
 	leaky := allClosed()
 	leaky[isoprobe.Network] = isoprobe.Open
@@ -142,6 +116,7 @@ func TestProbeSolveFake(t *testing.T) {
 // crashed, or something in the image answered for it) errors the cell; it
 // never passes.
 func TestProbeNoReportIsNoVerdict(t *testing.T) {
+	t.Parallel()
 	staticProctor(t)
 	for _, s := range []sandboxfake.Script{
 		{Match: "probe-inside", Stdout: "all good\n"},
@@ -160,9 +135,10 @@ func TestProbeNoReportIsNoVerdict(t *testing.T) {
 // TestProbeNeedsStaticBinary: a dynamically linked binary is refused with
 // how to get a static one.
 func TestProbeNeedsStaticBinary(t *testing.T) {
-	t.Setenv(harness.ProbeBinaryEnv, "/bin/sh")
+	t.Parallel()
 	d := &sandboxfake.Driver{}
 	env := harnesstest.NewEnv(t, harnesstest.Task(t, "t", nil), "probe", d)
+	env.Vars = map[string]string{harness.ProbeBinaryEnv: "/bin/sh"}
 	_, _, err := harnesstest.Run(context.Background(), arm(t, "probe"), env)
 	if err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
 		t.Fatalf("err %v", err)
@@ -185,7 +161,7 @@ func TestProbeRefs(t *testing.T) {
 	}
 	for _, n := range []string{"docker-probe:skills/pdf", "docker-probe-skill:skills/pdf"} {
 		a, _ := harness.Lookup(n)
-		if err := a.Check(t.TempDir()); err == nil || !strings.Contains(err.Error(), "SKILL.md") {
+		if err := a.Check(t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "SKILL.md") {
 			t.Errorf("%s: a skill without SKILL.md: %v", n, err)
 		}
 	}
@@ -197,6 +173,7 @@ func TestProbeRefs(t *testing.T) {
 // its reason; another open class still fails it. A probe_expect naming no
 // class refuses the task, naming the file and key.
 func TestProbeExpectedClass(t *testing.T) {
+	t.Parallel()
 	staticProctor(t)
 	expecting := harnesstest.Files{"task.toml": "version = \"1.0\"\n\n[agent]\ntimeout_sec = 30\n\n[metadata]\nprobe_expect = { git_history = \"the task is to recover history\" }\n"}
 	history := allClosed()

@@ -47,7 +47,7 @@ func hostConfig(ctx context.Context, env Env, d sandbox.Driver, spec sandbox.Spe
 			given[k] = v
 		}
 	}
-	cfg.EnvKey, cfg.EnvValues, cfg.EnvDropped = isoprobe.SealEnv(os.Environ(), given, credentialEnv())
+	cfg.EnvKey, cfg.EnvValues, cfg.EnvDropped = isoprobe.SealEnv(environList(env.Getenv, credentialEnv()...), given, credentialEnv())
 	return note, nil
 }
 

@@ -129,7 +129,7 @@ func (s *probeHostSolve) Stage(_ context.Context, u *HostRun) error {
 		}
 	}
 	cfg.EnvAllowed = slices.Sorted(maps.Keys(given))
-	cfg.EnvKey, cfg.EnvValues, cfg.EnvDropped = isoprobe.SealEnv(os.Environ(), given, credentialEnv())
+	cfg.EnvKey, cfg.EnvValues, cfg.EnvDropped = isoprobe.SealEnv(environList(s.env.Getenv, credentialEnv()...), given, credentialEnv())
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func TestProbeHostReportsOpenClasses(t *testing.T) {
 	if os.Geteuid() == 0 {
 		// Another cell's agent of the dedicated user, run with the key
 		// (as --no-intercept gives it).
-		u, err := harness.HostAgentUser()
+		u, err := harness.HostAgentUser(nil)
 		if err != nil {
 			t.Fatal(err)
 		}

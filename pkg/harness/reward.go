@@ -35,6 +35,9 @@ type Reward struct {
 	Err string
 }
 
+// NoRewardFile is Reward.Err when the verifier wrote no reward file.
+const NoRewardFile = "the verifier wrote neither /logs/verifier/reward.txt nor reward.json"
+
 // ParseReward reads /logs/verifier/reward.txt and reward.json as DESIGN §4
 // says, as Harbor does: reward.txt holds one number (Harbor reads it with
 // Python's float()); reward.json holds one JSON value (Harbor reads it with
@@ -76,7 +79,7 @@ func ParseReward(txt, js []byte) Reward {
 	}
 	switch {
 	case fromTxt == nil && fromJSON == nil:
-		out.Err = "the verifier wrote neither /logs/verifier/reward.txt nor reward.json"
+		out.Err = NoRewardFile
 		return out
 	case fromTxt != nil && fromJSON != nil && *fromTxt != *fromJSON:
 		return Reward{Err: fmt.Sprintf("reward.txt says %v but reward.json says %v", *fromTxt, *fromJSON),

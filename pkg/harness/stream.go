@@ -32,6 +32,8 @@ type stream struct {
 	// recorder's commands (publishRecorded).
 	printed    map[string]int
 	publishErr error
+	// fields is the worker's decoding space, reused line after line.
+	fields lineFields
 }
 
 type rawLine struct {
@@ -116,7 +118,7 @@ func (r *stream) line(text string, readAt time.Time, truncated bool) {
 	if truncated {
 		r.longLines++
 	} else {
-		l = ParseLine(text, readAt)
+		l = parseLine(text, readAt, &r.fields)
 	}
 	r.anything = true
 	switch l.Kind {

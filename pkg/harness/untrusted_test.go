@@ -68,10 +68,10 @@ const codexPromptInput = `[{"type":"message","role":"developer","content":[{"typ
 // RunUntrusted owned it).
 type bareArm struct{ skip string }
 
-func (a bareArm) Ref() harness.Ref { return harness.Ref{Name: "bare", Kind: "bare"} }
-func (bareArm) SetupCheck() bool   { return false }
-func (bareArm) Check(string) error { return nil }
-func (bareArm) IdentityInputs(string) ([]harness.IdentityInput, error) {
+func (a bareArm) Ref() harness.Ref                      { return harness.Ref{Name: "bare", Kind: "bare"} }
+func (bareArm) SetupCheck() bool                        { return false }
+func (bareArm) Check(string, func(string) string) error { return nil }
+func (bareArm) IdentityInputs(string, func(string) string) ([]harness.IdentityInput, error) {
 	return nil, nil
 }
 func (bareArm) Refusal(*task.Task) (events.ErrorClass, string) { return "", "" }

@@ -153,7 +153,7 @@ func RunUntrustedHost(ctx context.Context, env Env, p Placement, h *sandbox.Hand
 	if err != nil {
 		return UntrustedResult{}, err
 	}
-	usr, err := HostAgentUser()
+	usr, err := HostAgentUser(env.Getenv)
 	if err != nil {
 		return UntrustedResult{}, events.Classed(events.ClassSandbox, err)
 	}
@@ -423,11 +423,12 @@ func checkoutAbove(dir string) string {
 // root (its own user, as it must be); as root, HostAgentUserEnv when set,
 // else the user HostAgentUserName, created with useradd --system the
 // first time (no home, no login shell). Root (uid 0) is refused.
-func HostAgentUser() (string, error) {
+// HostAgentUserEnv is read through getenv (nil: os.Getenv).
+func HostAgentUser(getenv func(string) string) (string, error) {
 	if os.Geteuid() != 0 {
 		return "", nil
 	}
-	name := os.Getenv(HostAgentUserEnv)
+	name := orProcess(getenv)(HostAgentUserEnv)
 	if name == "" {
 		name = HostAgentUserName
 	}

@@ -49,9 +49,16 @@ case "$task" in
       run "touch ${BASH_REMATCH[1]}"
     else
       ev Message '"role":"assistant","text":"No rule for this task; giving up."'
+      gave_up=1
     fi ;;
 esac
 ev Usage '"input_tokens":310,"output_tokens":95,"cache_read_input_tokens":150,"cost_usd":0.0017'
-echo "PROCTOR_OP {\"type\":\"verify_self\",\"ok\":true}"
-echo "Done with ${task}."
+if [[ -n ${gave_up:-} ]]; then
+  # An honest agent says it did not solve what it had no rule for.
+  echo "PROCTOR_OP {\"type\":\"verify_self\",\"ok\":false}"
+  echo "Gave up on ${task}: no rule for it."
+else
+  echo "PROCTOR_OP {\"type\":\"verify_self\",\"ok\":true}"
+  echo "Done with ${task}."
+fi
 ev Finished '"reason":"completed"'

@@ -9,6 +9,7 @@ package harnesstest
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -39,6 +40,13 @@ type Env struct {
 	D, H      sandbox.Driver
 	// EmitErr, when set, is returned by every Emit (the event log down).
 	EmitErr error
+	// Vars are proctor's environment as the arm reads it (Getenv): a
+	// variable Vars holds shadows the process's ("" unsets it).
+	Vars map[string]string
+	// Trees, when set, fetches a stored tree by digest
+	// (harness.TreeFetcher): a worker that does not see the planned
+	// paths of PlanV.Trees. Unset, FetchTree fails.
+	Trees func(ctx context.Context, digest string) (string, error)
 
 	mu     sync.Mutex
 	events []Event
@@ -70,6 +78,24 @@ func (e *Env) Spec() events.RunSpec         { return e.SpecV }
 func (e *Env) Dir() cellfs.Dir              { return e.DirV }
 func (e *Env) Driver() sandbox.Driver       { return e.D }
 func (e *Env) Host() sandbox.Driver         { return e.H }
+
+// Getenv reads Vars, else the process's environment.
+func (e *Env) Getenv(k string) string {
+	if v, ok := e.Vars[k]; ok {
+		return v
+	}
+	return os.Getenv(k)
+}
+
+// FetchTree calls Trees (harness.TreeFetcher); without Trees it fails.
+func (e *Env) FetchTree(ctx context.Context, digest string) (string, error) {
+	if e.Trees == nil {
+		return "", errors.New("harnesstest: no tree store (Env.Trees)")
+	}
+	return e.Trees(ctx, digest)
+}
+
+var _ harness.TreeFetcher = (*Env)(nil)
 
 // Emit records the event after checking that its data encodes.
 func (e *Env) Emit(ctx context.Context, t events.Type, data any, at time.Time) error {
