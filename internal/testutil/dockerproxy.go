@@ -265,6 +265,17 @@ func (p *DockerProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
+	if !rule.stall && r.Body != nil {
+		// The whole body is read before the rule is hit: a client that
+		// gives up once it sees the hit may close its connection before
+		// the body it sent is read, and the engine must still get it.
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	rule.hits.Add(1)
 	rule.hitOnce.Do(func() { close(rule.hit) })
 	if rule.stall {

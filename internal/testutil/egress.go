@@ -4,11 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,37 +12,17 @@ import (
 	"github.com/docker/docker/client"
 )
 
-var proctorBin struct {
-	once sync.Once
-	path string
-	err  error
-	out  []byte
-}
+var proctorBin = Binary{Pkg: "./cmd/proctor", Env: []string{"CGO_ENABLED=0"}}
 
 // ProctorBinary builds ./cmd/proctor once per test process, statically
-// (CGO_ENABLED=0, as the egress proxy's sidecar image wants it), and
-// returns its path. The build uses the Go build cache, so it is quick after
-// the first time. The test fails when the build does.
+// (CGO_ENABLED=0, as the egress proxy's sidecar image and the isolation
+// probe want it), and returns its path: a file no test's TMPDIR or
+// t.TempDir holds, so it outlives the test that built it (Binary.Path).
+// The build uses the Go build cache, so it is quick after the first
+// time. The test fails when the build does.
 func ProctorBinary(t testing.TB) string {
 	t.Helper()
-	proctorBin.once.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "proctor-bin-")
-		if err != nil {
-			proctorBin.err = err
-			return
-		}
-		proctorBin.path = filepath.Join(dir, "proctor")
-		cmd := exec.Command("go", "build", "-o", proctorBin.path, "./cmd/proctor")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		proctorBin.out, proctorBin.err = cmd.CombinedOutput()
-	})
-	if proctorBin.err != nil {
-		t.Fatalf("build a static proctor: %v\n%s", proctorBin.err, proctorBin.out)
-	}
-	return proctorBin.path
+	return proctorBin.Path(t)
 }
 
 // LabelTest marks the networks and containers a test makes with

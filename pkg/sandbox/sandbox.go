@@ -235,8 +235,12 @@ const (
 	// hold much of a fast writer's output when it exits), up to DrainMax.
 	DrainTimeout = 250 * time.Millisecond
 	// DrainMax bounds the Docker driver's drain after the main process
-	// exited while output keeps arriving.
+	// exited while output keeps arriving; time the caller's writer spends
+	// on a write (proctor's reader behind) is not counted.
 	DrainMax = 30 * time.Second
+	// DrainBehindMax bounds the Docker driver's drain whole, the time
+	// the caller's writer was behind included.
+	DrainBehindMax = 10 * time.Minute
 )
 
 // Spec describes one sandbox for one cell.

@@ -76,6 +76,9 @@ type Driver struct {
 	noHostFS    atomic.Bool
 	hostConts   sync.Map
 	hostOps     atomic.Int64
+	// drainMax and drainBehindMax are sandbox.DrainMax and
+	// sandbox.DrainBehindMax unless a test shortens them.
+	drainMax, drainBehindMax time.Duration
 }
 
 // The contract and every optional ability the services look for
@@ -525,11 +528,26 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 	}()
 	// drain waits for the stream to end while output keeps arriving (the
 	// engine still holds what a fast writer printed before it exited),
-	// closing it once none came for DrainTimeout, or after DrainMax.
+	// closing it once none came for DrainTimeout, or after DrainMax of
+	// arriving output. Time a write of the caller's is in progress (odd
+	// count: proctor's own reader is behind, not the stream) does not
+	// count against DrainMax, so nothing the command printed is cut for
+	// a slow reader; DrainBehindMax bounds the drain whole, so a
+	// background writer that outpaces the reader cannot hold Exec
+	// forever.
 	drain := func() {
 		t := time.NewTimer(sandbox.DrainTimeout)
 		defer t.Stop()
-		limit := time.Now().Add(sandbox.DrainMax)
+		drainMax := d.drainMax
+		if drainMax == 0 {
+			drainMax = sandbox.DrainMax
+		}
+		behindMax := d.drainBehindMax
+		if behindMax == 0 {
+			behindMax = sandbox.DrainBehindMax
+		}
+		hard := time.Now().Add(behindMax)
+		left := drainMax
 		last := progress.Load()
 		for {
 			select {
@@ -537,9 +555,12 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 				return
 			case <-t.C:
 			}
-			// A write still in progress (odd count) is a slow reader, not
-			// an idle stream.
-			if n := progress.Load(); (n != last || n%2 == 1) && time.Now().Before(limit) {
+			n := progress.Load()
+			behind := n%2 == 1
+			if !behind {
+				left -= sandbox.DrainTimeout
+			}
+			if (behind || n != last && left > 0) && time.Now().Before(hard) {
 				last = n
 				t.Reset(sandbox.DrainTimeout)
 				continue

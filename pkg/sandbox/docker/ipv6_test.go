@@ -53,13 +53,14 @@ func probeIPv6(t *testing.T, d *Driver, cid string) isoprobe.Finding {
 	if err := os.WriteFile(filepath.Join(dir, "probe.json"), cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{testutil.ProctorBinary(t), filepath.Join(dir, "probe.json")} {
+	bin := testutil.ProctorBinary(t) // copied under its own name (proctor-<digest>)
+	for _, f := range []string{bin, filepath.Join(dir, "probe.json")} {
 		if err := d.CopyIn(ctx, h, f, "/probe"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var out, errOut bytes.Buffer
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"/probe/proctor", "probe-inside", "--config", "/probe/probe.json"},
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"/probe/" + filepath.Base(bin), "probe-inside", "--config", "/probe/probe.json"},
 		User: "10001", Stdout: &out, Stderr: &errOut, Timeout: 2 * time.Minute})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("probe-inside: %+v %v: %s", res, err, errOut.String())

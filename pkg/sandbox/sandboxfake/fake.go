@@ -180,6 +180,10 @@ type Driver struct {
 	// Off lists abilities switched off: left out of Abilities, and their
 	// methods fail with an error wrapping ErrOff.
 	Off []sandbox.Ability
+	// OnCopyIn, when set, is called by every CopyIn that succeeds with
+	// its host path while that still exists (a caller may remove a
+	// staging directory right after): a test reads what was copied in.
+	OnCopyIn func(hostPath, sandboxDir string)
 
 	mu        sync.Mutex
 	calls     []Call
@@ -463,20 +467,26 @@ func (d *Driver) view(b *box) map[string]node {
 	return m
 }
 
-// CopyIn records the copy; a missing host path is sandbox.ErrNotFound.
-// The files copied are not added to the model.
+// CopyIn records the copy and calls OnCopyIn; a missing host path is
+// sandbox.ErrNotFound. The files copied are not added to the model.
 func (d *Driver) CopyIn(ctx context.Context, h *sandbox.Handle, hostPath, sandboxDir string) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	id := handleID(h)
 	d.record(Call{Op: "CopyIn", Sandbox: id, Path: sandboxDir})
 	if d.boxOf(id).destroyed {
+		d.mu.Unlock()
 		return fmt.Errorf("%w: %s", sandbox.ErrDestroyed, id)
 	}
 	if _, err := os.Lstat(hostPath); err != nil {
+		d.mu.Unlock()
 		return fmt.Errorf("%w: %s", sandbox.ErrNotFound, hostPath)
 	}
 	d.copiedIn = append(d.copiedIn, [2]string{hostPath, sandboxDir})
+	hook := d.OnCopyIn
+	d.mu.Unlock()
+	if hook != nil {
+		hook(hostPath, sandboxDir)
+	}
 	return nil
 }
 
