@@ -120,20 +120,21 @@ echo '{"inputTokens": 99999, "outputTokens": 5, "llmCallCount": 1}' > "$AGENT_ME
 //     no key is in any file of the run's output or of proctor's home (the
 //     event store included).
 func TestAgentThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	tools := testutil.AgentToolsImage(t, cli)
 	net := testutil.InternalTestNetwork(t, cli)
 	model := testutil.FakeModelHost(t, cli, net, "llm.agent.test", agentGatewayScript)
-	t.Setenv("ANTHROPIC_BASE_URL", model.BaseURL)
-	t.Setenv("ANTHROPIC_API_KEY", claudeTestKey)
-	t.Setenv("OPENAI_BASE_URL", model.BaseURL+"/v1")
-	t.Setenv("OPENAI_API_KEY", openaiTestKey)
-	t.Setenv("GOOGLE_GEMINI_BASE_URL", model.BaseURL)
-	t.Setenv("GEMINI_API_KEY", geminiTestKey)
-	t.Setenv(harness.ProviderPrivateEnv, "1")
-	t.Setenv(EnvUpstreamCA, model.CAFile)
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
-	t.Setenv(EnvEgressNetwork, net)
+	setenv(t, "ANTHROPIC_BASE_URL", model.BaseURL)
+	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
+	setenv(t, "OPENAI_BASE_URL", model.BaseURL+"/v1")
+	setenv(t, "OPENAI_API_KEY", openaiTestKey)
+	setenv(t, "GOOGLE_GEMINI_BASE_URL", model.BaseURL)
+	setenv(t, "GEMINI_API_KEY", geminiTestKey)
+	setenv(t, harness.ProviderPrivateEnv, "1")
+	setenv(t, EnvUpstreamCA, model.CAFile)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
+	setenv(t, EnvEgressNetwork, net)
 
 	root := t.TempDir()
 	for name, env := range map[string]string{"greet": "docker_image = \"" + tools + "\"\n",

@@ -204,6 +204,7 @@ replies:
 // A variant (`make e2e`): TestAgentUserTask proves --agent-user task in
 // `make test`.
 func TestClaudeAsRootUnderTaskUser(t *testing.T) {
+	t.Parallel()
 	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	_, requests := fakeModel(t, cli, rootScript)

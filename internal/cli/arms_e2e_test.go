@@ -31,6 +31,7 @@ replies:
 // and the agent arm as uid 10001: the launcher tested the harness kind).
 // The step's test passes only when setup.sh and the solve ran as one user.
 func TestStepSetupRunsAsTheSolvingUser(t *testing.T) {
+	t.Parallel()
 	cli := claudeSetup(t)
 	fakeModel(t, cli, armsScript)
 	replay := "agent:" + abs(t, "testdata/agents/replay")

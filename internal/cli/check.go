@@ -86,7 +86,7 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 	}
 	// The tasks first (the matrix with the oracle alone): the cheats'
 	// hints and the static checks read their files.
-	cells, err := matrix(spec)
+	cells, err := g.matrix(spec)
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 			return err
 		}
 	} else {
-		if cells, err = matrix(spec); err != nil {
+		if cells, err = g.matrix(spec); err != nil {
 			return err
 		}
 		g.warnTasks(cells)
@@ -161,7 +161,7 @@ func writeCheckSummary(w io.Writer, rep taskcheck.Report) error {
 	for _, t := range rep.Tasks {
 		counts[t.Verdict]++
 	}
-	fmt.Fprintf(w, "tasks check: %d task(s): %d FAIL, %d WARN, %d PASS\n", len(rep.Tasks), counts[taskcheck.Fail], counts[taskcheck.Warn], counts[taskcheck.Pass])
+	fmt.Fprintf(w, "tasks check: %d %s: %d FAIL, %d WARN, %d PASS\n", len(rep.Tasks), plural(len(rep.Tasks), "task", "tasks"), counts[taskcheck.Fail], counts[taskcheck.Warn], counts[taskcheck.Pass])
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, t := range rep.Tasks {
 		why := "every check passed"

@@ -12,7 +12,7 @@ import (
 // finding, not only its name; a task's own text cannot break the line.
 func TestCheckSummarySaysWhatToFix(t *testing.T) {
 	rep := taskcheck.Report{Tasks: []taskcheck.TaskResult{
-		{Task: "fix-sum", Verdict: taskcheck.Warn, DecidedBy: "static", Findings: []taskcheck.Finding{
+		{Task: "graded-in-image", Verdict: taskcheck.Warn, DecidedBy: "static", Findings: []taskcheck.Finding{
 			{Check: "oracle", Verdict: taskcheck.Pass, Detail: "the reference solution passes"},
 			{Check: "static", Verdict: taskcheck.Warn, Detail: "ship it under tests/ instead"},
 		}},
@@ -25,10 +25,10 @@ func TestCheckSummarySaysWhatToFix(t *testing.T) {
 	if err := writeCheckSummary(&b, rep); err != nil {
 		t.Fatal(err)
 	}
-	want := "tasks check: 3 task(s): 1 FAIL, 1 WARN, 1 PASS\n" +
-		"WARN  fix-sum      static: ship it under tests/ instead\n" +
-		"FAIL  leaky\\nname  cheat:reward-files: reward-files passes (passed, reward 1)\n" +
-		"PASS  sound        every check passed\n"
+	want := "tasks check: 3 tasks: 1 FAIL, 1 WARN, 1 PASS\n" +
+		"WARN  graded-in-image  static: ship it under tests/ instead\n" +
+		"FAIL  leaky\\nname      cheat:reward-files: reward-files passes (passed, reward 1)\n" +
+		"PASS  sound            every check passed\n"
 	if b.String() != want {
 		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
 	}

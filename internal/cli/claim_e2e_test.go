@@ -58,3 +58,20 @@ func TestOverclaimingAgentFlagged(t *testing.T) {
 		}
 	}
 }
+
+// TestNoOpEarnsNothingOnCSVColumns: the example agent that does nothing
+// (and claims success) earns no partial credit on csv-columns: each of its
+// checks, "no text column printed" included, needs an answer, so an empty
+// one scores 0 (failed), as `tasks check`'s no-op check requires.
+func TestNoOpEarnsNothingOnCSVColumns(t *testing.T) {
+	t.Parallel()
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	liar := "agent:" + abs(t, "../../examples/agents/overclaim")
+	a, _ := runMain(t, "tasks", "run", "--tasks-root", examplesRoot(t), "--tasks", "csv-columns", "--harnesses", liar)
+	r := byCell(a)["csv-columns "+liar]
+	if r.Outcome != "failed" || r.Reward == nil || *r.Reward != 0 || r.Rewards["no_text"] != 0 || !r.Overclaimed() {
+		t.Errorf("csv-columns under an agent that does nothing: %s reward %v rewards %v (%s)", r.Outcome, r.Reward, r.Rewards, r.Error)
+	}
+}

@@ -115,7 +115,7 @@ func BenchmarkClaudeCell(b *testing.B) {
 		js := filepath.Join(out, "a.json")
 		var stderr bytes.Buffer
 		t0 := time.Now()
-		code := Main([]string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude",
+		code := mainT(b, []string{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude",
 			"--repeats", strconv.Itoa(cells), "--concurrency", strconv.Itoa(conc), "--output-dir", out, "--out-json", js}, &bytes.Buffer{}, &stderr)
 		el := time.Since(t0)
 		if code != 0 {
@@ -145,8 +145,8 @@ func BenchmarkClaudeCell(b *testing.B) {
 	derived := installs[0]
 
 	argv := harness.ClaudeArgs("", nil)
-	iso := &isolatedFloor{cli: cli, derived: derived, proxyImage: proxyImageFor(b, os.Getenv(EnvProxyBinary)),
-		egressNet: os.Getenv(EnvEgressNetwork), modelBase: base, key: claudeTestKey, argv: argv,
+	iso := &isolatedFloor{cli: cli, derived: derived, proxyImage: proxyImageFor(b, envOf(b)(EnvProxyBinary)),
+		egressNet: envOf(b)(EnvEgressNetwork), modelBase: base, key: claudeTestKey, argv: argv,
 		rootBefore: envInt("PROCTOR_BENCH_CLAUDE_ROOT_BEFORE", 3), rootAfter: envInt("PROCTOR_BENCH_CLAUDE_ROOT_AFTER", 2)}
 	bare := func() {
 		c, err := cli.ContainerCreate(ctx, &container.Config{
@@ -160,7 +160,7 @@ func BenchmarkClaudeCell(b *testing.B) {
 			// The derived image keeps the sandbox's entrypoint (sleep).
 			Entrypoint: append([]string{"sh", "-c", `printf %s "$PROMPT" | "$@"`, "sh"}, argv...),
 		}, &container.HostConfig{
-			NetworkMode: container.NetworkMode(os.Getenv(EnvEgressNetwork)),
+			NetworkMode: container.NetworkMode(envOf(b)(EnvEgressNetwork)),
 			Tmpfs:       map[string]string{"/tmp/proctor-agent-home": "uid=10001,gid=10001,mode=0700,size=256m"},
 		}, nil, nil, "")
 		if err != nil {

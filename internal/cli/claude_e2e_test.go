@@ -64,11 +64,11 @@ func fakeModel(t testing.TB, cli *client.Client, script string) (string, func() 
 		t.Fatal(err)
 	}
 	base := "http://" + ins.NetworkSettings.Networks[name].IPAddress + ":8080"
-	t.Setenv("ANTHROPIC_BASE_URL", base)
-	t.Setenv("ANTHROPIC_API_KEY", claudeTestKey)
-	t.Setenv(EnvProxyBinary, bin)
-	t.Setenv(EnvEgressNetwork, name)
-	t.Setenv(harness.ClaudeBinEnv, testutil.Claude(t))
+	setenv(t, "ANTHROPIC_BASE_URL", base)
+	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
+	setenv(t, EnvProxyBinary, bin)
+	setenv(t, EnvEgressNetwork, name)
+	setenv(t, harness.ClaudeBinEnv, testutil.Claude(t))
 	// Listening: poll the container's log for the line it prints.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -182,7 +182,7 @@ func claudeSetup(t testing.TB) *client.Client {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.Claude(t)
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	return cli
 }
 
@@ -235,6 +235,7 @@ func deref[T any](p *T) any {
 // The provider's failures under the control arm are
 // TestClaudeProviderFailures (`make e2e`).
 func TestClaudeArms(t *testing.T) {
+	t.Parallel()
 	cli := claudeSetup(t)
 	base, requests := fakeModel(t, cli, claudeScript)
 	modelHost := strings.TrimPrefix(base, "http://")
@@ -365,6 +366,7 @@ func claudeEgressModelOnly(t *testing.T, rows map[string]artifact.Result, modelH
 // left running). Every cell went through its proxy to the model alone, no
 // stored file holds the credential, nothing of the run is left.
 func TestClaudeProviderFailures(t *testing.T) {
+	t.Parallel()
 	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	base, requests := fakeModel(t, cli, claudeScript)
@@ -407,10 +409,11 @@ func TestClaudeProviderFailures(t *testing.T) {
 // TestClaudeSkillFrontmatterRefused: a skill whose frontmatter names a
 // model fails the run before anything starts, naming the file and key.
 func TestClaudeSkillFrontmatterRefused(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
-	t.Setenv("ANTHROPIC_API_KEY", claudeTestKey)
-	t.Setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1:8080")
-	t.Setenv(harness.ClaudeBinEnv, "/bin/sh") // only its presence is checked before the run
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
+	setenv(t, "ANTHROPIC_BASE_URL", "http://192.0.2.1:8080")
+	setenv(t, harness.ClaudeBinEnv, "/bin/sh") // only its presence is checked before the run
 	root, skills := t.TempDir(), t.TempDir()
 	claudeTask(t, root, "greet", "CASE-GREET", 120)
 	for _, fm := range []string{"model: claude-opus-4", "context: fork", "hooks: {}", "disable-model-invocation: true"} {

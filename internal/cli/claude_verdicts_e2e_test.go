@@ -108,9 +108,10 @@ func streamResults(t *testing.T, dir string) []map[string]any {
 //   - a skill My_Skill.v2, offered as abskill:My_Skill-v2 and invoked by
 //     that name: one invocation (it counted 0).
 func TestClaudeVerdicts(t *testing.T) {
+	t.Parallel()
 	cli := claudeSetup(t)
 	fakeModel(t, cli, claudeVerdictsScript)
-	t.Setenv("CLAUDE_CODE_MAX_TURNS", "3")
+	setenv(t, "CLAUDE_CODE_MAX_TURNS", "3")
 	root, skillRoot, skills := t.TempDir(), t.TempDir(), t.TempDir()
 	claudeTask(t, root, "max-turns", "CASE-TURNS", 300)
 	claudeTask(t, root, "rate-limited", "CASE-RATE", 300)
@@ -188,10 +189,11 @@ func TestClaudeVerdicts(t *testing.T) {
 // offer (no frontmatter, or no description) fails the run before anything
 // starts, naming the file and why.
 func TestClaudeSkillNotOfferedRefused(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
-	t.Setenv("ANTHROPIC_API_KEY", claudeTestKey)
-	t.Setenv("ANTHROPIC_BASE_URL", "http://192.0.2.1:8080")
-	t.Setenv(harness.ClaudeBinEnv, "/bin/sh") // only its presence is checked before the run
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
+	setenv(t, "ANTHROPIC_BASE_URL", "http://192.0.2.1:8080")
+	setenv(t, harness.ClaudeBinEnv, "/bin/sh") // only its presence is checked before the run
 	root, skills := t.TempDir(), t.TempDir()
 	claudeTask(t, root, "greet", "CASE-GREET", 120)
 	for name, c := range map[string]struct{ md, want string }{

@@ -62,6 +62,7 @@ replies:
 // reward and leaves a process running: failed, its link removed, nothing
 // left running, what it could do on the host stated as open.
 func TestClaudeHostArms(t *testing.T) {
+	t.Parallel()
 	testutil.LongE2E(t)
 	if os.Geteuid() != 0 {
 		t.Skip("the host arms' agent user is proctor's own unless proctor runs as root; this test checks the dedicated user")
@@ -178,10 +179,11 @@ func lingering(t *testing.T, name string) int {
 // launch with an in-container baseline warns, naming what the host
 // cannot seal.
 func TestHostArmAgainstContainerBaselineWarns(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	root := abs(t, "../../examples/tasks")
-	t.Setenv("ANTHROPIC_API_KEY", "sk-test")
-	t.Setenv(harness.ClaudeBinEnv, "")
+	setenv(t, "ANTHROPIC_API_KEY", "sk-test")
+	setenv(t, harness.ClaudeBinEnv, "")
 	if code := mainT(t, []string{"tasks", "run", "--tasks-root", root, "--tasks", "fix-sum,count-words", "--harnesses", "docker-claude,docker-claude-host",
 		"--baseline-harness", "docker-claude", "--dry-run"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())

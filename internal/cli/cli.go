@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -55,9 +56,18 @@ type usageError struct{ error }
 // unfinished with no artifact. Go's runtime raises SIGPIPE for a write to
 // a broken pipe on fd 1 or 2 unless the program asks for the signal
 // (os/signal, "SIGPIPE"); Notify does, and unlike Ignore it leaves the
-// child processes proctor starts with the default disposition.
+// child processes proctor starts with the default disposition. A command
+// whose own output then fails that way (`proctor runs list | head -3`)
+// ends quietly with exit 0: the reader took what it wanted.
 func Main(args []string, stdout, stderr io.Writer) int {
 	return mainEnv(args, stdout, stderr, os.Getenv)
+}
+
+// MainEnv is Main with the environment taken from getenv instead of the
+// process (mainEnv): commands on stores of their own run at once in one
+// process, each with its own PROCTOR_HOME.
+func MainEnv(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	return mainEnv(args, stdout, stderr, getenv)
 }
 
 // mainEnv is Main with the variables the command line reads itself
@@ -65,7 +75,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // probe targets, the sandbox driver's PROCTOR_* and upstream proxy
 // variables) taken from getenv instead of the process environment, so
 // that commands on different stores can run at once in one process. The
-// arms read theirs (a model's address, a CLI's path) from the process.
+// arms get the same getenv (harness.Env.Getenv) for what they read (a
+// model's address, a CLI's path); the delegated tools inherit the
+// process's environment.
 func mainEnv(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -76,7 +88,7 @@ func mainEnv(args []string, stdout, stderr io.Writer, getenv func(string) string
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	switch {
-	case err == nil:
+	case err == nil, readerGone(err, stdout):
 		return ExitOK
 	case errors.Is(err, ErrInterrupted):
 		fmt.Fprintln(stderr, "proctor: interrupted")
@@ -89,6 +101,15 @@ func mainEnv(args []string, stdout, stderr io.Writer, getenv func(string) string
 		return ExitUsage
 	}
 	return ExitError
+}
+
+// readerGone reports whether err is a write to stdout that failed because
+// the pipe's reader closed it (`proctor runs list | head -3`): the reader
+// took what it wanted, so the command ends quietly, as when it is done.
+func readerGone(err error, stdout io.Writer) bool {
+	f, ok := stdout.(*os.File)
+	var pe *fs.PathError
+	return ok && errors.As(err, &pe) && pe.Op == "write" && pe.Path == f.Name() && errors.Is(pe.Err, syscall.EPIPE)
 }
 
 type globals struct {

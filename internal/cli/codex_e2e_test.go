@@ -24,7 +24,7 @@ func codexSetup(t *testing.T) *client.Client {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	testutil.Codex(t)
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	return cli
 }
 
@@ -33,9 +33,9 @@ func codexSetup(t *testing.T) *client.Client {
 func codexModel(t *testing.T, cli *client.Client, script string) (string, func() []llmtest.Request) {
 	t.Helper()
 	base, requests := fakeModel(t, cli, script)
-	t.Setenv("OPENAI_BASE_URL", base+"/v1")
-	t.Setenv("OPENAI_API_KEY", claudeTestKey)
-	t.Setenv(harness.CodexBinEnv, testutil.Codex(t))
+	setenv(t, "OPENAI_BASE_URL", base+"/v1")
+	setenv(t, "OPENAI_API_KEY", claudeTestKey)
+	setenv(t, harness.CodexBinEnv, testutil.Codex(t))
 	return base, requests
 }
 
@@ -86,6 +86,7 @@ replies:
 // model got the credential, no stored file holds it, and nothing of the
 // runs is left; the CLI itself tries no host but the model's.
 func TestCodexArms(t *testing.T) {
+	t.Parallel()
 	cli := codexSetup(t)
 	base, requests := codexModel(t, cli, codexScript)
 	modelHost := strings.TrimPrefix(base, "http://")

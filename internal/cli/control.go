@@ -3,12 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/proctor-eval/proctor/internal/lifecycle"
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/projection"
 	"github.com/proctor-eval/proctor/pkg/textsafe"
@@ -27,15 +27,11 @@ func (g *globals) controlCmd(ctx context.Context, arg string, act func(ctx conte
 // report what the services did of it.
 func (g *globals) controlCmdThen(ctx context.Context, arg string, act func(ctx context.Context, conn *connection, runID string) (events.Envelope, error),
 	then func(ctx context.Context, conn *connection, runID string, mark uint64) error) error {
-	conn, err := g.connect(ctx)
+	conn, runID, err := g.connectRun(ctx, arg)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	runID, err := g.resolveRun(ctx, conn.Bus, arg)
-	if err != nil {
-		return err
-	}
 	var mark uint64
 	if then != nil {
 		if mark, err = lifecycle.SolveMark(ctx, conn.Bus, runID); err != nil {
@@ -50,7 +46,7 @@ func (g *globals) controlCmdThen(ctx context.Context, arg string, act func(ctx c
 	_ = events.Into(e, &d)
 	msg := fmt.Sprintf("run %s: %s recorded at %s by %s", runID, d.Action, e.At.Format(time.RFC3339), d.By)
 	if len(d.Cells) > 0 {
-		msg += fmt.Sprintf(" (%d cells)", len(d.Cells))
+		msg += fmt.Sprintf(" (%d %s)", len(d.Cells), plural(len(d.Cells), "cell", "cells"))
 	}
 	if d.Why != "" {
 		msg += ": " + d.Why
@@ -268,18 +264,23 @@ action is recorded in the run's log with who asked, when and --why.`,
 	return cmd
 }
 
+// nothingPicked is the usage error of a requeue that picked no cell: what
+// it asked for and what the run's cells are instead.
+func (g *globals) nothingPicked(ctx context.Context, b *bus.Bus, runID string, sel lifecycle.Selector) error {
+	why, err := lifecycle.NothingPicked(ctx, b, runID, sel)
+	if err != nil {
+		why = "no cell to run again has " + sel.String()
+	}
+	return usageError{fmt.Errorf("run %s: %s", runID, textsafe.Line(why))}
+}
+
 func (g *globals) requeue(ctx context.Context, arg string, f *requeueFlags) error {
 	sel := lifecycle.Selector{Outcomes: f.outcomes, Classes: f.classes}
 	if err := sel.Validate(); err != nil {
 		return usageError{err}
 	}
-	conn, err := g.connect(ctx)
+	conn, runID, err := g.connectRun(ctx, arg)
 	if err != nil {
-		return err
-	}
-	runID, err := g.resolveRun(ctx, conn.Bus, arg)
-	if err != nil {
-		conn.Close()
 		return err
 	}
 	rec, err := conn.GetRun(ctx, runID)
@@ -294,9 +295,9 @@ func (g *globals) requeue(ctx context.Context, arg string, f *requeueFlags) erro
 			return lifecycleError(err)
 		}
 		if len(picked) == 0 {
-			return usageError{fmt.Errorf("run %s: no done cell has outcome %s", runID, strings.Join(f.outcomes, ","))}
+			return g.nothingPicked(ctx, conn.Bus, runID, sel)
 		}
-		fmt.Fprintf(g.stdout, "run %s: %d cells requeued\n", runID, len(picked))
+		fmt.Fprintf(g.stdout, "run %s: %d %s requeued\n", runID, len(picked), plural(len(picked), "cell", "cells"))
 		for _, d := range picked {
 			fmt.Fprintf(g.stdout, "  run again  %s: %s\n", textsafe.Line(d.CellID), textsafe.Line(d.Why))
 		}
@@ -313,12 +314,12 @@ func (g *globals) requeue(ctx context.Context, arg string, f *requeueFlags) erro
 	}
 	defer own.Close()
 	dead := g.recoverDead(ctx, own)
-	r, err := lifecycle.PrepareRequeue(ctx, own.Bus, runID, sel, time.Now())
+	r, err := lifecycle.PrepareRequeue(ctx, own.Bus, runID, sel, time.Now(), g.getenv)
 	if err != nil {
 		return lifecycleError(err)
 	}
 	if len(r.Again) == 0 {
-		return usageError{fmt.Errorf("run %s: no cell has outcome %s", runID, strings.Join(f.outcomes, ","))}
+		return g.nothingPicked(ctx, own.Bus, runID, sel)
 	}
 	if err := g.checkSandbox(f.resume.sandbox, r.Record.Spec.Harnesses); err != nil {
 		return err

@@ -95,7 +95,7 @@ func TestRunsControlFromAnotherProcess(t *testing.T) {
 	}
 	t.Logf("first cell running at %.1f s", time.Since(start).Seconds())
 	proctor("runs", "pause", runID, "--why", "hold on")
-	if show := proctor("runs", "show", runID); !strings.Contains(show, "paused") || !strings.Contains(show, "hold on") {
+	if show := proctor("runs", "show", runID); !strings.Contains(show, "status     running (paused)\n") || !strings.Contains(show, "hold on") {
 		t.Errorf("runs show of a paused run:\n%s", show)
 	}
 	proctor("runs", "cancel", runID, "--cell", first, "--why", "stuck")

@@ -186,16 +186,17 @@ func TestProbeAllowlistTask(t *testing.T) {
 // errored refused before any build, naming the key and the entry without
 // its credentials, and its oracle (public: the list does not apply) runs.
 func TestPublicEgressTask(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	upNet := testutil.TestNetwork(t, cli)
 	testutil.HTTPHost(t, cli, upNet, "allowed.test", "the fetched page")
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
-	t.Setenv(EnvEgressNetwork, upNet)
-	t.Setenv("HTTPS_PROXY", "http://opuser:op-secret-pw@corp-proxy.test:3128")
-	t.Setenv("NO_PROXY", "internal.test")
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
+	setenv(t, EnvEgressNetwork, upNet)
+	setenv(t, "HTTPS_PROXY", "http://opuser:op-secret-pw@corp-proxy.test:3128")
+	setenv(t, "NO_PROXY", "internal.test")
 	home, out, tasks, agent := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
+	setenv(t, "PROCTOR_HOME", home)
 	writeTree(t, filepath.Join(tasks, "public-egress"), map[string]string{
 		"task.toml": "version = \"1.0\"\n\n[agent]\ntimeout_sec = 60\n\n[verifier]\ntimeout_sec = 60\n\n" +
 			"[environment]\nnetwork_mode = \"public\"\negress = [\"private:allowed.test:80\"]\n",

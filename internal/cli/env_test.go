@@ -20,10 +20,13 @@ import (
 var testEnvs sync.Map // test name -> map[string]string
 
 // setenv gives the command lines t runs (runMain, mainT) the variable k,
-// and those of t's subtests; a variable set so shadows the process's. It
-// is for the variables mainEnv reads (PROCTOR_HOME, the sandbox's
-// PROCTOR_*); an arm's (a model's address) still needs t.Setenv.
-func setenv(t *testing.T, k, v string) {
+// and those of t's subtests; a variable set so shadows the process's ("":
+// unset). It is for every variable the command line and its arms read
+// through mainEnv's getenv (PROCTOR_HOME, the sandbox's PROCTOR_*, a
+// model's address and key, a CLI's path); what the process itself must
+// hold (PATH for a child's lookup, DOCKER_HOST, TMPDIR) still needs
+// t.Setenv.
+func setenv(t testing.TB, k, v string) {
 	t.Helper()
 	m := map[string]string{}
 	if old, ok := testEnvs.Load(t.Name()); ok {
@@ -40,7 +43,7 @@ func setenv(t *testing.T, k, v string) {
 
 // envOf is the getenv of t's command lines: the variables setenv gave t
 // or the tests it is a subtest of (the nearest first), else the process's.
-func envOf(t *testing.T) func(string) string {
+func envOf(t testing.TB) func(string) string {
 	name := t.Name()
 	return func(k string) string {
 		for n := name; ; {
@@ -60,13 +63,13 @@ func envOf(t *testing.T) func(string) string {
 
 // testGlobals is the globals of a command line with t's environment,
 // for tests that call a command's function.
-func testGlobals(t *testing.T, stdout, stderr io.Writer) *globals {
+func testGlobals(t testing.TB, stdout, stderr io.Writer) *globals {
 	getenv := envOf(t)
 	return &globals{stdout: stdout, stderr: stderr, getenv: getenv, home: bus.HomeFrom(getenv)}
 }
 
 // mainT is Main with t's environment (setenv).
-func mainT(t *testing.T, args []string, stdout, stderr io.Writer) int {
+func mainT(t testing.TB, args []string, stdout, stderr io.Writer) int {
 	return mainEnv(args, stdout, stderr, envOf(t))
 }
 
@@ -115,4 +118,53 @@ func staticProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestArmsReadMainEnv: the arms read their variables (a CLI's path, a
+// provider's key) through the command line's getenv, not the process's
+// environment: two dry runs of docker-claude at once in one process, one
+// given the CLI and a key, one given a CLI path that does not exist, each
+// plan as their own environment says.
+func TestArmsReadMainEnv(t *testing.T) {
+	t.Parallel()
+	root := writeRoot(t, harborTask("ok", "version = \"1.0\"\n", nil))
+	bin := filepath.Join(t.TempDir(), "claude")
+	if err := os.WriteFile(bin, []byte("a CLI"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir() // no Claude settings
+	envs := []map[string]string{
+		{harness.ClaudeBinEnv: bin, "ANTHROPIC_API_KEY": "sk-given", "HOME": empty, "CLAUDE_CONFIG_DIR": empty},
+		{harness.ClaudeBinEnv: "/nonexistent/claude", "ANTHROPIC_API_KEY": "sk-given", "HOME": empty, "CLAUDE_CONFIG_DIR": empty},
+	}
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	results := make([]chan result, len(envs))
+	for i, vars := range envs {
+		vars["PROCTOR_HOME"] = t.TempDir()
+		results[i] = make(chan result, 1)
+		getenv := func(k string) string {
+			if v, ok := vars[k]; ok {
+				return v
+			}
+			return os.Getenv(k)
+		}
+		go func() {
+			var stdout, stderr bytes.Buffer
+			code := mainEnv([]string{"tasks", "run", "--tasks-root", root, "--all", "--dry-run", "--output-dir", t.TempDir(),
+				"--harnesses", "docker-claude"}, &stdout, &stderr, getenv)
+			results[i] <- result{code, stdout.String(), stderr.String()}
+		}()
+	}
+	if r := <-results[0]; r.code != 0 || !strings.Contains(r.stdout, "ok/docker-claude/default/1\trun") {
+		t.Errorf("given the CLI and a key: exit %d\n%s", r.code, r.stdout)
+	}
+	// The cell says it is refused; the arm's reason, naming the path, is
+	// the error the dry run ends with.
+	if r := <-results[1]; r.code == 0 || !strings.Contains(r.stdout, "ok/docker-claude/default/1\terrored (refused)") ||
+		!strings.Contains(r.stderr, "/nonexistent/claude") {
+		t.Errorf("given a CLI path that does not exist: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }

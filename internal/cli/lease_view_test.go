@@ -16,10 +16,6 @@ import (
 // way to continue it, and a run whose lease is current is shown running.
 func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
 	t.Parallel()
-	setenv(t, "PROCTOR_HOME", t.TempDir())
-	b, e := bustest.Bus(t)
-	url := e.ClientURL()
-	ctx := context.Background()
 	now := time.Now()
 	dead := bus.RunRecord{ID: "01DEADRUN000000000000000000", Status: bus.StatusRunning, Owner: "host-a/4242",
 		StartedAt: now.Add(-time.Hour).UTC().Format(time.RFC3339), Spec: events.RunSpec{Harnesses: []string{"oracle"}}}
@@ -27,11 +23,7 @@ func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
 	live := bus.RunRecord{ID: "01LIVERUN000000000000000000", Status: bus.StatusRunning, Owner: "host-b/7",
 		StartedAt: now.UTC().Format(time.RFC3339), Spec: events.RunSpec{Harnesses: []string{"oracle"}}}
 	live.Renew(now, time.Hour)
-	for _, r := range []bus.RunRecord{dead, live} {
-		if err := b.PutRun(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	url := runsOnABus(t, dead, live)
 
 	list := mustProctor(t, "runs", "list", "--nats", url)
 	if !strings.Contains(list, dead.ID[:10]+"  running*") {
@@ -48,4 +40,18 @@ func TestRunsShowExpiredLeaseOnACluster(t *testing.T) {
 	if show := mustProctor(t, "runs", "show", live.ID, "--nats", url); strings.Contains(show, "note ") {
 		t.Errorf("runs show of the live run has a note:\n%s", show)
 	}
+}
+
+// runsOnABus gives the test its own PROCTOR_HOME and a bus holding runs in
+// its index, and returns the bus's URL for --nats.
+func runsOnABus(t *testing.T, runs ...bus.RunRecord) string {
+	t.Helper()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	b, e := bustest.Bus(t)
+	for _, r := range runs {
+		if err := b.PutRun(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e.ClientURL()
 }

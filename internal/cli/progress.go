@@ -29,11 +29,16 @@ import (
 // printed as [i/N] after "planned N cells". It stops at the RunFinished
 // of epoch or a later one (projection.Follow: a resumed run's log holds
 // the RunFinished of each earlier epoch, which the RunResumed after it
-// reopens). Event data that did not decode is reported in one warning
-// line at the end.
+// reopens). For a resumed run (epoch > 0) the log before the RunResumed
+// of epoch is history, which resume and requeue have already summed up
+// (each cell run again or reused, with why): it is folded in silence, and
+// the lines start with that RunResumed, counting the cells already done.
+// Event data that did not decode is reported in one warning line at the
+// end.
 func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch int) {
 	p := projection.NewProjector(runID)
 	total, done := 0, 0
+	history := epoch > 0
 	var early []string // cell lines seen before RunPlanned
 	var bar *progressbar.ProgressBar
 	tty := false
@@ -43,6 +48,20 @@ func (g *globals) progress(ctx context.Context, b *bus.Bus, runID string, epoch 
 	err := projection.Follow(ctx, b, runID, projection.FollowOptions{Epoch: epoch}, func(e events.Envelope) error {
 		planned := p.Planned()
 		p.Apply(e)
+		if history {
+			total, done = p.Record().Cells, p.DoneCells()
+			var d events.RunResumedData
+			if e.Type != events.RunResumed || events.Into(e, &d) != nil || d.Epoch != epoch {
+				return nil
+			}
+			history = false
+			if tty && total > 0 {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(g.stderr),
+					progressbar.OptionSetDescription("cells"), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+				_ = bar.Set(done)
+			}
+			return nil
+		}
 		if e.Type == events.RunControl {
 			fmt.Fprintln(g.stderr, controlLine(p))
 		}

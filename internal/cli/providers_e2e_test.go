@@ -24,23 +24,24 @@ import (
 //     this machine: the file is copied in and the variable re-pointed, so
 //     the CLI verifies the model itself and passes.
 func TestClaudeProvidersThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	net := testutil.InternalTestNetwork(t, cli)
 	model := testutil.FakeModelHost(t, cli, net, "llm.providers.test", gatewayScript)
-	t.Setenv(harness.ProviderPrivateEnv, "1")
-	t.Setenv(EnvUpstreamCA, model.CAFile)
-	t.Setenv(EnvProxyBinary, testutil.ProctorBinary(t))
-	t.Setenv(EnvEgressNetwork, net)
-	t.Setenv(harness.ClaudeBinEnv, testutil.Claude(t))
-	t.Setenv("CLAUDE_CONFIG_DIR", t.TempDir()) // no settings
-	t.Setenv("ANTHROPIC_BASE_URL", "")
+	setenv(t, harness.ProviderPrivateEnv, "1")
+	setenv(t, EnvUpstreamCA, model.CAFile)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
+	setenv(t, EnvEgressNetwork, net)
+	setenv(t, harness.ClaudeBinEnv, testutil.Claude(t))
+	setenv(t, "CLAUDE_CONFIG_DIR", t.TempDir()) // no settings
+	setenv(t, "ANTHROPIC_BASE_URL", "")
 	const foundryKey, otherKey = "foundry-key-7c1e0b9a", "sk-ant-not-this-one-4d2f"
-	t.Setenv("ANTHROPIC_API_KEY", otherKey)
-	t.Setenv("CLAUDE_CODE_USE_BEDROCK", "0")
-	t.Setenv("CLAUDE_CODE_USE_FOUNDRY", "yes")
-	t.Setenv("ANTHROPIC_FOUNDRY_BASE_URL", model.BaseURL)
-	t.Setenv("ANTHROPIC_FOUNDRY_API_KEY", foundryKey)
+	setenv(t, "ANTHROPIC_API_KEY", otherKey)
+	setenv(t, "CLAUDE_CODE_USE_BEDROCK", "0")
+	setenv(t, "CLAUDE_CODE_USE_FOUNDRY", "yes")
+	setenv(t, "ANTHROPIC_FOUNDRY_BASE_URL", model.BaseURL)
+	setenv(t, "ANTHROPIC_FOUNDRY_API_KEY", foundryKey)
 	root := t.TempDir()
 	claudeTask(t, root, "greet", "CASE-GW", 300)
 	a, out := runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude", "--agent-grace", "2")
@@ -65,15 +66,15 @@ func TestClaudeProvidersThroughTheGateway(t *testing.T) {
 	// The settings' env block alone names the provider; the CA file is
 	// copied in.
 	for _, k := range []string{"CLAUDE_CODE_USE_FOUNDRY", "ANTHROPIC_FOUNDRY_BASE_URL", "ANTHROPIC_FOUNDRY_API_KEY", "ANTHROPIC_API_KEY"} {
-		t.Setenv(k, "")
+		setenv(t, k, "")
 	}
 	cfg := t.TempDir()
 	settings, _ := json.Marshal(map[string]any{"env": map[string]string{"ANTHROPIC_API_KEY": claudeTestKey, "ANTHROPIC_BASE_URL": model.BaseURL}})
 	if err := os.WriteFile(filepath.Join(cfg, "settings.json"), settings, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("CLAUDE_CONFIG_DIR", cfg)
-	t.Setenv("NODE_EXTRA_CA_CERTS", model.CAFile)
+	setenv(t, "CLAUDE_CONFIG_DIR", cfg)
+	setenv(t, "NODE_EXTRA_CA_CERTS", model.CAFile)
 	a, out = runMain(t, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "docker-claude", "--agent-grace", "2", "--no-intercept")
 	r = byCell(a)["greet docker-claude"]
 	if r.Outcome != "passed" {

@@ -104,6 +104,11 @@ func TestReplayExportImport(t *testing.T) {
 	}
 	id := a.Run.ID
 	wantJS, wantMD := readFile(t, js), readFile(t, md)
+	for _, r := range a.Results {
+		if r.Outcome != artifact.OutcomePassed {
+			t.Logf("%s: %s (%s) %s", r.CellID, r.Outcome, r.ErrorClass, r.Error) // what went wrong when the counts below differ
+		}
+	}
 
 	// The run index.
 	list := mustProctor(t, "runs", "list", "--wide")
@@ -328,10 +333,10 @@ func TestReplayAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	gout := mustProctor(t, "gc")
-	if !strings.Contains(gout, "removed 1 containers and 0 networks") {
+	if !strings.Contains(gout, "removed 1 container and 0 networks") {
 		t.Errorf("gc: %q, want the killed run's container removed", gout)
 	}
-	if _, err := os.Stat(stage); !os.IsNotExist(err) || !strings.Contains(gout, "removed 1 host staging directories") {
+	if _, err := os.Stat(stage); !os.IsNotExist(err) || !strings.Contains(gout, "removed 1 host staging directory") {
 		t.Errorf("gc: %q; the killed run's staging directory: %v, want it removed", gout, err)
 	}
 	if _, err := os.Stat(otherStage); err != nil {

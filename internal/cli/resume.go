@@ -90,7 +90,7 @@ func (g *globals) resume(ctx context.Context, arg string, f *resumeFlags) error 
 			}
 		}
 	}
-	r, err := lifecycle.PrepareResume(ctx, conn.Bus, runID, time.Now())
+	r, err := lifecycle.PrepareResume(ctx, conn.Bus, runID, time.Now(), g.getenv)
 	if err != nil {
 		return lifecycleError(err)
 	}

@@ -154,6 +154,7 @@ func TestRootWorkdir(t *testing.T) {
 // own tmpfs, solves it by tool use and is scored passed.
 // A variant (`make e2e`): TestRootWorkdir proves the rule in `make test`.
 func TestClaudeRootWorkdir(t *testing.T) {
+	t.Parallel()
 	testutil.LongE2E(t)
 	cli := claudeSetup(t)
 	fakeModel(t, cli, `
@@ -281,6 +282,7 @@ RUN d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p
 // python exit 0; the arm puts the HOME back before the verifier, so the
 // cell fails and the reset is counted.
 func TestClaudeVerifierHomeCheat(t *testing.T) {
+	t.Parallel()
 	cli := claudeSetup(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	fakeModel(t, cli, `

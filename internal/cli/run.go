@@ -355,7 +355,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 	}
 	// Check the matrix before anything starts: a bad root or harness fails
 	// here with the file and line, not inside a service.
-	cells, err := matrix(spec)
+	cells, err := g.matrix(spec)
 	if err != nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func (g *globals) execute(ctx context.Context, runID string, spec events.RunSpec
 	defer conn.Close()
 	dead := g.recoverDead(ctx, conn)
 	host, _ := os.Hostname()
-	identity, err := lifecycle.Identify(spec, cells)
+	identity, err := lifecycle.Identify(spec, cells, g.getenv)
 	if err != nil {
 		return bus.RunRecord{}, err
 	}
@@ -508,7 +508,7 @@ func (g *globals) drive(ctx context.Context, conn *connection, runID string, epo
 	<-outputsDone
 	if outputs != nil && err == nil && !interrupted {
 		// What the follower missed or failed: every cell's last verdict.
-		if _, ferr := outputs.all(ctx); ferr != nil {
+		if _, _, ferr := outputs.all(ctx); ferr != nil {
 			fmt.Fprintf(g.stderr, "proctor: some cell outputs were not written: %v\n(`proctor runs fetch %s` tries again)\n", ferr, runID)
 		}
 		if rerr := g.writeResultsHere(ctx, conn.Bus, runID); rerr != nil {
@@ -605,10 +605,11 @@ func (g *globals) warnUnusedImageMapRules(rec bus.RunRecord) {
 		len(a.Run.ImageMapUnused), len(rec.Spec.ImageMap), strings.Join(a.Run.ImageMapUnused, ", "))
 }
 
-// matrix is planner.Matrix with the errors that are the caller's input
+// matrix is planner.Matrix, the arms reading the command line's
+// environment (getenv), with the errors that are the caller's input
 // marked for exit code 2 (matrixError).
-func matrix(spec events.RunSpec) ([]planner.Cell, error) {
-	cells, err := planner.Matrix(spec)
+func (g *globals) matrix(spec events.RunSpec) ([]planner.Cell, error) {
+	cells, err := planner.Matrix(spec, g.getenv)
 	if err != nil {
 		return nil, matrixError(err)
 	}
@@ -631,7 +632,7 @@ func matrixError(err error) error {
 // stderr for each unknown definition key (ignored by the run, listed in
 // its rows' metrics.unknown_keys) and each of its load warnings
 // (task.Task.Warnings: a compose key dropped, a compose variable .env does
-// not set, ...), the task named.
+// not set, ...), the task named; an unknown key is said once.
 func (g *globals) warnTasks(cells []planner.Cell) {
 	seen := map[string]bool{}
 	for _, c := range cells {
@@ -640,10 +641,15 @@ func (g *globals) warnTasks(cells []planner.Cell) {
 			continue
 		}
 		seen[t.Name] = true
+		said := map[string]bool{}
 		for _, u := range t.UnknownKeys {
+			said[u.String()+": ignored"] = true // the same key among the load warnings: said once, here
 			fmt.Fprintf(g.stderr, "warning: %s: ignored (--strict refuses it)\n", textsafe.Line(t.Name+"/"+filepath.Base(t.DefinitionFile)+": "+u.String()))
 		}
 		for _, w := range t.Warnings {
+			if said[w] {
+				continue
+			}
 			fmt.Fprintf(g.stderr, "warning: %s\n", textsafe.Line(t.Name+": "+w))
 		}
 	}
@@ -660,16 +666,27 @@ func (g *globals) warnUsers(spec events.RunSpec) {
 }
 
 func (g *globals) dryRun(runID string, spec events.RunSpec) (err error) {
-	cells, checks, err := planner.Preview(spec)
+	cells, checks, err := planner.Preview(spec, g.getenv)
 	if err != nil {
 		return matrixError(err)
 	}
 	g.warnTasks(cells)
 	g.warnUsers(spec)
+	// An arm that cannot run here (planner.Preview's checks: a missing
+	// model key, a tool not installed) refuses every cell of its own with
+	// the same reason: its cells say so in a word, and the reason is said
+	// once for the arm, with the count, in the error the dry run ends with.
+	armRefused := map[string]int{}
+	for _, e := range checks {
+		armRefused[e.Error()] = 0
+	}
 	runnable := 0
 	for _, c := range cells {
 		state := "run"
-		if c.Refusal != "" {
+		if n, ok := armRefused[c.Refusal]; ok && c.Refusal != "" {
+			armRefused[c.Refusal] = n + 1
+			state = "errored (" + string(c.RefusalClass) + "): harness " + c.Harness.Name + " cannot run here (why: below)"
+		} else if c.Refusal != "" {
 			state = "errored (" + string(c.RefusalClass) + "): " + c.Refusal
 		} else {
 			runnable++
@@ -679,10 +696,16 @@ func (g *globals) dryRun(runID string, spec events.RunSpec) (err error) {
 	fmt.Fprintf(g.stdout, "%d cells, %d would run, %d errored before any build\n", len(cells), runnable, len(cells)-runnable)
 	if len(checks) > 0 {
 		// The matrix is shown, but the run would stop before any cell:
-		// the dry run says so and fails as the run would.
+		// the dry run says so, each arm's reason once, and fails as the
+		// run would.
+		counted := make([]error, len(checks))
+		for i, e := range checks {
+			n := armRefused[e.Error()]
+			counted[i] = fmt.Errorf("%w (%d %s refused)", e, n, plural(n, "cell", "cells"))
+		}
 		defer func() {
 			if err == nil {
-				err = fmt.Errorf("tasks run would stop before any cell: %w", errors.Join(checks...))
+				err = fmt.Errorf("tasks run would stop before any cell: %w", errors.Join(counted...))
 			}
 		}()
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -77,9 +78,13 @@ failed, solver_timeout, verifier_timeout), NONE (no verdict:
 verifier_error, errored) and LEFT (running and queued). Counts of a
 finished run are the index's; those of a run still going are projected
 from its events. "running*" marks a run whose process died: no proctor
-serves this store any more. --wide prints every field in full: id,
+serves this store any more; "running (paused)" a paused run (no new cell
+starts until "proctor runs continue"). A status wider than 9 characters
+takes its excess from ARMS. --wide prints every field in full: id,
 status, start and finish times, harnesses, cells, counts by state, the
-artifact's path. --json prints the records as a JSON array instead.`,
+artifact's path. --json prints the records as a JSON array instead, each
+with the index's status ("running") and, for a paused run,
+"control": {"paused": true, ...}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -126,8 +131,13 @@ func writeRunsWide(w io.Writer, views []runView) error {
 }
 
 // armsWidth is the most runes the ARMS column of `runs list` takes; with
-// the other columns at their usual widths a line stays within 100.
-const armsWidth = 28
+// the other columns at their usual widths and no status wider than
+// statusWidth a line stays within 100. A wider status ("interrupted",
+// "running (paused)") takes its excess from ARMS.
+const (
+	armsWidth   = 28
+	statusWidth = len("requested")
+)
 
 // writeRunsNarrow is `runs list`: short ids, the arms abbreviated, the
 // counts grouped by what they mean for a pass rate.
@@ -137,6 +147,10 @@ func writeRunsNarrow(w io.Writer, views []runView) error {
 		ids[i] = v.ID
 	}
 	short := shortIDs(ids, 10)
+	arms := armsWidth
+	for _, v := range views {
+		arms = max(min(arms, armsWidth-(utf8.RuneCountInString(statusText(v))-statusWidth)), 10)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tSTARTED\tARMS\tCELLS\tPASS\tFAIL\tNONE\tLEFT")
 	for i, v := range views {
@@ -158,7 +172,7 @@ func writeRunsNarrow(w io.Writer, views []runView) error {
 			started = t.UTC().Format("2006-01-02 15:04")
 		}
 		fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d", short[i], statusText(v), started,
-			armsText(v.Spec.Harnesses, armsWidth), v.Cells, pass, fail, none, left)))
+			armsText(v.Spec.Harnesses, arms), v.Cells, pass, fail, none, left)))
 	}
 	return tw.Flush()
 }
@@ -213,15 +227,11 @@ Events whose data did not decode are counted on a "warning" line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			conn, err := g.connect(ctx)
+			conn, id, err := g.connectRun(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			defer conn.Close()
-			id, err := g.resolveRun(ctx, conn.Bus, args[0])
-			if err != nil {
-				return err
-			}
 			rec, err := conn.GetRun(ctx, id)
 			if errors.Is(err, bus.ErrNotFound) {
 				// Events without an index record (published by another
@@ -296,7 +306,7 @@ func writeRunView(w io.Writer, v runView) {
 		}
 	}
 	line("run", v.ID)
-	line("status", statusText(v))
+	line("status", statusText(v)) // a pause: the paused line below says by whom and why
 	line("started", v.StartedAt)
 	line("finished", v.FinishedAt)
 	tasks := "all"
@@ -356,11 +366,20 @@ func progressText(h projection.HarnessProgress) string {
 		textsafe.Line(h.Harness), h.Done, h.Cells, h.Running, h.Queued, h.Errored, rate)
 }
 
+// statusText is the run's status as `runs list` and `runs show` print
+// it: the index's status, "*" after it when the run is stale (its process
+// died), and " (paused)" when the run has not finished and is paused (no
+// new cell starts): "running (paused)", "running* (paused)". The JSON
+// keeps the index's status; the pause is its control.paused.
 func statusText(v runView) string {
+	s := v.Status
 	if v.Stale {
-		return v.Status + "*"
+		s += "*"
 	}
-	return v.Status
+	if v.Control.Paused && v.FinishedAt == "" && !terminalStatus(v.Status) {
+		s += " (paused)"
+	}
+	return s
 }
 
 // countsText lists counts in outcomeOrder, then any other key sorted:
@@ -443,19 +462,15 @@ func (g *globals) resolveRun(ctx context.Context, b *bus.Bus, arg string) (strin
 	return "", usageError{fmt.Errorf("run prefix %q matches %d runs: %s", arg, len(match), strings.Join(match, ", "))}
 }
 
-// requireEvents returns an error when the log holds no event of the run.
-// openRun connects to the log and resolves arg to a run whose events are
-// there (replay, events export, dataset export --run). The caller closes
-// the connection.
-func (g *globals) openRun(ctx context.Context, arg string) (*connection, string, error) {
+// connectRun connects to the log and resolves arg to a run id
+// (resolveRun): the preamble of the commands that act on one run. The
+// caller closes the connection; on an error it is closed already.
+func (g *globals) connectRun(ctx context.Context, arg string) (*connection, string, error) {
 	conn, err := g.connect(ctx)
 	if err != nil {
 		return nil, "", err
 	}
 	id, err := g.resolveRun(ctx, conn.Bus, arg)
-	if err == nil {
-		err = g.requireEvents(ctx, conn.Bus, id)
-	}
 	if err != nil {
 		conn.Close()
 		return nil, "", err
@@ -463,6 +478,22 @@ func (g *globals) openRun(ctx context.Context, arg string) (*connection, string,
 	return conn, id, nil
 }
 
+// openRun is connectRun for a run whose events are in the log (replay,
+// events export, dataset export --run). The caller closes the
+// connection.
+func (g *globals) openRun(ctx context.Context, arg string) (*connection, string, error) {
+	conn, id, err := g.connectRun(ctx, arg)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := g.requireEvents(ctx, conn.Bus, id); err != nil {
+		conn.Close()
+		return nil, "", err
+	}
+	return conn, id, nil
+}
+
+// requireEvents returns an error when the log holds no event of the run.
 func (g *globals) requireEvents(ctx context.Context, b *bus.Bus, runID string) error {
 	seq, err := b.LastSeq(ctx, events.RunFilter(runID))
 	if err != nil {

@@ -108,7 +108,7 @@ func TestGCNeedsACollector(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if !d.Sandbox(h).Destroyed() || !strings.Contains(stdout.String(), "removed 1 containers") {
+	if !d.Sandbox(h).Destroyed() || !strings.Contains(stdout.String(), "removed 1 container ") {
 		t.Errorf("gc --run r1: %q, destroyed %v", stdout.String(), d.Sandbox(h).Destroyed())
 	}
 }

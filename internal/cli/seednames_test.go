@@ -114,9 +114,10 @@ func TestDryRunArtifact(t *testing.T) {
 // reason. Each column is run under a name the seed spells (docker-oracle,
 // probe) where it has one.
 func TestCoverageAgreesWithDryRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
-	t.Setenv("ANTHROPIC_API_KEY", "sk-test-coverage")
-	t.Setenv("ANTHROPIC_BASE_URL", "")
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	setenv(t, "ANTHROPIC_API_KEY", "sk-test-coverage")
+	setenv(t, "ANTHROPIC_BASE_URL", "")
 	agent, err := filepath.Abs("../../examples/agents/scripted")
 	if err != nil {
 		t.Fatal(err)
@@ -183,28 +184,34 @@ func TestResumeReadsSeedNames(t *testing.T) {
 
 // TestDryRunShowsAnArmThatCannotRun: a dry run whose arm cannot run here
 // (docker-claude without any provider credential) still prints the whole
-// matrix, that arm's cells refused with the reason, and exits non-zero
-// saying the run itself would stop before any cell.
+// matrix, that arm's cells refused, and exits non-zero saying the run
+// itself would stop before any cell: the reason once for the arm, with
+// the number of its cells, not once a cell.
 func TestDryRunShowsAnArmThatCannotRun(t *testing.T) {
-	t.Setenv("PROCTOR_HOME", t.TempDir())
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
 	empty := t.TempDir()
-	t.Setenv("HOME", empty)
-	t.Setenv("CLAUDE_CONFIG_DIR", empty)
+	setenv(t, "HOME", empty)
+	setenv(t, "CLAUDE_CONFIG_DIR", empty)
 	for _, k := range []string{"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY", "ANTHROPIC_BASE_URL"} {
-		t.Setenv(k, "")
+		setenv(t, k, "")
 	}
-	root := writeRoot(t, harborTask("ok", "version = \"1.0\"\n", nil))
+	root := writeRoot(t, harborTask("ok", "version = \"1.0\"\n", harborTask("other", "version = \"1.0\"\n", nil)))
 	stdout, stderr, code := proctor(t, "tasks", "run", "--tasks-root", root, "--all", "--dry-run", "--output-dir", t.TempDir(),
-		"--harnesses", "oracle,docker-claude")
+		"--harnesses", "oracle,docker-claude", "--repeats", "2")
 	if code == 0 {
 		t.Fatalf("dry run of an arm that cannot run exited 0:\n%s", stdout)
 	}
-	for _, want := range []string{"ok/oracle/default/1\trun", "ok/docker-claude/default/1\terrored (refused): harness docker-claude: ", "2 cells, 1 would run, 1 errored before any build"} {
+	for _, want := range []string{"ok/oracle/default/1\trun", "ok/docker-claude/default/2\terrored (refused): harness docker-claude cannot run here (why: below)",
+		"other/docker-claude/default/1\terrored (refused): harness docker-claude cannot run here", "8 cells, 4 would run, 4 errored before any build"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	if !strings.Contains(stderr, "tasks run would stop before any cell: harness docker-claude: ") {
+	if !strings.Contains(stderr, "tasks run would stop before any cell: harness docker-claude: ") || !strings.Contains(stderr, "(4 cells refused)") {
 		t.Errorf("stderr: %s", stderr)
+	}
+	if n := strings.Count(stdout+stderr, "harness docker-claude: "); n != 1 {
+		t.Errorf("the arm's reason is said %d times, want once:\n%s\n%s", n, stdout, stderr)
 	}
 }

@@ -65,6 +65,7 @@ func sessionTask(t *testing.T, root, name string, inherit bool) {
 // every step ran a fresh session (--no-session-persistence) and the key
 // was an unknown one.
 func TestClaudeInheritsPriorSession(t *testing.T) {
+	t.Parallel()
 	cli := claudeSetup(t)
 	_, requests := fakeModel(t, cli, sessionScript)
 	root := t.TempDir()

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/proctor-eval/proctor/pkg/bus"
+	"github.com/proctor-eval/proctor/pkg/cellrun"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/services/aggregator"
 	"github.com/proctor-eval/proctor/services/launcher"
@@ -36,6 +37,9 @@ type stackConfig struct {
 	// verifier each cell's output (PROCTOR_TREES). A single-process run
 	// reads and writes its paths in place.
 	storeTrees bool
+	// treeCacheMB bounds the node's cache of fetched trees in MiB (0: no
+	// bound; launcher and verifier TreeCacheBytes).
+	treeCacheMB int64
 }
 
 type stack struct {
@@ -93,20 +97,20 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 		var run func(context.Context) error
 		switch name {
 		case "planner":
-			s, err := planner.New(planner.Config{Logger: log, StoreTrees: cfg.storeTrees}, b)
+			s, err := planner.New(planner.Config{Logger: log, StoreTrees: cfg.storeTrees, Getenv: g.getenv}, b)
 			if err != nil {
 				return nil, err
 			}
 			st.planner = s
 			run = s.Run
 		case "launcher":
-			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait, StoreOutputs: cfg.storeTrees}, b, st.driver)
+			s, err := launcher.New(launcher.Config{Node: cfg.node, Concurrency: cfg.concurrency, Logger: log, Slots: slots, AckWait: cfg.ackWait, StoreOutputs: cfg.storeTrees, Getenv: g.getenv, TreeCacheBytes: cfg.treeCacheMB << 20}, b, st.driver)
 			if err != nil {
 				return nil, err
 			}
 			run = s.Run
 		case "verifier":
-			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log, AckWait: cfg.ackWait, StoreOutputs: cfg.storeTrees}
+			vc := verifier.Config{Node: cfg.node, Concurrency: max(cfg.concurrency, 1), Logger: log, AckWait: cfg.ackWait, StoreOutputs: cfg.storeTrees, Getenv: g.getenv, TreeCacheBytes: cfg.treeCacheMB << 20}
 			if slots != nil {
 				vc.Slots = slots // not a typed nil in the interface
 			}
@@ -125,6 +129,17 @@ func (g *globals) startStack(ctx context.Context, grp *errgroup.Group, b *bus.Bu
 			return nil, usageError{fmt.Errorf("unknown service %q (planner, launcher, verifier, aggregator, all)", name)}
 		}
 		grp.Go(func() error { return run(ctx) })
+	}
+	if cfg.storeTrees && (slices.Contains(cfg.services, "launcher") || slices.Contains(cfg.services, "verifier")) {
+		// The cell directories this node's workers left (a worker
+		// killed, a run ended during a verify), at start and every
+		// --ack-wait.
+		every := cfg.ackWait
+		if every <= 0 {
+			every = time.Minute
+		}
+		sw := &cellrun.Sweeper{Bus: b, Dir: cellrun.NodeOutputs()}
+		grp.Go(func() error { sw.Run(ctx, every, log); return nil })
 	}
 	return st, nil
 }

@@ -180,7 +180,7 @@ func TestListGoesOnPastMalformedTasks(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"malformed: b-broken/task.toml:3: key verifier.timeout_sec: ", "malformed: c-bad-syntax/task.toml:2: ",
-		"2 task definition(s) under " + root + " malformed (each named above); the other 3 listed"} {
+		"2 task definitions under " + root + " malformed (each named above); the other 3 listed"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut)
 		}
@@ -191,7 +191,7 @@ func TestListGoesOnPastMalformedTasks(t *testing.T) {
 
 	out, errOut, code = proctor(t, "tasks", "list", "--tasks-root", root, "--strict")
 	if code != ExitError || strings.Contains(out, "e-typo") || !strings.Contains(errOut, "malformed: e-typo/task.toml:3: key enviroment: ") ||
-		!strings.Contains(errOut, "3 task definition(s)") {
+		!strings.Contains(errOut, "3 task definitions") {
 		t.Errorf("--strict: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
@@ -227,6 +227,9 @@ func TestUnknownKeysAndPlanFirstInARun(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "warning: typo/task.toml: unknown table enviroment (line 3; did you mean environment?): ignored") {
 		t.Errorf("no unknown-key warning on stderr:\n%s", errOut)
+	}
+	if n := strings.Count(errOut, "unknown table enviroment"); n != 1 {
+		t.Errorf("the unknown-key warning is printed %d times, want once:\n%s", n, errOut)
 	}
 	plan := strings.Index(errOut, "planned 4 cells\n")
 	first := strings.Index(errOut, "[1/")

@@ -42,7 +42,7 @@ else 1).`,
 				fmt.Fprintln(g.stderr, "malformed:", textsafe.Line(e.Error()))
 				onlyKeys = onlyKeys && errors.Is(e, task.ErrUnknownKeys)
 			}
-			err = fmt.Errorf("%d task definition(s) under %s malformed (each named above); the other %d listed", len(malformed), root, len(d.Tasks))
+			err = fmt.Errorf("%d task %s under %s malformed (each named above); the other %d listed", len(malformed), plural(len(malformed), "definition", "definitions"), root, len(d.Tasks))
 			if onlyKeys {
 				return usageError{err}
 			}

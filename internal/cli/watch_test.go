@@ -122,7 +122,7 @@ func TestWatchFollowsLive(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustProctor(t, "runs", "show", runID, "--nats", e.ClientURL(), "--json")), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Status != "interrupted" || v.Cells != 12 || v.Progress[0].Harness != "agent:demo" || v.Progress[0].Done != 6 {
+	if v.Status != "interrupted" || v.Cells != 12 || len(v.Progress) != 2 || v.Progress[0].Harness != "oracle" || v.Progress[1].Harness != "agent:demo" || v.Progress[1].Done != 6 {
 		t.Errorf("runs show of a run without index record: %+v", v)
 	}
 	p := projection.NewProjector(runID)

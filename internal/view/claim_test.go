@@ -16,6 +16,7 @@ import (
 // summary, and its cell page shows the claim beside the verdict; an honest
 // agent's failed cell is not flagged.
 func TestViewOverclaimedCell(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	br := newBrowser(t)
@@ -42,7 +43,7 @@ func TestViewOverclaimedCell(t *testing.T) {
 		}
 	}
 	liar, honest := "agent:"+filepath.Join(dir, "liar"), "agent:"+filepath.Join(dir, "honest")
-	if code, out := proctorRun("--tasks-root", root, "--all", "--harnesses", "oracle,"+liar+","+honest, "--output-dir", filepath.Join(dir, "out")); code != 0 {
+	if code, out := proctorRun(home, "--tasks-root", root, "--all", "--harnesses", "oracle,"+liar+","+honest, "--output-dir", filepath.Join(dir, "out")); code != 0 {
 		t.Fatalf("tasks run: exit %d\n%s", code, out)
 	}
 	b := openStore(t, home)

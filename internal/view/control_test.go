@@ -36,6 +36,7 @@ func postControl(t *testing.T, url, body string, header bool) int {
 // control header (a form another site could post), and a continue of a
 // run not paused is a conflict (409). The run page shows the state.
 func TestViewControl(t *testing.T) {
+	t.Parallel()
 	_, b := startNATS(t)
 	ctx := context.Background()
 	runID, _ := publishRun(t, b, 2, 1, filepath.Join(t.TempDir(), "out"), false)
@@ -101,6 +102,7 @@ func TestViewControl(t *testing.T) {
 // with a Continue button; Continue lifts it; Cancel run cancels it. Each
 // click is one RunControl event by the viewer.
 func TestViewControlButtons(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	_, b := startNATS(t)
 	ctx := context.Background()
@@ -140,4 +142,36 @@ func TestViewControlButtons(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling the run index
 	}
 	br.noErrors(t, "run page")
+}
+
+// TestViewRunsListShowsPaused: in headless Chromium the runs list marks a
+// paused run that has not ended with a paused badge beside "running" (as
+// `proctor runs list` prints "running (paused)"), and no other run.
+func TestViewRunsListShowsPaused(t *testing.T) {
+	t.Parallel()
+	br := newBrowser(t)
+	_, b := startNATS(t)
+	ctx := context.Background()
+	pausedID, _ := publishRun(t, b, 1, 1, filepath.Join(t.TempDir(), "out"), false)
+	liveID, _ := publishRun(t, b, 1, 1, filepath.Join(t.TempDir(), "out"), false)
+	for _, rec := range []bus.RunRecord{
+		{ID: pausedID, Status: bus.StatusRunning, Control: bus.ControlState{Paused: true, PausedBy: "ops"}},
+		{ID: liveID, Status: bus.StatusRunning},
+	} {
+		if err := b.PutRun(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := startView(t, b, view.Config{Version: "test"})
+	br.open(t, srv.URL+"/runs", `document.querySelectorAll("#runs tr[data-run]").length === 2`)
+	for id, want := range map[string]string{pausedID: "running paused", liveID: "running"} {
+		got, err := br.eval(t, `document.querySelector("#runs tr[data-run='`+id+`'] td:nth-child(2)").textContent`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(got) != want {
+			t.Errorf("run %s: status cell %q, want %q", id, got, want)
+		}
+	}
+	br.noErrors(t, "runs list")
 }

@@ -26,6 +26,7 @@ const hostile = "\x1b]0;pwned\x07\rfake\u202eevil\u0085\u2066x\u2069\U000e0041"
 // textsafe.Text shows it: app.js's printable is the same rule, checked on
 // a corpus against the Go function.
 func TestViewHostileText(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	_, b := startNATS(t)
 	out := filepath.Join(t.TempDir(), "out")

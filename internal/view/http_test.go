@@ -14,6 +14,7 @@ import (
 // refuses requests without it and accepts ?token= (setting a cookie the
 // pages' own requests carry) and a bearer header.
 func TestViewReadOnlyAndToken(t *testing.T) {
+	t.Parallel()
 	_, b := startNATS(t)
 	srv := startView(t, b, view.Config{Version: "test", Token: "s3cret"})
 	resp, err := http.Post(srv.URL+"/runs.json?token=s3cret", "application/json", nil)
@@ -57,6 +58,7 @@ func TestViewReadOnlyAndToken(t *testing.T) {
 // inside its output directory only; a link an agent left pointing out of
 // it, and a path climbing out, are refused.
 func TestViewFileStaysInCellDir(t *testing.T) {
+	t.Parallel()
 	_, b := startNATS(t)
 	out := filepath.Join(t.TempDir(), "out")
 	runID, cells := publishRun(t, b, 1, 1, out, false)

@@ -50,6 +50,7 @@ func (h *handover) give(l view.Log) {
 // error) and its pages say "pending"; once the log is there, the page
 // renders it without a reload.
 func TestViewPendingWhileTheLogChangesHands(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	_, b := startNATS(t)
 	runID, _ := publishRun(t, b, 2, 1, t.TempDir(), true)

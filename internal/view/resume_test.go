@@ -15,6 +15,7 @@ import (
 // finished with both cells passed. The viewer's follower stopped at the
 // first RunFinished and showed the run interrupted for good.
 func TestViewFollowsAResumedRun(t *testing.T) {
+	t.Parallel()
 	_, b := startNATS(t)
 	ctx := context.Background()
 	r := testutil.NewResumedRun("agent:h0", t.TempDir())
@@ -54,6 +55,7 @@ func TestViewFollowsAResumedRun(t *testing.T) {
 // (interrupted, its projection cached) and that is resumed afterwards is
 // followed again: the page shows its resumed epoch to the end.
 func TestViewReopensARunResumedLater(t *testing.T) {
+	t.Parallel()
 	_, b := startNATS(t)
 	ctx := context.Background()
 	r := testutil.NewResumedRun("agent:h0", t.TempDir())

@@ -114,13 +114,17 @@ type RunPage struct {
 	Events   int                          `json:"events"`
 	States   map[string]int               `json:"states"`
 	Progress []projection.HarnessProgress `json:"progress"`
-	// Harnesses in the report's order (run order, then by name).
+	// Harnesses in projection.HarnessOrder: the baseline, the run's order, then by name.
 	Harnesses []string `json:"harnesses"`
 	// Summary is the artifact's summary.per_harness without per_task (the
 	// grid carries that); Comparisons is summary.comparisons.
 	Summary     map[string]*HarnessView         `json:"summary"`
 	Comparisons map[string]*artifact.Comparison `json:"comparisons,omitempty"`
-	Baseline    string                          `json:"baseline,omitempty"`
+	// ComparisonsPlain says, per compared harness, what its comparison
+	// shows in one plain sentence (artifact.PlainComparison), as the
+	// report says it before the statistics.
+	ComparisonsPlain map[string]string `json:"comparisons_plain,omitempty"`
+	Baseline         string            `json:"baseline,omitempty"`
 	// SummaryPending is true while the comparisons and figures are being
 	// (re)built in the background; the page asks again.
 	SummaryPending bool        `json:"summary_pending"`
@@ -241,20 +245,11 @@ func (l *live) data() *runData {
 		d.summary[h] = &HarnessView{N: hs.N, Errored: hs.Errored, Scored: hs.Scored, Passed: hs.Passed,
 			PassRate: hs.PassRate, PassRateCI: hs.PassRateCI, Cost: hs.Cost, Suspect: hs.Suspect, ClaimedButFailed: hs.ClaimedButFailed}
 	}
-	// Harness order: the spec's, then any other by name.
-	seen := map[string]bool{}
-	for _, h := range l.p.Spec().Harnesses {
-		if !seen[h] {
-			seen[h] = true
-			d.harnesses = append(d.harnesses, h)
-		}
-	}
-	var rest []string
+	// Harness order: the baseline, the spec's (the plan's), then any
+	// other by name.
+	names := slices.Clone(l.p.Spec().Harnesses)
 	for i, row := range rows {
-		if !seen[row.Harness] {
-			seen[row.Harness] = true
-			rest = append(rest, row.Harness)
-		}
+		names = append(names, row.Harness)
 		t := d.byTask[row.Task]
 		if t == nil {
 			t = map[string][]GridCell{}
@@ -262,8 +257,7 @@ func (l *live) data() *runData {
 		}
 		t[row.Harness] = append(t[row.Harness], GridCell{ID: row.CellID, State: states[i], Reward: row.Reward, Suspect: row.Suspect(), ClaimedButFailed: row.Overclaimed()})
 	}
-	slices.Sort(rest)
-	d.harnesses = append(d.harnesses, rest...)
+	d.harnesses = projection.HarnessOrder(l.p.Spec(), names)
 	d.tasks = slices.Sorted(maps.Keys(d.byTask))
 	l.view = d
 	return d
@@ -300,6 +294,15 @@ func (s *Server) run(ctx context.Context, r *http.Request, id string) (*RunPage,
 	}
 	if a != nil {
 		out.Comparisons = a.Summary.Comparisons
+		for h, c := range out.Comparisons {
+			if c == nil {
+				continue
+			}
+			if out.ComparisonsPlain == nil {
+				out.ComparisonsPlain = map[string]string{}
+			}
+			out.ComparisonsPlain[h] = artifact.PlainComparison(h, c)
+		}
 	}
 	for _, f := range figs {
 		out.Figures = append(out.Figures, FigureRef{Name: f.Name, Title: f.Title,

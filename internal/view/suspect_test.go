@@ -15,6 +15,7 @@ import (
 // the viewer marks its grid square and its harness's summary suspect, and
 // its cell page names the planted file.
 func TestViewSuspectCell(t *testing.T) {
+	t.Parallel()
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
 	br := newBrowser(t)
@@ -41,7 +42,7 @@ func TestViewSuspectCell(t *testing.T) {
 		}
 	}
 	hostile := "agent:" + filepath.Join(dir, "agent")
-	if code, out := proctorRun("--tasks-root", root, "--all", "--harnesses", "oracle,"+hostile, "--output-dir", filepath.Join(dir, "out")); code != 0 {
+	if code, out := proctorRun(home, "--tasks-root", root, "--all", "--harnesses", "oracle,"+hostile, "--output-dir", filepath.Join(dir, "out")); code != 0 {
 		t.Fatalf("tasks run: exit %d\n%s", code, out)
 	}
 	b := openStore(t, home)

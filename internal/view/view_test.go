@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,14 +54,13 @@ func script(t testing.TB, dir, name, body string) string {
 	return p
 }
 
-// useHome gives proctor commands of this process a fresh $PROCTOR_HOME:
-// `tasks run` there owns its embedded store (the store lock), as it does
-// for a user.
+// useHome returns a fresh $PROCTOR_HOME for the test's proctor commands
+// (proctorRun): `tasks run` there owns its embedded store (the store
+// lock), as it does for a user. The process's environment is left alone,
+// so tests on homes of their own run in parallel.
 func useHome(t *testing.T) string {
 	t.Helper()
-	home := t.TempDir()
-	t.Setenv("PROCTOR_HOME", home)
-	return home
+	return t.TempDir()
 }
 
 // openStore serves home's store after the run that owned it has ended, as
@@ -80,23 +80,31 @@ func openStore(t *testing.T, home string) *bus.Bus {
 	return b
 }
 
-// announce points proctor commands of this process at e, a server the
-// test owns (so it outlives the run the page follows): a fresh
-// $PROCTOR_HOME whose nats.url names it, as an operator's own server would
-// be announced; `tasks run` then runs its services in-process against it.
-func announce(t *testing.T, e *bus.Embedded) {
+// announce returns a fresh $PROCTOR_HOME (useHome) whose nats.url names
+// e, a server the test owns (so it outlives the run the page follows), as
+// an operator's own server would be announced; `tasks run` on that home
+// runs its services in-process against it.
+func announce(t *testing.T, e *bus.Embedded) string {
 	t.Helper()
 	home := useHome(t)
 	if err := os.WriteFile(filepath.Join(home, "nats.url"), []byte(e.ClientURL()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return home
 }
 
-// proctorRun runs `proctor tasks run` in this process and returns its
-// exit code and output.
-func proctorRun(args ...string) (int, string) {
+// proctorRun runs `proctor tasks run` in this process on the store of
+// home (PROCTOR_HOME; every other variable is the process's) and returns
+// its exit code and output.
+func proctorRun(home string, args ...string) (int, string) {
 	var out testutil.SyncBuffer
-	code := cli.Main(append([]string{"tasks", "run"}, args...), &out, &out)
+	getenv := func(k string) string {
+		if k == "PROCTOR_HOME" {
+			return home
+		}
+		return os.Getenv(k)
+	}
+	code := cli.MainEnv(append([]string{"tasks", "run"}, args...), &out, &out, getenv)
 	return code, out.String()
 }
 
@@ -126,14 +134,15 @@ func onlyRun(t *testing.T, b *bus.Bus, n int) bus.RunRecord {
 // tails, metrics), each without a console error, each with its JSON at
 // the same path + ".json". Screenshots go to out/view/.
 func TestViewPages(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	home := useHome(t)
 	dir := t.TempDir()
 	root := makeTasks(t, "alpha", "beta")
 	pass := script(t, dir, "pass-alpha.sh", `echo "working on $1"; echo 'PROCTOR_OP {"op_type":"step"}'; [ "$1" = alpha ]`+"\n")
-	half := script(t, dir, "half.sh", `echo 0.5 > "$1/reward.txt"`+"\n")
+	half := script(t, dir, "zz-half.sh", `echo 0.5 > "$1/reward.txt"`+"\n")
 	hPass, hHalf := "command:"+pass+" {task_name}", "command:"+half+" {output_dir}"
-	code, out := proctorRun("--tasks-root", root, "--all", "--harnesses", hPass, "--harnesses", hHalf,
+	code, out := proctorRun(home, "--tasks-root", root, "--all", "--harnesses", hPass, "--harnesses", hHalf,
 		"--baseline-harness", hHalf, "--output-dir", filepath.Join(dir, "out"))
 	if code != 0 {
 		t.Fatalf("tasks run: exit %d\n%s", code, out)
@@ -174,11 +183,20 @@ func TestViewPages(t *testing.T) {
 	if cmp := br.text(t, "#comparisons"); !strings.Contains(cmp, "+50.0 %") {
 		t.Errorf("comparisons:\n%s", cmp)
 	}
+	// What the comparison means, in plain words, beside the statistics.
+	if plain := br.text(t, "#comparisons-plain"); !strings.Contains(plain, "In plain words: on the same tasks, \""+hPass+"\" passed 1 attempt that \""+hHalf+"\" failed") {
+		t.Errorf("plain sentence:\n%s", plain)
+	}
 	classes, _ := br.eval(t, `[...document.querySelectorAll("#grid a.cell")].map(a => a.className + "@" + a.title).sort().join("\n")`)
 	for _, want := range []string{"cell passed@alpha/", "cell failed@beta/", "cell partial@alpha/", "reward 0.5"} {
 		if !strings.Contains(classes, want) {
 			t.Errorf("grid lacks %q:\n%s", want, classes)
 		}
+	}
+	// The legend names every outcome a square can show, the verifier's
+	// too (a verifier_timeout is drawn as a solver_timeout).
+	if lg := br.text(t, "#legend"); !strings.Contains(lg, "verifier_timeout") || !strings.Contains(lg, "verifier_error") || !strings.Contains(lg, "solver_timeout") {
+		t.Errorf("legend: %q", lg)
 	}
 	if n, _ := br.eval(t, `String(document.querySelectorAll("#figures img").length)`); n != "3" {
 		t.Errorf("%s figures shown, want 3 (pass rate, paired difference, grid; nothing priced)", n)
@@ -189,6 +207,18 @@ func TestViewPages(t *testing.T) {
 	if code := getJSON(t, srv.URL+"/runs/"+rec.ID+".json", &rp); code != 200 || !rp.Finished || len(rp.Grid) != 2 ||
 		rp.Summary[hPass].Passed != 1 || rp.Comparisons[hPass] == nil {
 		t.Fatalf("/runs/RUN.json: %d %+v", code, rp)
+	}
+	// Arms with the baseline first, then in the run's order: --harnesses
+	// listed the baseline second, and by name it sorts last.
+	var progress []string
+	for _, h := range rp.Progress {
+		progress = append(progress, h.Harness)
+	}
+	if want := []string{hHalf, hPass}; !slices.Equal(rp.Harnesses, want) || !slices.Equal(progress, want) {
+		t.Errorf("harness order: grid %q, progress %q; want the baseline first, then the run's order %q", rp.Harnesses, progress, want)
+	}
+	if heads, _ := br.eval(t, `[...document.querySelectorAll("#grid th code")].map(c => c.textContent).join("\n")`); heads != hHalf+"\n"+hPass {
+		t.Errorf("grid columns:\n%s", heads)
 	}
 	// The figures are the report's: the same bytes as the files beside it.
 	for _, f := range rp.Figures {
@@ -273,9 +303,10 @@ func readAll(t testing.TB, resp *http.Response) string {
 // run to its end over Server-Sent Events: progress, the grid cell and the
 // status change on screen with no reload.
 func TestViewLive(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	e, b := startNATS(t)
-	announce(t, e)
+	home := announce(t, e)
 	dir := t.TempDir()
 	gate := filepath.Join(dir, "gate")
 	root := makeTasks(t, "quick", "slow")
@@ -285,7 +316,7 @@ func TestViewLive(t *testing.T) {
 	h := "command:" + agent + " {task_name}"
 	done := make(chan string, 1)
 	go func() {
-		code, out := proctorRun("--tasks-root", root, "--all", "--harnesses", h, "--output-dir", filepath.Join(dir, "out"))
+		code, out := proctorRun(home, "--tasks-root", root, "--all", "--harnesses", h, "--output-dir", filepath.Join(dir, "out"))
 		done <- fmt.Sprintf("exit %d\n%s", code, out)
 	}()
 	t.Cleanup(func() {
@@ -378,6 +409,7 @@ func publishRun(t testing.TB, b *bus.Bus, tasks, harnesses int, outDir string, v
 // written yet: it shows "pending", not an error, and shows the files once
 // they appear, without a reload.
 func TestViewPendingCell(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	_, b := startNATS(t)
 	out := filepath.Join(t.TempDir(), "out")
@@ -449,6 +481,7 @@ func TestViewPendingCell(t *testing.T) {
 // 25 pages), the next page is one click away, and the summary counts every
 // cell. BenchmarkViewRunPage times the opening.
 func TestViewLargeRun(t *testing.T) {
+	t.Parallel()
 	br := newBrowser(t)
 	_, b := startNATS(t)
 	runID, _ := publishRun(t, b, 2500, 4, t.TempDir(), true)

@@ -369,30 +369,39 @@ func compareArm(arm, base map[cellKey]Result, baseline string, opts CompareOptio
 
 // CostOf returns the cost summary of rows in USD (DESIGN §8): when every
 // row carries metrics.usage_observed.cost_usd (the model gateway priced
-// every cell), those are the costs (source "observed"); otherwise
-// metrics.cost_usd, the agent's own (source "reported"). total_cost_usd
-// is the sum over the rows that carry a cost, null when none does;
-// cost_per_pass_usd = total / passed, set only when every row (errored
-// rows included) carries one and at least one row passed (Passed and not
-// errored). The sum is taken in ascending order of the values, so it does
-// not depend on the order of rows. Values are not rounded; callers round
-// as Decimals says.
+// every cell), those are the costs (source "observed"); a row that never
+// reached the gateway (errored before its sandbox started, so without
+// usage_observed, and reporting no usage of its own: cancelled while
+// queued, refused, an unresolved env) spent nothing there and counts as an
+// observed 0 beside them, provided one row at least has usage_observed.
+// Otherwise the costs are metrics.cost_usd, the agent's own (source
+// "reported"). total_cost_usd is the sum over the rows that carry a cost,
+// null when none does; cost_per_pass_usd = total / passed, set only when
+// every row (errored rows included) carries one and at least one row
+// passed (Passed and not errored). The sum is taken in ascending order of
+// the values, so it does not depend on the order of rows. Values are not
+// rounded; callers round as Decimals says.
 func CostOf(rows []Result) CostSummary {
-	observed := len(rows) > 0
+	observed, seen := true, false
 	for _, r := range rows {
-		if u := r.Metrics.UsageObserved; u == nil || u.CostUSD == nil {
+		u := r.Metrics.UsageObserved
+		switch {
+		case u != nil && u.CostUSD != nil:
+			seen = true
+		case u == nil && neverReachedGateway(r):
+		default:
 			observed = false
-			break
 		}
 	}
+	observed = observed && seen
 	var costs []float64
 	passed := 0
+	source := "reported"
+	if observed {
+		source = "observed"
+	}
 	for _, r := range rows {
-		c := r.Metrics.CostUSD
-		if observed {
-			c = r.Metrics.UsageObserved.CostUSD
-		}
-		if c != nil {
+		if c := RowCost(r, source); c != nil {
 			costs = append(costs, *c)
 		}
 		if r.Passed && !r.Errored() {
@@ -407,14 +416,36 @@ func CostOf(rows []Result) CostSummary {
 	for _, v := range costs {
 		total += v
 	}
-	s := CostSummary{TotalCostUSD: &total, Source: "reported"}
-	if observed {
-		s.Source = "observed"
-	}
+	s := CostSummary{TotalCostUSD: &total, Source: source}
 	if len(costs) == len(rows) && passed > 0 {
 		s.CostPerPassUSD = ptr(total / float64(passed))
 	}
 	return s
+}
+
+// RowCost is a row's cost from the source its harness's CostSummary
+// names: metrics.usage_observed.cost_usd for "observed",
+// metrics.cost_usd (the agent's own) otherwise; nil when the row has none.
+// The report's per-task and per-cell costs read it, so they add up to the
+// harness's total.
+func RowCost(r Result, source string) *float64 {
+	if source == "observed" {
+		if u := r.Metrics.UsageObserved; u != nil {
+			return u.CostUSD
+		}
+		if neverReachedGateway(r) {
+			return ptr(0.0)
+		}
+		return nil
+	}
+	return r.Metrics.CostUSD
+}
+
+// neverReachedGateway reports whether r, which has no usage_observed, is
+// a cell that spent nothing: errored (its sandbox never started, or the
+// gateway would have given it usage_observed) with no usage of its own.
+func neverReachedGateway(r Result) bool {
+	return r.Metrics.UsageObserved == nil && r.Errored() && UsageNotReported(r.Metrics)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -508,6 +508,43 @@ func TestCostOf(t *testing.T) {
 	}
 }
 
+// TestCostOfObservedWithCellsThatNeverRan: an arm behind the model
+// gateway keeps its observed cost when some of its cells errored before
+// their sandbox started (cancelled while queued): they spent nothing, an
+// observed 0, so the total and the cost per pass stand. A row with no
+// observed usage that reports a cost of its own, or that did not error,
+// is a cell the gateway did not see: the arm is costed from what the
+// agents reported.
+func TestCostOfObservedWithCellsThatNeverRan(t *testing.T) {
+	obs := func(rows []Result, costs ...float64) []Result {
+		for i := range costs {
+			rows[i].Metrics.UsageObserved = &UsageObserved{Requests: 2, CostUSD: fptr(costs[i])}
+		}
+		return rows
+	}
+	rows := obs(arm("h", "m", 0, "PPE"), 0.5, 0.25)
+	c := CostOf(rows)
+	if c.Source != "observed" || c.TotalCostUSD == nil || *c.TotalCostUSD != 0.75 || c.CostPerPassUSD == nil || *c.CostPerPassUSD != 0.375 {
+		t.Errorf("an arm with a cell cancelled before its sandbox: %+v, want observed 0.75, 0.375 a pass", c)
+	}
+	if got := RowCost(rows[2], c.Source); got == nil || *got != 0 {
+		t.Errorf("the cancelled cell's observed cost: %v, want 0", got)
+	}
+
+	rows = obs(arm("h", "m", 0, "PPE"), 0.5, 0.25)
+	rows[2].Metrics.CostUSD = fptr(9)
+	if c := CostOf(rows); c.Source != "reported" || *c.TotalCostUSD != 9 {
+		t.Errorf("an errored row with a reported cost and no observed usage: %+v, want the reported 9", c)
+	}
+	rows = obs(arm("h", "m", 0, "PPF"), 0.5, 0.25)
+	if c := CostOf(rows); c.Source == "observed" {
+		t.Errorf("a scored row without observed usage: %+v, want not observed", c)
+	}
+	if c := CostOf(arm("h", "m", 0, "EE")); c.Source != "" || c.TotalCostUSD != nil {
+		t.Errorf("an arm of errored rows and no observed usage at all: %+v, want no cost", c)
+	}
+}
+
 func TestCostOfOrderIndependent(t *testing.T) {
 	rows := arm("h", "m", 0, "PPPPPPPPPPPPPPPPPPPP")
 	for i := range rows {

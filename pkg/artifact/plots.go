@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"path"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/recorder"
 
 	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
@@ -62,11 +65,15 @@ var (
 func Figures(a *Artifact) ([]Figure, error) {
 	r := &reporter{a: a}
 	hs := r.harnesses()
+	lb := newLabeler(a, hs)
 	var out []Figure
-	add := func(name, title string, p *plot.Plot, w, h vg.Length) error {
+	// add draws p at least minW wide; a plot with named columns
+	// (NominalX) is widened until every column holds its label.
+	add := func(name, title string, p *plot.Plot, minW, h vg.Length) error {
 		if p == nil {
 			return nil
 		}
+		w := fitWidth(p, minW, h)
 		wt, err := p.WriterTo(w, h, "svg")
 		if err != nil {
 			return fmt.Errorf("figure %s: %w", name, err)
@@ -79,15 +86,15 @@ func Figures(a *Artifact) ([]Figure, error) {
 		return nil
 	}
 	width := vg.Length(math.Max(5, 1.2*float64(len(hs))+2)) * vg.Inch
-	if err := add(FigurePassRate, "Pass rate per harness (Wilson 95 % interval)", passRatePlot(a, hs), width, 4*vg.Inch); err != nil {
+	if err := add(FigurePassRate, "Pass rate per harness (Wilson 95 % interval)", passRatePlot(a, hs, lb), width, 4*vg.Inch); err != nil {
 		return nil, err
 	}
 	cmp := r.compared()
 	if err := add(FigurePairedDiff, "Paired pass-rate difference against the baseline ("+pairedIntervalName(a)+" 95 % interval)",
-		pairedDiffPlot(a, cmp), vg.Length(math.Max(5, 1.2*float64(len(cmp))+2))*vg.Inch, 4*vg.Inch); err != nil {
+		pairedDiffPlot(a, cmp, lb), vg.Length(math.Max(5, 1.2*float64(len(cmp))+2))*vg.Inch, 4*vg.Inch); err != nil {
 		return nil, err
 	}
-	if err := add(FigureCost, "Total cost (USD) versus pass rate per harness", costPlot(a, hs), 6*vg.Inch, 4*vg.Inch); err != nil {
+	if err := add(FigureCost, "Total cost (USD) versus pass rate per harness", costPlot(a, hs, lb), 6*vg.Inch, 4*vg.Inch); err != nil {
 		return nil, err
 	}
 	tasks := r.tasks()
@@ -98,7 +105,7 @@ func Figures(a *Artifact) ([]Figure, error) {
 	}
 	if len(out) > 0 {
 		gh := vg.Length(math.Max(3, 0.22*float64(len(tasks))+1.5)) * vg.Inch
-		if err := add(FigureOutcomeGrid, title, gridPlot(a, hs, tasks), width+2*vg.Inch, gh); err != nil {
+		if err := add(FigureOutcomeGrid, title, gridPlot(a, hs, tasks, lb), width+2*vg.Inch, gh); err != nil {
 			return nil, err
 		}
 	}
@@ -124,6 +131,71 @@ func AppendFigureLinks(report []byte, figs []Figure) []byte {
 
 // maxLabelRunes bounds a harness or task name on a figure's axis.
 const maxLabelRunes = 24
+
+// labeler maps a harness to its name on a figure: an arm whose argument
+// is a path (agent:examples/agents/scripted) by its kind and the path's
+// last element (agent:scripted), as 'runs list' shows it, unless another
+// harness of the run would get the same name; then cut by shortLabel.
+type labeler map[string]string
+
+func newLabeler(a *Artifact, hs []string) labeler {
+	all := append([]string(nil), hs...)
+	for _, c := range a.Summary.Comparisons {
+		if c != nil {
+			all = append(all, c.Baseline)
+		}
+	}
+	compact := map[string]string{}
+	uses := map[string]map[string]bool{}
+	for _, h := range all {
+		c := h
+		kind, arg, ok := strings.Cut(h, ":")
+		if ok && strings.Contains(arg, "/") && !strings.ContainsAny(arg, " \t") {
+			c = kind + ":" + path.Base(strings.TrimRight(arg, "/"))
+		}
+		compact[h] = c
+		if uses[c] == nil {
+			uses[c] = map[string]bool{}
+		}
+		uses[c][h] = true
+	}
+	l := labeler{}
+	for h, c := range compact {
+		if len(uses[c]) > 1 {
+			c = h // two harnesses would read alike
+		}
+		l[h] = shortLabel(c)
+	}
+	return l
+}
+
+// of returns h's figure name (shortLabel(h) for a harness not known).
+func (l labeler) of(h string) string {
+	if s, ok := l[h]; ok {
+		return s
+	}
+	return shortLabel(h)
+}
+
+// fitWidth returns the width p is drawn at, h high: minW, or more when
+// p's x-axis names columns (NominalX) and a column would be narrower than
+// its widest label and a gap, so that no two labels overlap. The room
+// outside the data area (axes, their labels, padding) is what gonum/plot
+// lays out for p at minW.
+func fitWidth(p *plot.Plot, minW, h vg.Length) vg.Length {
+	ct, ok := p.X.Tick.Marker.(plot.ConstantTicks)
+	if !ok || p.X.Max <= p.X.Min {
+		return minW
+	}
+	var label vg.Length
+	for _, t := range ct {
+		label = max(label, p.X.Tick.Label.Width(t.Label))
+	}
+	const gap = 10 // points between two labels
+	da := p.DataCanvas(draw.NewCanvas(new(recorder.Canvas), minW, h))
+	outside := minW - (da.Max.X - da.Min.X)
+	return max(minW, outside+vg.Length(p.X.Max-p.X.Min)*(label+vg.Points(gap)))
+}
 
 // shortLabel keeps the end of a long name ("…" and its last runes), which
 // tells harnesses apart better than its start ("command:/long/path/...").
@@ -176,7 +248,7 @@ func markPlot(p *plot.Plot, pts *points) error {
 	return nil
 }
 
-func passRatePlot(a *Artifact, hs []string) *plot.Plot {
+func passRatePlot(a *Artifact, hs []string, lb labeler) *plot.Plot {
 	pts := &points{}
 	var names []string
 	for _, h := range hs {
@@ -185,7 +257,7 @@ func passRatePlot(a *Artifact, hs []string) *plot.Plot {
 			continue
 		}
 		pts.add(float64(len(names)), *s.PassRate, s.PassRateCI[0], s.PassRateCI[1])
-		names = append(names, fmt.Sprintf("%s\n%d/%d", shortLabel(h), s.Passed, s.Scored))
+		names = append(names, fmt.Sprintf("%s\n%d/%d", lb.of(h), s.Passed, s.Scored))
 	}
 	if len(names) == 0 {
 		return nil
@@ -201,7 +273,7 @@ func passRatePlot(a *Artifact, hs []string) *plot.Plot {
 	return p
 }
 
-func pairedDiffPlot(a *Artifact, cmp []string) *plot.Plot {
+func pairedDiffPlot(a *Artifact, cmp []string, lb labeler) *plot.Plot {
 	pts := &points{}
 	var names []string
 	for _, h := range cmp {
@@ -215,13 +287,13 @@ func pairedDiffPlot(a *Artifact, cmp []string) *plot.Plot {
 			lo, hi = *m.CILo, *m.CIHi
 		}
 		pts.add(float64(len(names)), d, lo, hi)
-		names = append(names, fmt.Sprintf("%s\nn=%d", shortLabel(h), m.N))
+		names = append(names, fmt.Sprintf("%s\nn=%d", lb.of(h), m.N))
 	}
 	if len(names) == 0 {
 		return nil
 	}
 	base := a.Summary.Comparisons[cmp[0]].Baseline
-	p := newPlot("Paired difference against "+shortLabel(base), "", "pass rate − baseline's")
+	p := newPlot("Paired difference against "+lb.of(base), "", "pass rate − baseline's")
 	p.Y.Min, p.Y.Max = -1, 1
 	p.Add(plotter.NewGrid())
 	zero, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: 0}, {X: float64(len(names)) - 0.5, Y: 0}})
@@ -238,7 +310,7 @@ func pairedDiffPlot(a *Artifact, cmp []string) *plot.Plot {
 	return p
 }
 
-func costPlot(a *Artifact, hs []string) *plot.Plot {
+func costPlot(a *Artifact, hs []string, lb labeler) *plot.Plot {
 	var xys plotter.XYs
 	var labels []string
 	for _, h := range hs {
@@ -247,7 +319,7 @@ func costPlot(a *Artifact, hs []string) *plot.Plot {
 			continue
 		}
 		xys = append(xys, plotter.XY{X: *s.Cost.TotalCostUSD, Y: *s.PassRate})
-		labels = append(labels, shortLabel(h))
+		labels = append(labels, lb.of(h))
 	}
 	if len(xys) == 0 {
 		return nil
@@ -295,7 +367,7 @@ func gridClass(t *TaskStat) string {
 	return OutcomeFailed
 }
 
-func gridPlot(a *Artifact, hs, tasks []string) *plot.Plot {
+func gridPlot(a *Artifact, hs, tasks []string, lb labeler) *plot.Plot {
 	if len(tasks) == 0 || len(hs) == 0 {
 		return nil
 	}
@@ -333,7 +405,7 @@ func gridPlot(a *Artifact, hs, tasks []string) *plot.Plot {
 	}
 	short := make([]string, len(hs))
 	for i, h := range hs {
-		short[i] = shortLabel(h)
+		short[i] = lb.of(h)
 	}
 	p.NominalX(short...)
 	p.NominalY(names...)

@@ -6,8 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
 )
 
 // figureText parses an SVG as XML and returns its text content, so the
@@ -140,4 +145,136 @@ func itoa(i int) string {
 		return digits[i : i+1]
 	}
 	return itoa(i/10) + digits[i%10:i%10+1]
+}
+
+// svgText is one <text> element of an SVG: where it starts and what it says.
+type svgText struct {
+	X, Y float64
+	Text string
+}
+
+// svgTexts returns the SVG's width (points) and its text elements.
+func svgTexts(t *testing.T, svg []byte) (float64, []svgText) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	var width float64
+	var out []svgText
+	var cur *svgText
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch v := tok.(type) {
+		case xml.StartElement:
+			attr := map[string]string{}
+			for _, a := range v.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			switch v.Name.Local {
+			case "svg":
+				if width, err = strconv.ParseFloat(strings.TrimSuffix(attr["width"], "pt"), 64); err != nil {
+					t.Fatalf("svg width %q: %v", attr["width"], err)
+				}
+			case "text":
+				x, _ := strconv.ParseFloat(attr["x"], 64)
+				y, _ := strconv.ParseFloat(attr["y"], 64)
+				cur = &svgText{X: x, Y: y}
+			}
+		case xml.CharData:
+			if cur != nil {
+				cur.Text += string(v)
+			}
+		case xml.EndElement:
+			if v.Name.Local == "text" && cur != nil {
+				out = append(out, *cur)
+				cur = nil
+			}
+		}
+	}
+	return width, out
+}
+
+// TestFigureLabelsFit: harnesses named by long paths get their kind and
+// the path's last element on the figures' axes (agent:scripted-agent-v2), as
+// 'runs list' names them, unless two would then read alike (agent:a/x
+// and agent:b/x keep their names); and each figure is wide enough that
+// no two column labels overlap and the last one ends inside it.
+func TestFigureLabelsFit(t *testing.T) {
+	for _, c := range []struct {
+		hs, want []string
+	}{
+		{
+			[]string{"oracle", "agent:examples/agents/scripted-agent-v2", "agent:examples/agents/metrics-agent-v2", "agent:examples/agents/overclaiming-agent",
+				"agent:one/same", "agent:two/same", "docker-claude-skill:examples/skills/sum-numbers"},
+			[]string{"oracle", "agent:scripted-agent-v2", "agent:metrics-agent-v2", "agent:overclaiming-agent", "agent:one/same",
+				"agent:two/same", "docker-claude-skill:sum-numbers"},
+		},
+		{ // wide capitals: the labels need more than the default width
+			[]string{"oracle", "agent:x/MODEL-AGENT-WITH-CAPS-A", "agent:x/MODEL-AGENT-WITH-CAPS-B", "agent:x/MODEL-AGENT-WITH-CAPS-C"},
+			[]string{"oracle", "agent:MODEL-AGENT-WITH-CAPS-A", "agent:MODEL-AGENT-WITH-CAPS-B", "agent:MODEL-AGENT-WITH-CAPS-C"},
+		},
+	} {
+		checkLabelsFit(t, c.hs, c.want)
+	}
+}
+
+func checkLabelsFit(t *testing.T, hs, want []string) {
+	t.Helper()
+	var rows []Result
+	for i, h := range hs {
+		for _, task := range []string{"fix-sum", "a-task-with-a-rather-long-name-indeed"} {
+			rows = append(rows, Result{CellID: task + "/" + h, Task: task, Harness: h, Model: "m", Attempt: 1,
+				Outcome: OutcomePassed, Passed: i%2 == 0, Reward: ptr(float64(1 - i%2))})
+			if i%2 == 1 {
+				rows[len(rows)-1].Outcome = OutcomeFailed
+			}
+		}
+	}
+	a := Build(RunInfo{ID: "r", Harnesses: hs, Repeats: 1, BaselineHarness: hs[1]}, rows, testBuild)
+	figs, err := Figures(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	font := plot.New().X.Tick.Label
+	checked := 0
+	for _, fg := range figs {
+		if fg.Name != FigurePassRate && fg.Name != FigureOutcomeGrid && fg.Name != FigurePairedDiff {
+			continue
+		}
+		width, texts := svgTexts(t, fg.SVG)
+		var labels []svgText
+		for _, x := range texts {
+			for _, w := range want {
+				if x.Text == w || x.Text == shortLabel(w) {
+					labels = append(labels, x)
+				}
+			}
+		}
+		n := len(want)
+		if fg.Name == FigurePairedDiff {
+			n = len(want) - 2 // the oracle is never compared, the baseline is the title's
+		}
+		if len(labels) != n {
+			t.Errorf("%s: %d of the column labels %v, want %d: %v", fg.Name, len(labels), want, n, texts)
+			continue
+		}
+		sort.Slice(labels, func(i, j int) bool { return labels[i].X < labels[j].X })
+		for i, l := range labels {
+			end := l.X + float64(font.Width(l.Text)/vg.Points(1))
+			if i+1 < len(labels) && end > labels[i+1].X {
+				t.Errorf("%s: label %q (%.1f to %.1f pt) overlaps %q at %.1f", fg.Name, l.Text, l.X, end, labels[i+1].Text, labels[i+1].X)
+			}
+			if end > width {
+				t.Errorf("%s: label %q ends at %.1f pt, past the figure's width %.1f", fg.Name, l.Text, end, width)
+			}
+		}
+		checked++
+	}
+	if checked != 3 {
+		t.Errorf("checked %d figures, want pass rate, paired difference and grid", checked)
+	}
 }

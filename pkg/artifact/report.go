@@ -88,7 +88,11 @@ func (r *reporter) title() {
 	if run.TasksRoot != "" {
 		facts = append(facts, "tasks root "+code(run.TasksRoot))
 	}
-	facts = append(facts, fmt.Sprintf("%d cells", len(r.a.Results)))
+	if n := len(r.a.Results); n == 1 {
+		facts = append(facts, "1 cell")
+	} else {
+		facts = append(facts, fmt.Sprintf("%d cells", n))
+	}
 	var ms []string
 	for _, m := range run.Models {
 		if m != "" {
@@ -420,6 +424,9 @@ func (r *reporter) comparisons() {
 		}
 	}
 	r.printf("\n")
+	for _, h := range hs {
+		r.printf("%s\n\n", plainComparison(h, cs[h]))
+	}
 	family := ""
 	for _, h := range hs {
 		if f := cs[h].McNemar.CorrectionFamily; f != "" {
@@ -454,6 +461,44 @@ func (r *reporter) comparisons() {
 		}
 		r.printf(".\n\n")
 	}
+}
+
+// PlainComparison is one sentence, in plain words, of what the paired
+// comparison of harness h with its baseline shows: how many attempts
+// (same task, model and repeat) it passed that the baseline failed and
+// the other way round, and whether that difference is more than chance
+// (McNemar's significant after Holm's correction). Harness names are
+// quoted as they are; the report puts them in code spans.
+func PlainComparison(h string, c *Comparison) string {
+	return plainComparisonOf(h, c, func(s string) string { return "\"" + s + "\"" })
+}
+
+func plainComparison(h string, c *Comparison) string { return plainComparisonOf(h, c, code) }
+
+func plainComparisonOf(h string, c *Comparison, name func(string) string) string {
+	m := c.McNemar
+	if m.N == 0 {
+		return fmt.Sprintf("In plain words: %s and %s have no attempt that both scored, so they cannot be compared.", name(h), name(c.Baseline))
+	}
+	s := fmt.Sprintf("In plain words: on the same tasks, %s passed %d %s that %s failed and failed %d that it passed; ",
+		name(h), m.NGained, plural(m.NGained, "attempt", "attempts"), name(c.Baseline), m.NLost)
+	switch {
+	case m.Significant != nil && *m.Significant && m.NGained > m.NLost:
+		return s + fmt.Sprintf("a difference this large is unlikely to be chance, so %s is likely better.", name(h))
+	case m.Significant != nil && *m.Significant:
+		return s + fmt.Sprintf("a difference this large is unlikely to be chance, so %s is likely worse.", name(h))
+	case m.NGained == m.NLost:
+		return s + "the run shows no difference between them."
+	default:
+		return s + "with this few attempts that could be chance, so the run does not show that either is better (more tasks would tell)."
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // ciMethodText names the interval the McNemar table shows: Newcombe's
@@ -504,7 +549,7 @@ func (r *reporter) cells() {
 		r.printf("| outcome | reward | returncode | elapsed (s) | cost (USD) |\n")
 		r.printf("|---|--:|--:|--:|--:|\n")
 		r.printf("| %s | %s | %s | %s | %s |\n\n",
-			tableText(outcome), reward, rc, secs(row.ElapsedSec), usdPtr(row.Metrics.CostUSD))
+			tableText(outcome), reward, rc, secs(row.ElapsedSec), usdPtr(RowCost(row, r.costSource(row.Harness))))
 		if u := row.Metrics.UsageObserved; u != nil {
 			r.printf("%s\n\n", UsageLine(row.Metrics))
 		}
@@ -635,6 +680,15 @@ func pct(x float64) string { return strconv.FormatFloat(x*100, 'f', 1, 64) }
 
 func secs(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }
 
+// costSource is the source of harness h's cost in the summary
+// ("observed" or "reported"; CostOf).
+func (r *reporter) costSource(h string) string {
+	if s, ok := r.a.Summary.PerHarness[h]; ok && s != nil {
+		return s.Cost.Source
+	}
+	return "reported"
+}
+
 // UsageLine compares a cell's reported and observed usage in one line:
 // the agent's tokens (input / output / cache read / cache write) and
 // cost, the gateway's and its requests, and a flag when they differ by
@@ -656,8 +710,12 @@ func UsageLine(m Metrics) string {
 	if u.CostUSD == nil && u.CostNullReason != "" {
 		cost += " (" + u.CostNullReason + ")"
 	}
-	obs := fmt.Sprintf("observed %d / %d / %d / %d in %d requests, cost %s", u.InputTokens, u.OutputTokens,
-		u.CacheReadTokens, u.CacheWriteTokens, u.Requests, cost)
+	requests := "requests"
+	if u.Requests == 1 {
+		requests = "request"
+	}
+	obs := fmt.Sprintf("observed %d / %d / %d / %d in %d %s, cost %s", u.InputTokens, u.OutputTokens,
+		u.CacheReadTokens, u.CacheWriteTokens, u.Requests, requests, cost)
 	line := "Usage: " + rep + "; " + obs + "."
 	if u.ReportedDiffers != nil && *u.ReportedDiffers {
 		line += " **Reported and observed tokens differ by more than 1 %.**"

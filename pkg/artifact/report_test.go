@@ -253,7 +253,8 @@ func TestReportShowsRecompileAndWorkCut(t *testing.T) {
 // TestReportShowsObservedBesideReported: a cell behind the model gateway
 // shows the agent's figures and the gateway's in one line, flagged when
 // they differ by more than 1 %; an arm whose every cell the gateway
-// priced is costed (and costed per pass) from the observed figures.
+// priced is costed (and costed per pass) from the observed figures, and so
+// are its tasks and cells.
 func TestReportShowsObservedBesideReported(t *testing.T) {
 	rows := []Result{scoredRow("t", 0, 1), scoredRow("u", 0, 1)}
 	for i, r := range rows {
@@ -270,11 +271,20 @@ func TestReportShowsObservedBesideReported(t *testing.T) {
 	s := md.String()
 	for _, want := range []string{
 		"| 1.0000 | 0.5000 |", "Cost of `h` is what the model gateway observed",
+		// the per-task and per-cell costs are the same observed figures
+		// that add up to the harness's total, not the agent's own 9
+		"| `t` | `h` | 1/1 | 0 | 0.5000 | 0.5000 |", "| `u` | `h` | 1/1 | 0 | 0.5000 | 0.5000 |",
 		"Usage: reported 5000 / 700 / — / — tokens (in / out / cache read / cache write), cost 9.0000; observed 1000 / 100 / 0 / 0 in 2 requests, cost 0.5000. **Reported and observed tokens differ by more than 1 %.**",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("no %q in:\n%s", want, s)
 		}
+	}
+	if n := strings.Count(s, " | 0.5000 |\n"); n != 5 {
+		t.Errorf("%d rows end in the observed cost 0.5000, want 5 (the cost per pass, two tasks, two cells):\n%s", n, s)
+	}
+	if strings.Contains(s, "9.0000 |") {
+		t.Errorf("a table shows the agent's reported cost of an arm costed from the gateway:\n%s", s)
 	}
 	if strings.Count(s, "differ by more than 1 %") != 1 {
 		t.Errorf("one cell is flagged, not %d", strings.Count(s, "differ by more than 1 %"))
@@ -288,7 +298,7 @@ func boolp(b bool) *bool { return &b }
 // labelled so beside what the gateway observed.
 func TestUsageLineNotReported(t *testing.T) {
 	m := Metrics{UsageObserved: &UsageObserved{Requests: 1, InputTokens: 7, OutputTokens: 1, CostUSD: f64(0.0001)}}
-	if got, want := UsageLine(m), "Usage: reported: not reported by harness; observed 7 / 1 / 0 / 0 in 1 requests, cost 0.0001."; got != want {
+	if got, want := UsageLine(m), "Usage: reported: not reported by harness; observed 7 / 1 / 0 / 0 in 1 request, cost 0.0001."; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
 	m.PromptTokens = i64(0)
@@ -325,5 +335,18 @@ func TestReportNoticeVersions(t *testing.T) {
 	}
 	if s := report(rows[2:]); strings.Contains(s, "notice version") {
 		t.Errorf("no skill arm:\n%s", s)
+	}
+}
+
+// TestReportTitleCountsOneCell: a run of one cell says "1 cell" in the
+// report's facts line, not "1 cells".
+func TestReportTitleCountsOneCell(t *testing.T) {
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"}, []Result{scoredRow("t", 0, 1)}, testBuild)
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); !strings.Contains(s, "\n1 cell · 1 repeat · ") {
+		t.Errorf("facts line of a one-cell run:\n%s", s)
 	}
 }

@@ -119,8 +119,10 @@ func (r *reporter) difficultyRollup() {
 }
 
 // taskCost writes, per task and harness that ran it, passed/scored and
-// the total and mean cost of its cells, over the cells that report a cost
-// (the count of those is shown when it is not every cell).
+// the total and mean cost of its cells, over the cells that carry a cost
+// (the count of those is shown when it is not every cell), taken from the
+// source of the harness's total (costSource), so a harness's tasks add up
+// to its total.
 func (r *reporter) taskCost() {
 	hs, ts := r.harnesses(), r.tasks()
 	if len(hs) == 0 || len(ts) == 0 {
@@ -139,7 +141,7 @@ func (r *reporter) taskCost() {
 		}
 		g := groups[k]
 		g.add(row)
-		if c := row.Metrics.CostUSD; c != nil {
+		if c := RowCost(row, r.costSource(row.Harness)); c != nil {
 			g.priced++
 			g.cost += *c
 		}

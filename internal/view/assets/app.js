@@ -57,6 +57,10 @@ const num = (x) => (x === null || x === undefined ? "—" : String(x));
 const pValue = (p, underflow) => (p === null || p === undefined ? "—" : underflow ? "< 1e-300" : p.toPrecision(3));
 const signed = (x, f) => (x === null || x === undefined ? "—" : (x > 0 ? "+" : "") + f(x));
 const badge = (s) => el("span", { class: "badge st-" + (s === "failed" ? "failed-run" : s), text: s });
+// pausedBadge marks a run paused and not ended ("running" beside it), as
+// `proctor runs list` prints "running (paused)".
+const pausedBadge = (r) => (r.control && r.control.paused && !["finished", "failed", "interrupted", "cancelled"].includes(r.status)
+  ? [" ", el("span", { class: "badge st-paused", text: "paused" })] : null);
 const cellBadge = (s) => el("span", { class: "badge st-" + s, text: s });
 const runURL = (id) => "/runs/" + encodeURIComponent(id);
 const cellURL = (run, cell) => runURL(run) + "/cells/" + cell.split("/").map(encodeURIComponent).join("/");
@@ -156,7 +160,7 @@ async function renderRuns() {
       el("div", {}, el("code", { text: h.harness }), " ", h.pass_rate === null ? "—" : `${h.passed}/${h.scored} = ${pct(h.pass_rate)}`));
     return el("tr", { "data-run": r.id },
       el("td", {}, el("a", { href: runURL(r.id), text: r.id })),
-      el("td", {}, badge(r.stale ? "stale" : r.pending ? "pending" : r.status)),
+      el("td", {}, badge(r.stale ? "stale" : r.pending ? "pending" : r.status), pausedBadge(r)),
       el("td", { text: shortTime(r.started_at) }),
       el("td", {}, (r.spec.harnesses || []).map((h) => el("div", {}, el("code", { text: h })))),
       el("td", { class: "num", text: num(r.cells) }),
@@ -252,9 +256,13 @@ function gridTable(d) {
   return table([el("th", { text: "task" }), ...d.harnesses.map((h) => el("th", {}, el("code", { text: h })))], rows, { class: "grid", id: "grid" });
 }
 
+// legend names every state a grid square can show; outcomes drawn alike
+// (style.css) share a swatch.
 function legend() {
-  return el("div", { class: "legend muted" }, "outcome:",
-    ["passed", "partial", "failed", "solver_timeout", "errored", "running", "queued"].map((s) => [el("span", { class: "cell " + s }), " " + s]));
+  return el("div", { class: "legend muted", id: "legend" }, "outcome:",
+    [["passed"], ["partial"], ["failed"], ["solver_timeout", "solver_timeout, verifier_timeout"],
+      ["errored", "errored, verifier_error (no verdict)"], ["running"], ["queued"]]
+      .map(([s, label]) => [el("span", { class: "cell " + s }), " " + (label || s)]));
 }
 
 function runHeader(d) {
@@ -328,7 +336,12 @@ async function renderRun(id) {
 function comparisonsPart(d) {
   if (!d.baseline) return null;
   if (d.summary_pending && !d.comparisons) return el("p", { class: "muted", id: "comparisons-pending", text: "computing the comparisons…" });
-  return comparisonTable(d);
+  const t = comparisonTable(d);
+  if (!t) return null;
+  // What each comparison means, in one plain sentence, before the terms.
+  const plain = d.comparisons_plain || {};
+  const hs = Object.keys(plain).sort((a, b) => d.harnesses.indexOf(a) - d.harnesses.indexOf(b));
+  return el("div", { id: "comparisons-body" }, t, el("div", { id: "comparisons-plain" }, hs.map((h) => el("p", { text: plain[h] }))));
 }
 
 function figuresPart(d) {
