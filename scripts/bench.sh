@@ -68,6 +68,7 @@ BEGIN {
     "BenchmarkReplayRead|BenchmarkReplayRead|proctor_s|floor_s|ratio_vs_floor|>=|0.8\n" \
     "BenchmarkAgentEventLines|BenchmarkAgentEventLines|agent-lines/s|floor-lines/s|ratio_vs_floor|>=|0.7\n" \
     "  beside: bare publish, no Nats-Msg-Id|BenchmarkAgentEventLines|agent-lines/s|floor-publish-events/s|ratio_vs_bare|beside|\n" \
+    "  beside: CPU per line (floor over launcher)|BenchmarkAgentEventLines|agent-cpu-us/line|floor-cpu-us/line|cpu_ratio|beside|\n" \
     "BenchmarkPublish|BenchmarkPublish|bus-events/s|raw-msgid-events/s|ratio(bus/raw-msgid)|>=|0.9\n" \
     "  beside: bare publish, no Nats-Msg-Id|BenchmarkPublish|bus-events/s|raw-events/s|ratio(bus/raw)|beside|\n" \
     "BenchmarkClaudeCell (ms/cell)|BenchmarkClaudeCell|proctor-ms/cell|floor-ms/cell|ratio|<=|1.2\n" \
@@ -79,6 +80,7 @@ BEGIN {
     "BenchmarkCellOverhead (ms/cell)|BenchmarkCellOverhead|driver-ms/cell|raw-ms/cell|ratio|<=|1.2\n" \
     "BenchmarkEnsureImageCached (ms)|BenchmarkEnsureImageCached|ensure-ms|inspect-ms|ratio|<=|1.5\n" \
     "BenchmarkPutOutput (MB/s)|BenchmarkPutOutput|proctor-MB/s|floor-MB/s|ratio|<=|1.5\n" \
+    "BenchmarkGC (s for 1,000 stored outputs)|BenchmarkGC|gc_s|floor_s|ratio|<=|2\n" \
     "BenchmarkProcessExec (us)|BenchmarkProcessExec|driver-us|raw-us|ratio|<=|3\n" \
     "  driver p99 (us)|BenchmarkProcessExec|driver-p99-us|-|driver-p99-us|<=|10000\n" \
     "BenchmarkExportTaskRunsParquet (rows/s)|BenchmarkExportTaskRunsParquet|rows/s|raw_rows/s|x_raw_rate|>=|0.8\n" \
@@ -94,10 +96,15 @@ BEGIN {
     "  beside: CPU per MiB (load-independent)|BenchmarkGatewayStream|gateway_cpu_ms/MiB|tunnel_cpu_ms/MiB|cpu_ratio_vs_tunnel|beside|\n" \
     "  beside: a model-like stream of small events|BenchmarkGatewayStream|-|-|events_ratio_vs_tunnel|beside|\n" \
     "BenchmarkScheduling (makespan s)|BenchmarkScheduling|makespan_s|ideal_s|efficiency|>=|0.95\n" \
-    "  slot refill p99 (ms)|BenchmarkScheduling|refill_p50_ms|-|refill_p99_ms|beside|\n" \
+    "  slot refill p50 (ms)|BenchmarkScheduling|refill_p50_ms|-|-|beside|\n" \
+    "  slot refill p99 (ms)|BenchmarkScheduling|refill_p99_ms|-|-|beside|\n" \
     "  3 images to build (makespan s)|BenchmarkScheduling|build_makespan_s|build_ideal_s|build_efficiency|beside|\n" \
-    "  a wedged cell: run over its budget (s)|BenchmarkScheduling|wedge_makespan_s|wedge_budget_s|wedge_over_budget_s|<=|0\n"
+    "  a wedged cell: makespan, budget, over it (s)|BenchmarkScheduling|wedge_makespan_s|wedge_budget_s|wedge_over_budget_s|<=|0\n"
   nrows = split(spec, rows, "\n")
+  # the label column is as wide as the longest label, so no row shifts
+  # the columns after it
+  lw = length("benchmark")
+  for (r = 1; r < nrows; r++) { split(rows[r], c, "|"); if (length(c[1]) > lw) lw = length(c[1]) }
 }
 /^Benchmark/ {
   nf = split($0, f, /[ \t]+/)
@@ -121,7 +128,7 @@ function span(bench, metric,    s) {
   return (lo == hi) ? s : sprintf("%s [%s..%s]", s, num(lo), num(hi))
 }
 END {
-  printf "%-52s | %-26s | %-26s | %-26s | %-8s | %s\n", "benchmark", "proctor", "floor", "ratio", "target", "met"
+  printf "%-*s | %-26s | %-26s | %-26s | %-8s | %s\n", lw, "benchmark", "proctor", "floor", "ratio", "target", "met"
   bad = 0
   for (r = 1; r < nrows; r++) {
     split(rows[r], c, "|")
@@ -139,7 +146,7 @@ END {
       }
     }
     if (p == "-" && fl == "-" && ratio == "-" && c[6] == "beside") continue
-    printf "%-52s | %-26s | %-26s | %-26s | %-8s | %s\n", c[1], p, fl, ratio, tgt, met
+    printf "%-*s | %-26s | %-26s | %-26s | %-8s | %s\n", lw, c[1], p, fl, ratio, tgt, met
   }
   printf "\n%d target(s) not met or without data%s\n", bad, (strict == "1") ? " (BENCH_STRICT=1: failing)" : " (set BENCH_STRICT=1 to fail on them)"
   exit (strict == "1" && bad > 0) ? 1 : 0

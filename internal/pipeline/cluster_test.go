@@ -6,12 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,36 +21,15 @@ import (
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
-// natsBin is the nats-server binary of the module's version, built once
-// per test process.
-var natsBin struct {
-	once sync.Once
-	path string
-	out  []byte
-	err  error
-}
+// natsBin is the nats-server of the version go.mod requires, built from
+// the module cache once per test binary.
+var natsBin = testutil.Binary{Pkg: "github.com/nats-io/nats-server/v2"}
 
-// natsServerBinary builds github.com/nats-io/nats-server/v2 (the version
-// go.mod requires, from the module cache) once and returns its path; the
-// test fails when the build does.
+// natsServerBinary builds nats-server once and returns its path
+// (testutil.Binary); the test fails when the build does.
 func natsServerBinary(t *testing.T) string {
 	t.Helper()
-	natsBin.once.Do(func() {
-		dir, err := os.MkdirTemp("", "proctor-nats-")
-		if err != nil {
-			natsBin.err = err
-			return
-		}
-		natsBin.path = filepath.Join(dir, "nats-server")
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command("go", "build", "-o", natsBin.path, "github.com/nats-io/nats-server/v2")
-		cmd.Dir = filepath.Dir(file) // inside the module, whatever the test's working directory
-		natsBin.out, natsBin.err = cmd.CombinedOutput()
-	})
-	if natsBin.err != nil {
-		t.Fatalf("build nats-server: %v\n%s", natsBin.err, natsBin.out)
-	}
-	return natsBin.path
+	return natsBin.Path(t)
 }
 
 // node is one nats-server process of a test cluster.

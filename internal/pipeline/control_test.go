@@ -538,7 +538,7 @@ func TestRequeueAnEndedRun(t *testing.T) {
 	if _, err := lifecycle.RequeueLive(ctx, ctl, r.run, sel, "tester", ""); err == nil {
 		t.Fatal("a live requeue of an ended run was accepted")
 	}
-	rq, err := lifecycle.PrepareRequeue(ctx, ctl, r.run, sel, time.Now())
+	rq, err := lifecycle.PrepareRequeue(ctx, ctl, r.run, sel, time.Now(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -200,11 +200,11 @@ func (r *nodeRun) loseNode(t *testing.T, ctx context.Context) (lastBeat time.Tim
 	t.Helper()
 	stopV1 := r.verifier(t, ctx, "n1")
 	poll(t, ctx, "n1's first heartbeat", func() bool {
-		_, _, ok, err := r.b.NodeSeen(ctx, "n1")
+		_, ok, err := r.b.NodeSeen(ctx, "n1")
 		return err == nil && ok
 	})
 	stopV1()
-	seen, _, _, err := r.b.NodeSeen(ctx, "n1")
+	seen, _, err := r.b.NodeSeen(ctx, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func (r *nodeRun) loseNode(t *testing.T, ctx context.Context) (lastBeat time.Tim
 	stopL1()
 	stopL2, stopV2 := r.launcher(t, ctx, "n2"), r.verifier(t, ctx, "n2")
 	r.publish(t, ctx, r.jobs[1:]...)
-	return seen, func() { stopL2(); stopV2(); stopA1(); stopA2() }
+	return seen.Written, func() { stopL2(); stopV2(); stopA1(); stopA2() }
 }
 
 // terminals returns a cell's terminal events by attempt.
@@ -243,10 +243,11 @@ func (r *nodeRun) clockStep() time.Duration {
 
 // checkLost asserts the lost cell's first attempt ended CellErrored, class
 // infra, naming n1 and its silence, no earlier than testNodeLost after
-// n1's last heartbeat and within a few checks of it. The times are the
-// wall clock's (the event's, the heartbeat entry's), as the aggregator's
-// rule is: a step of that clock during the run widens the upper bound by
-// the step.
+// n1's last heartbeat and within a few checks of it. The aggregator
+// measures the silence on its own clock from when it saw the last
+// heartbeat, which is after that heartbeat was written; the test compares
+// wall-clock times (the event's, the heartbeat's), so a step of that
+// clock during the run widens the upper bound by the step.
 func (r *nodeRun) checkLost(t *testing.T, e events.Envelope, lastBeat time.Time) {
 	t.Helper()
 	var d events.CellErroredData
@@ -391,5 +392,133 @@ func TestSlowLiveNodeIsNotLost(t *testing.T) {
 		if e.Type == events.CellErrored {
 			t.Errorf("the slow live node's cell was errored: %s", e.Data)
 		}
+	}
+}
+
+// aggregatorAt starts an aggregator whose clock reads now.
+func (r *nodeRun) aggregatorAt(t *testing.T, ctx context.Context, now func() time.Time) (stop func()) {
+	t.Helper()
+	a, err := aggregator.New(aggregator.Config{Version: "test", Logger: r.log, NodeLost: testNodeLost, NodeCheck: testBeat, Now: now}, r.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, ctx, a.Run)
+}
+
+// beat plays node's verifier heartbeat, written every testBeat from a
+// machine whose clock reads at, until stop, which returns when the last
+// heartbeat's write began (this process's clock); beats counts them.
+func (r *nodeRun) beat(t *testing.T, ctx context.Context, node string, at time.Time) (beats *atomic.Int32, stop func() time.Time) {
+	t.Helper()
+	beats = new(atomic.Int32)
+	data := fmt.Appendf(nil, `{"node":%q,"process":"elsewhere pid 1","at":%q}`, node, at.Format(time.RFC3339Nano))
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan time.Time, 1)
+	go func() {
+		var last time.Time
+		defer func() { done <- last }()
+		tick := time.NewTicker(testBeat)
+		defer tick.Stop()
+		for {
+			at := time.Now() // before the write: the aggregator sees it later
+			if _, err := r.b.Nodes.Put(bctx, node, data); err == nil {
+				last = at
+				beats.Add(1)
+			}
+			select {
+			case <-bctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return beats, func() time.Time { cancel(); return <-done }
+}
+
+// solveOn runs the run's first cell's solve on node's launcher, which
+// hands its verify job over to node and stops.
+func (r *nodeRun) solveOn(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	stopL := r.launcher(t, ctx, node)
+	r.publish(t, ctx, r.jobs[0])
+	poll(t, ctx, "the first cell handed over to "+node, func() bool {
+		return r.queued(t, ctx, events.VerifySubject(node)) == 1 && r.queued(t, ctx, events.LaunchSubject) == 0
+	})
+	stopL()
+}
+
+// firstTerminal waits for the first terminal event of the run's first
+// cell.
+func (r *nodeRun) firstTerminal(t *testing.T, ctx context.Context) events.Envelope {
+	t.Helper()
+	var e events.Envelope
+	poll(t, ctx, "the first cell's terminal event", func() bool {
+		term := terminals(r.cellEvents(t)[r.jobs[0].CellID])
+		if len(term[1]) == 0 {
+			return false
+		}
+		e = term[1][0]
+		return true
+	})
+	return e
+}
+
+// TestLostNodeJudgedOnTheAggregatorsClock: the aggregator's clock is an
+// hour ahead of, or behind, the server's, and the node's heartbeat record
+// says it was written in 2000 or in 2100: while the heartbeat keeps
+// changing, for three times the node-lost bound, the node is alive (its
+// cell waits); once it stops, the cell is errored for its lost node
+// testNodeLost after the last heartbeat, within a few checks.
+func TestLostNodeJudgedOnTheAggregatorsClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		skew time.Duration
+		at   time.Time
+	}{
+		{"ahead", time.Hour, time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"behind", -time.Hour, time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			r := newNodeRun(t, ctx, 1, 0, 0)
+			beats, stopBeat := r.beat(t, ctx, "n1", tc.at)
+			defer r.aggregatorAt(t, ctx, func() time.Time { return time.Now().Add(tc.skew) })()
+			r.solveOn(t, ctx, "n1")
+			from := beats.Load()
+			poll(t, ctx, "three node-lost bounds of heartbeats", func() bool {
+				return time.Duration(beats.Load()-from)*testBeat >= 3*testNodeLost
+			})
+			if term := terminals(r.cellEvents(t)[r.jobs[0].CellID]); len(term[1]) != 0 {
+				t.Fatalf("the cell of a node whose heartbeat changes ended %s: %s", term[1][0].Type, term[1][0].Data)
+			}
+			last := stopBeat()
+			r.checkLost(t, r.firstTerminal(t, ctx), last)
+		})
+	}
+}
+
+// TestLostNodeCountedFromTheFirstLook: an aggregator (re)started after a
+// node's last heartbeat, with its clock an hour ahead of the server's,
+// errors the node's waiting cell no earlier than testNodeLost after it
+// started (it first looked at the node then), and within a few checks.
+func TestLostNodeCountedFromTheFirstLook(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := newNodeRun(t, ctx, 1, 0, 0)
+	beats, stopBeat := r.beat(t, ctx, "n1", time.Now())
+	poll(t, ctx, "n1's heartbeats", func() bool { return beats.Load() >= 3 })
+	stopBeat()
+	r.solveOn(t, ctx, "n1")
+	started := time.Now()
+	defer r.aggregatorAt(t, ctx, func() time.Time { return time.Now().Add(time.Hour) })()
+	e := r.firstTerminal(t, ctx)
+	var d events.CellErroredData
+	if err := events.Into(e, &d); err != nil || e.Type != events.CellErrored || !strings.Contains(d.Error, "node n1 lost: no heartbeat for ") {
+		t.Errorf("the cell ended %s %+v (%v), want CellErrored naming node n1", e.Type, d, err)
+	}
+	upper := testNodeLost + 3*time.Second + r.clockStep()
+	if after := e.At.Sub(started); after < testNodeLost || after > upper {
+		t.Errorf("errored %v after the aggregator started, want between %v and %v", after, testNodeLost, upper)
 	}
 }

@@ -18,8 +18,10 @@ package cellfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,7 +46,17 @@ const RowTailBytes = 4 << 10
 type Dir string
 
 // Ensure creates the directory.
-func (d Dir) Ensure() error { return os.MkdirAll(string(d), 0o755) }
+func (d Dir) Ensure() error {
+	var err error
+	for range 3 {
+		// A parent removed meanwhile (a worker removing the empty
+		// directories of a stored cell) is made again.
+		if err = os.MkdirAll(string(d), 0o755); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return err
+}
 
 // Path joins elements under the directory.
 func (d Dir) Path(elem ...string) string {

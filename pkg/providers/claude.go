@@ -114,6 +114,18 @@ var ClaudeEnvByProvider = map[string][]string{
 		"GOOGLE_APPLICATION_CREDENTIALS", "ANTHROPIC_VERTEX_BASE_URL", "CLAUDE_CODE_SKIP_VERTEX_AUTH", "ANTHROPIC_CUSTOM_HEADERS"},
 }
 
+// ClaudeEnvNames are the variables Claude reads from its environment by
+// name, every provider's, sorted; beside them it reads each
+// VERTEX_REGION_CLAUDE_* variable the environment holds.
+func ClaudeEnvNames() []string {
+	names := append(slices.Clone(claudeCommonEnv), caBundleEnv...)
+	for _, ks := range ClaudeEnvByProvider {
+		names = append(names, ks...)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // vertexRegionPrefix starts the variables that give one model its own
 // Vertex region.
 const vertexRegionPrefix = "VERTEX_REGION_CLAUDE_"

@@ -88,11 +88,42 @@ func ParsePrices(b []byte) (*PriceTable, error) {
 // -20250929, -2024-08-06, @20250929, and a trailing -latest.
 var dated = regexp.MustCompile(`(-\d{8}|-\d{4}-\d{2}-\d{2}|@\d{8}|-latest)$`)
 
+// bedrockID matches Amazon Bedrock's id of an Anthropic model: an
+// optional cross-region inference profile prefix (us., eu., apac.,
+// global., jp., us-gov., ...), "anthropic.", the Anthropic model name,
+// and Bedrock's version suffix (-v1:0, -v2:0, -v1) with an optional
+// context-window variant (:200k). Its first group is the Anthropic name,
+// which may still carry a dated suffix (claude-sonnet-4-5-20250929).
+var bedrockID = regexp.MustCompile(`^(?:[a-z]{2,6}(?:-[a-z]+)?\.)?anthropic\.(claude-[a-z0-9.-]+?)(?:-v\d+(?::\d+)?)?(?::\d+k)?$`)
+
+// anthropicName returns the Anthropic model a Bedrock model id or a
+// Bedrock ARN of a foundation model or a system inference profile
+// (arn:aws:bedrock:REGION:ACCOUNT:inference-profile/us.anthropic.…)
+// names, and true; or m and false. An application inference profile's
+// ARN names no model and is not matched.
+func anthropicName(m string) (string, bool) {
+	if strings.HasPrefix(m, "arn:") {
+		i := strings.LastIndexByte(m, '/')
+		if i < 0 {
+			return m, false
+		}
+		m = m[i+1:]
+	}
+	if s := bedrockID.FindStringSubmatch(m); s != nil {
+		return s[1], true
+	}
+	return m, false
+}
+
 // Lookup returns the price of model: its name as listed, or without a
-// "models/" prefix or a dated snapshot suffix.
+// "models/" prefix or a dated snapshot suffix. A Bedrock id of an
+// Anthropic model (anthropic.claude-sonnet-4-5-20250929-v1:0, with or
+// without a region prefix such as us. or global., or in an ARN) is priced
+// as the Anthropic model it names.
 func (t *PriceTable) Lookup(model string) (Price, bool) {
 	m := strings.ToLower(strings.TrimSpace(model))
 	m = strings.TrimPrefix(m, "models/")
+	m, _ = anthropicName(m)
 	if p, ok := t.byName[m]; ok {
 		return p, true
 	}

@@ -102,6 +102,53 @@ func TestPriceTable(t *testing.T) {
 	}
 }
 
+// TestPriceTableBedrockIDs: Amazon Bedrock's ids of Anthropic models,
+// with and without a cross-region prefix, a dated name, a context-window
+// variant or an ARN around them, cost what the Anthropic model they name
+// costs in the table; ids that name no listed model stay unpriced.
+func TestPriceTableBedrockIDs(t *testing.T) {
+	pt := Prices()
+	tokens := Tokens{Input: 1000, Output: 2000, CacheRead: 3000, CacheWrite: 4000}
+	for id, anthropic := range map[string]string{
+		"anthropic.claude-sonnet-4-5-20250929-v1:0":                                                             "claude-sonnet-4-5",
+		"us.anthropic.claude-sonnet-4-5-20250929-v1:0":                                                          "claude-sonnet-4-5",
+		"eu.anthropic.claude-sonnet-4-20250514-v1:0":                                                            "claude-sonnet-4",
+		"apac.anthropic.claude-3-7-sonnet-20250219-v1:0":                                                        "claude-3-7-sonnet",
+		"global.anthropic.claude-haiku-4-5-20251001-v1:0":                                                       "claude-haiku-4-5",
+		"us-gov.anthropic.claude-3-haiku-20240307-v1:0":                                                         "claude-3-haiku",
+		"anthropic.claude-3-haiku-20240307-v1:0:200k":                                                           "claude-3-haiku",
+		"anthropic.claude-opus-4-6-v1":                                                                          "claude-opus-4-6",
+		"US.Anthropic.Claude-Opus-4-1-20250805-v1:0":                                                            "claude-opus-4-1",
+		"anthropic.claude-3-5-haiku-20241022-v1:0":                                                              "claude-3-5-haiku",
+		"arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-opus-4-5-20251101-v1:0":                   "claude-opus-4-5",
+		"arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0": "claude-sonnet-4-5",
+	} {
+		want, why := pt.Cost(anthropic, tokens)
+		if want == nil {
+			t.Fatalf("%s is not in the table: %s", anthropic, why)
+		}
+		got, why := pt.Cost(id, tokens)
+		if got == nil || *got != *want {
+			t.Errorf("%s: cost %v (%s), want %v, the cost of %s", id, got, why, *want, anthropic)
+		}
+	}
+	// Opus 4.5 on Bedrock: 1000 × $5 + 2000 × $25 + 3000 × $0.50 + 4000 × $6.25 per million.
+	if got, _ := pt.Cost("global.anthropic.claude-opus-4-5-20251101-v1:0", tokens); got == nil || *got != 0.0815 {
+		t.Errorf("global Opus 4.5: cost %v, want 0.0815", got)
+	}
+	for _, id := range []string{
+		"anthropic.claude-instant-v1",                                                 // not in the table
+		"amazon.nova-pro-v1:0",                                                        // not an Anthropic model
+		"us.meta.llama3-1-70b-instruct-v1:0",                                          // nor this
+		"anthropic.claude-sonnet-4-5-extra-v1:0",                                      // a name the table does not hold
+		"arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3", // names no model
+	} {
+		if got, why := pt.Cost(id, tokens); got != nil || !strings.Contains(why, "not in the price table") {
+			t.Errorf("%s: cost %v (%q), want none", id, got, why)
+		}
+	}
+}
+
 func TestParsePricesRefusesBadTables(t *testing.T) {
 	for name, src := range map[string]string{
 		"no date":   "source = \"x\"\n",

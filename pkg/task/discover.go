@@ -1,11 +1,13 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,8 +54,10 @@ func Discover(root string) (*Discovery, error) { return defaultLoader.Discover(r
 // Discovery fails as a whole — no partial result — when any definition is
 // malformed (a task.md that opens with --- but does not parse, a malformed
 // task.toml, a rejected key): the *Error names the file relative to root
-// and the line when known. When several files are malformed, the first in
-// path order is reported. Coverage and ScanCatalog list them instead.
+// and the line when known. When several files are malformed, the error
+// names every one, a line each in path order, so an author fixes them in
+// one pass; errors.As finds the first in path order. Coverage and
+// ScanCatalog list them instead.
 func (l *Loader) Discover(root string) (*Discovery, error) {
 	d, _, err := l.discover(root, false)
 	return d, err
@@ -135,11 +139,25 @@ func (l *Loader) discover(root string, lenient bool) (*Discovery, []*Error, erro
 	}
 	sort.Slice(malformed, func(i, j int) bool { return malformed[i].File < malformed[j].File })
 	if len(malformed) > 0 && !lenient {
-		return nil, nil, malformed[0]
+		return nil, nil, malformedError(malformed)
 	}
 	sort.Slice(d.Tasks, func(i, j int) bool { return d.Tasks[i].Name < d.Tasks[j].Name })
 	sort.Slice(d.Skipped, func(i, j int) bool { return d.Skipped[i].Dir < d.Skipped[j].Dir })
 	return d, malformed, nil
+}
+
+// malformedError is Discover's error for the malformed definitions of a
+// root (sorted by file): the one *Error itself, or every one on its own
+// line under a count.
+func malformedError(malformed []*Error) error {
+	if len(malformed) == 1 {
+		return malformed[0]
+	}
+	errs := make([]error, len(malformed))
+	for i, e := range malformed {
+		errs[i] = e
+	}
+	return fmt.Errorf("%d task definitions are malformed:\n%w", len(malformed), errors.Join(errs...))
 }
 
 // walkRoot finds candidate task directories under root (absolute, real).
@@ -257,8 +275,10 @@ func ShortRevision(rev string) string {
 }
 
 // Remarks returns everything worth telling a user about t in one list:
-// why it cannot run (unsupported, blocked), the files it is missing, and
-// its load warnings.
+// why it cannot run (unsupported, blocked), the files it is missing, the
+// unresolved env keys no load warning explains, and its load warnings
+// (each unresolved key's warning says why and what to write instead, so
+// the key is not said twice).
 func (t *Task) Remarks() []string {
 	var out []string
 	if t.Unsupported != "" {
@@ -270,8 +290,14 @@ func (t *Task) Remarks() []string {
 	if len(t.Missing) > 0 {
 		out = append(out, "missing "+strings.Join(t.Missing, ", "))
 	}
-	if len(t.UnresolvedEnv) > 0 {
-		out = append(out, "unresolved env "+strings.Join(t.UnresolvedEnv, ", "))
+	var unexplained []string
+	for _, k := range t.UnresolvedEnv {
+		if !slices.ContainsFunc(t.Warnings, func(w string) bool { return strings.Contains(w, "."+k+" not forwarded: ") }) {
+			unexplained = append(unexplained, k)
+		}
+	}
+	if len(unexplained) > 0 {
+		out = append(out, "unresolved env "+strings.Join(unexplained, ", "))
 	}
 	return append(out, t.Warnings...)
 }

@@ -3,6 +3,7 @@ package task
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -334,5 +335,37 @@ func TestStepDependenciesOrder(t *testing.T) {
 		if _, err := Load(filepath.Join(root, "u")); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "artifacts[0]") {
 			t.Errorf("%q: err %v, want %q naming artifacts[0]", c.toml, err, c.want)
 		}
+	}
+}
+
+// TestUnresolvedEnvRemarkedOnce: tasks list says an unresolved key once,
+// in the warning that says why and what to write instead, not also as a
+// bare "unresolved env KEY" line.
+func TestUnresolvedEnvRemarkedOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "needs-token")
+	for rel, body := range map[string]string{
+		"task.toml":              "version = \"1.0\"\n[verifier.env]\nMODE = \"strict\"\nAPI_TOKEN = \"${EXAMPLE_API_TOKEN}\"\n",
+		"instruction.md":         "Do it.\n",
+		"environment/Dockerfile": "FROM debian:bookworm-slim\n",
+		"solution/solve.sh":      "true\n",
+		"tests/test.sh":          "true\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, rel), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tk, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(tk.UnresolvedEnv, []string{"API_TOKEN"}) {
+		t.Fatalf("unresolved %q", tk.UnresolvedEnv)
+	}
+	r := tk.Remarks()
+	if len(r) != 1 || !strings.Contains(r[0], "verifier.env.API_TOKEN not forwarded: ") || !strings.Contains(r[0], "write the value itself") {
+		t.Errorf("remarks %q, want the one warning that explains API_TOKEN", r)
 	}
 }

@@ -387,9 +387,9 @@ func TestDiscoverRootErrors(t *testing.T) {
 	}
 }
 
-// TestFirstMalformedInPathOrder: with several malformed files the error is
-// the same on every run (the first in path order), though loading is
-// concurrent.
+// TestFirstMalformedInPathOrder: with several malformed files the error
+// names every one, a line each in path order, the same on every run
+// though loading is concurrent, and errors.As finds the first.
 func TestFirstMalformedInPathOrder(t *testing.T) {
 	root := t.TempDir()
 	for _, n := range []string{"c", "a", "b"} {
@@ -401,6 +401,15 @@ func TestFirstMalformedInPathOrder(t *testing.T) {
 		var e *Error
 		if !errors.As(err, &e) || e.File != "a/task.toml" {
 			t.Fatalf("run %d: %v, want a/task.toml", i, err)
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != 4 || lines[0] != "3 task definitions are malformed:" {
+			t.Fatalf("run %d: %q, want a count and a line per file", i, err)
+		}
+		for j, f := range []string{"a", "b", "c"} {
+			if !strings.HasPrefix(lines[j+1], f+"/task.toml:1: invalid TOML") {
+				t.Errorf("run %d: line %d is %q, want %s/task.toml's", i, j+1, lines[j+1], f)
+			}
 		}
 	}
 	cov, err := Coverage(root)

@@ -51,7 +51,9 @@ var cdCall = regexp.MustCompile(`(?:^|[;&|(]|\bthen\b|\bdo\b)\s*cd\s+("[^"]*"|'[
 //     then carries into the image; WARN otherwise: a generator's leftover);
 //   - a program the tests run whose name is a file of the build context
 //     (WARN: a verifier helper baked into the environment, which the agent
-//     reads, and rewrites where it can write);
+//     reads, and rewrites where it can write), unless the instruction
+//     names it by its path: then it is the program the agent is asked to
+//     write or fix, and the tests running it is the task;
 //   - a file the tests read under the agent's work tree (or /tmp) that the
 //     build context ships (WARN: a grader reading a file the agent can
 //     rewrite);
@@ -119,7 +121,9 @@ func VerifierStatic(t *task.Task) []Finding {
 				continue
 			}
 			if programExt[path.Ext(p)] {
-				helpers[p] = rel
+				if !instructionNames(t, p) {
+					helpers[p] = rel
+				}
 			} else if under(p, workdir) || underAny(p, agentWritable) {
 				reads[p] = rel
 			}
@@ -144,6 +148,41 @@ func VerifierStatic(t *task.Task) []Finding {
 		add(Warn, "the tests read the clock: %s; a verdict that depends on the time of day or this machine's speed is not reproducible", strings.Join(clock, ", "))
 	}
 	return out
+}
+
+// instructionNames reports whether the instruction of t (or of one of
+// its steps) names the absolute path p as a whole path: "/app/sum.sh" in
+// "fix `/app/sum.sh`", not in "/app/sum.sh.orig".
+func instructionNames(t *task.Task, p string) bool {
+	prompts := []string{t.Prompt}
+	for _, s := range t.Steps {
+		prompts = append(prompts, s.Prompt)
+	}
+	for _, text := range prompts {
+		for rest := text; ; {
+			i := strings.Index(rest, p)
+			if i < 0 {
+				break
+			}
+			before, after := byte(' '), byte(' ')
+			if i > 0 {
+				before = rest[i-1]
+			}
+			if j := i + len(p); j < len(rest) {
+				after = rest[j]
+			}
+			if !pathByte(before) && (!pathByte(after) || after == '.' && (i+len(p)+1 == len(rest) || !pathByte(rest[i+len(p)+1]))) {
+				return true
+			}
+			rest = rest[i+1:]
+		}
+	}
+	return false
+}
+
+// pathByte reports whether b can be part of a path in prose.
+func pathByte(b byte) bool {
+	return b == '/' || b == '.' || b == '_' || b == '-' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 // buildContextFiles is the build context (environment/) but the files that

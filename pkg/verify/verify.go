@@ -58,6 +58,9 @@ type TestSpec struct {
 	// sandbox.NetworkBridge the script gets the host's proxy variables
 	// without their credentials.
 	Network string
+	// Getenv reads those proxy variables from proctor's environment
+	// (nil: os.Getenv).
+	Getenv func(string) string
 }
 
 // TaskTests is the TestSpec of a single-step task.
@@ -118,7 +121,11 @@ func RunTests(ctx context.Context, driver sandbox.Driver, spec TestSpec, h *sand
 	if spec.Network == sandbox.NetworkBridge {
 		// A public verifier gets the host's proxy variables, without
 		// their credentials (the task's own variables win).
-		for k, v := range sandbox.HostProxyEnv(os.Getenv) {
+		getenv := spec.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		for k, v := range sandbox.HostProxyEnv(getenv) {
 			if _, ok := env[k]; !ok {
 				env[k] = v
 			}
@@ -167,6 +174,16 @@ func RunTests(ctx context.Context, driver sandbox.Driver, spec TestSpec, h *sand
 	}
 	r := readReward(files)
 	v.Reward, v.Rewards, v.RawReward, v.Error = r.Value, r.Rewards, r.Raw, r.Err
+	if r.Value == nil && rc != 0 {
+		// A script that failed before its reward (set -e, a missing tool)
+		// says so beside the missing verdict.
+		v.Error = fmt.Sprintf("%s (the test script exited %d)", r.Err, rc)
+	}
+	if r.Err == harness.NoRewardFile {
+		// A script that printed its result instead of writing it (a
+		// "1" or "PASSED" on stdout) shows that beside the missing file.
+		v.Error += "; " + outputEnd(out.Tail.String())
+	}
 	v.Findings = Findings(v, dir.Path(logName), dir.Path("logs", "verifier"))
 	for _, f := range v.Findings {
 		dir.Logf("verifier finding %s: %s", f.Kind, f.Detail)
@@ -259,4 +276,20 @@ func deref(p *float64) any {
 		return "none"
 	}
 	return *p
+}
+
+// outputEndBytes bounds the test script's last output line quoted in a
+// verdict's error.
+const outputEndBytes = 120
+
+// outputEnd says how the test script's output ended, for a verdict
+// without a reward file: its last non-empty line (at most outputEndBytes,
+// quoted), or that it printed nothing.
+func outputEnd(tail string) string {
+	lines := strings.Split(strings.TrimRight(tail, " \t\r\n"), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if last == "" {
+		return "the test script printed nothing"
+	}
+	return fmt.Sprintf("the test script's output ends %q (the verifier log has it all)", cellfs.Suffix(last, outputEndBytes))
 }

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,12 +50,21 @@ func benchLines() int {
 // Flush), against the floor measured in the same run: min(attach rate,
 // publish rate), where the attach rate is exec + attach + demux +
 // bufio.Scanner lines with nothing parsed, and the publish rate is
-// PublishMsgAsync of N prepared encoded envelopes each with its
-// Nats-Msg-Id (the dedupe DESIGN §7 requires of every event, a lookup per
-// message in the server). ratio_vs_floor is the launcher's rate over that
-// floor (target ≥ 0.7); beside it, ratio_vs_bare uses the bare publish of
-// one prepared envelope with no header (floor-publish-events/s), which no
-// event of the log may skip.
+// PublishMsgAsync of the very messages the launcher's path stores (the
+// N+1 encoded envelopes of those lines and the synthesised Started, same
+// run, cell, subjects and sizes, parsed and encoded before the clock
+// starts) each with its Nats-Msg-Id (the dedupe DESIGN §7 requires of
+// every event, a lookup per message in the server). ratio_vs_floor is the
+// launcher's rate over that floor (target ≥ 0.7); beside it,
+// ratio_vs_bare uses the bare publish of one prepared envelope with no
+// header (floor-publish-events/s), which no event of the log may skip.
+//
+// Beside the rates it reports the process's CPU time per line of the
+// launcher's path and of the publish floor (cpu-us/line: user + system
+// from getrusage over the timed part, the in-process server included, the
+// engine's process not) and their quotient cpu_ratio: on 2 CPUs both
+// sides are CPU-bound, so the wall-clock ratio follows the CPU each line
+// costs, and the CPU figures move far less with other processes' load.
 //
 // Each side's rate is its best of agentLineRounds rounds, each round
 // starting with another side, so a burst of load from elsewhere (a
@@ -138,10 +149,11 @@ func BenchmarkAgentEventLines(b *testing.B) {
 		}
 		return float64(n) / time.Since(start).Seconds()
 	}
-	// Floor 2: PublishAsync of the same n messages the launcher's path
-	// stores (encoded envelopes with their Nats-Msg-Id header, which the
-	// design requires for dedupe), prepared beforehand; and of one bare
-	// payload without the header.
+	// Floor 2: PublishAsync of the n+1 messages the launcher's path stores
+	// (encoded envelopes with their Nats-Msg-Id header, which the design
+	// requires for dedupe), prepared beforehand; and of one bare payload
+	// without the header n times. Rates are per line, as the launcher's
+	// (which publishes the same n+1).
 	publish := func(msgs []*nats.Msg) float64 {
 		start := time.Now()
 		for _, m := range msgs {
@@ -156,16 +168,37 @@ func BenchmarkAgentEventLines(b *testing.B) {
 		<-bb.JS.PublishAsyncComplete()
 		return float64(n) / time.Since(start).Seconds()
 	}
-	withID := func() float64 {
+	// The launcher's messages, as its path encodes them: the lines
+	// parsed and their envelopes built and encoded here, before the clock.
+	lineTexts := strings.Split(strings.TrimSuffix(sb.String(), "\n"), "\n")
+	cellID := "t/agent:x/m/1"
+	var eventBytes float64 // the mean encoded envelope the log stores
+	withID := func() (float64, float64) {
 		run := events.NewID()
-		msgs := make([]*nats.Msg, n)
-		for j := range msgs {
-			e := events.Must(events.Usage, run, "raw/x/y/1", 1, Source, events.UsageData{PromptTokens: events.Count(int64(j)), CompletionTokens: events.Count(12)})
+		msgs := make([]*nats.Msg, 0, n+1)
+		add := func(e events.Envelope) {
 			data, _ := events.Encode(e)
-			msgs[j] = &nats.Msg{Subject: events.Subject(e), Data: data, Header: nats.Header{nats.MsgIdHdr: []string{e.ID}}}
+			msgs = append(msgs, &nats.Msg{Subject: events.Subject(e), Data: data, Header: nats.Header{nats.MsgIdHdr: []string{e.ID}}})
 		}
+		add(events.Must(events.Started, run, cellID, 1, Source, events.StartedData{Harness: "agent:x", Model: "m", Synthesized: true}))
+		for _, text := range lineTexts {
+			l := harness.ParseLine(text, time.Now())
+			if l.Kind != harness.LineEvent {
+				b.Fatalf("not an event line: %s", text)
+			}
+			e := events.Must(l.Type, run, cellID, 1, Source, l.Data)
+			e.At = l.At.UTC()
+			add(e)
+		}
+		size := 0
+		for _, m := range msgs {
+			size += len(m.Data)
+		}
+		eventBytes = float64(size) / float64(len(msgs))
 		fresh()
-		return publish(msgs)
+		cpu := cpuTime()
+		rate := publish(msgs)
+		return rate, cpuPer(cpu, n)
 	}
 	bare := func() float64 {
 		run := events.NewID()
@@ -177,17 +210,20 @@ func BenchmarkAgentEventLines(b *testing.B) {
 			msgs[j] = m
 		}
 		fresh()
-		return publish(msgs)
+		rate := publish(msgs)
+		return rate
 	}
 	// Through the launcher's path.
-	launcher := func() float64 {
+	launcher := func() (float64, float64) {
 		run := events.NewID()
-		c := &cell{s: &Service{bus: bb, driver: d}, job: events.LaunchJob{RunID: run, CellID: "t/agent:x/m/1"}, attempt: 1,
+		c := &cell{s: &Service{bus: bb, driver: d}, job: events.LaunchJob{RunID: run, CellID: cellID}, attempt: 1,
 			cr: &cellrun.Cell{Plan: events.CellPlannedData{Harness: "agent:x", Model: "m"}, Dir: cellfs.Dir(b.TempDir())}}
 		fresh()
+		cpu := cpuTime()
 		start := time.Now()
 		w, end := harness.StreamEvents(ctx, c)
-		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: w})
+		seen := &newlines{w: w}
+		res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"cat", "/bench/lines.jsonl"}, Stdout: seen})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
 		}
@@ -196,6 +232,7 @@ func BenchmarkAgentEventLines(b *testing.B) {
 			b.Fatal(err)
 		}
 		rate := float64(n) / time.Since(start).Seconds()
+		perLine := cpuPer(cpu, n)
 		if publishErr != nil {
 			b.Fatal(publishErr)
 		}
@@ -204,17 +241,31 @@ func BenchmarkAgentEventLines(b *testing.B) {
 			b.Fatal(err)
 		}
 		if stored != n+1 { // + the synthesised Started
-			b.Fatalf("%d events stored for %d lines", stored, n)
+			inStream := "?"
+			if info, err := events0.Info(ctx); err == nil {
+				inStream = strconv.FormatUint(info.State.Msgs, 10)
+			}
+			b.Fatalf("%d events read back for %d lines (the exec's output had %d lines; the stream holds %s messages)", stored, n, seen.n, inStream)
 		}
-		return rate
+		return rate, perLine
 	}
 
 	var rawAttach, rawPublish, rawBare, through float64
+	// Each side's CPU per line is that of its fastest round.
+	var cpuPublish, cpuThrough float64
 	sides := []func(){
 		func() { fresh(); rawAttach = max(rawAttach, attach()) },
-		func() { rawPublish = max(rawPublish, withID()) },
+		func() {
+			if r, c := withID(); r > rawPublish {
+				rawPublish, cpuPublish = r, c
+			}
+		},
 		func() { rawBare = max(rawBare, bare()) },
-		func() { through = max(through, launcher()) },
+		func() {
+			if r, c := launcher(); r > through {
+				through, cpuThrough = r, c
+			}
+		},
 	}
 	for i := 0; i < b.N*agentLineRounds; i++ {
 		// Each round starts with another side.
@@ -229,4 +280,33 @@ func BenchmarkAgentEventLines(b *testing.B) {
 	b.ReportMetric(min(rawAttach, rawPublish), "floor-lines/s")
 	b.ReportMetric(through/min(rawAttach, rawPublish), "ratio_vs_floor")
 	b.ReportMetric(through/min(rawAttach, rawBare), "ratio_vs_bare")
+	b.ReportMetric(cpuThrough, "agent-cpu-us/line")
+	b.ReportMetric(cpuPublish, "floor-cpu-us/line")
+	b.ReportMetric(cpuPublish/cpuThrough, "cpu_ratio")
+	b.ReportMetric(eventBytes, "bytes/event")
+}
+
+// cpuTime is the process's CPU time so far (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuPer is the CPU time since since, in microseconds per one of n.
+func cpuPer(since time.Duration, n int) float64 {
+	return float64(cpuTime()-since) / float64(time.Microsecond) / float64(n)
+}
+
+// newlines passes writes on to w, counting the lines in them.
+type newlines struct {
+	w io.Writer
+	n int
+}
+
+func (l *newlines) Write(p []byte) (int, error) {
+	l.n += bytes.Count(p, []byte{'\n'})
+	return l.w.Write(p)
 }

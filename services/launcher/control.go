@@ -59,10 +59,11 @@ func (s *Service) stopped(ctx, cctx context.Context, job events.LaunchJob, attem
 // cell is errored, class cancelled, unless the run ended or the attempt
 // already has its terminal event. The error is the event log's.
 func (s *Service) recordCancelled(ctx context.Context, job events.LaunchJob, attempt int, c *bus.Cancelled) error {
-	cr, err := s.openCell(ctx, job.RunID, job.CellID)
+	cr, err := s.openCell(ctx, job.RunID, job.CellID, attempt)
 	if err != nil {
 		return err
 	}
+	defer cr.Close()
 	if cr.Ended() || cr.Stale(job.Epoch) {
 		return nil
 	}

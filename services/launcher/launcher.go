@@ -26,6 +26,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/sandbox/process"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/trees"
 	"github.com/proctor-eval/proctor/pkg/verify"
 )
 
@@ -58,11 +59,20 @@ type Config struct {
 	// one owns any more (see Reap; at start too; default AckWait), when
 	// its driver is a Reaper.
 	ReapEvery time.Duration
-	// StoreOutputs stores the output directory of each cell this
-	// launcher scores itself (an arm that scores itself, a multi-step
-	// task) in the PROCTOR_TREES bucket before its Verdict is published
-	// (verifier.Config.StoreOutputs).
+	// StoreOutputs keeps each cell's output directory on this node and
+	// stores it in the PROCTOR_TREES bucket before the terminal event
+	// this launcher publishes (the Verdict of an arm that scores itself
+	// or of a multi-step task, or CellErrored), then removes it from this
+	// node (verifier.Config.StoreOutputs).
 	StoreOutputs bool
+	// Getenv reads proctor's environment for the arms (harness.Env.Getenv)
+	// and the verifier phases this launcher runs; nil means os.Getenv.
+	Getenv func(string) string
+	// TreeCacheBytes bounds this node's cache of fetched trees
+	// ($PROCTOR_HOME/trees) in bytes, least recently used trees removed
+	// first, never one a cell holds (trees.Cache.MaxBytes); 0 is no
+	// bound. The verifier of the node shares the cache.
+	TreeCacheBytes int64
 }
 
 // Validate fills defaults and checks the config.
@@ -85,6 +95,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
 	}
 	if c.Host == nil {
 		c.Host = &process.Driver{Host: true}
@@ -259,10 +272,11 @@ func (s *Service) launch(ctx context.Context, job events.LaunchJob, attempt int)
 // recorded. A job of an ended run, or of a cell that has a terminal
 // event, is only acked. The error is the event log's (retry).
 func (s *Service) Poison(ctx context.Context, job events.LaunchJob, attempt int) error {
-	cr, err := s.openCell(ctx, job.RunID, job.CellID)
+	cr, err := s.openCell(ctx, job.RunID, job.CellID, attempt)
 	if err != nil {
 		return err
 	}
+	defer cr.Close()
 	if cr.Ended() || cr.Stale(job.Epoch) {
 		return nil
 	}
@@ -312,6 +326,9 @@ type cell struct {
 	solveQueueSec float64
 	handedOver    bool
 	slots         cellSlots
+	// storeFailed: storing the output failed once; the directory is
+	// kept and the cell's errored event names no output.
+	storeFailed bool
 }
 
 // QueueSec is how long the cell waited for its slots so far, in seconds
@@ -339,6 +356,10 @@ func (c *cell) Dir() cellfs.Dir        { return c.cr.Dir }
 func (c *cell) Driver() sandbox.Driver { return c.s.driver }
 func (c *cell) Host() sandbox.Driver   { return c.s.cfg.Host }
 
+// Getenv reads proctor's environment through the launcher's
+// Config.Getenv.
+func (c *cell) Getenv(k string) string { return c.s.cfg.Getenv(k) }
+
 // Emit publishes one event of the cell at time at (zero: now).
 func (c *cell) Emit(ctx context.Context, t events.Type, data any, at time.Time) error {
 	e := events.Must(t, c.job.RunID, c.job.CellID, c.attempt, Source, data)
@@ -350,16 +371,36 @@ func (c *cell) Emit(ctx context.Context, t events.Type, data any, at time.Time) 
 
 // storeOutput names in v the stored output directory of the cell's
 // attempt when the launcher stores outputs (Config.StoreOutputs). A
-// failure is the cell's, class infra.
+// failure is the cell's, class infra (its directory is then kept).
 func (c *cell) storeOutput(ctx context.Context, v *events.VerdictData) error {
 	if !c.s.cfg.StoreOutputs {
 		return nil
 	}
 	o, err := c.cr.StoreOutput(ctx, c.attempt)
 	if err != nil {
+		c.storeFailed = true
 		return events.Classf(events.ClassInfra, "store the cell's output: %w", err)
 	}
 	v.Output = o
+	return nil
+}
+
+// publishTerminal publishes the cell's terminal event (Verdict or
+// CellErrored) and, once the log holds it, removes this node's copy of
+// the output directory it names as stored (output non-nil); a directory
+// whose store failed is kept.
+func (c *cell) publishTerminal(ctx context.Context, t events.Type, data any, output *events.OutputObject) error {
+	if err := c.emit(ctx, t, data); err != nil {
+		return err
+	}
+	if err := c.s.bus.Flush(ctx); err != nil {
+		return err
+	}
+	if output != nil {
+		if err := c.cr.RemoveOutput(); err != nil {
+			c.s.log.Warn("remove a stored cell's directory", "cell", c.job.CellID, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -384,17 +425,28 @@ func (c *cell) end(ctx context.Context, dflt events.ErrorClass, err error) error
 		class = events.ClassInfra
 	}
 	c.Dir().Logf("errored (%s): %v", class, err)
-	if perr := c.emit(ctx, events.CellErrored, events.CellErroredData{ErrorClass: string(class), Error: err.Error()}); perr != nil {
-		return perr
+	data := events.CellErroredData{ErrorClass: string(class), Error: err.Error()}
+	if c.s.cfg.StoreOutputs && c.cr != nil && !c.storeFailed {
+		// Its logs say why it errored: stored as a verdict's are.
+		o, serr := c.cr.StoreOutput(ctx, c.attempt)
+		if serr != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.Dir().Logf("store the cell's output: %v (kept on node %s)", serr, c.s.cfg.Node)
+			c.s.log.Warn("store an errored cell's output", "cell", c.job.CellID, "err", serr)
+		}
+		data.Output = o
 	}
-	return c.s.bus.Flush(ctx)
+	return c.publishTerminal(ctx, events.CellErrored, data, data.Output)
 }
 
 func (c *cell) run(ctx context.Context) error {
-	cr, err := c.s.openCell(ctx, c.job.RunID, c.job.CellID)
+	cr, err := c.s.openCell(ctx, c.job.RunID, c.job.CellID, c.attempt)
 	if err != nil {
 		return err
 	}
+	defer cr.Close()
 	if cr.Ended() || cr.Stale(c.job.Epoch) {
 		c.s.log.Info("dropping a job of an ended, expired or resumed run", "run", c.job.RunID, "cell", c.job.CellID,
 			"status", cr.Status, "expired", cr.Expired, "epoch", c.job.Epoch, "run_epoch", cr.Epoch)
@@ -569,14 +621,13 @@ func (c *cell) run(ctx context.Context) error {
 		return err
 	}
 	if out.Verdict != nil {
-		// The arm scored itself: nothing to hand over.
+		// The arm scored itself: nothing to hand over. The sandbox goes
+		// first, so the stored output holds every line of the cell.
+		teardown()
 		if err := c.storeOutput(ctx, out.Verdict); err != nil {
 			return c.end(ctx, events.ClassInfra, err)
 		}
-		if err := c.emit(ctx, events.Verdict, *out.Verdict); err != nil {
-			return err
-		}
-		return c.s.bus.Flush(ctx)
+		return c.publishTerminal(ctx, events.Verdict, *out.Verdict, out.Verdict.Output)
 	}
 	if err := c.s.bus.Flush(ctx); err != nil {
 		return err
@@ -686,11 +737,13 @@ func (c *cell) tamperFindings(ctx context.Context, p harness.Placement, h *sandb
 	}
 }
 
-// openCell opens a job's cell (cellrun.Open); with StoreOutputs its
-// output directory is on this node (cellrun.OpenOnNode).
-func (s *Service) openCell(ctx context.Context, runID, cellID string) (*cellrun.Cell, error) {
+// openCell opens an attempt of a job's cell (cellrun.OpenOnNode): with
+// StoreOutputs its output directory is on this node; the trees it fetches
+// go to the node's bounded cache.
+func (s *Service) openCell(ctx context.Context, runID, cellID string, attempt int) (*cellrun.Cell, error) {
+	node := cellrun.Node{Attempt: attempt, Trees: trees.Cache{MaxBytes: s.cfg.TreeCacheBytes}}
 	if s.cfg.StoreOutputs {
-		return cellrun.OpenOnNode(ctx, s.bus, runID, cellID, cellrun.NodeOutputs())
+		node.Outputs, node.Make = cellrun.NodeOutputs(), true
 	}
-	return cellrun.Open(ctx, s.bus, runID, cellID)
+	return cellrun.OpenOnNode(ctx, s.bus, runID, cellID, node)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/proctor-eval/proctor/pkg/bus"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 )
 
@@ -222,7 +223,7 @@ func (c *cell) takeSolve(ctx context.Context) error {
 }
 
 // solveGate takes the cell's solve slot (takeSolve), then reads the run
-// record once more: a sandbox started ahead whose run was paused while it
+// record once more (retried while the bus fails transiently): a sandbox started ahead whose run was paused while it
 // waited does not start its solve. It is destroyed (teardown), its slots
 // given back, and errPaused returned, so Launch waits for a continue and
 // starts the cell afresh; a paused run holds no idle sandbox whose
@@ -234,7 +235,15 @@ func (c *cell) solveGate(ctx context.Context, teardown func()) error {
 	if c.s.ctl == nil {
 		return nil
 	}
-	rec, err := c.s.bus.GetRun(ctx, c.job.RunID)
+	// The read is retried while the bus fails transiently (a stream
+	// leader moving): the sandbox is ready and the slot taken, so giving
+	// up here would run the cell again as another attempt.
+	var rec bus.RunRecord
+	err := bus.Retry(ctx, c.s.log, "read run "+c.job.RunID+" at the solve gate", func(ctx context.Context) error {
+		var err error
+		rec, err = c.s.bus.GetRun(ctx, c.job.RunID)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -199,10 +199,7 @@ func (c *cell) runSteps(ctx context.Context, arm harness.Arm, p harness.Placemen
 	if err := c.storeOutput(ctx, &verdict); err != nil {
 		return c.end(ctx, events.ClassInfra, err)
 	}
-	if err := c.emit(ctx, events.Verdict, verdict); err != nil {
-		return err
-	}
-	return c.s.bus.Flush(ctx)
+	return c.publishTerminal(ctx, events.Verdict, verdict, verdict.Output)
 }
 
 // stepFailure is a step that ran but has no verdict through the task's
@@ -269,7 +266,7 @@ func (c *cell) runStep(ctx context.Context, arm harness.Arm, p harness.Placement
 	}
 	v, err := verify.RunTests(ctx, d, verify.TestSpec{
 		TestsDirs: []string{c.task.TestsDir, s.TestsDir}, Script: filepath.Base(s.TestScript),
-		Env: s.VerifierEnv, TimeoutSec: s.VerifierTimeoutSec, Network: network,
+		Env: s.VerifierEnv, TimeoutSec: s.VerifierTimeoutSec, Network: network, Getenv: c.s.cfg.Getenv,
 	}, h, dir)
 	if err != nil {
 		return sv, fmt.Errorf("verify: %w", err)

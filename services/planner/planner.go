@@ -33,6 +33,9 @@ type Config struct {
 	// planned, so workers need not see the planner's paths (a cluster
 	// without a shared file system). A single-process run leaves it off.
 	StoreTrees bool
+	// Getenv reads proctor's environment for the arms' checks (Matrix);
+	// nil means os.Getenv.
+	Getenv func(string) string
 }
 
 // Service is the planner.
@@ -40,6 +43,7 @@ type Service struct {
 	bus        *bus.Bus
 	log        *slog.Logger
 	storeTrees bool
+	getenv     func(string) string
 
 	mu     sync.Mutex
 	primed map[string][]Cell // run id → its matrix, computed by the caller
@@ -59,7 +63,7 @@ func (s *Service) Prime(runID string, cells []Cell) {
 	s.primed[runID] = cells
 }
 
-// matrix returns the primed matrix of runID, else Matrix(spec).
+// matrix returns the primed matrix of runID, else Matrix(spec, getenv).
 func (s *Service) matrix(runID string, spec events.RunSpec) ([]Cell, error) {
 	s.mu.Lock()
 	cells, ok := s.primed[runID]
@@ -68,7 +72,7 @@ func (s *Service) matrix(runID string, spec events.RunSpec) ([]Cell, error) {
 	if ok {
 		return cells, nil
 	}
-	return Matrix(spec)
+	return Matrix(spec, s.getenv)
 }
 
 // New returns a planner on b.
@@ -80,7 +84,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{bus: b, log: log.With("service", Source), storeTrees: cfg.StoreTrees}, nil
+	return &Service{bus: b, log: log.With("service", Source), storeTrees: cfg.StoreTrees, getenv: cfg.Getenv}, nil
 }
 
 // Cell is one planned cell.
@@ -104,10 +108,11 @@ type Cell struct {
 // an unknown definition key fails it too: task.ErrUnknownKeys), a task name
 // is unknown (task.ErrTaskNotFound), nothing is selected (task.ErrNoTasks,
 // naming the root and what was skipped there), or a harness reference does
-// not parse, or a harness cannot run here (its Check: a missing CLI or
-// credential).
-func Matrix(spec events.RunSpec) ([]Cell, error) {
-	cells, checks, err := matrix(spec)
+// not parse, or a harness cannot run here (its Check, which reads
+// proctor's environment through getenv, nil meaning os.Getenv: a missing
+// CLI or credential).
+func Matrix(spec events.RunSpec, getenv func(string) string) ([]Cell, error) {
+	cells, checks, err := matrix(spec, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +126,11 @@ func Matrix(spec events.RunSpec) ([]Cell, error) {
 // not stop it; that harness's cells are refused with the reason, and
 // checks holds each such harness's error (the run itself would stop on
 // the first).
-func Preview(spec events.RunSpec) (cells []Cell, checks []error, err error) {
-	return matrix(spec)
+func Preview(spec events.RunSpec, getenv func(string) string) (cells []Cell, checks []error, err error) {
+	return matrix(spec, getenv)
 }
 
-func matrix(spec events.RunSpec) ([]Cell, []error, error) {
+func matrix(spec events.RunSpec, getenv func(string) string) ([]Cell, []error, error) {
 	if len(spec.Harnesses) == 0 {
 		return nil, nil, errors.New("no harness given (--harnesses oracle)")
 	}
@@ -141,7 +146,7 @@ func matrix(spec events.RunSpec) ([]Cell, []error, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := arm.Check(spec.BaseDir); err != nil {
+		if err := arm.Check(spec.BaseDir, getenv); err != nil {
 			err = fmt.Errorf("harness %s: %w", r.Name, err)
 			checks = append(checks, err)
 			unusable[r.Name] = err.Error()
@@ -309,7 +314,7 @@ func (s *Service) Plan(ctx context.Context, runID string, spec events.RunSpec) e
 		return s.bus.UpdateRun(ctx, runID, func(r *bus.RunRecord) { r.Status = bus.StatusRunning; r.Error = err.Error() })
 	}
 	if s.storeTrees {
-		if cells, err = s.storeInputs(ctx, spec, cells); err != nil {
+		if cells, err = StoreInputs(ctx, s.bus, spec, cells, s.getenv); err != nil {
 			if !bus.Transient(err) && ctx.Err() == nil {
 				s.log.Warn("run cannot be planned", "run", runID, "err", err)
 				if perr := s.bus.PublishAll(ctx, events.Must(events.RunPlanned, runID, "", 0, Source, events.RunPlannedData{Error: err.Error()})); perr != nil {

@@ -25,7 +25,7 @@ func TestMatrix(t *testing.T) {
 	base, _ := filepath.Abs("../..")
 	spec := events.RunSpec{TasksRoot: examples(t), Tasks: []string{"fix-sum", "needs-token", "home-workdir"},
 		Harnesses: []string{"oracle", "agent:examples/agents/scripted"}, Models: []string{"m1", "m2"}, Repeats: 2, BaseDir: base}
-	cells, err := Matrix(spec)
+	cells, err := Matrix(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestMatrix(t *testing.T) {
 		{TasksRoot: examples(t), All: true, Harnesses: []string{"agent:/nonexistent"}},               // no agent.toml
 		{TasksRoot: examples(t), Harnesses: []string{"oracle"}},                                      // nothing selected
 	} {
-		if _, err := Matrix(bad); err == nil {
+		if _, err := Matrix(bad, nil); err == nil {
 			t.Errorf("%+v planned", bad)
 		}
 	}
@@ -79,7 +79,7 @@ func TestMatrixRefusesEmptyRunsAndStrictKeys(t *testing.T) {
 	if err := os.WriteFile(note, []byte("# not yet a task\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Matrix(events.RunSpec{TasksRoot: empty, All: true, Harnesses: []string{"oracle"}})
+	_, err := Matrix(events.RunSpec{TasksRoot: empty, All: true, Harnesses: []string{"oracle"}}, nil)
 	if !errors.Is(err, task.ErrNoTasks) || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "idea: task.md has no YAML frontmatter") {
 		t.Errorf("empty root: %v", err)
 	}
@@ -98,12 +98,12 @@ func TestMatrixRefusesEmptyRunsAndStrictKeys(t *testing.T) {
 		}
 	}
 	spec := events.RunSpec{TasksRoot: root, All: true, Harnesses: []string{"oracle"}}
-	cells, err := Matrix(spec)
+	cells, err := Matrix(spec, nil)
 	if err != nil || len(cells) != 1 || !reflect.DeepEqual(unknownKeys(cells[0].Task), []string{"enviroment"}) {
 		t.Fatalf("lenient: %v %+v", err, cells)
 	}
 	spec.Strict = true
-	if _, err := Matrix(spec); !errors.Is(err, task.ErrUnknownKeys) || !strings.Contains(err.Error(), "t/task.toml:2: key enviroment") {
+	if _, err := Matrix(spec, nil); !errors.Is(err, task.ErrUnknownKeys) || !strings.Contains(err.Error(), "t/task.toml:2: key enviroment") {
 		t.Errorf("strict: %v", err)
 	}
 }

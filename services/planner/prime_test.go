@@ -25,7 +25,7 @@ func TestPlanUsesPrimedMatrixOnce(t *testing.T) {
 	base, _ := filepath.Abs("../..")
 	spec := events.RunSpec{TasksRoot: examples(t), Tasks: []string{"fix-sum", "count-words"},
 		Harnesses: []string{"oracle"}, Models: []string{"m"}, Repeats: 1, BaseDir: base, OutputDir: t.TempDir()}
-	cells, err := Matrix(spec)
+	cells, err := Matrix(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/proctor-eval/proctor/pkg/harness"
 	"github.com/proctor-eval/proctor/pkg/sandbox"
 	"github.com/proctor-eval/proctor/pkg/task"
+	"github.com/proctor-eval/proctor/pkg/trees"
 	"github.com/proctor-eval/proctor/pkg/verify"
 )
 
@@ -43,11 +44,19 @@ type Config struct {
 	// sandbox is destroyed (launcher.Slots: the launcher in the same
 	// process passed it on with the job).
 	Slots interface{ Release(jobID string) }
-	// StoreOutputs stores each cell's output directory in the
-	// PROCTOR_TREES bucket before its Verdict is published, and names the
-	// object in the Verdict (a cluster whose driver does not see this
-	// node's disk). A single-process run leaves it off.
+	// StoreOutputs keeps each cell's output directory on this node
+	// (cellrun.NodeOutputs), stores it in the PROCTOR_TREES bucket
+	// before its terminal event (Verdict or CellErrored) is published,
+	// names the object in that event (a cluster whose driver does not see
+	// this node's disk), and removes it from this node once the event is
+	// published. A single-process run leaves it off.
 	StoreOutputs bool
+	// Getenv reads proctor's environment (the host's proxy variables a
+	// public verifier gets: verify.TestSpec.Getenv); nil means os.Getenv.
+	Getenv func(string) string
+	// TreeCacheBytes bounds this node's cache of fetched trees, as
+	// launcher.Config.TreeCacheBytes.
+	TreeCacheBytes int64
 }
 
 // Validate fills defaults and checks the config.
@@ -156,6 +165,12 @@ func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
 // (docs/decisions/2026-12-01-verifier-sandbox-on-stop.md). Once the sandbox is gone
 // the terminal event is published with retries until ctx ends.
 //
+// With Config.StoreOutputs the cell's output directory on this node is
+// stored after the sandbox is gone and before the terminal event, which
+// names it (a Verdict whose store fails becomes CellErrored, class
+// infra); once the event is published the directory is removed from
+// this node. A directory whose store failed is kept.
+//
 // A cell cancelled (its run's control state, or a cancel message while
 // its tests run) is not scored: its tests are stopped, its sandbox
 // destroyed, and it is errored, class cancelled.
@@ -163,7 +178,12 @@ func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
 	h := &sandbox.Handle{Driver: job.Sandbox.Driver, ID: job.Sandbox.ID, State: job.Sandbox.State}
 	cctx, done := s.ctl.Cell(ctx, job.RunID, job.CellID)
 	defer done()
-	end, err := s.verify(cctx, job, h)
+	end, cr, err := s.verify(cctx, job, h)
+	if cr != nil {
+		// Held until its output is stored and removed (the node's
+		// sweeper leaves a held directory alone).
+		defer cr.Close()
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -182,9 +202,65 @@ func (s *Service) Verify(ctx context.Context, job events.VerifyJob) error {
 	if end == nil {
 		return nil
 	}
-	return bus.Retry(ctx, s.log, "publish the terminal event of "+job.CellID, func(ctx context.Context) error {
+	var stored *events.OutputObject
+	if s.cfg.StoreOutputs && cr != nil {
+		// After the sandbox is gone, so the stored copy holds every line
+		// written for the cell.
+		if end, stored, err = s.storeOutput(ctx, job, cr, *end); err != nil {
+			return err
+		}
+	}
+	err = bus.Retry(ctx, s.log, "publish the terminal event of "+job.CellID, func(ctx context.Context) error {
 		return s.bus.PublishAll(ctx, *end)
 	})
+	if err == nil && stored != nil {
+		if rerr := cr.RemoveOutput(); rerr != nil {
+			s.log.Warn("remove a stored cell's directory", "cell", job.CellID, "err", rerr)
+		}
+	}
+	return err
+}
+
+// storeOutput stores the cell's output directory (cellrun.StoreOutput)
+// and returns end naming it, and what it names. A store that fails turns
+// a Verdict into CellErrored, class infra (the cell is retried, its
+// directory kept on this node); an errored cell stays errored, naming
+// nothing. The error is ctx's: the job is given back.
+func (s *Service) storeOutput(ctx context.Context, job events.VerifyJob, cr *cellrun.Cell, end events.Envelope) (*events.Envelope, *events.OutputObject, error) {
+	o, err := cr.StoreOutput(ctx, job.Attempt)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		s.log.Warn("store a cell's output", "cell", job.CellID, "err", err)
+		if end.Type == events.Verdict {
+			cr.Dir.Logf("verifier errored: store the cell's output: %v (kept on node %s)", err, s.cfg.Node)
+			e := event(job, events.CellErrored, events.CellErroredData{ErrorClass: string(events.ClassInfra), Error: "store the cell's output: " + err.Error()})
+			return &e, nil, nil
+		}
+		cr.Dir.Logf("store the cell's output: %v (kept on node %s)", err, s.cfg.Node)
+		return &end, nil, nil
+	}
+	var e events.Envelope
+	switch end.Type {
+	case events.Verdict:
+		var v events.VerdictData
+		if err := events.Into(end, &v); err != nil {
+			return nil, nil, err
+		}
+		v.Output = o
+		e = event(job, events.Verdict, v)
+	case events.CellErrored:
+		var d events.CellErroredData
+		if err := events.Into(end, &d); err != nil {
+			return nil, nil, err
+		}
+		d.Output = o
+		e = event(job, events.CellErrored, d)
+	default:
+		return &end, nil, nil
+	}
+	return &e, o, nil
 }
 
 func (s *Service) destroy(ctx context.Context, h *sandbox.Handle) {
@@ -204,14 +280,22 @@ func event(job events.VerifyJob, t events.Type, data any) events.Envelope {
 }
 
 // verify scores one cell and returns its terminal event (Verdict or
-// CellErrored) for the caller to publish once the sandbox is gone; nil when
-// the job belongs to an ended run. The error is non-nil only when the event
-// log cannot be read or written.
-func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.Handle) (*events.Envelope, error) {
-	cr, err := s.openCell(ctx, job.RunID, job.CellID)
+// CellErrored) for the caller to store the output of and publish once the
+// sandbox is gone, and the opened cell (the caller closes it); a nil event when the job belongs
+// to an ended run. The error is non-nil only when the event log cannot be
+// read or written.
+func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.Handle) (*events.Envelope, *cellrun.Cell, error) {
+	cr, err := s.openCell(ctx, job.RunID, job.CellID, job.Attempt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	end, err := s.score(ctx, job, h, cr)
+	return end, cr, err
+}
+
+// score is verify's work on the opened cell cr.
+func (s *Service) score(ctx context.Context, job events.VerifyJob, h *sandbox.Handle, cr *cellrun.Cell) (*events.Envelope, error) {
+	var err error
 	if cr.Ended() || cr.Stale(job.Epoch) {
 		return nil, nil
 	}
@@ -330,14 +414,6 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 	if v.Reward != nil && !v.TimedOut {
 		_ = dir.WriteReward(*v.Reward)
 	}
-	if s.cfg.StoreOutputs {
-		if v.Output, err = cr.StoreOutput(ctx, job.Attempt); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return fail(events.Classf(events.ClassInfra, "store the cell's output: %w", err))
-		}
-	}
 	e := event(job, events.Verdict, v)
 	return &e, nil
 }
@@ -345,15 +421,17 @@ func (s *Service) verify(ctx context.Context, job events.VerifyJob, h *sandbox.H
 // runTests scores a single-step task's tests in h (verify.RunTests).
 func (s *Service) runTests(ctx context.Context, t *task.Task, h *sandbox.Handle, dir cellfs.Dir, network string) (events.VerdictData, error) {
 	spec := verify.TaskTests(t)
-	spec.Network = network
+	spec.Network, spec.Getenv = network, s.cfg.Getenv
 	return verify.RunTests(ctx, s.driver, spec, h, dir)
 }
 
-// openCell opens a job's cell (cellrun.Open); with StoreOutputs its
-// output directory is on this node (cellrun.OpenOnNode).
-func (s *Service) openCell(ctx context.Context, runID, cellID string) (*cellrun.Cell, error) {
+// openCell opens an attempt of a job's cell (cellrun.OpenOnNode): with
+// StoreOutputs its output directory is on this node; the trees it fetches
+// go to the node's bounded cache.
+func (s *Service) openCell(ctx context.Context, runID, cellID string, attempt int) (*cellrun.Cell, error) {
+	node := cellrun.Node{Attempt: attempt, Trees: trees.Cache{MaxBytes: s.cfg.TreeCacheBytes}}
 	if s.cfg.StoreOutputs {
-		return cellrun.OpenOnNode(ctx, s.bus, runID, cellID, cellrun.NodeOutputs())
+		node.Outputs = cellrun.NodeOutputs()
 	}
-	return cellrun.Open(ctx, s.bus, runID, cellID)
+	return cellrun.OpenOnNode(ctx, s.bus, runID, cellID, node)
 }

@@ -159,12 +159,24 @@ func TestVerifyRewardGarbage(t *testing.T) {
 }
 
 // TestVerifyNoRewardFile: a script that wrote no reward gives no reward
-// and says so; its exit code alone never passes (as Harbor).
+// and says so; its exit code alone never passes (as Harbor). A script
+// that failed says with which exit code.
 func TestVerifyNoRewardFile(t *testing.T) {
-	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Exit: 0}}}
+	for _, exit := range []int{0, 3} {
+		d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Exit: exit}}}
+		v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
+		said := strings.Contains(v.Error, "(the test script exited 3)")
+		if v.Reward != nil || !strings.Contains(v.Error, "the verifier wrote neither /logs/verifier/reward.txt nor reward.json") || said != (exit == 3) ||
+			!strings.HasSuffix(v.Error, "; the test script printed nothing") {
+			t.Errorf("exit %d: verdict %+v", exit, v)
+		}
+	}
+	// A script that printed its result instead of writing it: the
+	// error quotes the end of its output, and a printed "1" is no pass.
+	d := &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "test.sh", Stdout: "checking /app\nall tests passed\n1\n\n"}}}
 	v := last[events.VerdictData](t, newFixture(t, d, nil).verify(t, nil, sandbox.NetworkBridge), events.Verdict)
-	if v.Reward != nil || v.Error == "" {
-		t.Errorf("verdict %+v", v)
+	if want := "the verifier wrote neither /logs/verifier/reward.txt nor reward.json; the test script's output ends \"1\" (the verifier log has it all)"; v.Reward != nil || v.Error != want {
+		t.Errorf("a script that printed its reward: verdict reward %v, error %q, want none and %q", v.Reward, v.Error, want)
 	}
 }
 
