@@ -1,16 +1,12 @@
 package launcher
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
@@ -22,41 +18,22 @@ import (
 )
 
 // storingFixture is a launcher of a worker that stores outputs, its
-// $PROCTOR_HOME a temp dir; stored is closed when the first chunk of an
-// output reaches the bucket, destroyedAtStore then being how many
-// sandboxes were destroyed.
+// $PROCTOR_HOME a temp dir, watching its bucket.
 type storingFixture struct {
 	*fixture
-	once             sync.Once
-	stored           chan struct{}
-	destroyedAtStore int
+	*harnesstest.StoreWatch
 }
 
 func newStoringFixture(t *testing.T, d *sandboxfake.Driver, bucket *jetstream.ObjectStoreConfig) *storingFixture {
 	t.Helper()
 	t.Setenv("PROCTOR_HOME", t.TempDir())
 	b, _ := bustest.Bus(t)
-	if bucket != nil {
-		if _, err := b.JS.CreateObjectStore(context.Background(), *bucket); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := harnesstest.WatchStore(t, b, bucket, func() int { return len(d.Destroyed()) })
 	s, err := New(Config{Node: "n1", Host: d, StoreOutputs: true}, b, d)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &storingFixture{fixture: &fixture{b: b, d: d, s: s, run: events.NewID()}, stored: make(chan struct{})}
-	sub, err := b.NC.Subscribe("$O."+trees.Bucket+".C.>", func(*nats.Msg) {
-		f.once.Do(func() {
-			f.destroyedAtStore = len(d.Destroyed())
-			close(f.stored)
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return f
+	return &storingFixture{fixture: &fixture{b: b, d: d, s: s, run: events.NewID()}, StoreWatch: w}
 }
 
 // TestStoringLauncherSelfScoredCell: a cell the launcher scores itself
@@ -75,17 +52,7 @@ func TestStoringLauncherSelfScoredCell(t *testing.T) {
 	if log := harnesstest.StoredRunLog(t, f.b, v.Output); !strings.Contains(log, "attempt 1 on node n1") {
 		t.Errorf("the stored run.log:\n%s", log)
 	}
-	select {
-	case <-f.stored:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no chunk of the output was seen")
-	}
-	if f.destroyedAtStore != 1 {
-		t.Errorf("%d sandboxes destroyed when the output was stored, want 1 (store after the teardown)", f.destroyedAtStore)
-	}
-	if left := harnesstest.NodeCellsLeft(); len(left) != 0 {
-		t.Errorf("the node keeps %q after the Verdict was published", left)
-	}
+	f.StoredAfterTeardown(t)
 }
 
 // TestStoringLauncherErroredCell: a cell errored by the launcher (its

@@ -5,11 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/proctor-eval/proctor/pkg/bus/bustest"
@@ -22,14 +19,10 @@ import (
 )
 
 // storing is a verifier of a worker that stores outputs, its
-// $PROCTOR_HOME a temp dir.
+// $PROCTOR_HOME a temp dir, watching its bucket.
 type storing struct {
 	*fixture
-	// destroyedAtStore is how many sandboxes were destroyed when the
-	// first chunk of an output reached the bucket; stored is closed then.
-	once             sync.Once
-	stored           chan struct{}
-	destroyedAtStore int
+	*harnesstest.StoreWatch
 }
 
 func newStoring(t *testing.T, d *sandboxfake.Driver, driver sandbox.Driver, bucket *jetstream.ObjectStoreConfig) *storing {
@@ -39,27 +32,12 @@ func newStoring(t *testing.T, d *sandboxfake.Driver, driver sandbox.Driver, buck
 	if driver == nil {
 		driver = d
 	}
-	if bucket != nil {
-		if _, err := b.JS.CreateObjectStore(context.Background(), *bucket); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w := harnesstest.WatchStore(t, b, bucket, func() int { return len(d.Destroyed()) })
 	s, err := New(Config{Node: "n1", StoreOutputs: true}, b, driver)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &storing{fixture: &fixture{b: b, d: d, s: s, run: events.NewID()}, stored: make(chan struct{})}
-	sub, err := b.NC.Subscribe("$O."+trees.Bucket+".C.>", func(*nats.Msg) {
-		st.once.Do(func() {
-			st.destroyedAtStore = len(d.Destroyed())
-			close(st.stored)
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	return st
+	return &storing{fixture: &fixture{b: b, d: d, s: s, run: events.NewID()}, StoreWatch: w}
 }
 
 // verifyCell plans an oracle cell, puts in its node directory what its
@@ -102,17 +80,7 @@ func TestVerifyStoresTheOutputAfterTheSandbox(t *testing.T) {
 	if !strings.Contains(log, "the launcher's line") {
 		t.Errorf("the stored run.log lacks the launcher's line:\n%s", log)
 	}
-	select {
-	case <-f.stored:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no chunk of the output was seen")
-	}
-	if f.destroyedAtStore != 1 {
-		t.Errorf("%d sandboxes destroyed when the output was stored, want 1 (store after the teardown)", f.destroyedAtStore)
-	}
-	if left := harnesstest.NodeCellsLeft(); len(left) != 0 {
-		t.Errorf("the node keeps %q after the Verdict was published", left)
-	}
+	f.StoredAfterTeardown(t)
 }
 
 // TestVerifyStoresAnErroredCellsOutput: a cell the verifier errors (a
