@@ -141,22 +141,8 @@ func (h signalHandler) WithGroup(string) slog.Handler      { return h }
 func TestOutputFetchRetriesWhileTheServerIsDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := t.TempDir()
-	port := testutil.FreePorts(t, 1)[0]
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bus.Connect(ctx, srv.ClientURL(), nil)
-	if err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	defer b.Close()
-	bucket, err := trees.Open(ctx, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startRestartable(t)
+	b, bucket := srv.b, srv.bucket
 	cell := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(cell, "logs", "verifier"), 0o755); err != nil {
 		t.Fatal(err)
@@ -168,7 +154,7 @@ func TestOutputFetchRetriesWhileTheServerIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Shutdown()
+	srv.shutdown()
 
 	failed := make(chan struct{})
 	out := t.TempDir()
@@ -191,11 +177,7 @@ func TestOutputFetchRetriesWhileTheServerIsDown(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the fetch neither failed nor ended")
 	}
-	srv, err = bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv.restart(t)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -216,22 +198,8 @@ func TestOutputFetchRetriesWhileTheServerIsDown(t *testing.T) {
 func TestOutputsAllRetriesWhileTheServerIsDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store := t.TempDir()
-	port := testutil.FreePorts(t, 1)[0]
-	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bus.Connect(ctx, srv.ClientURL(), nil)
-	if err != nil {
-		srv.Shutdown()
-		t.Fatal(err)
-	}
-	defer b.Close()
-	bucket, err := trees.Open(ctx, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := startRestartable(t)
+	b, bucket := srv.b, srv.bucket
 	cell := t.TempDir()
 	if err := os.WriteFile(filepath.Join(cell, "reward.txt"), []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -251,7 +219,7 @@ func TestOutputsAllRetriesWhileTheServerIsDown(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	srv.Shutdown()
+	srv.shutdown()
 
 	failed := make(chan struct{})
 	f := &outputFetcher{b: b, runID: run, specOut: out, fetched: map[string]bool{},
@@ -274,11 +242,7 @@ func TestOutputsAllRetriesWhileTheServerIsDown(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("all neither failed nor ended")
 	}
-	srv, err = bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: store, Port: port})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
+	srv.restart(t)
 	select {
 	case r := <-done:
 		if r.err != nil || r.n != 1 {
@@ -290,6 +254,45 @@ func TestOutputsAllRetriesWhileTheServerIsDown(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dest, "reward.txt")); err != nil || string(b) != "1\n" {
 		t.Errorf("reward.txt at the cell's directory: %q, %v", b, err)
 	}
+}
+
+// restartable is an embedded NATS server that a test shuts down and
+// starts again on the same store and port, with a client connected
+// through both and the PROCTOR_TREES bucket opened.
+type restartable struct {
+	store  string
+	port   int
+	srv    *bus.Embedded
+	b      *bus.Bus
+	bucket jetstream.ObjectStore
+}
+
+func startRestartable(t *testing.T) *restartable {
+	t.Helper()
+	r := &restartable{store: t.TempDir(), port: testutil.FreePorts(t, 1)[0]}
+	r.restart(t)
+	b, err := bus.Connect(context.Background(), r.srv.ClientURL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if r.bucket, err = trees.Open(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	r.b = b
+	return r
+}
+
+func (r *restartable) shutdown() { r.srv.Shutdown() }
+
+func (r *restartable) restart(t *testing.T) {
+	t.Helper()
+	srv, err := bus.StartEmbedded(bus.EmbeddedOptions{StoreDir: r.store, Port: r.port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = srv
+	t.Cleanup(srv.Shutdown)
 }
 
 // storedOutputsFixture gives a fetch test a bus with its object store, a
