@@ -686,8 +686,17 @@ replies:
 
 // TestGatewayStreamsEachEventAtOnce: an event of a stream reaches the
 // client before the upstream sends the next (which it sends only once the
-// client has the first): the gateway holds nothing back.
+// client has the first): the gateway holds nothing back, whether the event
+// is a model's usual few hundred bytes or larger than a TLS record (which
+// the gateway writes from where it was read). The client gets every byte
+// the upstream sent.
 func TestGatewayStreamsEachEventAtOnce(t *testing.T) {
+	for _, size := range []int{10, 40 << 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) { streamEachEventAtOnce(t, size) })
+	}
+}
+
+func streamEachEventAtOnce(t *testing.T, size int) {
 	ca, _ := tlsca.New("upstream CA")
 	certPEM, keyPEM, _ := tlsca.ServerCert(ca, "api.anthropic.com")
 	cert, _ := tls.X509KeyPair(certPEM, keyPEM)
@@ -696,16 +705,24 @@ func TestGatewayStreamsEachEventAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	text := make([]byte, size)
+	for i := range text {
+		text[i] = 'a' + byte(i%26)
+	}
+	first := "data: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n" +
+		"data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"" + string(text) + "\"}}\n\n"
+	second := "data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"" + string(text[:size/2]) + "\"}}\n\n" +
+		"data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n"
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, "data: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n")
+		io.WriteString(w, first)
 		w.(http.Flusher).Flush()
 		select {
 		case <-got1:
 		case <-time.After(10 * time.Second):
 			return // the client never got the first event: the test fails below
 		}
-		io.WriteString(w, "data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n")
+		io.WriteString(w, second)
 	}), ErrorLog: log.New(io.Discard, "", 0)}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -724,15 +741,14 @@ func TestGatewayStreamsEachEventAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	br := bufio.NewReader(resp.Body)
-	first, err := br.ReadString('\n')
-	if err != nil || !strings.Contains(first, "message_start") {
-		t.Fatalf("first line %q, %v", first, err)
+	got := make([]byte, len(first))
+	if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != first {
+		t.Fatalf("first events: %d bytes, %v; equal to the upstream's: %v", len(got), err, string(got) == first)
 	}
 	close(got1)
-	rest, _ := io.ReadAll(br)
-	if !strings.Contains(string(rest), "message_delta") {
-		t.Fatalf("the second event did not follow: %q", rest)
+	rest, _ := io.ReadAll(resp.Body)
+	if string(rest) != second {
+		t.Fatalf("the second events did not follow whole: %d bytes of %d", len(rest), len(second))
 	}
 	if m := calls.waitFor(t, 1)[0]; *m.InputTokens != 3 || *m.OutputTokens != 9 || !m.Stream {
 		t.Errorf("%+v", m)

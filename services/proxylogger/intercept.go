@@ -27,6 +27,10 @@ const (
 	// idleTimeout ends an intercepted connection with no request for
 	// this long; an upstream connection idle this long is not reused.
 	idleTimeout = 5 * time.Minute
+	// upstreamReadBuf buffers the upstream's response heads and chunk
+	// size lines; a body read of at least this size into an empty buffer
+	// goes from the upstream's TLS straight into a piece, not through it.
+	upstreamReadBuf = 4 << 10
 )
 
 // intercept serves a CONNECT to a route's host: it records the allowed
@@ -112,6 +116,9 @@ type exchange struct {
 	closeOnce    sync.Once
 	// batch is the client's connection under TLS (nil for plain HTTP).
 	batch *batchConn
+	// client is the connection requests are read from and responses
+	// written to (TLS over batch, or the plain connection).
+	client net.Conn
 }
 
 func (x *exchange) close() {
@@ -138,6 +145,7 @@ func (x *exchange) serve(client net.Conn) {
 		x.upMu.Unlock()
 	})
 	defer stop()
+	x.client = client
 	cr := bufio.NewReaderSize(client, interceptBuf)
 	cw := bufio.NewWriterSize(client, interceptBuf)
 	for {
@@ -323,7 +331,7 @@ func (x *exchange) dial() error {
 	x.upMu.Lock()
 	x.up = conn
 	x.upMu.Unlock()
-	x.upR, x.upW = bufio.NewReaderSize(conn, interceptBuf), bufio.NewWriterSize(conn, interceptBuf)
+	x.upR, x.upW = bufio.NewReaderSize(conn, upstreamReadBuf), bufio.NewWriterSize(conn, interceptBuf)
 	return nil
 }
 
@@ -377,6 +385,10 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 			pieceBufs.Put(p.buf)
 		}
 	}
+	// Under TLS the client's records gather in the batch while held and
+	// go out when nothing more is in hand (or the batch is full).
+	x.hold()
+	defer x.unhold()
 	ok := true
 	for {
 		var p piece
@@ -385,7 +397,7 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 		case p, more = <-pieces:
 		default:
 			// Nothing more in hand: what is written goes out now.
-			if err := x.flush(cw); err != nil {
+			if err := x.push(cw); err != nil {
 				drain()
 				return false
 			}
@@ -394,21 +406,10 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 		if !more {
 			break
 		}
-		if p.n > 0 {
-			if cw.Available() < p.n+chunkFraming {
-				if err := x.flush(cw); err != nil {
-					pieceBufs.Put(p.buf)
-					drain()
-					return false
-				}
-			}
-			if chunked {
-				fmt.Fprintf(cw, "%x\r\n", p.n)
-			}
-			cw.Write((*p.buf)[:p.n])
-			if chunked {
-				io.WriteString(cw, "\r\n")
-			}
+		if err := x.writePiece(cw, p, chunked); err != nil {
+			pieceBufs.Put(p.buf)
+			drain()
+			return false
 		}
 		pieceBufs.Put(p.buf)
 		if p.err != nil && p.err != io.EOF {
@@ -418,7 +419,82 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 	if ok && chunked {
 		io.WriteString(cw, "0\r\n\r\n")
 	}
-	return x.flush(cw) == nil && ok
+	return x.push(cw) == nil && ok
+}
+
+// writePiece writes one piece of a body to the client (as a chunk when
+// chunked). Under TLS a large piece goes to the client's TLS connection
+// as it lies in its buffer, its chunk framing written around it there:
+// one copy fewer than through cw. Anything else is written to cw, which
+// goes out at the next push, or now when the piece does not fit.
+func (x *exchange) writePiece(cw *bufio.Writer, p piece, chunked bool) error {
+	if p.n == 0 {
+		return nil
+	}
+	if x.batch != nil && p.n >= directPiece {
+		if err := cw.Flush(); err != nil { // into the held batch
+			return err
+		}
+		b := (*p.buf)[:pieceHead+p.n]
+		if chunked {
+			b = append(b, "\r\n"...)
+			var sb [8]byte
+			size := strconv.AppendUint(sb[:0], uint64(p.n), 16)
+			i := pieceHead - len(size) - 2
+			copy(b[i:], size)
+			b[pieceHead-2], b[pieceHead-1] = '\r', '\n'
+			b = b[i:]
+		} else {
+			b = b[pieceHead:]
+		}
+		if _, err := x.client.Write(b); err != nil {
+			return err
+		}
+		if x.batch.size() >= interceptBuf {
+			return x.batch.push()
+		}
+		return nil
+	}
+	if cw.Available() < p.n+chunkFraming {
+		if err := x.push(cw); err != nil {
+			return err
+		}
+	}
+	if chunked {
+		fmt.Fprintf(cw, "%x\r\n", p.n)
+	}
+	cw.Write((*p.buf)[pieceHead : pieceHead+p.n])
+	if chunked {
+		io.WriteString(cw, "\r\n")
+	}
+	return nil
+}
+
+// hold starts gathering the client's TLS records in the batch (plain
+// HTTP: nothing to gather, cw writes to the connection).
+func (x *exchange) hold() {
+	if x.batch != nil {
+		x.batch.hold()
+	}
+}
+
+// unhold ends a hold; what is still gathered is written.
+func (x *exchange) unhold() {
+	if x.batch != nil {
+		_ = x.batch.release()
+	}
+}
+
+// push writes what cw holds, and under TLS what the batch has gathered,
+// to the client, in one write.
+func (x *exchange) push(cw *bufio.Writer) error {
+	err := cw.Flush()
+	if x.batch != nil {
+		if perr := x.batch.push(); err == nil {
+			err = perr
+		}
+	}
+	return err
 }
 
 // flush writes what cw holds to the client; the TLS records it makes go
@@ -441,9 +517,17 @@ const (
 	pieceSize    = 32 << 10
 	relayDepth   = 4
 	chunkFraming = 16 // a chunk's size line and its CRLF
+	// pieceHead is the room before a piece's bytes in its buffer for its
+	// chunk size line, and 2 bytes after them for its CRLF.
+	pieceHead = 8
+	// directPiece is the size from which a piece is written to the
+	// client's TLS where it lies rather than copied into cw; a smaller
+	// one (a model's event) shares cw, and a TLS record, with the head
+	// and the pieces around it.
+	directPiece = 4 << 10
 )
 
-var pieceBufs = sync.Pool{New: func() any { b := make([]byte, pieceSize); return &b }}
+var pieceBufs = sync.Pool{New: func() any { b := make([]byte, pieceHead+pieceSize+2); return &b }}
 
 // piece is one read of a response body.
 type piece struct {
@@ -458,7 +542,7 @@ func readPieces(body io.Reader, pieces chan<- piece, stop <-chan struct{}) {
 	defer close(pieces)
 	for {
 		bp := pieceBufs.Get().(*[]byte)
-		n, err := body.Read(*bp)
+		n, err := body.Read((*bp)[pieceHead : pieceHead+pieceSize])
 		if n == 0 && err == nil {
 			pieceBufs.Put(bp)
 			continue
@@ -507,12 +591,30 @@ func (b *batchConn) release() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.held = false
+	return b.writeHeld()
+}
+
+// push writes what is gathered and goes on gathering.
+func (b *batchConn) push() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.writeHeld()
+}
+
+func (b *batchConn) writeHeld() error {
 	if len(b.buf) == 0 {
 		return nil
 	}
 	_, err := b.Conn.Write(b.buf)
 	b.buf = b.buf[:0]
 	return err
+}
+
+// size is the number of bytes gathered.
+func (b *batchConn) size() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.buf)
 }
 
 // bufReadConn is a connection read through a buffer.
