@@ -36,9 +36,11 @@ type removedInputs struct {
 // the run's CellPlanned events, and publishes the launch jobs only after
 // all of them and RunPlanned are stored; so at a run's first CellPlanned
 // the hider renames the run's directory into gone (a rename: the planned
-// paths vanish at once) and records when. Whether every launch job was
-// taken after that is checked from the launchers' claim lines (rig.check),
-// never assumed.
+// paths vanish at once) and records when. The rename races the planner's
+// publishing of the jobs; where the workers run with the inputs hidden
+// from their view (Config.HideInputs) that race is harmless, elsewhere
+// whether every launch job was taken after the rename is checked from
+// the launchers' claim lines (rig.check), never assumed.
 type inputHider struct {
 	root, gone string
 	nc         *nats.Conn
@@ -119,8 +121,9 @@ func (h *inputHider) problems() []string {
 }
 
 // checkNoSharing fills rep with what shows the nodes shared nothing but
-// NATS: every run's inputs were taken away after planning and before any
-// of its launch jobs was taken; each worker that took a cell holds the
+// NATS: every run's inputs were taken away after planning and, unless
+// they were hidden from every worker's view, before any of its launch
+// jobs was taken; each worker that took a cell holds the
 // cell's trees in its own cache (so it fetched them: it could read them
 // nowhere else); the bucket holds each tree once; and, with StoreOutputs,
 // every cell's verdict names a stored output object and the run's driver
@@ -173,7 +176,13 @@ func (r *rig) checkNoSharing(ctx context.Context, rep *Report, b *bus.Bus, st *l
 		}
 		rep.ClaimsWithTrees++
 	}
-	some(rep, "launch jobs taken before their run's inputs were taken away", early)
+	if r.hidden {
+		// No worker's view ever held the inputs: a job taken before
+		// the rename could not read them either.
+		rep.ClaimsBeforeRemoval = len(early)
+	} else {
+		some(rep, "launch jobs taken before their run's inputs were taken away", early)
+	}
 	some(rep, "launch jobs whose worker holds not all of the cell's trees", noTree)
 	homes, _ := filepath.Glob(filepath.Join(r.cfg.Dir, "home", "w*", "trees"))
 	for _, h := range homes {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,8 @@ const ProfileEnv = "PROCTOR_SCALE_CPUPROFILE"
 //
 //	rig [flags]      the rig (Run), its report on stdout
 //	worker [flags]   one simulated worker node (RunWorker)
+//	hide-check DIRS  hides the comma-separated DIRS (hidePaths) and
+//	                 fails unless each is then empty and read-only
 //	proctor ARGS...  the proctor command line (cli.Main), with a CPU
 //	                 profile written to $PROCTOR_SCALE_CPUPROFILE if set
 func Main(args []string, stdout, stderr io.Writer) int {
@@ -46,6 +49,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return workerMain(args[1:], stderr)
 	case "rig":
 		return rigMain(args[1:], stdout, stderr)
+	case "hide-check":
+		return hideCheckMain(args[1:], stderr)
 	}
 	fmt.Fprintf(stderr, "scale: unknown role %q (rig, worker, proctor)\n", args[0])
 	return 2
@@ -82,9 +87,16 @@ func workerMain(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Sim.OutputBytes, "output-bytes", 0, "bytes of a file each cell's tests leave in its output")
 	fs.BoolVar(&cfg.StoreOutputs, "store-outputs", false, "keep cell outputs on this node's disk and store each in the PROCTOR_TREES bucket before its verdict")
 	verbose := fs.Bool("v", false, "log the services' debug lines")
+	hide := fs.String("hide", "", "directories to hide from this node (comma-separated; an empty tmpfs over each): it must be started in a mount namespace of its own")
 	claims := fs.String("claims", "", "append a line for each launch job's first claim to this file: run, cell, ns from stored to taken")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *hide != "" {
+		if err := hidePaths(strings.Split(*hide, ",")); err != nil {
+			fmt.Fprintln(stderr, "worker:", err)
+			return 1
+		}
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -132,6 +144,7 @@ func RigFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.DurationVar(&cfg.FaultDown, "fault-down", cfg.FaultDown, "how long a killed process stays down")
 	fs.BoolVar(&cfg.Reference, "reference", cfg.Reference, "run the plan on a single node first and compare every artifact with its")
 	fs.BoolVar(&cfg.Profile, "profile", cfg.Profile, "write CPU profiles of the planner and the aggregator under DIR/profiles")
+	fs.BoolVar(&cfg.HideInputs, "hide-inputs", cfg.HideInputs, "start each worker in a mount namespace of its own with an empty tmpfs over DIR/inputs, so no planned path exists on its view (Linux, CAP_SYS_ADMIN; where that fails, or false: the runs' inputs are renamed away at their first CellPlanned and a job taken before is a problem)")
 	fs.BoolVar(&cfg.StoreOutputs, "store-outputs", cfg.StoreOutputs, "workers store each cell's output in the PROCTOR_TREES bucket and the drivers write it under their --output-dir (false: workers write it at its planned path, to measure what storing costs)")
 }
 
@@ -209,4 +222,31 @@ func topProfiles(dir string, w io.Writer) {
 		}
 		fmt.Fprintf(w, "\nprofile %s\n%s", filepath.Base(f), out)
 	}
+}
+
+// hideCheckMain hides the comma-separated directories of args[0] from
+// this process and fails unless each is then empty and refuses a new
+// file: the probe of rig.probeHiding.
+func hideCheckMain(args []string, stderr io.Writer) int {
+	if len(args) != 1 || args[0] == "" {
+		fmt.Fprintln(stderr, "usage: scale hide-check DIR[,DIR...]")
+		return 2
+	}
+	dirs := strings.Split(args[0], ",")
+	if err := hidePaths(dirs); err != nil {
+		fmt.Fprintln(stderr, "hide-check:", err)
+		return 1
+	}
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil || len(ents) > 0 {
+			fmt.Fprintf(stderr, "hide-check: %s holds %d entries after hiding it (%v)\n", d, len(ents), err)
+			return 1
+		}
+		if err := os.WriteFile(filepath.Join(d, "written"), nil, 0o644); err == nil {
+			fmt.Fprintf(stderr, "hide-check: %s took a new file after hiding it\n", d)
+			return 1
+		}
+	}
+	return 0
 }

@@ -40,6 +40,12 @@ type procs struct {
 // start runs argv (its output appended to logPath) as role/name, in the
 // working directory dir ("": the rig's).
 func (ps *procs) start(role, name string, argv, env []string, dir, logPath string) (*proc, error) {
+	return ps.startIn(role, name, argv, env, dir, logPath, false)
+}
+
+// startIn is start, the process in a mount namespace of its own when
+// ownNS (ownMountNamespace; needs CAP_SYS_ADMIN).
+func (ps *procs) startIn(role, name string, argv, env []string, dir, logPath string, ownNS bool) (*proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -49,6 +55,9 @@ func (ps *procs) start(role, name string, argv, env []string, dir, logPath strin
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if ownNS {
+		ownMountNamespace(cmd.SysProcAttr)
+	}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("scalerig: start %s %s: %w", role, name, err)

@@ -69,6 +69,12 @@ type Report struct {
 	// FetchingWorkers workers. OutputsNamed verdicts name a stored
 	// output; OutputsWritten rows' output directories, under their
 	// driver's --output-dir, hold the cell's reward.txt.
+	// InputsHidden: every worker started with the runs' inputs hidden
+	// from its view (Config.HideInputs), so a job taken before the
+	// rename read nothing at a planned path either; such jobs are
+	// ClaimsBeforeRemoval, not a problem.
+	InputsHidden                        bool
+	ClaimsBeforeRemoval                 int
 	InputsRemoved                       int
 	RemoveP50, RemoveMax                time.Duration
 	ClaimsAfterRemoval, ClaimsWithTrees int
@@ -132,7 +138,12 @@ func (r *Report) Write(w io.Writer) {
 	row("cells retried; verdicts of earlier attempts", fmt.Sprintf("%d; %d", r.Retried, r.ExtraVerdicts), "")
 	row("events in the log; agent events a cell", fmt.Sprintf("%d; %.1f", r.Events, r.AgentEventsPerCell), "")
 	row("runs whose inputs were gone once planned", fmt.Sprintf("%d of %d (%.0f / %.0f ms after)", r.InputsRemoved, r.Runs, ms(r.RemoveP50), ms(r.RemoveMax)), "all")
-	row("jobs taken after their inputs were gone", fmt.Sprintf("%d of %d", r.ClaimsAfterRemoval, r.Claims), "all")
+	if r.InputsHidden {
+		row("inputs on the workers' view", "none (hidden from each worker's start)", "none")
+		row("jobs taken after their inputs were gone", fmt.Sprintf("%d of %d (%d before, on a view without them)", r.ClaimsAfterRemoval, r.Claims, r.ClaimsBeforeRemoval), "")
+	} else {
+		row("jobs taken after their inputs were gone", fmt.Sprintf("%d of %d", r.ClaimsAfterRemoval, r.Claims), "all")
+	}
 	row("jobs whose worker fetched the cell's trees", fmt.Sprintf("%d of %d", r.ClaimsWithTrees, r.Claims), "all")
 	row("trees stored; fetched (workers)", fmt.Sprintf("%d; %d (%d)", r.TreesStored, r.TreesFetched, r.FetchingWorkers), "")
 	if c.StoreOutputs {

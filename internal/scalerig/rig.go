@@ -82,6 +82,15 @@ type Config struct {
 	// (on in Defaults). Off, the workers write them at their planned
 	// paths on this machine's disk: only to measure what storing costs.
 	StoreOutputs bool
+	// HideInputs starts every worker node in a mount namespace of its
+	// own with an empty read-only tmpfs over Dir/inputs and
+	// Dir/inputs.planned, so that no path a run was planned from ever
+	// exists on a worker's view (Linux, CAP_SYS_ADMIN; on in Defaults).
+	// The rig first checks that it can (a probe process); where it
+	// cannot, or with HideInputs off, the workers see those paths until
+	// the rename at each run's first CellPlanned, and a job taken before
+	// it is a problem of the report.
+	HideInputs bool
 	// Log receives the rig's progress lines (nil: discarded).
 	Log io.Writer
 }
@@ -95,6 +104,7 @@ func Defaults() Config {
 		Tasks: 10, Repeats: 5, Sim: Sim{Solve: 30 * time.Second, Verify: 5 * time.Second, Events: 100, FailEvery: 4},
 		AckWait: 30 * time.Second, NodeLost: 45 * time.Second,
 		Faults: true, FaultWorkers: 5, FaultDown: 5 * time.Second, Reference: true, StoreOutputs: true,
+		HideInputs: true,
 	}
 }
 
@@ -127,6 +137,7 @@ type rig struct {
 	ps               procs
 	inputs           string // Dir/inputs: each run's tasks root and agent directory
 	hider            *inputHider
+	hidden           bool // the workers start with the inputs hidden (Config.HideInputs, and the probe passed)
 	logs             string
 	logMu            sync.Mutex
 	start            time.Time
@@ -157,12 +168,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer r.stopAll()
 	r.inputs = filepath.Join(cfg.Dir, "inputs")
 	r.logs = filepath.Join(cfg.Dir, "logs")
-	for _, d := range []string{r.inputs, r.logs} {
+	for _, d := range []string{r.inputs, r.inputs + ".planned", r.logs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
 	rep := &Report{Config: cfg}
+	if cfg.HideInputs {
+		if err := r.probeHiding(); err != nil {
+			r.logf("inputs: not hidden from the workers (%v); each run's are renamed away at its first CellPlanned, and checked", err)
+		} else {
+			r.hidden = true
+			r.logf("inputs: hidden from every worker's view (a mount namespace of its own, an empty tmpfs over %s)", r.inputs)
+		}
+	}
+	rep.InputsHidden = r.hidden
 	var ref *normalized
 	if cfg.Reference {
 		var err error
@@ -258,11 +278,14 @@ func (r *rig) startWorker(url, name string, slots int) error {
 		// their --output-dir.
 		argv = append(argv, "--store-outputs")
 	}
+	if r.hidden {
+		argv = append(argv, "--hide", strings.Join(r.hiddenDirs(), ","))
+	}
 	home := r.home(name)
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return err
 	}
-	p, err := r.ps.start("worker", name, argv, r.env(name), home, filepath.Join(r.logs, name+".log"))
+	p, err := r.ps.startIn("worker", name, argv, r.env(name), home, filepath.Join(r.logs, name+".log"), r.hidden)
 	if err != nil {
 		return err
 	}
@@ -350,4 +373,36 @@ func (r *rig) stopAll() {
 		}
 		wg.Wait()
 	}
+}
+
+// hiddenDirs are the directories hidden from the workers' view: the
+// runs' inputs, where they were planned, and where the rig moves them.
+func (r *rig) hiddenDirs() []string { return []string{r.inputs, r.inputs + ".planned"} }
+
+// probeHiding checks that a worker can be started with the inputs
+// hidden: it leaves a file in Dir/inputs, starts Self's hide-check role
+// in a mount namespace of its own, which hides the directories and
+// fails if it sees anything in them or can write there, and then checks
+// that the file is still there on the rig's view (nothing propagated).
+func (r *rig) probeHiding() error {
+	mark := filepath.Join(r.inputs, ".probe")
+	if err := os.WriteFile(mark, []byte("planned inputs\n"), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(mark)
+	log := filepath.Join(r.logs, "hide-check.log")
+	argv := append(append([]string(nil), r.cfg.Self...), "hide-check", strings.Join(r.hiddenDirs(), ","))
+	p, err := r.ps.startIn("probe", "hide-check", argv, r.env("hide-check"), "", log, true)
+	if err != nil {
+		return err
+	}
+	<-p.done
+	if p.err != nil {
+		out, _ := os.ReadFile(log)
+		return fmt.Errorf("hide-check: %v: %s", p.err, strings.TrimSpace(string(out)))
+	}
+	if _, err := os.Stat(mark); err != nil {
+		return fmt.Errorf("the rig no longer sees %s after hiding it from a worker: %w", mark, err)
+	}
+	return nil
 }
