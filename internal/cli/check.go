@@ -90,6 +90,7 @@ func (g *globals) tasksCheck(ctx context.Context, f *checkFlags) error {
 	if err != nil {
 		return err
 	}
+	g.warnNotes(spec)
 	var tasks []*task.Task
 	static := map[string][]taskcheck.Finding{}
 	for _, c := range cells {

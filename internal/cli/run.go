@@ -360,6 +360,7 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		return err
 	}
 	g.warnTasks(cells)
+	g.warnNotes(spec)
 	g.warnUsers(spec)
 	// Delegated arms check their tools once per run (--dry-run skips it).
 	if err := harness.Preflight(ctx, spec.Harnesses); err != nil {
@@ -655,6 +656,25 @@ func (g *globals) warnTasks(cells []planner.Cell) {
 	}
 }
 
+// warnNotes prints, for a run of every task (--all), each directory
+// discovery skipped under the root with its reason (task.Notes: a task.md
+// without frontmatter, a symbolic link to a directory), as `tasks list`
+// does, so a task whose task.md lost its frontmatter is not left out of
+// the run in silence. A named task that is a note is already an error
+// (task.Select).
+func (g *globals) warnNotes(spec events.RunSpec) {
+	if !spec.All {
+		return
+	}
+	notes, err := task.Notes(spec.TasksRoot)
+	if err != nil {
+		return // the matrix read this root a moment ago; a root gone since fails the run there
+	}
+	for _, s := range notes {
+		fmt.Fprintf(g.stderr, "warning: skipped %s\n", textsafe.Line(s.Dir+": "+s.Reason+" (not run)"))
+	}
+}
+
 // warnUsers warns when an arm compared with the baseline runs its agent
 // as another user than the baseline's (harness.UserMismatches), or in
 // another place: on the host against the task container
@@ -671,6 +691,7 @@ func (g *globals) dryRun(runID string, spec events.RunSpec) (err error) {
 		return matrixError(err)
 	}
 	g.warnTasks(cells)
+	g.warnNotes(spec)
 	g.warnUsers(spec)
 	// An arm that cannot run here (planner.Preview's checks: a missing
 	// model key, a tool not installed) refuses every cell of its own with

@@ -308,3 +308,43 @@ func TestComposeWarningsNameTheTask(t *testing.T) {
 		t.Errorf("stderr:\n%s", errOut)
 	}
 }
+
+// TestRunSaysWhatAllSkipped: `tasks run --all` and `tasks check --all`
+// say, as `tasks list` does, each directory of the root they leave out
+// (a task.md without frontmatter, a symbolic link to a directory), so a
+// task whose task.md lost its frontmatter is not dropped from the run in
+// silence; a run of named tasks does not.
+func TestRunSaysWhatAllSkipped(t *testing.T) {
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	files := harborTask("t", "version = \"1.0\"\n", nil)
+	files["lost/task.md"] = "# Lost its frontmatter\n\n## prompt\n\nDo it.\n"
+	files["hugo/task.md"] = "+++\ntitle = \"x\"\n+++\nbody\n"
+	root := writeRoot(t, files)
+	if err := os.Symlink(filepath.Join(root, "t"), filepath.Join(root, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"warning: skipped hugo: task.md opens with +++ (Hugo TOML frontmatter), not YAML frontmatter: an author's note, not a task (not run)",
+		"warning: skipped linked: symbolic link to a directory: not followed (not run)",
+		"warning: skipped lost: task.md has no YAML frontmatter: an author's note, not a task (not run)",
+	}
+	for _, args := range [][]string{
+		{"tasks", "run", "--tasks-root", root, "--all", "--harnesses", "command:true", "--dry-run"},
+		{"tasks", "check", "--tasks-root", root, "--all", "--checks", "static", "--output-dir", t.TempDir()},
+	} {
+		_, errOut, code := proctor(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+		for _, w := range want {
+			if !strings.Contains(errOut, w+"\n") {
+				t.Errorf("%v: stderr %q lacks %q", args[:2], errOut, w)
+			}
+		}
+	}
+	_, errOut, code := proctor(t, "tasks", "run", "--tasks-root", root, "--tasks", "t", "--harnesses", "command:true", "--dry-run")
+	if code != 0 || strings.Contains(errOut, "skipped") {
+		t.Errorf("--tasks t: exit %d, stderr %q: a run of named tasks says nothing of the others", code, errOut)
+	}
+}

@@ -63,6 +63,43 @@ func (l *Loader) Discover(root string) (*Discovery, error) {
 	return d, err
 }
 
+// Notes walks root as Discover does and returns only what Discover would
+// skip with a warning (Discovery.Skipped: an author's note, a symbolic
+// link to a directory, an unreadable directory), sorted by Dir, without
+// loading a task. A run that selects every task says these too, so a task
+// whose task.md lost its frontmatter is never left out of --all in
+// silence. A task.md that does not parse is not a note (Discover fails on
+// it).
+func Notes(root string) ([]Skipped, error) {
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("tasks root %s: %w", root, err)
+	}
+	cands, skipped, err := walkRoot(real)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cands {
+		pr := c.probe
+		if pr.hasTOML || !pr.hasMD || pr.mdErr != nil {
+			continue
+		}
+		if doc, err := SplitFrontmatter(pr.md); err == nil && !doc.HasFrontmatter {
+			name := c.rel
+			if name == "." {
+				name = filepath.Base(real)
+			}
+			file := MarkdownFile
+			if c.rel != "." {
+				file = c.rel + "/" + MarkdownFile
+			}
+			skipped = append(skipped, Skipped{Dir: name, File: file, Reason: noteReason(pr.md)})
+		}
+	}
+	sort.Slice(skipped, func(i, j int) bool { return skipped[i].Dir < skipped[j].Dir })
+	return skipped, nil
+}
+
 // DiscoverEach walks root as Discover does but does not stop at a
 // malformed definition: it returns every task that loaded, and every
 // malformed definition as an *Error naming the file (relative to root),

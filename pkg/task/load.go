@@ -132,6 +132,15 @@ func probeDir(dir string) (*dirProbe, error) {
 	return pr, nil
 }
 
+// noteReason is why a task.md without YAML frontmatter (md) is skipped as
+// an author's note.
+func noteReason(md []byte) string {
+	if first, _, _ := strings.Cut(normalizeText(md), "\n"); strings.TrimSpace(first) == "+++" {
+		return "task.md opens with +++ (Hugo TOML frontmatter), not YAML frontmatter: an author's note, not a task"
+	}
+	return "task.md has no YAML frontmatter: an author's note, not a task"
+}
+
 // loadDir examines dir (absolute, symlink-resolved, inside root). name is
 // the task's name; prefix is how files are named in errors ("t1" gives
 // "t1/task.md"). pr is the directory's probe.
@@ -162,11 +171,7 @@ func (l *Loader) loadDir(root, dir, name, prefix string, pr *dirProbe) dirResult
 			return dirResult{err: inFile(fileName(MarkdownFile), err)}
 		}
 		if !doc.HasFrontmatter {
-			reason := "task.md has no YAML frontmatter: an author's note, not a task"
-			if first, _, _ := strings.Cut(normalizeText(mdData), "\n"); strings.TrimSpace(first) == "+++" {
-				reason = "task.md opens with +++ (Hugo TOML frontmatter), not YAML frontmatter: an author's note, not a task"
-			}
-			return dirResult{note: &Skipped{Dir: name, File: fileName(MarkdownFile), Reason: reason}}
+			return dirResult{note: &Skipped{Dir: name, File: fileName(MarkdownFile), Reason: noteReason(mdData)}}
 		}
 	}
 

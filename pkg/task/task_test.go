@@ -484,3 +484,33 @@ func TestScanCatalog(t *testing.T) {
 		t.Errorf("catalog JSON: %v %s", err, b)
 	}
 }
+
+// TestNotesAgreeWithDiscover: Notes lists exactly what Discover skips
+// (author's notes, a note at the root itself, a symlinked directory, a
+// task below a note), with the same dir, file and reason.
+func TestNotesAgreeWithDiscover(t *testing.T) {
+	for _, rootIsNote := range []bool{false, true} {
+		root := filepath.Join(t.TempDir(), "suite")
+		writeTask(t, root, "a", nil)
+		writeFile(t, root, "ideas/task.md", "# Ideas\n")
+		writeTask(t, root, "ideas/b", nil)
+		writeFile(t, root, "hugo/task.md", "+++\ntitle = \"x\"\n+++\n")
+		if rootIsNote {
+			writeFile(t, root, "task.md", "# A suite's readme\n")
+		}
+		if err := os.Symlink(filepath.Join(root, "a"), filepath.Join(root, "link")); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Discover(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		notes, err := Notes(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(notes, d.Skipped) || len(notes) != 3+map[bool]int{true: 1}[rootIsNote] {
+			t.Errorf("root a note %v: Notes %+v, Discover skipped %+v", rootIsNote, notes, d.Skipped)
+		}
+	}
+}
