@@ -123,6 +123,10 @@ type Result struct {
 	OutputDir    string  `json:"output_dir,omitempty"`
 	// StdoutTail is the last bytes of the solve's output (valid UTF-8).
 	StdoutTail string `json:"stdout_tail,omitempty"`
+	// VerifierTail is the last bytes of the verifier's output (valid
+	// UTF-8), where a test runner says what failed; empty when no verifier
+	// ran or it printed nothing.
+	VerifierTail string `json:"verifier_tail,omitempty"`
 	// Error is a human-readable reason for errored / verifier_error cells.
 	Error string `json:"error,omitempty"`
 	// AgentClaim is the agent's own final word (NewAgentClaim), kept

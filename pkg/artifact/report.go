@@ -610,6 +610,11 @@ func (r *reporter) cells() {
 		if row.StdoutTail != "" {
 			r.printf("Stdout (tail):\n\n%s\n", fenced(row.StdoutTail))
 		}
+		if row.VerifierTail != "" && !row.Passed {
+			// Why a scored cell missed, in the test runner's words (an
+			// assertion, a missing tool), beside the solve's output.
+			r.printf("Verifier output (tail):\n\n%s\n", fenced(row.VerifierTail))
+		}
 	}
 }
 

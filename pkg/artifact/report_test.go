@@ -350,3 +350,49 @@ func TestReportTitleCountsOneCell(t *testing.T) {
 		t.Errorf("facts line of a one-cell run:\n%s", s)
 	}
 }
+
+// TestReportShowsVerifierTailOfMisses: a cell the verifier scored below 1
+// (failed, timed out, without a verdict) shows the verifier's own words
+// (the runner's assertion, a tool it could not find) under "Verifier
+// output (tail)", fenced so they cannot break the report; a passed cell's
+// is left out; the row keeps it as verifier_tail, schema-valid.
+func TestReportShowsVerifierTailOfMisses(t *testing.T) {
+	failed := scoredRow("a", 1, 0)
+	failed.VerifierTail = "FAILED test_outputs.py::test_totals - assert 199 == 200\n```\n# not a heading\n"
+	timedOut := scoredRow("b", 1, 0)
+	timedOut.Outcome, timedOut.VerifierTail = OutcomeVerifierTimeout, "/tests/test.sh: line 7: pytest: command not found\n"
+	noVerdict := scoredRow("c", 1, 0)
+	noVerdict.Outcome, noVerdict.Reward, noVerdict.Error = OutcomeVerifierError, nil, "no reward file"
+	noVerdict.Metrics.Error = true
+	noVerdict.VerifierTail = "Traceback (most recent call last): KeyError: 'bytes'\n"
+	passed := scoredRow("d", 1, 1)
+	passed.VerifierTail = "3 passed in 0.02s\n"
+	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
+		[]Result{failed, timedOut, noVerdict, passed}, testBuild)
+	js, err := Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Validate(js); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(js, []byte(`"verifier_tail": "/tests/test.sh: line 7: pytest: command not found\n"`)) {
+		t.Errorf("the artifact lacks the verifier's tail:\n%s", js)
+	}
+	var md bytes.Buffer
+	if err := WriteReport(&md, a); err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Join(fencedBlocks(t, md.String()), "\n--\n")
+	for _, want := range []string{"assert 199 == 200\n```\n# not a heading", "pytest: command not found", "KeyError: 'bytes'"} {
+		if !strings.Contains(blocks, want) {
+			t.Errorf("the report's fenced blocks lack %q:\n%s", want, md.String())
+		}
+	}
+	if n := strings.Count(md.String(), "Verifier output (tail):"); n != 3 {
+		t.Errorf("%d verifier tails shown, want 3 (not the passed cell's):\n%s", n, md.String())
+	}
+	if strings.Contains(md.String(), "3 passed in 0.02s") {
+		t.Error("a passed cell's verifier output is shown")
+	}
+}

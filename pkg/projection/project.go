@@ -719,6 +719,7 @@ func (p *Projector) row(id string) artifact.Result {
 	r.AgentClaim = artifact.NewAgentClaim(c.claim, m.AgentReported)
 	if v := c.verdict; v != nil {
 		r.VerifierReturnCode = v.ReturnCode
+		r.VerifierTail = v.StdoutTail
 		m.VerifySec = ptr(v.DurationSec)
 		m.VerifierLeftoverProcesses = v.LeftoverProcesses
 		for _, vf := range v.Findings {
