@@ -612,10 +612,28 @@ func (r *reporter) cells() {
 		}
 		if row.VerifierTail != "" && !row.Passed {
 			// Why a scored cell missed, in the test runner's words (an
-			// assertion, a missing tool), beside the solve's output.
-			r.printf("Verifier output (tail):\n\n%s\n", fenced(row.VerifierTail))
+			// assertion, a missing tool), beside the solve's output; its
+			// last lines, where a runner sums up (the row keeps 4 KiB).
+			r.printf("Verifier output (tail):\n\n%s\n", fenced(lastLines(row.VerifierTail, reportVerifierLines)))
 		}
 	}
+}
+
+// reportVerifierLines is how many of the verifier's last lines a cell of
+// the report shows.
+const reportVerifierLines = 20
+
+// lastLines is the last n lines of s (a final newline ends the last line).
+func lastLines(s string, n int) string {
+	body := strings.TrimSuffix(s, "\n")
+	for i := len(body) - 1; i >= 0; i-- {
+		if body[i] == '\n' {
+			if n--; n == 0 {
+				return s[i+1:]
+			}
+		}
+	}
+	return s
 }
 
 // fenced wraps s in a fenced code block whose backtick fence is longer

@@ -364,7 +364,7 @@ func TestReportShowsVerifierTailOfMisses(t *testing.T) {
 	noVerdict := scoredRow("c", 1, 0)
 	noVerdict.Outcome, noVerdict.Reward, noVerdict.Error = OutcomeVerifierError, nil, "no reward file"
 	noVerdict.Metrics.Error = true
-	noVerdict.VerifierTail = "Traceback (most recent call last): KeyError: 'bytes'\n"
+	noVerdict.VerifierTail = strings.Repeat("noise line\n", 30) + "Traceback (most recent call last):\nKeyError: 'bytes'\n"
 	passed := scoredRow("d", 1, 1)
 	passed.VerifierTail = "3 passed in 0.02s\n"
 	a := Build(RunInfo{ID: "r", Harnesses: []string{"h"}, Repeats: 1, StartedAt: "2026-01-01T00:00:00Z"},
@@ -391,6 +391,9 @@ func TestReportShowsVerifierTailOfMisses(t *testing.T) {
 	}
 	if n := strings.Count(md.String(), "Verifier output (tail):"); n != 3 {
 		t.Errorf("%d verifier tails shown, want 3 (not the passed cell's):\n%s", n, md.String())
+	}
+	if n := strings.Count(md.String(), "noise line\n"); n != 18 {
+		t.Errorf("%d noise lines of a long tail shown, want 18 (the last 20 lines)", n)
 	}
 	if strings.Contains(md.String(), "3 passed in 0.02s") {
 		t.Error("a passed cell's verifier output is shown")
