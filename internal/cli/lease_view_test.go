@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -54,4 +55,31 @@ func runsOnABus(t *testing.T, runs ...bus.RunRecord) string {
 		}
 	}
 	return e.ClientURL()
+}
+
+// TestRunsShowDeadRunOnTheEmbeddedStore: on the embedded store, a run
+// whose process died (running, no proctor serving the store) is shown
+// stale with the way to continue it, `proctor runs resume RUN`, beside
+// replay.
+func TestRunsShowDeadRunOnTheEmbeddedStore(t *testing.T) {
+	t.Parallel()
+	setenv(t, "PROCTOR_HOME", t.TempDir())
+	g := testGlobals(t, io.Discard, io.Discard)
+	conn, err := g.connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := bus.RunRecord{ID: events.NewID(), Status: bus.StatusRunning, Owner: "vm/4242",
+		StartedAt: time.Now().UTC().Format(time.RFC3339), Spec: events.RunSpec{Harnesses: []string{"oracle"}}}
+	if err := conn.PutRun(context.Background(), dead); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close() // the run's process is gone: nothing serves the store
+	if list := mustProctor(t, "runs", "list"); !strings.Contains(list, dead.ID[:10]+"  running*") {
+		t.Errorf("the dead run is not shown stale:\n%s", list)
+	}
+	show := mustProctor(t, "runs", "show", dead.ID)
+	if !strings.Contains(show, "the run's process died; `proctor runs resume "+dead.ID+"` continues it; `proctor replay "+dead.ID+"` projects what finished") {
+		t.Errorf("runs show of the dead run does not say how to continue it:\n%s", show)
+	}
 }

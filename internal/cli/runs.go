@@ -332,7 +332,7 @@ func writeRunView(w io.Writer, v runView) {
 	case v.LeaseExpired:
 		fmt.Fprintf(w, "note       the run's lease ended at %s (its owner %s stopped renewing it): `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.LeaseUntil, textsafe.Line(orDash(v.Owner)), v.ID, v.ID)
 	case v.Stale:
-		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor replay %s` projects what finished\n", v.ID)
+		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.ID, v.ID)
 	}
 	if c := v.Control; c.Paused {
 		why := "by " + c.PausedBy

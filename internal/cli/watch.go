@@ -294,7 +294,7 @@ func (w *watcher) follow(ctx context.Context, conn *connection) error {
 		w.caughtUp = true
 		w.progress(w.last)
 		w.decodeErrors()
-		return fmt.Errorf("run %s has not finished and no proctor process serves this store (its process died?); `proctor replay %s` projects what finished", w.runID, w.runID)
+		return fmt.Errorf("run %s has not finished and no proctor process serves this store (its process died?); `proctor runs resume %s` continues it; `proctor replay %s` projects what finished", w.runID, w.runID, w.runID)
 	}
 	// Until the run ends, past the RunFinished of each earlier epoch of a
 	// resumed run.
