@@ -165,17 +165,7 @@ func writeCheckSummary(w io.Writer, rep taskcheck.Report) error {
 	fmt.Fprintf(w, "tasks check: %d %s: %d FAIL, %d WARN, %d PASS\n", len(rep.Tasks), plural(len(rep.Tasks), "task", "tasks"), counts[taskcheck.Fail], counts[taskcheck.Warn], counts[taskcheck.Pass])
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, t := range rep.Tasks {
-		why := "every check passed"
-		if t.DecidedBy != "" {
-			why = t.DecidedBy
-			for _, f := range t.Findings {
-				if f.Check == t.DecidedBy && f.Verdict == t.Verdict {
-					why += ": " + f.Detail
-					break
-				}
-			}
-		}
-		fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s", t.Verdict, t.Task, why)))
+		fmt.Fprintln(tw, textsafe.Line(fmt.Sprintf("%s\t%s\t%s", t.Verdict, t.Task, t.Why())))
 	}
 	return tw.Flush()
 }

@@ -519,6 +519,45 @@ func (r Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
+// Why is what decided t, for a reader: the deciding check with its
+// finding (what to fix); for a task no check decided, that every check
+// passed, or, when some did not run (SKIP: not selected by --checks, its
+// cell errored, a probe without its binary), that every check that ran
+// passed and which did not, grouped by why, since a PASS proves nothing
+// of a check that did not run.
+func (t TaskResult) Why() string {
+	if t.DecidedBy != "" {
+		why := t.DecidedBy
+		for _, f := range t.Findings {
+			if f.Check == t.DecidedBy && f.Verdict == t.Verdict {
+				why += ": " + f.Detail
+				break
+			}
+		}
+		return why
+	}
+	var whys []string
+	checks := map[string][]string{}
+	for _, f := range t.Findings {
+		if f.Verdict != Skip {
+			continue
+		}
+		why := strings.TrimPrefix(f.Detail, "not run: ")
+		if _, ok := checks[why]; !ok {
+			whys = append(whys, why)
+		}
+		checks[why] = append(checks[why], f.Check)
+	}
+	if len(whys) == 0 {
+		return "every check passed"
+	}
+	parts := make([]string, len(whys))
+	for i, why := range whys {
+		parts[i] = strings.Join(checks[why], ", ") + " (" + why + ")"
+	}
+	return "every check that ran passed; not run: " + strings.Join(parts, "; ")
+}
+
 // WriteMarkdown writes the QC report: one line per task with its verdict
 // and the check that decided it, then every task's findings. Text from
 // tasks and cells is shown on one line, control characters escaped.
@@ -535,17 +574,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "%d tasks: %d FAIL, %d WARN, %d PASS.\n\n", len(r.Tasks), counts[Fail], counts[Warn], counts[Pass])
 	b.WriteString("| task | verdict | decided by |\n|---|---|---|\n")
 	for _, t := range r.Tasks {
-		by := "every check"
-		if t.DecidedBy != "" {
-			by = t.DecidedBy
-			for _, f := range t.Findings {
-				if f.Check == t.DecidedBy && f.Verdict == t.Verdict {
-					by += ": " + f.Detail
-					break
-				}
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", cell(t.Task), t.Verdict, cell(by))
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", cell(t.Task), t.Verdict, cell(t.Why()))
 	}
 	b.WriteString("\n## Findings\n")
 	for _, t := range r.Tasks {

@@ -415,7 +415,7 @@ func TestReportOutputs(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"| bad\\|task | FAIL | oracle: does not pass:\\x1b[31m red line |", "| good | PASS | every check |", "- SKIP isolation: not run"} {
+	for _, s := range []string{"| bad\\|task | FAIL | oracle: does not pass:\\x1b[31m red line |", "| good | PASS | every check that ran passed; not run: isolation (not run) |", "- SKIP isolation: not run"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md.String())
 		}
