@@ -18,7 +18,7 @@ import (
 // means to run: /app/unittest.py that prints "OK" when the test script
 // does `cd /app && python3 -m unittest`, a conftest.py, a sitecustomize.py
 // or a .pth file, node_modules/.bin/jest, a python3 in a PATH directory of
-// the work tree. ShadowSnapshot lists, before the solve, the files of the
+// the work tree, or a root agent's python3 in /usr/local/bin. ShadowSnapshot lists, before the solve, the files of the
 // work tree and of the verifier's import path whose names could do that,
 // with a hash of each; after the solve the same listing says which of them
 // the solve created or changed (Findings). Only candidate names are
@@ -72,7 +72,10 @@ timeout diff cmp grep cat test`)
 //     (NAME.py, NAME.pyc, NAME*.so, NAME/__init__.py) named like a standard
 //     module or a runner's;
 //   - in each PATH directory inside the work tree: a runner command, or a
-//     command that a later PATH directory also has.
+//     command that a later PATH directory also has;
+//   - in each PATH directory outside it: a runner command, so a root agent
+//     (--agent-user task) that plants or replaces the verifier's python3,
+//     bash or pytest there is seen (a sealed agent cannot write there).
 const shadowScript = `W=$(cd "$1" 2>/dev/null && pwd -P) || exit 0
 MODS=" $2 " CMDS=" $3 "
 if command -v sha256sum >/dev/null 2>&1; then digest() { sha256sum < "$1" | cut -d' ' -f1; }
@@ -134,8 +137,17 @@ find "$W" -xdev -type d \( -name site-packages -o -name dist-packages \) -exec s
 for s; do modules "$s"; done' sh {} + || exit 1
 IFS=:
 for d in $PATH; do
-  case $d in "$W"|"$W"/*) ;; *) continue ;; esac
   [ -d "$d" ] || continue
+  inside=
+  case $d in "$W"|"$W"/*) inside=1 ;; esac
+  if [ -z "$inside" ]; then
+    IFS=' '
+    for n in $3; do
+      { [ -e "$d/$n" ] || [ -L "$d/$n" ]; } && rec "$d/$n" "runner $n on PATH"
+    done
+    IFS=:
+    continue
+  fi
   for e in "$d"/*; do
     { [ -e "$e" ] || [ -L "$e" ]; } || continue
     n=${e##*/}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +87,35 @@ echo 'import os' > sitecustomize.py`)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("findings:\n got %+v\nwant %+v", got, want)
+	}
+
+	// A root agent (--agent-user task) writes outside the work tree: a
+	// python3 planted in an earlier PATH directory and a runner replaced
+	// in place are findings; a command that is no runner is not.
+	snap, err = SnapshotShadows(ctx, d, h, "/app", env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh("", `printf '#!/bin/sh\nexit 0\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 &&
+printf '#!/bin/sh\nexit 0\n' > /usr/local/bin/othertool && chmod +x /usr/local/bin/othertool &&
+cp /usr/bin/true /tmp/t && cat /tmp/t > /usr/bin/diff`)
+	got, err = snap.Findings(ctx, d, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range got {
+		paths = append(paths, f.Path+" "+f.Change+" "+f.Shadows)
+	}
+	root := []string{"/usr/bin/diff changed runner diff on PATH", "/usr/local/bin/python3 created runner python3 on PATH"}
+	for _, w := range root {
+		if !slices.Contains(paths, w) {
+			t.Errorf("the root solve's %q is not a finding: %q", w, paths)
+		}
+	}
+	for _, p := range paths {
+		if strings.Contains(p, "othertool") {
+			t.Errorf("a command that is no runner is a finding: %q", p)
+		}
 	}
 }
