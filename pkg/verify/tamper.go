@@ -73,6 +73,10 @@ timeout diff cmp grep cat test`)
 //     module or a runner's;
 //   - in each PATH directory inside the work tree: a runner command, or a
 //     command that a later PATH directory also has;
+//   - in the system's Python directories (/usr/lib/python3*, their and
+//     /usr/local/lib/python3*'s site-packages and dist-packages):
+//     sitecustomize.*, usercustomize.* and *.pth, a root agent's start-up
+//     hooks;
 //   - in each PATH directory outside it: a runner command, so a root agent
 //     (--agent-user task) that plants or replaces the verifier's python3,
 //     bash or pytest there is seen (a sealed agent cannot write there).
@@ -135,6 +139,15 @@ for d in $PYTHONPATH; do [ -d "$d" ] && modules "$d"; done
 unset IFS
 find "$W" -xdev -type d \( -name site-packages -o -name dist-packages \) -exec sh -c "$FN"'
 for s; do modules "$s"; done' sh {} + || exit 1
+for s in /usr/lib/python3* /usr/lib/python3*/site-packages /usr/lib/python3*/dist-packages \
+  /usr/local/lib/python3*/site-packages /usr/local/lib/python3*/dist-packages; do
+  [ -d "$s" ] || continue
+  for e in "$s"/sitecustomize.* "$s"/usercustomize.* "$s"/*.pth; do
+    { [ -e "$e" ] || [ -L "$e" ]; } || continue
+    b=${e##*/}
+    case $b in *.pth) rec "$e" "python path hook" ;; *) rec "$e" "python start-up hook ${b%%.*}" ;; esac
+  done
+done
 IFS=:
 for d in $PATH; do
   [ -d "$d" ] || continue

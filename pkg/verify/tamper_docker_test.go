@@ -90,15 +90,19 @@ echo 'import os' > sitecustomize.py`)
 	}
 
 	// A root agent (--agent-user task) writes outside the work tree: a
-	// python3 planted in an earlier PATH directory and a runner replaced
-	// in place are findings; a command that is no runner is not.
+	// python3 planted in an earlier PATH directory, a runner replaced in
+	// place and start-up hooks in the system's site directories are
+	// findings; a command that is no runner and a module of no standard
+	// name are not.
 	snap, err = SnapshotShadows(ctx, d, h, "/app", env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sh("", `printf '#!/bin/sh\nexit 0\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 &&
 printf '#!/bin/sh\nexit 0\n' > /usr/local/bin/othertool && chmod +x /usr/local/bin/othertool &&
-cp /usr/bin/true /tmp/t && cat /tmp/t > /usr/bin/diff`)
+cp /usr/bin/true /tmp/t && cat /tmp/t > /usr/bin/diff &&
+mkdir -p /usr/local/lib/python3.11/dist-packages && echo 'import os' > /usr/local/lib/python3.11/dist-packages/sitecustomize.py &&
+echo 'import os' > /usr/lib/python3/dist-packages/zz-evil.pth && echo 'x = 1' > /usr/lib/python3/dist-packages/zz_helper.py`)
 	got, err = snap.Findings(ctx, d, h)
 	if err != nil {
 		t.Fatal(err)
@@ -107,14 +111,16 @@ cp /usr/bin/true /tmp/t && cat /tmp/t > /usr/bin/diff`)
 	for _, f := range got {
 		paths = append(paths, f.Path+" "+f.Change+" "+f.Shadows)
 	}
-	root := []string{"/usr/bin/diff changed runner diff on PATH", "/usr/local/bin/python3 created runner python3 on PATH"}
+	root := []string{"/usr/bin/diff changed runner diff on PATH", "/usr/local/bin/python3 created runner python3 on PATH",
+		"/usr/local/lib/python3.11/dist-packages/sitecustomize.py created python start-up hook sitecustomize",
+		"/usr/lib/python3/dist-packages/zz-evil.pth created python path hook"}
 	for _, w := range root {
 		if !slices.Contains(paths, w) {
 			t.Errorf("the root solve's %q is not a finding: %q", w, paths)
 		}
 	}
 	for _, p := range paths {
-		if strings.Contains(p, "othertool") {
+		if strings.Contains(p, "othertool") || strings.Contains(p, "zz_helper") {
 			t.Errorf("a command that is no runner is a finding: %q", p)
 		}
 	}
