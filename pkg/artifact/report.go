@@ -217,7 +217,7 @@ func (r *reporter) harnessTable() {
 		return
 	}
 	r.printf("## Harnesses\n\n")
-	r.printf("| harness | n | errored | scored | passed | pass rate | 95 %% CI | elapsed (s) | operations | cost (USD) | cost per pass (USD) |\n")
+	r.printf("| harness | n | errored | scored | passed | pass rate | 95 %% CI | cell time (s) | operations | cost (USD) | cost per pass (USD) |\n")
 	r.printf("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, h := range hs {
 		s := r.a.Summary.PerHarness[h]
@@ -232,7 +232,7 @@ func (r *reporter) harnessTable() {
 			tableCode(h), s.N, s.Errored, s.Scored, s.Passed, rate, ci,
 			secs(s.ElapsedSec), s.Operations, usdPtr(s.Cost.TotalCostUSD), usdPtr(s.Cost.CostPerPassUSD))
 	}
-	r.printf("\n")
+	r.printf("\nCell time is the harness's cells' elapsed time summed (cells run side by side), not the run's wall time.\n\n")
 	for _, h := range hs {
 		if c := r.a.Summary.PerHarness[h].Cost; c.TotalCostUSD != nil && c.CostPerPassUSD == nil {
 			r.printf("Cost per pass is — where a cell of the harness (an errored one too) has no cost, or none passed: a total over some cells would understate it.\n\n")
