@@ -727,7 +727,7 @@ func UsageLine(m Metrics) string {
 	rep := fmt.Sprintf("reported %s / %s / %s / %s tokens (in / out / cache read / cache write), cost %s",
 		count(m.PromptTokens), count(m.CompletionTokens), count(m.CacheReadTokens), count(m.CacheWriteTokens), usdPtr(m.CostUSD))
 	if UsageNotReported(m) {
-		rep = "reported: not reported by harness"
+		rep = "reported: " + notReportedLabel(m.AgentReported)
 	}
 	cost := usdPtr(u.CostUSD)
 	if u.CostUSD == nil && u.CostNullReason != "" {
@@ -744,6 +744,21 @@ func UsageLine(m Metrics) string {
 		line += " **Reported and observed tokens differ by more than 1 %.**"
 	}
 	return line
+}
+
+// notReportedLabel is the reason an agent gave no usage of its own, as
+// its harness recorded it in agent_reported: "metrics_json" (a missing
+// metrics.json is named there), with the "error" that made one
+// unreadable; "not reported by harness" when neither is recorded.
+func notReportedLabel(ar map[string]any) string {
+	label, _ := ar["metrics_json"].(string)
+	if label == "" {
+		label = "not reported by harness"
+	}
+	if e, ok := ar["error"].(string); ok && e != "" {
+		label += " (" + e + ")"
+	}
+	return label
 }
 
 // UsageNotReported reports whether the agent gave no usage of its own:

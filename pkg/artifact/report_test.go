@@ -301,6 +301,16 @@ func TestUsageLineNotReported(t *testing.T) {
 	if got, want := UsageLine(m), "Usage: reported: not reported by harness; observed 7 / 1 / 0 / 0 in 1 request, cost 0.0001."; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
+	// The reason the agent's harness recorded is shown as the artifact
+	// holds it: a missing metrics.json is named, an unreadable one says why.
+	m.AgentReported = map[string]any{"metrics_json": "not reported by harness (no metrics.json)"}
+	if got, want := UsageLine(m), "Usage: reported: not reported by harness (no metrics.json); observed 7 / 1 / 0 / 0 in 1 request, cost 0.0001."; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	m.AgentReported = map[string]any{"metrics_json": "not reported by harness", "error": "metrics.json is a symbolic link: not read"}
+	if got, want := UsageLine(m), "Usage: reported: not reported by harness (metrics.json is a symbolic link: not read); observed 7 / 1 / 0 / 0 in 1 request, cost 0.0001."; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
 	m.PromptTokens = i64(0)
 	if got := UsageLine(m); !strings.Contains(got, "reported 0 / — / — / —") {
 		t.Errorf("a reported 0 is a report: %q", got)
