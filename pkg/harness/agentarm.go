@@ -360,6 +360,19 @@ func (s *agentSolve) close() {
 	}
 }
 
+// lastStderrLine is the last non-blank line of an agent's stderr tail (already
+// redacted), at most 200 bytes of valid UTF-8: the reason a solve that
+// made no attempt gives first (a run command the image cannot start names
+// its missing interpreter there).
+func lastStderrLine(tail string) string {
+	lines := strings.Split(strings.TrimRight(tail, " \t\r\n"), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if len(last) > 200 {
+		last = strings.ToValidUTF8(last[:200], "") + "…"
+	}
+	return last
+}
+
 // finish builds the Finished of a solve RunUntrusted ended (r): the
 // agent's own Finished line folded in, no attempt when it printed nothing,
 // its operations file and metrics.json read back; then AfterSolve (work/,
@@ -390,6 +403,9 @@ func (s *agentSolve) finish(ctx context.Context, p Placement, h *sandbox.Handle,
 	fin.NoAttempt = !res.TimedOut && !run.anything && s.out.Tail.Total() == 0
 	if fin.NoAttempt {
 		fin.Reason = fmt.Sprintf("exit %d before any event or output", res.ExitCode)
+		if last := lastStderrLine(s.logs.Tail.String()); last != "" {
+			fin.Reason += "; its stderr ends: " + last
+		}
 	}
 	if err := AfterSolve(ctx, s.env, d, h, r.RealWorkdir, &fin); err != nil {
 		return Outcome{}, err

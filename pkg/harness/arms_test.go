@@ -268,6 +268,19 @@ func TestAgentNoAttempt(t *testing.T) {
 	if f := out.Finished; !f.NoAttempt || f.Reason != "exit 3 before any event or output" {
 		t.Errorf("finished %+v", f)
 	}
+
+	// What it said on stderr last is the reason a user reads first: a run
+	// command the image cannot start names its missing interpreter.
+	d = &sandboxfake.Driver{Scripts: []sandboxfake.Script{{Match: "agent.sh", Exit: 127,
+		Stderr: "warming up\nbash: line 1: python3: command not found\n\n"}}}
+	env = harnesstest.NewEnv(t, harnesstest.Task(t, "t", nil), "agent:"+dir, d)
+	_, out, err = harnesstest.Run(context.Background(), arm(t, "agent:"+dir), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, want := out.Finished, "exit 127 before any event or output; its stderr ends: bash: line 1: python3: command not found"; !f.NoAttempt || f.Reason != want {
+		t.Errorf("finished %+v, want reason %q", f, want)
+	}
 }
 
 // TestAgentTimeout: an agent stopped at its budget is Finished "timeout",
