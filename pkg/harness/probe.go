@@ -80,6 +80,18 @@ func (a probeArm) Check(baseDir string, _ func(string) string) error {
 	return nil
 }
 
+// Preflight checks once per run, before any image is built, that the
+// probe has a static proctor binary to copy into the sandbox
+// (ProbeBinary): a dynamically linked one would otherwise error every
+// cell of the arm, class infra, after its sandbox was built.
+func (a probeArm) Preflight(context.Context) error {
+	_, err := ProbeBinary(nil)
+	return err
+}
+
+// PreflightKey: one pre-flight for every probe arm of a run.
+func (a probeArm) PreflightKey() string { return "probe" }
+
 // Refusal refuses what every in-container arm refuses, and a task whose
 // metadata.probe_expect is malformed or names no leak class.
 func (a probeArm) Refusal(t *task.Task) (events.ErrorClass, string) {

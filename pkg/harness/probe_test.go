@@ -145,6 +145,25 @@ func TestProbeNeedsStaticBinary(t *testing.T) {
 	}
 }
 
+// TestProbePreflight: a run with a probe arm and a dynamically linked
+// proctor fails before it starts, saying how to get a static one; a static
+// binary passes, and a run without a probe arm is not checked.
+func TestProbePreflight(t *testing.T) {
+	bin := testutil.ProctorBinary(t)
+	t.Setenv(harness.ProbeBinaryEnv, "/bin/sh")
+	err := harness.Preflight(context.Background(), []string{"oracle", "docker-probe"})
+	if err == nil || !strings.Contains(err.Error(), "harness docker-probe:") || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("a dynamic binary: %v", err)
+	}
+	if err := harness.Preflight(context.Background(), []string{"oracle"}); err != nil {
+		t.Errorf("no probe arm, yet %v", err)
+	}
+	t.Setenv(harness.ProbeBinaryEnv, bin)
+	if err := harness.Preflight(context.Background(), []string{"docker-probe", "docker-probe:skills/pdf"}); err != nil {
+		t.Errorf("a static binary: %v", err)
+	}
+}
+
 // TestProbeRefs: the three spellings parse, are setup checks, and the
 // skill form needs a SKILL.md.
 func TestProbeRefs(t *testing.T) {
