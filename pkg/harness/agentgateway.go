@@ -66,7 +66,7 @@ func AgentProviderEnv(a *AgentSpec, getenv func(string) string) (map[string]stri
 		}
 		if b := env[p.BaseURLEnv]; b != "" {
 			if err := checkBaseURL(p.BaseURLEnv, b); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("agent.toml declares provider %s, and %w", p.Name, err)
 			}
 			// The gateway knows a host's provider by the host alone.
 			e, _ := providers.BaseURLEntry(p.BaseURLEnv, b, false)
@@ -92,7 +92,7 @@ func checkBaseURL(name, raw string) error {
 	}
 	h := u.Hostname()
 	if ip := net.ParseIP(h); h == "localhost" || strings.HasSuffix(h, ".localhost") || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
-		return fmt.Errorf("%s=%s is a loopback address, which inside the task container is the container itself: use an address the container can reach", name, raw)
+		return fmt.Errorf("%s=%s is a loopback address, which inside the task container is the container itself: use an address the container can reach (a model served on this machine: the Docker bridge's address, usually 172.17.0.1)", name, raw)
 	}
 	return nil
 }

@@ -94,8 +94,11 @@ func TestAgentProviderEnv(t *testing.T) {
 		_, err := AgentProviderEnv(&AgentSpec{Providers: []string{"openai"}}, func(k string) string {
 			return map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": u}[k]
 		})
-		if err == nil || !strings.Contains(err.Error(), "OPENAI_BASE_URL="+u) {
+		if err == nil || !strings.Contains(err.Error(), "OPENAI_BASE_URL="+u) || !strings.Contains(err.Error(), "agent.toml declares provider openai") {
 			t.Errorf("%s: %v", u, err)
+		}
+		if loopback := strings.Contains(u, "//"); loopback && u != "ftp://x" && !strings.Contains(err.Error(), "the Docker bridge's address") {
+			t.Errorf("%s: no way out named: %v", u, err)
 		}
 	}
 }
