@@ -64,6 +64,46 @@ const AgentMount = "/opt/proctor/agent"
 // DefaultAgentCapSec is the Anpord command harness's default cap: 15 minutes.
 const DefaultAgentCapSec = 900
 
+// agentKeys are agent.toml's keys, in the order the docs give them.
+var agentKeys = []string{"run", "install", "env", "providers", "egress", "system_prompt", "max_timeout_sec"}
+
+// unknownAgentKey describes an unknown agent.toml key: the keys the file
+// has, and first the one it is near (a prefix of the other either way, as
+// provider and providers, or one edit away).
+func unknownAgentKey(key string) string {
+	near := ""
+	for _, k := range agentKeys {
+		if strings.HasPrefix(k, key) || strings.HasPrefix(key, k) || oneEdit(k, key) {
+			near = "did you mean " + k + "? "
+			break
+		}
+	}
+	return fmt.Sprintf("unknown key %s (%sagent.toml keys: %s)", key, near, strings.Join(agentKeys, ", "))
+}
+
+// oneEdit reports whether a and b differ by one inserted, deleted or
+// replaced byte, or by two adjacent bytes swapped.
+func oneEdit(a, b string) bool {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	if len(a)-len(b) > 1 || a == b {
+		return false
+	}
+	i := 0
+	for i < len(b) && a[i] == b[i] {
+		i++
+	}
+	switch {
+	case len(a) != len(b):
+		return a[i+1:] == b[i:]
+	case a[i+1:] == b[i+1:]:
+		return true
+	default:
+		return i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:]
+	}
+}
+
 // LoadAgent reads dir/agent.toml. Errors name the file and key.
 func LoadAgent(dir string) (*AgentSpec, error) {
 	abs, err := filepath.Abs(dir)
@@ -84,6 +124,12 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&file); err != nil {
 		var de *toml.DecodeError
+		var se *toml.StrictMissingError
+		if errors.As(err, &se) && len(se.Errors) > 0 {
+			e := se.Errors[0]
+			row, _ := e.Position()
+			return nil, fmt.Errorf("%s:%d: %s", path, row, unknownAgentKey(strings.Join(e.Key(), ".")))
+		}
 		if errors.As(err, &de) {
 			row, _ := de.Position()
 			return nil, fmt.Errorf("%s:%d: %s", path, row, de.Error())

@@ -85,6 +85,24 @@ func TestLoadAgent(t *testing.T) {
 	if _, err := LoadAgent(dir); err == nil {
 		t.Fatal("unknown key accepted")
 	}
+	// An unknown key is named with its line and the keys agent.toml has,
+	// the near one first: a provider left singular would otherwise read
+	// as "unknown field".
+	write("run = \"x\"\n\nprovider = [\"openai\"]\n")
+	if _, err := LoadAgent(dir); err == nil || !strings.Contains(err.Error(), "agent.toml:3: unknown key provider (did you mean providers?") ||
+		!strings.Contains(err.Error(), "run, install, env, providers, egress, system_prompt, max_timeout_sec") {
+		t.Errorf("unknown key: %v", err)
+	}
+	for typo, want := range map[string]string{"intsall": "install", "max_timout_sec": "max_timeout_sec", "egresz": "egress", "system_prompts": "system_prompt"} {
+		write("run = \"x\"\n" + typo + " = 1\n")
+		if _, err := LoadAgent(dir); err == nil || !strings.Contains(err.Error(), "unknown key "+typo+" (did you mean "+want+"?") {
+			t.Errorf("%s: %v", typo, err)
+		}
+	}
+	write("run = \"x\"\n[env]\nA = \"1\"\n[extra]\nb = 1\n")
+	if _, err := LoadAgent(dir); err == nil || !strings.Contains(err.Error(), "agent.toml:4: unknown key extra (agent.toml keys:") {
+		t.Errorf("unknown table: %v", err)
+	}
 	// max_timeout_sec: a finite number > 0; 0 is not "no cap", nan and inf
 	// never become a budget.
 	for _, v := range []string{"0", "nan", "inf", "-inf", "-1", "1e300"} {
