@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -66,6 +67,25 @@ const DefaultAgentCapSec = 900
 
 // agentKeys are agent.toml's keys, in the order the docs give them.
 var agentKeys = []string{"run", "install", "env", "providers", "egress", "system_prompt", "max_timeout_sec"}
+
+// tomlTypeError matches the decoder's error for a value of the wrong
+// type, whose text names Go's types; its group is the TOML type found.
+var tomlTypeError = regexp.MustCompile(`^toml: cannot decode TOML (\w+(?: \w+)?) into`)
+
+// agentKeyType is what agent.toml wants at key, in a user's words.
+func agentKeyType(key string) string {
+	switch {
+	case key == "providers":
+		return `a list of strings (providers = ["anthropic"])`
+	case key == "egress":
+		return `a list of strings (egress = ["pypi.org"])`
+	case key == "env":
+		return "a table of strings ([env] then NAME = \"value\")"
+	case key == "max_timeout_sec":
+		return "a number of seconds"
+	}
+	return "a string"
+}
 
 // unknownAgentKey describes an unknown agent.toml key: the keys the file
 // has, and first the one it is near (a prefix of the other either way, as
@@ -132,6 +152,10 @@ func LoadAgent(dir string) (*AgentSpec, error) {
 		}
 		if errors.As(err, &de) {
 			row, _ := de.Position()
+			if m := tomlTypeError.FindStringSubmatch(de.Error()); m != nil && len(de.Key()) > 0 {
+				key := strings.Join(de.Key(), ".")
+				return nil, fmt.Errorf("%s:%d: key %s: %s, not a TOML %s", path, row, key, agentKeyType(key), m[1])
+			}
 			return nil, fmt.Errorf("%s:%d: %s", path, row, de.Error())
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -99,6 +99,19 @@ func TestLoadAgent(t *testing.T) {
 			t.Errorf("%s: %v", typo, err)
 		}
 	}
+	// A value of the wrong type names the key and the type it wants, not
+	// the decoder's Go struct.
+	for body, want := range map[string]string{
+		"run = \"x\"\nproviders = \"openai\"\n":   `agent.toml:2: key providers: a list of strings (providers = ["anthropic"]), not a TOML string`,
+		"run = 3\n":                               "agent.toml:1: key run: a string, not a TOML integer",
+		"run = \"x\"\nmax_timeout_sec = \"60\"\n": "agent.toml:2: key max_timeout_sec: a number of seconds, not a TOML string",
+		"run = \"x\"\n[env]\nA = 1\n":             "agent.toml:3: key env.A: a string, not a TOML integer",
+	} {
+		write(body)
+		if _, err := LoadAgent(dir); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "struct") {
+			t.Errorf("%q: %v, want %q", body, err, want)
+		}
+	}
 	write("run = \"x\"\n[env]\nA = \"1\"\n[extra]\nb = 1\n")
 	if _, err := LoadAgent(dir); err == nil || !strings.Contains(err.Error(), "agent.toml:4: unknown key extra (agent.toml keys:") {
 		t.Errorf("unknown table: %v", err)
