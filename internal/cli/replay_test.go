@@ -127,6 +127,19 @@ func TestReplayExportImport(t *testing.T) {
 	if show := mustProctor(t, "runs", "show", id); !strings.Contains(show, "oracle: 9/9 done, 0 running, 0 queued, 2 errored, pass rate 6/7 = 85.7 %") {
 		t.Errorf("runs show:\n%s", show)
 	}
+	// An errored cell says why beside its state, as its row holds it.
+	for _, r := range a.Results {
+		if !r.Errored() {
+			continue
+		}
+		if r.ErrorClass == "" && r.Error == "" {
+			continue
+		}
+		want := "cell       " + r.CellID + " " + r.Outcome + " (" + orDash(r.ErrorClass) + "): "
+		if show := mustProctor(t, "runs", "show", id, "--cells"); !strings.Contains(show, want) || v.CellErrors[r.CellID] == "" {
+			t.Errorf("runs show --cells: no %q:\n%s", want, show)
+		}
+	}
 
 	// Replay from the store, to files and to stdout.
 	rj, rm := filepath.Join(out, "replay.json"), filepath.Join(out, "replay.md")

@@ -52,6 +52,9 @@ type runView struct {
 	Progress []projection.HarnessProgress `json:"progress,omitempty"`
 	// CellStates maps each planned cell to its state (runs show --cells).
 	CellStates map[string]string `json:"cell_states,omitempty"`
+	// CellErrors maps each errored cell to why it has no verdict: its
+	// error class and error, as its row holds them (runs show --cells).
+	CellErrors map[string]string `json:"cell_errors,omitempty"`
 	// ControlLog lists the run's control actions, one line each (runs
 	// show only).
 	ControlLog []string `json:"control_log,omitempty"`
@@ -291,6 +294,12 @@ func (g *globals) view(ctx context.Context, conn *connection, r bus.RunRecord, d
 		v.CellStates = map[string]string{}
 		for _, id := range p.Cells() {
 			v.CellStates[id] = p.CellState(id)
+			if r, ok := p.Row(id); ok && r.Errored() && (r.ErrorClass != "" || r.Error != "") {
+				if v.CellErrors == nil {
+					v.CellErrors = map[string]string{}
+				}
+				v.CellErrors[id] = "(" + orDash(r.ErrorClass) + "): " + r.Error
+			}
 		}
 	}
 	return v, nil
@@ -351,7 +360,11 @@ func writeRunView(w io.Writer, v runView) {
 		line("harness", progressText(h))
 	}
 	for _, id := range slices.Sorted(maps.Keys(v.CellStates)) {
-		line("cell", id+" "+v.CellStates[id])
+		state := id + " " + v.CellStates[id]
+		if e := v.CellErrors[id]; e != "" {
+			state += " " + e
+		}
+		line("cell", state)
 	}
 }
 
