@@ -155,6 +155,7 @@ const (
 	AbilityLimitReporter Ability = "LimitReporter"
 	AbilityImageEnver    Ability = "ImageEnver"
 	AbilityCollector     Ability = "Collector"
+	AbilityExecPreparer  Ability = "ExecPreparer"
 )
 
 // implements holds, for each ability, whether a driver has its interface.
@@ -175,6 +176,7 @@ var implements = map[Ability]func(Driver) bool{
 	AbilityLimitReporter: is[LimitReporter],
 	AbilityImageEnver:    is[ImageEnver],
 	AbilityCollector:     is[Collector],
+	AbilityExecPreparer:  is[ExecPreparer],
 }
 
 func is[T any](d Driver) bool { _, ok := d.(T); return ok }

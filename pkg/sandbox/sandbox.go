@@ -81,6 +81,10 @@ var (
 	ErrInvalidSpec = errors.New("sandbox: invalid spec")
 )
 
+// ErrPreparedUsed is returned by PreparedExec.Run after Run or Discard:
+// a prepared command runs at most once.
+var ErrPreparedUsed = errors.New("sandbox: prepared exec already run or discarded")
+
 // ErrNotRegular is wrapped by a driver's ReadFile (and in a FileResult of
 // CopyOutFiles) when the path is a symlink, a directory, a device, a fifo
 // or anything else but a regular file.

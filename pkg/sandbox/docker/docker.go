@@ -100,6 +100,7 @@ var (
 	_ sandbox.CallLogger    = (*Driver)(nil)
 	_ sandbox.ImageEnver    = (*Driver)(nil)
 	_ sandbox.Collector     = (*Driver)(nil)
+	_ sandbox.ExecPreparer  = (*Driver)(nil)
 	_ sandbox.Capable       = (*Driver)(nil)
 )
 
@@ -112,7 +113,7 @@ func (d *Driver) Abilities() []sandbox.Ability {
 		sandbox.AbilityEgressLogger, sandbox.AbilityCallLogger, sandbox.AbilityFreezer, sandbox.AbilityThawer,
 		sandbox.AbilityProcessKiller, sandbox.AbilityOOMCounter, sandbox.AbilityFileCopier,
 		sandbox.AbilityFileReader, sandbox.AbilityLimitReporter, sandbox.AbilityImageEnver,
-		sandbox.AbilityCollector, sandbox.AbilityTreeCopier,
+		sandbox.AbilityCollector, sandbox.AbilityTreeCopier, sandbox.AbilityExecPreparer,
 	}
 }
 
@@ -506,6 +507,13 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 		}
 		break
 	}
+	return d.follow(ctx, cid, created.ID, resp, spec, hold)
+}
+
+// follow waits for the started exec execID, whose stream is resp, as
+// Exec describes: its output, its exit, its timeout (counted from now)
+// and the kill at the timeout or at ctx's end. It closes resp.
+func (d *Driver) follow(ctx context.Context, cid, execID string, resp types.HijackedResponse, spec sandbox.ExecSpec, hold *sandbox.Hold) (sandbox.ExecResult, error) {
 	defer resp.Close()
 	start := time.Now()
 	var frozen0 time.Duration
@@ -594,7 +602,7 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 			interval = 2 * time.Millisecond
 			poll.Reset(0)
 		case <-poll.C:
-			ins, err := d.cli.ContainerExecInspect(ctx, created.ID)
+			ins, err := d.cli.ContainerExecInspect(ctx, execID)
 			switch {
 			case err == nil && !ins.Running:
 				if !streamClosed {
@@ -628,14 +636,14 @@ func (d *Driver) Exec(ctx context.Context, h *sandbox.Handle, spec sandbox.ExecS
 			}
 			poll.Reset(interval)
 		case <-deadline:
-			return d.stopExec(ctx, cid, created.ID, spec.Grace, ran, drain), nil
+			return d.stopExec(ctx, cid, execID, spec.Grace, ran, drain), nil
 		case <-ctx.Done():
 			if hold != nil {
 				// A frozen sandbox's processes take no signal: thaw it
 				// (the owner's freeze ends with the phase).
 				d.unpause(ctx, cid)
 			}
-			return d.stopExec(ctx, cid, created.ID, spec.Grace, ran, drain), nil
+			return d.stopExec(ctx, cid, execID, spec.Grace, ran, drain), nil
 		}
 	}
 }

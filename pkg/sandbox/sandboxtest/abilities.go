@@ -84,6 +84,13 @@ type Fixture interface {
 //     leaves out a file over what is left of the byte budget but copies
 //     smaller ones after it, leaves out every entry past the entry cap,
 //     and records what it left out;
+//   - ExecPreparer: a prepared command has not run before Run (its
+//     first act, a marker file, is absent) and runs at Run with its
+//     exit code and output; its Timeout counts from Run (a command that
+//     waited longer than its budget before Run ends on its own, one that
+//     overruns it after Run is stopped with its processes); Discard and a
+//     ctx ended before Run leave nothing run and no process behind, and a
+//     second Run is ErrPreparedUsed (the commands are sh scripts);
 //   - Collector: GC removes every sandbox of its run (Exec is then
 //     ErrDestroyed, Destroy still nil), GCDead those of a dead run only,
 //     and GC of no run is ErrInvalidSpec.
@@ -127,6 +134,10 @@ func Abilities(t *testing.T, d sandbox.Driver, spec sandbox.Spec, fx Fixture) {
 				}
 			}
 		}
+	})
+
+	ability("PreparedExecRunsAtRun", sandbox.AbilityExecPreparer, func(t *testing.T) {
+		preparedExecs(t, d, start(t, spec), fx)
 	})
 
 	ability("KillAllThroughForkBomb", sandbox.AbilityProcessKiller, func(t *testing.T) {
@@ -474,6 +485,64 @@ func Abilities(t *testing.T, d sandbox.Driver, spec sandbox.Spec, fx Fixture) {
 			t.Errorf("GC of no run: %v, want ErrInvalidSpec", err)
 		}
 	})
+}
+
+// preparedExecs checks an ExecPreparer (see Abilities).
+func preparedExecs(t *testing.T, d sandbox.Driver, h *sandbox.Handle, fx Fixture) {
+	ctx := context.Background()
+	p := d.(sandbox.ExecPreparer)
+	prep := func(script string, timeout time.Duration, out *syncBuffer) sandbox.PreparedExec {
+		t.Helper()
+		pe, err := p.PrepareExec(ctx, h, sandbox.ExecSpec{
+			Cmd: []string{"sh", "-c", script}, User: AgentUser, Timeout: timeout, Stdout: out, Stderr: out,
+		})
+		if err != nil {
+			t.Fatalf("PrepareExec: %v", err)
+		}
+		return pe
+	}
+	absent := func(f, when string) {
+		t.Helper()
+		if b, err := readBack(ctx, d, h, f); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("%s: %s exists (%q, %v): the prepared command ran", when, f, b, err)
+		}
+	}
+	var ranOut, lateOut, overOut syncBuffer
+	ran := prep(`echo ran > /tmp/prep-ran; cat; echo "out $(cat /tmp/prep-ran)"; exit 3`, 0, &ranOut)
+	// Budget 1 s, run 0.2 s: it must not count the wait before Run.
+	late := prep(`sleep 0.2; exit 4`, time.Second, &lateOut)
+	over := prep(`sleep 100 & sleep 100`, time.Second, &overOut)
+	discarded := prep(`echo x > /tmp/prep-discarded`, 0, nil)
+	cancelled := prep(`echo x > /tmp/prep-cancelled`, 0, nil)
+	// The passing of time is what is checked here (the budget of late
+	// must not run before Run), not a synchronisation.
+	time.Sleep(1500 * time.Millisecond)
+	absent("/tmp/prep-ran", "before Run")
+
+	discarded.Discard()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if res, err := cancelled.Run(cctx); err != nil || !res.TimedOut {
+		t.Errorf("Run with its ctx ended: %+v %v, want TimedOut", res, err)
+	}
+	if res, err := ran.Run(ctx); err != nil || res.ExitCode != 3 || res.TimedOut || strings.TrimSpace(ranOut.String()) != "out ran" {
+		t.Errorf("Run: %+v %v, output %q; want exit 3 and \"out ran\" (stdin empty)", res, err, ranOut.String())
+	}
+	if res, err := late.Run(ctx); err != nil || res.ExitCode != 4 || res.TimedOut || res.Duration >= time.Second {
+		t.Errorf("Run of a command prepared longer ago than its budget: %+v %v; want exit 4 within its budget counted from Run", res, err)
+	}
+	if res, err := over.Run(ctx); err != nil || !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode {
+		t.Errorf("Run of a command over its budget: %+v %v; want TimedOut", res, err)
+	}
+	waitRunning(t, fx, h, AgentUser, 0)
+	absent("/tmp/prep-discarded", "after Discard")
+	absent("/tmp/prep-cancelled", "after a Run whose ctx had ended")
+	if _, err := discarded.Run(ctx); !errors.Is(err, sandbox.ErrPreparedUsed) {
+		t.Errorf("Run after Discard: %v, want ErrPreparedUsed", err)
+	}
+	if _, err := ran.Run(ctx); !errors.Is(err, sandbox.ErrPreparedUsed) {
+		t.Errorf("a second Run: %v, want ErrPreparedUsed", err)
+	}
 }
 
 // waitRunning polls until want processes of user run.
