@@ -130,6 +130,27 @@ func SolvesSteps(a Arm) bool {
 	return ok && s.SolvesSteps()
 }
 
+// SolvePreparer is the ability of an arm whose solve can be made ready
+// before its solve slot (the oracle: its solve is one exec). The launcher
+// calls PrepareSolve once the sandbox is started and healthy, before it
+// waits for its solve slot, and at the slot calls the PreparedSolve's
+// Solve instead of the arm's: the engine's work of starting the solve is
+// then done while the cell waits, not on the slot
+// (docs/decisions/2026-12-03-solve-prepared-ahead.md).
+type SolvePreparer interface {
+	PrepareSolve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (PreparedSolve, error)
+}
+
+// PreparedSolve is a solve made ready by PrepareSolve. Nothing of the
+// solution or agent has run before Solve: Solve does what Arm.Solve
+// does from there, its events and its budget counted from Solve's call
+// (sandbox.PreparedExec). Discard gives it up without running anything
+// of it (a cancelled or paused cell); Discard after Solve does nothing.
+type PreparedSolve interface {
+	Solve(ctx context.Context) (Outcome, error)
+	Discard()
+}
+
 // Placement is where and how an arm's solve runs: the driver (Env.Driver or
 // Env.Host), the sandbox spec and the network plan, and what Prepare found
 // on the way that Solve needs.

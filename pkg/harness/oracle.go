@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -110,28 +111,80 @@ func oracleEnv(t *task.Task, getenv func(string) string, n Networks, h *sandbox.
 // `bash /solution/solve.sh` as root in the task's workdir with
 // [agent].timeout_sec, or BenchFlow's [oracle].timeout_sec (oracleBudget;
 // as Harbor runs solve.sh; most public tasks ship it without the execute
-// bit, some without a shebang).
+// bit, some without a shebang): PrepareSolve, then its Solve.
 func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (Outcome, error) {
-	t, dir, d := env.Task(), env.Dir(), p.Driver
-	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
-		return Outcome{}, err
-	}
-	stage := StagePath("solution")
-	if err := d.CopyIn(ctx, h, t.SolutionDir, stage); err != nil {
-		return Outcome{}, fmt.Errorf("copy the solution in: %w", err)
-	}
-	out, err := dir.OpenCapture("solve.log")
+	ps, err := a.PrepareSolve(ctx, env, p, h)
 	if err != nil {
 		return Outcome{}, err
 	}
+	defer ps.Discard()
+	return ps.Solve(ctx)
+}
+
+// PrepareSolve stages the reference solution in the sandbox's root
+// directory and prepares the one exec that puts it in place and runs it
+// (sandbox.PrepareExec): with a driver that is an ExecPreparer the
+// exec's process is made now and waits, so the solve's Solve only
+// releases it.
+func (a oracleArm) PrepareSolve(ctx context.Context, env Env, p Placement, h *sandbox.Handle) (PreparedSolve, error) {
+	t, dir, d := env.Task(), env.Dir(), p.Driver
+	stage := StagePath("solution")
+	if err := d.CopyIn(ctx, h, t.SolutionDir, stage); err != nil {
+		return nil, fmt.Errorf("copy the solution in: %w", err)
+	}
+	out, err := dir.OpenCapture("solve.log")
+	if err != nil {
+		return nil, err
+	}
 	budget := oracleBudget(t)
-	dir.Logf("solve: bash /solution/solve.sh (timeout %gs, network %s)", budget, p.Networks.Solve)
-	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+	pe, err := sandbox.PrepareExec(ctx, d, h, sandbox.ExecSpec{
 		Cmd: PlaceAndRun(stage, []string{"/solution", "/oracle"}, []string{"/solution", "/oracle"}, nil,
 			[]string{"bash", "/solution/" + filepath.Base(t.SolutionScript)}),
 		Env:     oracleEnv(t, env.Getenv, p.Networks, h),
 		Timeout: seconds(budget), Grace: OracleGrace, Stdout: out, Stderr: out,
 	})
+	if err != nil {
+		_ = out.Close(dir, "")
+		return nil, fmt.Errorf("run solve.sh: %w", err)
+	}
+	return &oracleSolve{env: env, p: p, out: out, pe: pe, budget: budget}, nil
+}
+
+// oracleSolve is the oracle's PreparedSolve.
+type oracleSolve struct {
+	env    Env
+	p      Placement
+	out    *cellfs.Capture
+	pe     sandbox.PreparedExec
+	budget float64
+	done   bool
+}
+
+// Discard gives the exec up and removes the solve's empty log.
+func (s *oracleSolve) Discard() {
+	if s.done {
+		return
+	}
+	s.done = true
+	s.pe.Discard()
+	dir := s.env.Dir()
+	_ = s.out.Close(dir, "")
+	_ = os.Remove(dir.Path("solve.log"))
+}
+
+func (s *oracleSolve) Solve(ctx context.Context) (Outcome, error) {
+	if s.done {
+		return Outcome{}, sandbox.ErrPreparedUsed
+	}
+	s.done = true
+	env, dir, out := s.env, s.env.Dir(), s.out
+	if err := env.Emit(ctx, events.Started, events.StartedData{Harness: env.Plan().Harness, Model: env.Plan().Model}, time.Time{}); err != nil {
+		s.pe.Discard()
+		_ = out.Close(dir, "stdout.tail.txt")
+		return Outcome{}, err
+	}
+	dir.Logf("solve: bash /solution/solve.sh (timeout %gs, network %s)", s.budget, s.p.Networks.Solve)
+	res, err := s.pe.Run(ctx)
 	_ = out.Close(dir, "stdout.tail.txt")
 	if err != nil {
 		return Outcome{}, fmt.Errorf("run solve.sh: %w", err)
@@ -142,7 +195,7 @@ func (a oracleArm) Solve(ctx context.Context, env Env, p Placement, h *sandbox.H
 	fin := events.FinishedData{
 		Reason: fmt.Sprintf("exit %d", res.ExitCode), ExitCode: res.ExitCode, TimedOut: res.TimedOut,
 		DurationSec: round3(res.Duration.Seconds()), StdoutTail: out.RowTail(),
-		Isolation: map[string]any{"network": p.Networks.Solve},
+		Isolation: map[string]any{"network": s.p.Networks.Solve},
 	}
 	if res.TimedOut {
 		fin.Reason = "timeout"

@@ -557,6 +557,26 @@ func (c *cell) run(ctx context.Context) error {
 	}
 
 	snap := c.snapshotShadows(ctx, p, h)
+	// An arm whose solve can be prepared has its engine work done now,
+	// while the cell waits for its slot: the gate only releases it.
+	solve := func(ctx context.Context) (harness.Outcome, error) { return arm.Solve(ctx, c, p, h) }
+	if sp, ok := arm.(harness.SolvePreparer); ok {
+		ps, err := sp.PrepareSolve(ctx, c, p, h)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			teardown() // before the terminal event: an ended cell owns no container
+			if err := recordStart(); err != nil {
+				return err
+			}
+			return c.end(ctx, events.ClassInfra, err)
+		}
+		// A cell that never passes its gate (cancelled, paused, its
+		// context ended) runs nothing of the prepared solve.
+		defer ps.Discard()
+		solve = ps.Solve
+	}
 	if err := c.solveGate(ctx, teardown); err != nil {
 		return err
 	}
@@ -568,7 +588,7 @@ func (c *cell) run(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	out, err := arm.Solve(sctx, c, p, h)
+	out, err := solve(sctx)
 	solved()
 	c.endSolve()
 	if oerr := c.recordHarness(ctx, "", start, out, err); oerr != nil && err == nil {
