@@ -170,12 +170,19 @@ func pctl(xs []float64, p float64) float64 {
 //     run's wall time less its budget (one wave: the sleep, the fixed
 //     cost, and 30 s of slack for the wedge's verifier budget, its grace
 //     before SIGKILL and the freeze) is wedge_over_budget_s (target ≤ 0).
+//
+// PROCTOR_BENCH_SCHED_PARTS, a comma-separated list of "prebuilt",
+// "builds" and "wedge", runs only those parts (default all).
 func BenchmarkScheduling(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, "debian:bookworm-slim")
 	sleep := 20.0
 	if v, err := strconv.ParseFloat(os.Getenv("PROCTOR_BENCH_SCHED_SLEEP"), 64); err == nil && v > 0 {
 		sleep = v
+	}
+	part := func(name string) bool {
+		v := os.Getenv("PROCTOR_BENCH_SCHED_PARTS")
+		return v == "" || slices.Contains(strings.Split(v, ","), name)
 	}
 	cells := envInt("PROCTOR_BENCH_SCHED_CELLS", 48)
 	conc := envInt("PROCTOR_BENCH_SCHED_CONC", 8)
@@ -191,64 +198,70 @@ func BenchmarkScheduling(b *testing.B) {
 		schedTask(b, root, "sched-one", mark, sleep, 30, "")
 		warm := runSched(b, home, root, 1, 1)
 		fixed := warm.wall.Seconds() - sleep
-		r := runSched(b, home, root, conc, cells)
-		if n := passed(r.a); n != cells {
-			b.Errorf("%d of %d cells passed: %s", n, cells, notPassed(r.a))
-		}
 		ideal := float64((cells+conc-1)/conc)*sleep + fixed
-		starts, ends, _ := r.solves()
-		ref := refills(starts, ends, conc)
 		b.ReportMetric(fixed, "fixed_s")
-		b.ReportMetric(r.wall.Seconds(), "makespan_s")
-		b.ReportMetric(ideal, "ideal_s")
-		b.ReportMetric(ideal/r.wall.Seconds(), "efficiency")
-		// Where the makespan beyond the solves goes: the run's start to
-		// its conc-th solve (every slot solving), and its last solve's end
-		// to the run's end.
-		if len(starts) >= conc && len(ends) > 0 {
-			b.ReportMetric(starts[conc-1].Sub(r.t0).Seconds(), "head_s")
-			b.ReportMetric(r.t0.Add(r.wall).Sub(ends[len(ends)-1]).Seconds(), "tail_s")
-		}
-		b.ReportMetric(pctl(ref, 0.5), "refill_p50_ms")
-		b.ReportMetric(pctl(ref, 0.99), "refill_p99_ms")
-
-		// Three images to build.
-		root3 := filepath.Join(b.TempDir(), "three")
-		for i := range 3 {
-			schedTask(b, root3, fmt.Sprintf("sched-build-%d", i), mark, sleep, 30, "")
-		}
-		r3 := runSched(b, home, root3, conc, (cells+2)/3)
-		if n := passed(r3.a); n != 3*((cells+2)/3) {
-			b.Errorf("%d of %d cells passed: %s", n, 3*((cells+2)/3), notPassed(r3.a))
-		}
-		_, _, waits := r3.solves()
-		b.ReportMetric(r3.wall.Seconds(), "build_makespan_s")
-		b.ReportMetric(ideal+slices.Max(waits), "build_ideal_s")
-		b.ReportMetric((ideal+slices.Max(waits))/r3.wall.Seconds(), "build_efficiency")
-		b.ReportMetric(pctl(waits, 0.5), "image_wait_p50_s")
-		b.ReportMetric(slices.Max(waits), "image_wait_max_s")
-
-		// A wedged verifier.
-		rootW := filepath.Join(b.TempDir(), "wedge")
-		schedTask(b, rootW, "sched-ok", mark, sleep, 30, "")
-		schedTask(b, rootW, "sched-wedge", mark, 1, 5, "#!/bin/bash\ntrap '' TERM INT HUP\nwhile true; do sleep 1000 & wait; done\n")
-		rw := runSched(b, home, rootW, conc, conc/2)
-		var wedge *artifact.Result
-		for i := range rw.a.Results {
-			if rw.a.Results[i].Task == "sched-wedge" && rw.a.Results[i].Repeat == 1 {
-				wedge = &rw.a.Results[i]
+		if part("prebuilt") {
+			r := runSched(b, home, root, conc, cells)
+			if n := passed(r.a); n != cells {
+				b.Errorf("%d of %d cells passed: %s", n, cells, notPassed(r.a))
 			}
+			starts, ends, _ := r.solves()
+			ref := refills(starts, ends, conc)
+			b.ReportMetric(r.wall.Seconds(), "makespan_s")
+			b.ReportMetric(ideal, "ideal_s")
+			b.ReportMetric(ideal/r.wall.Seconds(), "efficiency")
+			// Where the makespan beyond the solves goes: the run's start to
+			// its conc-th solve (every slot solving), and its last solve's end
+			// to the run's end.
+			if len(starts) >= conc && len(ends) > 0 {
+				b.ReportMetric(starts[conc-1].Sub(r.t0).Seconds(), "head_s")
+				b.ReportMetric(r.t0.Add(r.wall).Sub(ends[len(ends)-1]).Seconds(), "tail_s")
+			}
+			b.ReportMetric(pctl(ref, 0.5), "refill_p50_ms")
+			b.ReportMetric(pctl(ref, 0.99), "refill_p99_ms")
+
 		}
-		// Ended with its cause, never a hang: verifier_timeout (scored
-		// 0, as Harbor does: docs/results.md) or an errored outcome.
-		if wedge == nil || wedge.Outcome == "passed" || wedge.Outcome == "failed" {
-			b.Fatalf("the wedged cell: %+v, want verifier_timeout or an errored outcome naming its cause", wedge)
+		if part("builds") {
+			// Three images to build.
+			root3 := filepath.Join(b.TempDir(), "three")
+			for i := range 3 {
+				schedTask(b, root3, fmt.Sprintf("sched-build-%d", i), mark, sleep, 30, "")
+			}
+			r3 := runSched(b, home, root3, conc, (cells+2)/3)
+			if n := passed(r3.a); n != 3*((cells+2)/3) {
+				b.Errorf("%d of %d cells passed: %s", n, 3*((cells+2)/3), notPassed(r3.a))
+			}
+			_, _, waits := r3.solves()
+			b.ReportMetric(r3.wall.Seconds(), "build_makespan_s")
+			b.ReportMetric(ideal+slices.Max(waits), "build_ideal_s")
+			b.ReportMetric((ideal+slices.Max(waits))/r3.wall.Seconds(), "build_efficiency")
+			b.ReportMetric(pctl(waits, 0.5), "image_wait_p50_s")
+			b.ReportMetric(slices.Max(waits), "image_wait_max_s")
+
 		}
-		b.Logf("wedged cell: outcome %s, error %q", wedge.Outcome, wedge.Error)
-		budget := sleep + fixed + 30
-		b.ReportMetric(rw.wall.Seconds(), "wedge_makespan_s")
-		b.ReportMetric(budget, "wedge_budget_s")
-		b.ReportMetric(rw.wall.Seconds()-budget, "wedge_over_budget_s")
+		if part("wedge") {
+			// A wedged verifier.
+			rootW := filepath.Join(b.TempDir(), "wedge")
+			schedTask(b, rootW, "sched-ok", mark, sleep, 30, "")
+			schedTask(b, rootW, "sched-wedge", mark, 1, 5, "#!/bin/bash\ntrap '' TERM INT HUP\nwhile true; do sleep 1000 & wait; done\n")
+			rw := runSched(b, home, rootW, conc, conc/2)
+			var wedge *artifact.Result
+			for i := range rw.a.Results {
+				if rw.a.Results[i].Task == "sched-wedge" && rw.a.Results[i].Repeat == 1 {
+					wedge = &rw.a.Results[i]
+				}
+			}
+			// Ended with its cause, never a hang: verifier_timeout (scored
+			// 0, as Harbor does: docs/results.md) or an errored outcome.
+			if wedge == nil || wedge.Outcome == "passed" || wedge.Outcome == "failed" {
+				b.Fatalf("the wedged cell: %+v, want verifier_timeout or an errored outcome naming its cause", wedge)
+			}
+			b.Logf("wedged cell: outcome %s, error %q", wedge.Outcome, wedge.Error)
+			budget := sleep + fixed + 30
+			b.ReportMetric(rw.wall.Seconds(), "wedge_makespan_s")
+			b.ReportMetric(budget, "wedge_budget_s")
+			b.ReportMetric(rw.wall.Seconds()-budget, "wedge_over_budget_s")
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -33,11 +34,11 @@ type PreparedExec interface {
 	Discard()
 }
 
-// PrepareExec prepares spec in h with d's ExecPreparer, or, for a driver
-// without one, returns a PreparedExec whose Run calls d.Exec (nothing is
-// done ahead; the contract holds all the same).
+// PrepareExec prepares spec in h with d's ExecPreparer when d declares
+// it (AbilitiesOf), else returns a PreparedExec whose Run calls d.Exec
+// (nothing is done ahead; the contract holds all the same).
 func PrepareExec(ctx context.Context, d Driver, h *Handle, spec ExecSpec) (PreparedExec, error) {
-	if p, ok := d.(ExecPreparer); ok {
+	if p, ok := d.(ExecPreparer); ok && slices.Contains(AbilitiesOf(d), AbilityExecPreparer) {
 		return p.PrepareExec(ctx, h, spec)
 	}
 	return &deferredExec{d: d, h: h, spec: spec}, nil

@@ -3,8 +3,9 @@
 // small model (a Sandbox: its files and symlinks, the processes left
 // running in it, frozen or not, destroyed or not), and each command is
 // answered by the first Script whose Match is a substring of its argv.
-// It has every optional ability of sandbox/abilities.go and declares
-// them (Abilities); any of them can be switched off (Driver.Off), and
+// It has every optional ability of sandbox/abilities.go but ExecPreparer
+// (sandbox.PrepareExec's fallback serves it) and declares them
+// (Abilities); any of them can be switched off (Driver.Off), and
 // Plain has none. It records every call in order (Calls, Execs), so a
 // test can assert what a harness or service did and when: the user each
 // command ran as, the processes KillAll killed and after which command,
@@ -221,11 +222,12 @@ type node struct {
 }
 
 // Abilities declares every ability of sandbox/abilities.go but those
-// switched off.
+// switched off, and but ExecPreparer: a scripted exec has no process to
+// hold, so sandbox.PrepareExec's fallback makes the Exec at Run.
 func (d *Driver) Abilities() []sandbox.Ability {
 	var out []sandbox.Ability
 	for _, a := range sandbox.AllAbilities() {
-		if !slices.Contains(d.Off, a) {
+		if a != sandbox.AbilityExecPreparer && !slices.Contains(d.Off, a) {
 			out = append(out, a)
 		}
 	}

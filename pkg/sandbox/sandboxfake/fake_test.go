@@ -78,7 +78,7 @@ func TestAbilities(t *testing.T) {
 // fails naming it; Plain declares nothing.
 func TestOffAbility(t *testing.T) {
 	d := &sandboxfake.Driver{Off: []sandbox.Ability{sandbox.AbilityProcessKiller}}
-	if got := sandbox.AbilitiesOf(d); len(got) != len(sandbox.AllAbilities())-1 || strings.Contains(fmt.Sprint(got), "ProcessKiller") {
+	if got := sandbox.AbilitiesOf(d); len(got) != len(sandbox.AllAbilities())-2 || strings.Contains(fmt.Sprint(got), "ProcessKiller") {
 		t.Errorf("declared %v", got)
 	}
 	if err := d.KillAll(context.Background(), &sandbox.Handle{ID: "x"}, "1"); !errors.Is(err, sandboxfake.ErrOff) || !strings.Contains(err.Error(), "ProcessKiller") {
