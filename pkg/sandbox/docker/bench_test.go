@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,4 +141,70 @@ func BenchmarkEnsureImageCached(b *testing.B) {
 	b.ReportMetric(ms(raw.Mean()), "inspect-ms")
 	b.ReportMetric(ms(drv.Mean()), "ensure-ms")
 	b.ReportMetric(float64(drv.Mean())/float64(raw.Mean()), "ratio")
+}
+
+// BenchmarkPreparedExecRelease measures what a solve slot waits for when
+// 8 solves begin at once (a wave at --concurrency 8), in 8 running
+// sandboxes: from the moment the 8 may run to the 8 commands (`true`)
+// having run and their exits seen. Three ways, alternated in the same run:
+// the bare API's exec (create, start, read to EOF, inspect: the floor of
+// an exec made at that moment), the driver's Exec, and the Run of execs
+// prepared beforehand (PrepareExec, not timed: their engine work is done
+// while the cells wait for their slots). Reported per wave, mean and p99.
+func BenchmarkPreparedExecRelease(b *testing.B) {
+	cli := testutil.Docker(b)
+	testutil.RequireImage(b, cli, testImage)
+	d, err := New(Options{Client: cli})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	const n = 8
+	hs := make([]*sandbox.Handle, n)
+	for i := range hs {
+		h, err := d.Start(ctx, sandbox.Spec{RunID: "bench", CellID: "bench/cell", Image: testImage, Network: sandbox.NetworkNone})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = d.Destroy(context.Background(), h) })
+		hs[i] = h
+	}
+	wave := func(f func(i int)) time.Duration {
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); f(i) }()
+		}
+		wg.Wait()
+		return time.Since(t0)
+	}
+	spec := sandbox.ExecSpec{Cmd: []string{"true"}, Timeout: time.Minute}
+	var raw, exec, run testutil.Samples
+	for b.Loop() {
+		raw = append(raw, wave(func(i int) { rawExec(ctx, b, cli, state(hs[i], "container"), []string{"true"}) }))
+		exec = append(exec, wave(func(i int) {
+			if res, err := d.Exec(ctx, hs[i], spec); err != nil || res.ExitCode != 0 {
+				b.Errorf("Exec: %+v %v", res, err)
+			}
+		}))
+		pes := make([]sandbox.PreparedExec, n)
+		for i := range pes {
+			if pes[i], err = d.PrepareExec(ctx, hs[i], spec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		run = append(run, wave(func(i int) {
+			if res, err := pes[i].Run(ctx); err != nil || res.ExitCode != 0 {
+				b.Errorf("Run: %+v %v", res, err)
+			}
+		}))
+	}
+	b.ReportMetric(ms(raw.Mean()), "raw-ms/wave")
+	b.ReportMetric(ms(exec.Mean()), "exec-ms/wave")
+	b.ReportMetric(ms(run.Mean()), "prepared-ms/wave")
+	b.ReportMetric(ms(raw.Pct(99)), "raw-p99-ms")
+	b.ReportMetric(ms(exec.Pct(99)), "exec-p99-ms")
+	b.ReportMetric(ms(run.Pct(99)), "prepared-p99-ms")
+	b.ReportMetric(float64(run.Mean())/float64(raw.Mean()), "prepared/raw")
 }

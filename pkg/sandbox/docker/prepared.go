@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -19,7 +20,8 @@ const heldScript = `IFS= read -r _ || exit 125; exec "$@" </dev/null`
 
 // PrepareExec implements sandbox.ExecPreparer: the exec is created and
 // started with its stdin attached, its command held by `sh -c heldScript`
-// (the image needs a `sh`, as Exec's kill does), so the engine's exec
+// (the image needs a `sh`, as Exec's kill does), and PrepareExec returns
+// once the engine reports its process running, so the engine's exec
 // create and start (a runc exec) happen now; Run writes the release line,
 // closes stdin, and follows the exec as Exec does from there, its Timeout
 // counted from Run. The held process is one of the container's: a
@@ -54,7 +56,44 @@ func (d *Driver) PrepareExec(ctx context.Context, h *sandbox.Handle, spec sandbo
 	if err != nil {
 		return nil, d.execErr(err)
 	}
+	if err := d.awaitHeld(ctx, created.ID); err != nil {
+		resp.Close()
+		return nil, err
+	}
 	return &preparedExec{d: d, cid: cid, execID: created.ID, resp: resp, spec: spec}, nil
+}
+
+// awaitHeld waits until the engine reports the prepared exec's process
+// running: the engine answers the start once it has taken the connection
+// and makes the process (the runc exec) after, so without this wait the
+// release could come before the process exists and pay for it. An exec
+// that ended (no `sh`, the pids limit) is an error; one not running
+// within the engine's slack is ErrEngineTimeout.
+func (d *Driver) awaitHeld(ctx context.Context, execID string) error {
+	deadline := time.Now().Add(d.cli.slack)
+	interval := 2 * time.Millisecond
+	for {
+		ins, err := d.cli.ContainerExecInspect(ctx, execID)
+		if err != nil {
+			return d.execErr(err)
+		}
+		switch {
+		case ins.Running && ins.Pid > 0:
+			return nil
+		case !ins.Running && (ins.Pid > 0 || ins.ExitCode != 0):
+			return fmt.Errorf("sandbox: docker: the prepared exec %s ended before its release (exit %d)", short(execID), ins.ExitCode)
+		case time.Now().After(deadline):
+			return &sandbox.EngineTimeoutError{Call: "POST /exec/" + short(execID) + "/start", Bound: d.cli.slack}
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		interval = min(interval*2, 50*time.Millisecond)
+	}
 }
 
 // preparedExec is a started exec held on its stdin (PrepareExec).
