@@ -78,6 +78,7 @@ BEGIN {
     "  latency (median ms)|BenchmarkCellThroughput|proctor-median-ms|floor-median-ms|latency_ratio|<=|1.2\n" \
     "BenchmarkOracleCell (ms/cell)|BenchmarkOracleCell|proctor-ms/cell|raw-ms/cell|ratio|<=|1.2\n" \
     "BenchmarkCellOverhead (ms/cell)|BenchmarkCellOverhead|driver-ms/cell|raw-ms/cell|ratio|<=|1.2\n" \
+    "  beside: a wave of 8 prepared execs released (ms)|BenchmarkPreparedExecRelease|prepared-ms/wave|raw-ms/wave|prepared/raw|beside|\n" \
     "BenchmarkEnsureImageCached (ms)|BenchmarkEnsureImageCached|ensure-ms|inspect-ms|ratio|<=|1.5\n" \
     "BenchmarkPutOutput (MB/s)|BenchmarkPutOutput|proctor-MB/s|floor-MB/s|ratio|<=|1.5\n" \
     "BenchmarkGC (s for 1,000 stored outputs)|BenchmarkGC|gc_s|floor_s|ratio|<=|2\n" \
