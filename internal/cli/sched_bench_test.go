@@ -219,7 +219,6 @@ func BenchmarkScheduling(b *testing.B) {
 			}
 			b.ReportMetric(pctl(ref, 0.5), "refill_p50_ms")
 			b.ReportMetric(pctl(ref, 0.99), "refill_p99_ms")
-
 		}
 		if part("builds") {
 			// Three images to build.

@@ -561,6 +561,9 @@ func (c *cell) run(ctx context.Context) error {
 	// while the cell waits for its slot: the gate only releases it.
 	solve := func(ctx context.Context) (harness.Outcome, error) { return arm.Solve(ctx, c, p, h) }
 	if sp, ok := arm.(harness.SolvePreparer); ok {
+		// The sandbox is ready: the sandboxes started ahead need not wait
+		// for this preparation too (the engine starts them beside it).
+		c.startDone()
 		ps, err := sp.PrepareSolve(ctx, c, p, h)
 		if err != nil {
 			if ctx.Err() != nil {
