@@ -101,11 +101,13 @@ func checkBaseURL(name, raw string) error {
 // its sandbox's egress proxy (the model gateway for its providers unless
 // the run says --no-intercept), the provider variables the agent sees
 // (placeholders for the credentials behind a gateway) and the real
-// values to redact from everything stored.
+// values to redact from everything stored; hosts are its providers'
+// hosts (allowlist entries), whose tries NoAttemptErrorIn reads.
 type agentCalls struct {
 	egress  *sandbox.Egress
 	env     map[string]string
 	secrets map[string]string
+	hosts   []string
 }
 
 // agentGateway plans the calls of agent a for the cell of env (DESIGN
@@ -139,6 +141,7 @@ func agentGateway(env Env, a *AgentSpec) (*agentCalls, error) {
 			c.secrets[p.Name+" header "+k] = v
 		}
 	}
+	c.hosts = hosts
 	if len(a.Providers) == 0 || env.Spec().NoIntercept {
 		c.egress = EgressFor(env.Task(), append(hosts, a.Egress...)...)
 		return c, nil

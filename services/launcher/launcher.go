@@ -608,7 +608,7 @@ func (c *cell) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if err == nil {
-		err = harness.NoAttemptError(out.Finished) // never verified: missing data
+		err = harness.NoAttemptErrorIn(c.Dir(), p, out.Finished) // never verified: missing data
 	}
 	if err != nil {
 		if ctx.Err() != nil {
