@@ -38,8 +38,8 @@ func NoAttemptError(fin events.FinishedData) error {
 // declares providers. When the agent made no attempt, tried its declared
 // model hosts, and every such try failed on the provider's side (the
 // connection refused or reset, the host not resolved, TLS with the
-// upstream failed: any exchange without an answer; or an HTTP 5xx or 429
-// from the upstream) with no other answer, the error is of class infra
+// upstream failed: any exchange without an answer; or an HTTP 408, 429
+// or 5xx from the upstream, as the Claude arm's rule) with no other answer, the error is of class infra
 // and names the host and the failure ("the model at HOST could not be
 // reached: connection refused (3 tries)"), which `--retries` runs again.
 // Only the proxy's records count, never what the agent printed. An agent
@@ -92,7 +92,7 @@ type modelTry struct {
 
 // providers reports whether the try failed on the provider's side.
 func (t modelTry) providers() bool {
-	return t.status == 0 || t.status == 429 || t.status >= 500
+	return t.status == 0 || t.status == 408 || t.status == 429 || t.status >= 500
 }
 
 // modelTries reads the tries of hosts (allowlist entries) from dir's
