@@ -88,11 +88,18 @@ type modelTry struct {
 	host   string
 	status int
 	why    string
+	conn   bool // no answer, for a failure of the upstream's connection
 }
 
-// providers reports whether the try failed on the provider's side.
+// providers reports whether the try failed on the provider's side: an
+// answer of HTTP 408, 429 or 5xx, or no answer for a failure of the
+// upstream's connection (an exchange the client itself broke off, its
+// request body cut short, is not the provider's).
 func (t modelTry) providers() bool {
-	return t.status == 0 || t.status == 408 || t.status == 429 || t.status >= 500
+	if t.status == 0 {
+		return t.conn
+	}
+	return t.status == 408 || t.status == 429 || t.status >= 500
 }
 
 // modelTries reads the tries of hosts (allowlist entries) from dir's
@@ -113,9 +120,10 @@ func modelTries(dir cellfs.Dir, hosts []string) ([]modelTry, error) {
 			return
 		}
 		if why, ok := strings.CutPrefix(d.Reason, "connect: "); ok {
-			tries = append(tries, modelTry{host: hp, why: failure(why)})
+			why, _ = failure(why)
+			tries = append(tries, modelTry{host: hp, why: why, conn: true})
 		} else if why, ok := strings.CutPrefix(d.Reason, "resolve: "); ok {
-			tries = append(tries, modelTry{host: hp, why: "the host did not resolve: " + why})
+			tries = append(tries, modelTry{host: hp, why: "the host did not resolve: " + why, conn: true})
 		}
 	})
 	if err != nil {
@@ -123,24 +131,28 @@ func modelTries(dir cellfs.Dir, hosts []string) ([]modelTry, error) {
 	}
 	_, err = readRecords(dir.Path(callsFile), func(c events.ModelCallData) {
 		hp := net.JoinHostPort(c.Host, strconv.Itoa(c.Port))
-		why := failure(strings.TrimPrefix(c.Error, "upstream: "))
-		if c.Status != 0 {
-			why = "HTTP " + strconv.Itoa(c.Status)
+		t := modelTry{host: hp, status: c.Status, why: "HTTP " + strconv.Itoa(c.Status)}
+		if c.Status == 0 {
+			t.why, t.conn = failure(strings.TrimPrefix(c.Error, "upstream: "))
 		}
-		tries = append(tries, modelTry{host: hp, status: c.Status, why: why})
+		tries = append(tries, t)
 	})
 	return tries, err
 }
 
 // failure is the short name of a connection's failure (the error text's
-// last part: "connection refused"), or the text itself.
-func failure(why string) string {
+// last part: "connection refused") and true, or the text itself and false
+// when it names no failure of a connection.
+func failure(why string) (string, bool) {
 	for _, s := range []string{"connection refused", "connection reset by peer", "no such host", "i/o timeout", "no route to host"} {
 		if strings.Contains(why, s) {
-			return s
+			return s, true
 		}
 	}
-	return why
+	if strings.Contains(why, "tls: ") || strings.Contains(why, "x509: ") {
+		return "TLS with the upstream failed: " + why, true
+	}
+	return why, false
 }
 
 // readRecords calls fn with each JSON line of file decoded as T; a
