@@ -18,14 +18,7 @@ import (
 // the events' times, not their order in the log.
 func TestAgentClaimFromMessages(t *testing.T) {
 	const run = "01JCLAIM000000000000000000"
-	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	var evs []events.Envelope
-	add := func(typ events.Type, cell string, data any) {
-		e := events.Must(typ, run, cell, 1, "test", data)
-		at = at.Add(time.Second)
-		e.At = at
-		evs = append(evs, e)
-	}
+	add, evs := logBuilder(run, time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 	msg := func(role, text string) events.MessageData { return events.MessageData{Role: role, Text: text} }
 	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"agent:a"}, Models: []string{"m"}, Repeats: 1}})
 	add(events.RunPlanned, "", events.RunPlannedData{Cells: 6})
@@ -48,15 +41,15 @@ func TestAgentClaimFromMessages(t *testing.T) {
 	late := events.CellID("republished", "agent:a", "m", 1)
 	add(events.CellPlanned, late, events.CellPlannedData{Task: "republished", Harness: "agent:a", Model: "m", Repeat: 1})
 	add(events.Message, late, msg("assistant", "Step 1."))
-	stepOne := evs[len(evs)-1].At
+	stepOne := evs()[len(evs())-1].At
 	add(events.Message, late, msg("assistant", "All done."))
 	add(events.Message, late, msg("assistant", "Step 2."))
-	evs[len(evs)-1].At = stepOne.Add(time.Millisecond) // read before "All done.", stored after it
+	evs()[len(evs())-1].At = stepOne.Add(time.Millisecond) // read before "All done.", stored after it
 	add(events.Finished, late, events.FinishedData{Reason: "exit 0"})
 	one := 1.0
 	add(events.Verdict, late, events.VerdictData{Reward: &one})
 
-	a := fold(run, evs).Artifact("test")
+	a := fold(run, evs()).Artifact("test")
 	rows := map[string]artifact.Result{}
 	for _, r := range a.Results {
 		rows[r.Task] = r
@@ -84,7 +77,7 @@ func TestAgentClaimFromMessages(t *testing.T) {
 	if n := a.Summary.PerHarness["agent:a"].ClaimedButFailed; n != 1 {
 		t.Errorf("claimed_but_failed %d, want 1", n)
 	}
-	js, md, err := Render(fold(run, evs), "test")
+	js, md, err := Render(fold(run, evs()), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,14 +30,7 @@ func call(model string, status int, in, out, cr, cw *int64) events.ModelCallData
 // has one.
 func TestUsageObserved(t *testing.T) {
 	const run = "01JOBSERVED000000000000000"
-	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	var evs []events.Envelope
-	add := func(typ events.Type, cell string, data any) {
-		e := events.Must(typ, run, cell, 1, "test", data)
-		at = at.Add(time.Second)
-		e.At = at
-		evs = append(evs, e)
-	}
+	add, evs := logBuilder(run, time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 	n := events.Count
 	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"docker-claude"}, Models: []string{"m"}, Repeats: 1}})
 	add(events.RunPlanned, "", events.RunPlannedData{Cells: 4})
@@ -77,7 +70,7 @@ func TestUsageObserved(t *testing.T) {
 		add(events.Finished, cell, events.FinishedData{Reason: "exit 0"})
 		add(events.Verdict, cell, events.VerdictData{Reward: ptr(1.0)})
 	}
-	a := fold(run, evs).Artifact("test")
+	a := fold(run, evs()).Artifact("test")
 	if _, err := artifact.Marshal(a); err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,7 @@ import (
 // only complete usage says nothing of it.
 func TestPartialUsageInRowAndReport(t *testing.T) {
 	const run = "01JPARTIAL0000000000000000"
-	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	var evs []events.Envelope
-	add := func(typ events.Type, cell string, data any) {
-		e := events.Must(typ, run, cell, 1, "test", data)
-		at = at.Add(time.Second)
-		e.At = at
-		evs = append(evs, e)
-	}
+	add, evs := logBuilder(run, time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"docker-claude"}, Models: []string{"m"}, Repeats: 1}})
 	add(events.RunPlanned, "", events.RunPlannedData{Cells: 2})
 	why := "no result event (exit 137 without a result event): tokens summed from 2 assistant message(s) once each"
@@ -39,7 +32,7 @@ func TestPartialUsageInRowAndReport(t *testing.T) {
 		add(events.Finished, cell, events.FinishedData{Reason: "exit 137 without a result event", ExitCode: 137})
 		add(events.Verdict, cell, events.VerdictData{Reward: ptr(1.0)})
 	}
-	a := fold(run, evs).Artifact("test")
+	a := fold(run, evs()).Artifact("test")
 	if _, err := artifact.Marshal(a); err != nil {
 		t.Fatal(err)
 	}

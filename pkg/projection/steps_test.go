@@ -15,14 +15,7 @@ import (
 // single-step cell has no steps[].
 func TestStepsProjected(t *testing.T) {
 	const run = "01JSTEPS000000000000000000"
-	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	var evs []events.Envelope
-	add := func(typ events.Type, cell string, data any) {
-		e := events.Must(typ, run, cell, 1, "test", data)
-		at = at.Add(time.Second)
-		e.At = at
-		evs = append(evs, e)
-	}
+	add, evs := logBuilder(run, time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 	f := func(x float64) *float64 { return &x }
 	rc := 0
 	ms, one := "ms/oracle/m/1", "one/oracle/m/1"
@@ -41,11 +34,11 @@ func TestStepsProjected(t *testing.T) {
 	add(events.Verdict, ms, events.VerdictData{Reward: f(0.5), Rewards: map[string]float64{"reward": 0.5}})
 	add(events.Finished, one, events.FinishedData{Reason: "exit 0"})
 	add(events.Verdict, one, events.VerdictData{Reward: f(1), Rewards: map[string]float64{"reward": 1}})
-	js, _, err := Render(fold(run, evs), "test")
+	js, _, err := Render(fold(run, evs()), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _, _ := Render(fold(run, evs), "test")
+	again, _, _ := Render(fold(run, evs()), "test")
 	if !bytes.Equal(js, again) {
 		t.Fatal("the same log rendered different bytes")
 	}

@@ -249,21 +249,14 @@ type arrowCol interface {
 // artifact quoted and report.md escaped, never as a NUL byte.
 func TestRawRewardEscaped(t *testing.T) {
 	const run = "01JRAWREWARD00000000000000"
-	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	var evs []events.Envelope
-	add := func(typ events.Type, cell string, data any) {
-		e := events.Must(typ, run, cell, 1, "test", data)
-		at = at.Add(time.Second)
-		e.At = at
-		evs = append(evs, e)
-	}
+	add, evs := logBuilder(run, time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 	cell := "nul\x00task/oracle/m/1"
 	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"oracle"}, Models: []string{"m"}, Repeats: 1}})
 	add(events.RunPlanned, "", events.RunPlannedData{Cells: 1})
 	add(events.CellPlanned, cell, events.CellPlannedData{Task: "nul\x00task", Harness: "oracle", Model: "m", Repeat: 1})
 	add(events.Finished, cell, events.FinishedData{Reason: "exit 0", StdoutTail: "bell\a and \x1b[31mcolour\n"})
 	add(events.Verdict, cell, events.VerdictData{Error: "reward.txt is not a number in [0,1]", RawReward: "0.5\x00"})
-	js, md, err := Render(fold(run, evs), "test")
+	js, md, err := Render(fold(run, evs()), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

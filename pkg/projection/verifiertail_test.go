@@ -13,14 +13,7 @@ import (
 // log says why its cells missed too; a cell no verifier ran for has none.
 func TestVerifierTailInRow(t *testing.T) {
 	const run = "01JVTAIL000000000000000000"
-	at := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	var evs []events.Envelope
-	add := func(typ events.Type, cell string, data any) {
-		e := events.Must(typ, run, cell, 1, "test", data)
-		at = at.Add(time.Second)
-		e.At = at
-		evs = append(evs, e)
-	}
+	add, evs := logBuilder(run, time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC))
 	add(events.RunRequested, "", events.RunRequestedData{Spec: events.RunSpec{Harnesses: []string{"oracle"}, Models: []string{"m"}, Repeats: 1}})
 	add(events.RunPlanned, "", events.RunPlannedData{Cells: 4})
 	zero := 0.0
@@ -38,7 +31,7 @@ func TestVerifierTailInRow(t *testing.T) {
 			add(events.Verdict, id, *v)
 		}
 	}
-	a := fold(run, evs).Artifact("test")
+	a := fold(run, evs()).Artifact("test")
 	got := map[string]string{}
 	for _, r := range a.Results {
 		got[r.Task] = r.VerifierTail
