@@ -90,17 +90,34 @@ func (g *globals) dial(ctx context.Context, owner bool) (*connection, error) {
 			}
 		}
 	}
-	if errors.Is(err, errStoreBusy) {
-		if owner {
+	if errors.Is(err, errStoreBusy) && owner {
+		// A lock let go of a moment ago can still be busy (lockBusyGrace).
+		for deadline := time.Now().Add(lockBusyGrace); errors.Is(err, errStoreBusy) && time.Now().Before(deadline); {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(20 * time.Millisecond): // polling the lock
+			}
+			lock, err = lockStore(g.home)
+		}
+		if errors.Is(err, errStoreBusy) {
 			return nil, fmt.Errorf("%w: another proctor runs on this store; wait for it to end, set PROCTOR_HOME to another directory, or run against a cluster with --nats", err)
 		}
-		// The holder announces its server's URL just after it locks.
+	}
+	if errors.Is(err, errStoreBusy) {
+		// The holder announces its server's URL just after it locks; a
+		// holder that has let go since (a lock still busy for a moment
+		// after its holder closed it: lockBusyGrace) leaves the lock to
+		// be taken.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			if data, rerr := os.ReadFile(urlFile(g.home)); rerr == nil {
 				if b, cerr := bus.Connect(ctx, string(data), log); cerr == nil {
 					return &connection{Bus: b}, nil
 				}
+			}
+			if lock, err = lockStore(g.home); !errors.Is(err, errStoreBusy) {
+				break
 			}
 			if time.Now().After(deadline) {
 				return nil, fmt.Errorf("%w, and its server at %s does not answer", err, urlFile(g.home))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // storeLock is an exclusive flock(2) on $PROCTOR_HOME/proctor.lock, held by
@@ -15,6 +16,17 @@ import (
 // drops it when that process dies, however it dies, so a lock is never
 // stale; the file holds the holder's pid for the message of the next one.
 type storeLock struct{ f *os.File }
+
+// lockBusyGrace is how long a command that must own the store retries a
+// busy lock before it names the holder. A lock its holder has just let go
+// of can stay busy for a moment: flock(2) locks belong to the open file
+// description, which a child process forked at that moment by any thread
+// of the holder's process shares until its exec closes the descriptor.
+const lockBusyGrace = 500 * time.Millisecond
+
+// onLockBusy, when set (by a test), is called each time lockStore finds
+// the lock busy.
+var onLockBusy func()
 
 // errStoreBusy is returned when another process holds the store.
 var errStoreBusy = errors.New("store in use")
@@ -35,6 +47,9 @@ func lockStore(home string) (*storeLock, error) {
 		data, _ := os.ReadFile(lockPath(home))
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
+			if onLockBusy != nil {
+				onLockBusy()
+			}
 			return nil, fmt.Errorf("%w: proctor pid %s holds the store under %s", errStoreBusy, holderPid(data), home)
 		}
 		return nil, fmt.Errorf("lock %s: %w", lockPath(home), err)
