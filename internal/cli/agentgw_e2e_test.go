@@ -125,16 +125,7 @@ func TestAgentThroughTheGateway(t *testing.T) {
 	tools := testutil.AgentToolsImage(t, cli)
 	net := testutil.InternalTestNetwork(t, cli)
 	model := testutil.FakeModelHost(t, cli, net, "llm.agent.test", agentGatewayScript)
-	setenv(t, "ANTHROPIC_BASE_URL", model.BaseURL)
-	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
-	setenv(t, "OPENAI_BASE_URL", model.BaseURL+"/v1")
-	setenv(t, "OPENAI_API_KEY", openaiTestKey)
-	setenv(t, "GOOGLE_GEMINI_BASE_URL", model.BaseURL)
-	setenv(t, "GEMINI_API_KEY", geminiTestKey)
-	setenv(t, harness.ProviderPrivateEnv, "1")
-	setenv(t, EnvUpstreamCA, model.CAFile)
-	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
-	setenv(t, EnvEgressNetwork, net)
+	threeProvidersEnv(t, model, model.BaseURL+"/v1", net)
 
 	root := t.TempDir()
 	for name, env := range map[string]string{"greet": "docker_image = \"" + tools + "\"\n",
@@ -430,4 +421,22 @@ echo hello > /app/out.txt
 	if !slices.Equal(got, want) {
 		t.Errorf("Command events %q, want %q", got, want)
 	}
+}
+
+// threeProvidersEnv gives t's command lines the Anthropic, OpenAI (at
+// openaiBase) and Gemini base URLs of model with the tests' keys, the
+// model's CA as the gateway's upstream CA, the static proctor as the
+// proxy and net as the egress network.
+func threeProvidersEnv(t *testing.T, model *testutil.ModelHost, openaiBase, net string) {
+	t.Helper()
+	setenv(t, "ANTHROPIC_BASE_URL", model.BaseURL)
+	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
+	setenv(t, "OPENAI_BASE_URL", openaiBase)
+	setenv(t, "OPENAI_API_KEY", openaiTestKey)
+	setenv(t, "GOOGLE_GEMINI_BASE_URL", model.BaseURL)
+	setenv(t, "GEMINI_API_KEY", geminiTestKey)
+	setenv(t, harness.ProviderPrivateEnv, "1")
+	setenv(t, EnvUpstreamCA, model.CAFile)
+	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
+	setenv(t, EnvEgressNetwork, net)
 }

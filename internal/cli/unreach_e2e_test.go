@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
-	"github.com/proctor-eval/proctor/pkg/harness"
 )
 
 // modelCaller is an agent of provider p that calls its model (url: the
@@ -53,16 +52,7 @@ func TestUnreachableModelIsInfra(t *testing.T) {
 	net := testutil.InternalTestNetwork(t, cli)
 	model := testutil.FakeModelHost(t, cli, net, "llm.down.test", "replies: [{error: {status: 500, message: \"broken\"}}]\n"+
 		"cases: [{when: KEY401, api: gemini, replies: [{error: {status: 401, message: \"bad key\"}}]}]\n")
-	setenv(t, "ANTHROPIC_BASE_URL", model.BaseURL)
-	setenv(t, "ANTHROPIC_API_KEY", claudeTestKey)
-	setenv(t, "OPENAI_BASE_URL", model.BaseURL+":8443/v1")
-	setenv(t, "OPENAI_API_KEY", openaiTestKey)
-	setenv(t, "GOOGLE_GEMINI_BASE_URL", model.BaseURL)
-	setenv(t, "GEMINI_API_KEY", geminiTestKey)
-	setenv(t, harness.ProviderPrivateEnv, "1")
-	setenv(t, EnvUpstreamCA, model.CAFile)
-	setenv(t, EnvProxyBinary, testutil.ProctorBinary(t))
-	setenv(t, EnvEgressNetwork, net)
+	threeProvidersEnv(t, model, model.BaseURL+":8443/v1", net) // nothing listens at 8443
 
 	root := t.TempDir()
 	writeFiles(t, filepath.Join(root, "greet"), map[string]string{
