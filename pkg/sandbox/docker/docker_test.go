@@ -705,8 +705,18 @@ func TestSignalTermNotHeldByAStoppedExec(t *testing.T) {
 	ctx := context.Background()
 	h := startLong(t, d)
 	// For 30 s a root process that ignores SIGTERM stops every other
-	// process, the signal's exec among them, as soon as it starts.
-	execOK(t, d, h, `bash -c 'trap "" TERM; while [ $SECONDS -lt 30 ]; do kill -STOP -1 2>/dev/null; done' >/dev/null 2>&1 &`)
+	// process, the signal's exec among them, as soon as it starts. It
+	// begins once the shell that started it (this exec's process) is gone:
+	// a stopper that stopped that shell too would hold this exec instead.
+	// The sleep beside it shows when it has begun: stopped, seen from the
+	// engine's side, where nothing of the container can stop the look.
+	execOK(t, d, h, `sleep 1000 >/dev/null 2>&1 & bash -c 'trap "" TERM; while kill -0 $1 2>/dev/null; do :; done; while [ $SECONDS -lt 30 ]; do kill -STOP -1 2>/dev/null; done' stopper $$ >/dev/null 2>&1 &`)
+	for deadline := time.Now().Add(20 * time.Second); !sleepStopped(t, d, h.State["container"]); {
+		if time.Now().After(deadline) {
+			top, _ := d.cli.ContainerTop(context.Background(), h.State["container"], []string{"-o", "pid,ppid,stat,args"})
+			t.Fatalf("the stopper never stopped the sleep beside it: %v", top.Processes)
+		}
+	}
 	start := time.Now()
 	if err := d.signalAs(ctx, h.State["container"], "0", "TERM"); err != nil {
 		t.Fatal(err)
@@ -714,4 +724,20 @@ func TestSignalTermNotHeldByAStoppedExec(t *testing.T) {
 	if el := time.Since(start); el > 4*time.Second {
 		t.Fatalf("SIGTERM's exec was waited for %v, want at most about %v", el.Round(time.Millisecond), termWait)
 	}
+}
+
+// sleepStopped reports whether a sleep process of container cid is
+// stopped, as the engine lists the container's processes.
+func sleepStopped(t *testing.T, d *Driver, cid string) bool {
+	t.Helper()
+	top, err := d.cli.ContainerTop(context.Background(), cid, []string{"-o", "pid,stat,comm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range top.Processes {
+		if len(p) == 3 && strings.HasPrefix(p[1], "T") && p[2] == "sleep" {
+			return true
+		}
+	}
+	return false
 }
