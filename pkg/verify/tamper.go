@@ -2,9 +2,11 @@ package verify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -176,6 +178,66 @@ for d in $PATH; do
 done
 `
 
+// systemScript is run after shadowScript when the solve may run as root
+// (--agent-user task): it lists, as "S\0PATH\0META\0CLASS\0" records
+// (META: find's type, inode, size, mtime and ctime; CLASS: path, python,
+// lib or loader), every entry of the verifier's PATH directories outside
+// the work tree (and, as "L" records, what each link there resolves to),
+// every entry of the system's Python directories, every shared object in
+// the library directories and the loader's configuration. An image whose
+// find cannot print (busybox) gets one "E" record saying so.
+//
+// Nothing is hashed: the listing is compared, and ctime is set by the
+// kernel to the time of every change (a write, a rename, a touch -d that
+// sets mtime back), so a process cannot set it back without setting the
+// clock, which needs CAP_SYS_TIME (not in the sandbox's capabilities).
+const systemScript = `
+find / -maxdepth 0 -printf '' 2>/dev/null || { printf 'E\0%s\0\0\0' "find cannot -printf (no GNU findutils)"; exit 0; }
+SEEN=" "
+uniq_dirs() {
+  for d; do
+    case $d in /*) ;; *) continue ;; esac
+    r=$(cd "$d" 2>/dev/null && pwd -P) || continue
+    case $r in "$W"|"$W"/*) continue ;; esac
+    case $SEEN in *" $r "*) continue ;; esac
+    SEEN="$SEEN$r "
+    printf '%s\n' "$r"
+  done
+}
+list() {
+  c=$1; shift
+  find -H "$@" -xdev -printf "S\0%p\0%y %i %s %T@ %C@\0$c\0"
+}
+IFS=:
+set -- $PATH
+unset IFS
+P=$(uniq_dirs "$@")
+IFS='
+'
+set -- $P
+unset IFS
+if [ $# -gt 0 ]; then
+  find -H "$@" -maxdepth 1 -mindepth 1 -printf 'S\0%p\0%y %i %s %T@ %C@\0path\0'
+  find -L "$@" -maxdepth 1 -mindepth 1 -xtype l ! -type d -printf 'L\0%p\0%y %i %s %T@ %C@\0path\0' 2>/dev/null
+fi
+P=$(uniq_dirs /lib /lib32 /lib64 /libx32 /usr/lib /usr/lib32 /usr/lib64 /usr/libx32 /usr/local/lib /usr/local/lib64)
+IFS='
+'
+set -- $P
+unset IFS
+[ $# -gt 0 ] && find -H "$@" -xdev \( -path '*/python3*' -o -path '/usr/local/lib/proctor-*' \) -prune -o \
+  \( -name '*.so' -o -name '*.so.*' \) ! -type d -printf 'S\0%p\0%y %i %s %T@ %C@\0lib\0'
+P=$(uniq_dirs /usr/lib/python3* /usr/local/lib/python3* /etc/python3*)
+IFS='
+'
+set -- $P
+unset IFS
+[ $# -gt 0 ] && list python "$@"
+set -- /etc/ld.so.*
+[ -e "$1" ] && find -H "$@" -maxdepth 1 -printf 'S\0%p\0%y %i %s %T@ %C@\0loader\0'
+exit 0
+`
+
 // shadowFuncs are the functions of shadowScript its find -exec shells
 // need (they start without them).
 var shadowFuncs = func() string {
@@ -186,21 +248,41 @@ var shadowFuncs = func() string {
 }()
 
 // ShadowSnapshot is the candidate listing of one sandbox at one time:
-// path -> kind (file:HASH, link:TARGET, dir, other) and what it shadows.
+// path -> kind (file:HASH, link:TARGET, dir, other) and what it shadows;
+// with System, also the listing of the system's directories a root solve
+// can change (systemScript): "S"/"L" and path -> META and CLASS.
 type ShadowSnapshot struct {
 	workTree string
 	env      map[string]string
+	system   bool
 	entries  map[string][2]string
+	sys      map[sysKey][2]string
+	// SystemUnavailable says why the system's directories could not be
+	// listed ("" when they were, or were not asked for).
+	SystemUnavailable string
+	// RemovedCaches are the bytecode caches (__pycache__/*.pyc) the solve
+	// wrote in the system's Python directories, which Findings removed
+	// rather than reported.
+	RemovedCaches []string
 }
+
+// sysKey is a record of systemScript: its kind ("S" the entry itself,
+// "L" what a link on PATH resolves to) and path.
+type sysKey struct{ kind, path string }
 
 // SnapshotShadows lists the candidates of workTree (the solve's working
 // directory) and of the verifier's import path in h, as root with env (the
-// verifier's literal env, so PATH and PYTHONPATH are the verifier's).
-// Errors are the exec's (a sandbox without sh or find cannot be scanned).
-func SnapshotShadows(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workTree string, env map[string]string) (*ShadowSnapshot, error) {
-	s := &ShadowSnapshot{workTree: workTree, env: maps.Clone(env)}
+// verifier's literal env, so PATH and PYTHONPATH are the verifier's). With
+// system (a solve that may run as root, --agent-user task) it also lists
+// the verifier's PATH directories, the system's Python directories, the
+// shared libraries and the loader's configuration (systemScript), so
+// Findings names every file there the solve created or changed; a sealed
+// solve cannot write there and pays for none of it. Errors are the exec's
+// (a sandbox without sh or find cannot be scanned).
+func SnapshotShadows(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workTree string, env map[string]string, system bool) (*ShadowSnapshot, error) {
+	s := &ShadowSnapshot{workTree: workTree, env: maps.Clone(env), system: system}
 	var err error
-	s.entries, err = scanShadows(ctx, d, h, workTree, env)
+	s.entries, s.sys, s.SystemUnavailable, err = scanShadows(ctx, d, h, workTree, env, system)
 	if err != nil {
 		return nil, err
 	}
@@ -210,45 +292,73 @@ func SnapshotShadows(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, w
 // scanTimeout bounds one scan.
 const scanTimeout = 2 * time.Minute
 
-func scanShadows(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workTree string, env map[string]string) (map[string][2]string, error) {
+func scanShadows(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workTree string, env map[string]string, system bool) (map[string][2]string, map[sysKey][2]string, string, error) {
 	if workTree == "" {
 		workTree = "/"
 	}
 	script := strings.Replace(shadowScript, "$FUNCS", shadowFuncs, 1)
+	if system {
+		script += "unset IFS\n" + systemScript
+	}
 	var out, errOut bytes.Buffer
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
 		Cmd: []string{"sh", "-c", script, "sh", workTree, strings.Join(pythonModules, " "), strings.Join(runnerCommands, " ")},
 		Env: env, Stdout: &out, Stderr: &errOut, Timeout: scanTimeout,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scan %s for shadowing files: %w", workTree, err)
+		return nil, nil, "", fmt.Errorf("scan %s for shadowing files: %w", workTree, err)
 	}
 	if res.ExitCode != 0 {
-		return nil, fmt.Errorf("scan %s for shadowing files: exit %d: %s", workTree, res.ExitCode, strings.TrimSpace(cellfs.Suffix(errOut.String(), 300)))
+		return nil, nil, "", fmt.Errorf("scan %s for shadowing files: exit %d: %s", workTree, res.ExitCode, strings.TrimSpace(cellfs.Suffix(errOut.String(), 300)))
 	}
 	f := strings.Split(out.String(), "\x00")
 	entries := map[string][2]string{}
+	var sys map[sysKey][2]string
+	if system {
+		sys = map[sysKey][2]string{}
+	}
+	why := ""
 	for i := 0; i+3 < len(f); i += 4 {
-		if f[i] == "F" {
+		switch f[i] {
+		case "F":
 			entries[f[i+1]] = [2]string{f[i+2], f[i+3]}
+		case "S", "L":
+			sys[sysKey{f[i], f[i+1]}] = [2]string{f[i+2], f[i+3]}
+		case "E":
+			why = f[i+1]
 		}
 	}
-	return entries, nil
+	if why != "" {
+		sys = nil
+	}
+	return entries, sys, why, nil
 }
+
+// maxSystemFindings bounds the findings of the system's directories one
+// cell records (an apt-get upgrade changes thousands of libraries); past
+// it one finding counts the rest.
+const maxSystemFindings = 100
 
 // Findings scans h again and returns, sorted by path, every candidate the
 // solve created (absent from the snapshot) or changed (another kind or
-// hash). A file the solve removed is not a finding. A nil snapshot finds
-// nothing.
+// hash). With the system's directories listed, every entry there the
+// solve created or changed (another type, inode, size, mtime or ctime) is
+// one too: a directory it created once, counting its files; a link on
+// PATH whose target changed, naming the target. The bytecode caches it
+// wrote in the system's Python directories (a __pycache__/*.pyc the image
+// lacked; Python writes them when it runs as root) are removed instead
+// (RemovedCaches): the verifier's Python compiles its own. A file the
+// solve removed is not a finding. A nil snapshot finds nothing.
 func (s *ShadowSnapshot) Findings(ctx context.Context, d sandbox.Driver, h *sandbox.Handle) ([]events.TamperFinding, error) {
 	if s == nil {
 		return nil, nil
 	}
-	now, err := scanShadows(ctx, d, h, s.workTree, s.env)
+	now, nowSys, _, err := scanShadows(ctx, d, h, s.workTree, s.env, s.system)
 	if err != nil {
 		return nil, err
 	}
 	var out []events.TamperFinding
+	named := map[string]bool{}
 	for _, p := range slices.Sorted(maps.Keys(now)) {
 		e := now[p]
 		before, had := s.entries[p]
@@ -257,7 +367,181 @@ func (s *ShadowSnapshot) Findings(ctx context.Context, d sandbox.Driver, h *sand
 			out = append(out, events.TamperFinding{Path: p, Change: "created", Shadows: e[1]})
 		case before[0] != e[0]:
 			out = append(out, events.TamperFinding{Path: p, Change: "changed", Shadows: e[1]})
+		default:
+			continue
 		}
+		named[p] = true
+	}
+	if s.sys != nil && nowSys != nil {
+		sys, caches, err := s.systemFindings(ctx, d, h, nowSys, named)
+		if err != nil {
+			return nil, err
+		}
+		if len(caches) > 0 {
+			if err := removeCaches(ctx, d, h, caches); err != nil {
+				return nil, err
+			}
+			s.RemovedCaches = caches
+		}
+		out = append(out, sys...)
+		slices.SortStableFunc(out, func(a, b events.TamperFinding) int { return strings.Compare(a.Path, b.Path) })
 	}
 	return out, nil
+}
+
+// systemFindings compares the system listing now with the snapshot's:
+// the findings (at most maxSystemFindings and one counting the rest) and
+// the bytecode caches to remove. Paths in named are findings already.
+func (s *ShadowSnapshot) systemFindings(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, now map[sysKey][2]string, named map[string]bool) ([]events.TamperFinding, []string, error) {
+	typ := func(meta string) string { t, _, _ := strings.Cut(meta, " "); return t }
+	// Directories the solve created: the files in them are counted under
+	// the outermost one.
+	newDir := map[string]bool{}
+	for k, e := range now {
+		if _, had := s.sys[k]; !had && k.kind == "S" && typ(e[0]) == "d" {
+			newDir[k.path] = true
+		}
+	}
+	top := func(p string) string {
+		t := ""
+		for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
+			if newDir[d] {
+				t = d
+			}
+		}
+		return t
+	}
+	var found []events.TamperFinding
+	var caches, relinked []string
+	inDir := map[string]int{}
+	for _, k := range slices.SortedFunc(maps.Keys(now), func(a, b sysKey) int {
+		return cmp.Or(strings.Compare(a.path, b.path), strings.Compare(a.kind, b.kind))
+	}) {
+		e := now[k]
+		before, had := s.sys[k]
+		if had && before[0] == e[0] {
+			continue
+		}
+		t := typ(e[0])
+		if t == "d" && (had || k.kind == "L") {
+			continue // a directory's times change with its entries
+		}
+		if named[k.path] {
+			continue
+		}
+		if k.kind == "L" {
+			if _, self := s.sys[sysKey{"S", k.path}]; self && now[sysKey{"S", k.path}] == s.sys[sysKey{"S", k.path}] {
+				relinked = append(relinked, k.path) // the link is the image's, its target changed
+			}
+			continue
+		}
+		if !had && t == "f" && strings.HasSuffix(k.path, ".pyc") && path.Base(path.Dir(k.path)) == "__pycache__" && e[1] == "python" {
+			caches = append(caches, k.path)
+			continue
+		}
+		if t == "d" {
+			continue // counted by its files
+		}
+		if d := top(k.path); d != "" {
+			inDir[d]++
+			continue
+		}
+		change := "changed"
+		if !had {
+			change = "created"
+		}
+		named[k.path] = true
+		found = append(found, events.TamperFinding{Path: k.path, Change: change, Shadows: systemShadows(k.path, e[1], "")})
+	}
+	for d, n := range inDir {
+		found = append(found, events.TamperFinding{Path: d, Change: "created",
+			Shadows: fmt.Sprintf("directory of %d files in %s", n, systemPlace(now[sysKey{"S", d}][1]))})
+	}
+	if len(relinked) > 0 {
+		targets, err := resolveLinks(ctx, d, h, relinked)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, p := range relinked {
+			found = append(found, events.TamperFinding{Path: p, Change: "changed", Shadows: systemShadows(p, "path", targets[i])})
+		}
+	}
+	slices.SortFunc(found, func(a, b events.TamperFinding) int { return strings.Compare(a.Path, b.Path) })
+	if len(found) > maxSystemFindings {
+		rest := len(found) - maxSystemFindings
+		found = append(found[:maxSystemFindings], events.TamperFinding{Path: found[maxSystemFindings].Path, Change: "changed",
+			Shadows: fmt.Sprintf("and %d more files created or changed in the system's directories, from this path on", rest)})
+	}
+	return found, caches, nil
+}
+
+// systemPlace names the directories of a systemScript class.
+func systemPlace(class string) string {
+	switch class {
+	case "path":
+		return "a directory of the verifier's PATH"
+	case "python":
+		return "the system's Python"
+	case "lib":
+		return "the system's libraries"
+	case "loader":
+		return "the dynamic loader's configuration"
+	}
+	return "the system"
+}
+
+// systemShadows says what an entry of the system listing stands in for;
+// target is where a link on PATH whose target changed resolves to.
+func systemShadows(p, class, target string) string {
+	switch class {
+	case "path":
+		if target != "" {
+			return fmt.Sprintf("command %s on PATH (its target %s changed)", path.Base(p), target)
+		}
+		return fmt.Sprintf("command %s on PATH", path.Base(p))
+	case "python":
+		return "file of the system's Python"
+	case "lib":
+		return "shared library"
+	case "loader":
+		return "dynamic loader configuration"
+	}
+	return "system file"
+}
+
+// resolveLinks is where each of paths resolves to (readlink -f), in order.
+func resolveLinks(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, paths []string) ([]string, error) {
+	var out, errOut bytes.Buffer
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd:    append([]string{"sh", "-c", `for p; do printf '%s\0' "$(readlink -f -- "$p" || echo "$p")"; done`, "sh"}, paths...),
+		Stdout: &out, Stderr: &errOut, Timeout: scanTimeout,
+	})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(cellfs.Suffix(errOut.String(), 300)))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve the changed links on PATH: %w", err)
+	}
+	t := strings.Split(out.String(), "\x00")
+	if len(t) < len(paths) {
+		return nil, fmt.Errorf("resolve the changed links on PATH: %d answers for %d links", len(t), len(paths))
+	}
+	return t[:len(paths)], nil
+}
+
+// removeCaches removes the regular files of paths (bytecode caches the
+// solve wrote in the system's Python directories).
+func removeCaches(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, paths []string) error {
+	var errOut bytes.Buffer
+	res, err := d.Exec(ctx, h, sandbox.ExecSpec{
+		Cmd:    append([]string{"sh", "-c", `for p; do if [ -f "$p" ] && [ ! -L "$p" ]; then rm -f -- "$p" || exit 1; fi; done`, "sh"}, paths...),
+		Stderr: &errOut, Timeout: scanTimeout,
+	})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(cellfs.Suffix(errOut.String(), 300)))
+	}
+	if err != nil {
+		return fmt.Errorf("remove the bytecode caches the solve wrote in the system's Python: %w", err)
+	}
+	return nil
 }

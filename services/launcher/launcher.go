@@ -705,13 +705,17 @@ func (c *cell) environmentHealthy(ctx context.Context, p harness.Placement, h *s
 // snapshotShadows lists, before the solve of a container sandbox, the
 // files of the work tree and the verifier's import path that could shadow
 // its runner or standard modules (verify.SnapshotShadows), for
-// tamperFindings to compare after it. A sandbox that cannot be scanned is
-// logged and gives nil: its row then says the scan was unavailable.
+// tamperFindings to compare after it; under --agent-user task, whose
+// solve may run as root, also the system's directories it could change
+// (the verifier's PATH, the system's Python, the shared libraries). A
+// sandbox that cannot be scanned is logged and gives nil: its row then
+// says the scan was unavailable.
 func (c *cell) snapshotShadows(ctx context.Context, p harness.Placement, h *sandbox.Handle) *verify.ShadowSnapshot {
 	if p.Networks.Start == "" {
 		return nil
 	}
-	snap, err := verify.SnapshotShadows(ctx, p.Driver, h, c.workTree(p), c.task.VerifierEnv)
+	system := harness.AgentUserMode(c.Spec()) == harness.AgentUserTask
+	snap, err := verify.SnapshotShadows(ctx, p.Driver, h, c.workTree(p), c.task.VerifierEnv, system)
 	if err != nil {
 		c.Dir().Logf("tamper scan before the solve: %v", err)
 		return nil
@@ -755,6 +759,12 @@ func (c *cell) tamperFindings(ctx context.Context, p harness.Placement, h *sandb
 		return
 	}
 	fin.TamperFindings = found
+	if snap.SystemUnavailable != "" {
+		note("partial: the system's directories were not listed: " + snap.SystemUnavailable)
+	}
+	if n := len(snap.RemovedCaches); n > 0 {
+		c.Dir().Logf("removed %d bytecode caches the solve wrote in the system's Python (e.g. %s)", n, snap.RemovedCaches[0])
+	}
 	for _, f := range found {
 		c.Dir().Logf("suspect: the solve %s %s (%s)", f.Change, f.Path, f.Shadows)
 	}
