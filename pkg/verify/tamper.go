@@ -24,7 +24,10 @@ import (
 // work tree and of the verifier's import path whose names could do that,
 // with a hash of each; after the solve the same listing says which of them
 // the solve created or changed (Findings). Only candidate names are
-// listed and hashed, so the scan stays cheap.
+// listed and hashed, so the scan stays cheap. A solve that may run as
+// root can change what the verifier runs under any name (the python3.11
+// python3 links to, unittest/main.py, a library): for it the system's
+// directories are listed too, without hashes (systemScript).
 
 // pythonModules are the module names a file on the verifier's import path
 // must not shadow: Python 3.11's sys.stdlib_module_names and the modules of
@@ -178,7 +181,7 @@ for d in $PATH; do
 done
 `
 
-// systemScript is run after shadowScript when the solve may run as root
+// systemScript is run before shadowScript when the solve may run as root
 // (--agent-user task): it lists, as "S\0PATH\0META\0CLASS\0" records
 // (META: find's type, inode, size, mtime and ctime; CLASS: path, python,
 // lib or loader), every entry of the verifier's PATH directories outside
@@ -192,6 +195,7 @@ done
 // sets mtime back), so a process cannot set it back without setting the
 // clock, which needs CAP_SYS_TIME (not in the sandbox's capabilities).
 const systemScript = `
+W=$(cd "$1" 2>/dev/null && pwd -P) || W=/nonexistent/work-tree
 find / -maxdepth 0 -printf '' 2>/dev/null || { printf 'E\0%s\0\0\0' "find cannot -printf (no GNU findutils)"; exit 0; }
 SEEN=" "
 uniq_dirs() {
@@ -298,7 +302,9 @@ func scanShadows(ctx context.Context, d sandbox.Driver, h *sandbox.Handle, workT
 	}
 	script := strings.Replace(shadowScript, "$FUNCS", shadowFuncs, 1)
 	if system {
-		script += "unset IFS\n" + systemScript
+		// In a subshell of its own, before the work tree's listing, which
+		// ends at once when there is no work tree.
+		script = "(\n" + systemScript + ")\n" + script
 	}
 	var out, errOut bytes.Buffer
 	res, err := d.Exec(ctx, h, sandbox.ExecSpec{

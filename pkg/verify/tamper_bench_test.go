@@ -3,8 +3,11 @@ package verify
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/events"
@@ -28,8 +31,11 @@ find -H /usr/lib/python3 /usr/lib/python3.11 /etc/python3 /etc/python3.11 /etc/l
 // import path only), root (--agent-user task: the system's directories
 // too), and the floor of what root adds, two execs of one bare find over
 // the same directories (systemFloor), alternated in the same run.
-// Reported: sealed_ms, root_ms, floor_ms per cell, and added_vs_floor,
-// (root - sealed) / floor.
+// Reported: sealed_ms, root_ms, floor_ms per cell (medians of wall time,
+// mostly the execs' latency on a loaded machine), the container's CPU
+// for each (sealed_cpu_ms, root_cpu_ms, floor_cpu_ms, from its cgroup's
+// usage before and after), and added_cpu_vs_floor, (root - sealed) / floor
+// in CPU.
 func BenchmarkTamperScan(b *testing.B) {
 	cli := testutil.Docker(b)
 	testutil.RequireImage(b, cli, "python:3.11-slim")
@@ -43,6 +49,10 @@ func BenchmarkTamperScan(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Destroy(context.Background(), h) })
+	var out bytes.Buffer
+	if res, err := d.Exec(ctx, h, sandbox.ExecSpec{Cmd: []string{"mkdir", "-p", "/app"}, Stdout: &out, Stderr: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
+		b.Fatalf("mkdir /app: %+v %v: %s", res, err, out.String())
+	}
 	env := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 	scan := func(system bool) time.Duration {
 		t0 := time.Now()
@@ -66,15 +76,35 @@ func BenchmarkTamperScan(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
-	var sealed, root, fl testutil.Samples
+	cpu := func() time.Duration {
+		resp, err := cli.ContainerStatsOneShot(ctx, h.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st container.StatsResponse
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(st.CPUStats.CPUUsage.TotalUsage)
+	}
+	var sealed, root, fl, sealedCPU, rootCPU, flCPU testutil.Samples
+	measure := func(wall, used *testutil.Samples, f func() time.Duration) {
+		c0 := cpu()
+		*wall = append(*wall, f())
+		*used = append(*used, cpu()-c0)
+	}
 	for b.Loop() {
-		sealed = append(sealed, scan(false))
-		root = append(root, scan(true))
-		fl = append(fl, floor())
+		measure(&sealed, &sealedCPU, func() time.Duration { return scan(false) })
+		measure(&root, &rootCPU, func() time.Duration { return scan(true) })
+		measure(&fl, &flCPU, floor)
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(ms(sealed.Pct(50)), "sealed_ms")
 	b.ReportMetric(ms(root.Pct(50)), "root_ms")
 	b.ReportMetric(ms(fl.Pct(50)), "floor_ms")
-	b.ReportMetric(float64(root.Pct(50)-sealed.Pct(50))/float64(fl.Pct(50)), "added_vs_floor")
+	b.ReportMetric(ms(sealedCPU.Pct(50)), "sealed_cpu_ms")
+	b.ReportMetric(ms(rootCPU.Pct(50)), "root_cpu_ms")
+	b.ReportMetric(ms(flCPU.Pct(50)), "floor_cpu_ms")
+	b.ReportMetric(float64(rootCPU.Pct(50)-sealedCPU.Pct(50))/float64(flCPU.Pct(50)), "added_cpu_vs_floor")
 }

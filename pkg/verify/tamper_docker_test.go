@@ -194,6 +194,12 @@ func TestSystemTamperFindings(t *testing.T) {
 		return s
 	}
 
+	// A work tree the image lacks does not keep the system's directories
+	// from being listed.
+	if snap, err := SnapshotShadows(ctx, d, h, "/no-such-tree", env, true); err != nil || len(snap.sys) < 100 {
+		t.Fatalf("without a work tree: %v, %v", snap, err)
+	}
+
 	// Honest: it runs Python as root (json's caches are written), unpacks
 	// a tool into /opt and links it from its work tree, writes its answer.
 	snap := snapshot()
