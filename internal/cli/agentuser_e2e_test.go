@@ -92,6 +92,9 @@ func TestAgentUserTask(t *testing.T) {
 		if _, owners := iso["work_tree_owners"]; owners {
 			t.Errorf("%s: the working tree was chowned under task (work_tree_owners %v)", task, iso["work_tree_owners"])
 		}
+		if r.Suspect() || iso["tamper_scan"] != nil {
+			t.Errorf("%s: an honest agent under task is suspect: %+v (tamper_scan %v)", task, r.Metrics.TamperFindings, iso["tamper_scan"])
+		}
 	}
 	if r := rows["missing-user"]; r.Outcome != artifact.OutcomeErrored || r.ErrorClass != "refused" || !strings.Contains(r.Error, "nobody-here") || !strings.Contains(r.Error, "agent.user") {
 		t.Errorf("a declared user the image lacks: %s %s %q, want refused naming the user and agent.user", r.Outcome, r.ErrorClass, r.Error)
@@ -218,6 +221,9 @@ func TestClaudeAsRootUnderTaskUser(t *testing.T) {
 	iso := r.Metrics.Isolation
 	if r.Outcome != artifact.OutcomePassed || iso["user"] != "0:0" || iso["agent_user"] != "task" || iso["root_gives_up"] == nil || r.Metrics.ToolCalls["Bash"] != 1 {
 		t.Errorf("docker-claude as root: %s %q, tools %v, isolation %v; want passed as 0:0", r.Outcome, r.Error, r.Metrics.ToolCalls, iso)
+	}
+	if r.Suspect() || iso["tamper_scan"] != nil {
+		t.Errorf("docker-claude as root, honest, is suspect: %+v (tamper_scan %v)", r.Metrics.TamperFindings, iso["tamper_scan"])
 	}
 	if n := len(requests()); n != 2 {
 		t.Errorf("the model got %d requests, want 2 (a tool call and the answer)", n)

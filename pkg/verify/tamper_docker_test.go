@@ -56,6 +56,9 @@ echo '#!/bin/sh' > /app/bin/tool && chmod +x /app/bin/tool && chown -R 10001 /ap
 	if got, err := snap.Findings(ctx, d, h); err != nil || len(got) != 0 {
 		t.Fatalf("nothing changed: findings %+v, %v", got, err)
 	}
+	if snap.sys != nil {
+		t.Errorf("a sealed solve's scan listed the system's directories (%d entries)", len(snap.sys))
+	}
 	// The solve, as uid 10001.
 	sh("10001", `cd /app &&
 printf 'print("Ran 1 test")\n' > unittest.py &&
