@@ -137,7 +137,9 @@ echo 'import os' > /usr/lib/python3/dist-packages/zz-evil.pth && echo 'x = 1' > 
 // content change whose mtime was set back included (ctime gives it away,
 // and the sandbox cannot set the clock); an honest root solve that runs
 // Python (which writes bytecode caches there: they are removed, not
-// reported) and installs a tool outside those directories has none.
+// reported) and installs a tool outside those directories has none. An
+// image whose find cannot -printf has its system's directories unlisted,
+// said so, and its work tree scanned as ever.
 func TestSystemTamperFindings(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "python:3.11-slim")
@@ -262,5 +264,18 @@ mkdir -p /usr/lib/python3/dist-packages/fakepkg/sub && touch /usr/lib/python3/di
 	got = findings(snap)
 	if want := []string{"/usr/lib/python3.11/json/encoder.py changed file of the system's Python"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("a change with its mtime restored:\n got %q\nwant %q", got, want)
+	}
+
+	// A find that cannot -printf (busybox's): the system's directories
+	// are not listed, and the snapshot says why; the work tree's scan
+	// still runs.
+	sh(`printf '#!/bin/sh\nfor a; do [ "$a" = -printf ] && { echo "find: unrecognized: -printf" >&2; exit 1; }; done\nexec /usr/bin/find "$@"\n' > /usr/local/sbin/find && chmod +x /usr/local/sbin/find`)
+	snap, err = SnapshotShadows(ctx, d, h, "/app", env, true)
+	if err != nil || !strings.Contains(snap.SystemUnavailable, "-printf") || snap.sys != nil {
+		t.Fatalf("without find -printf: %v, unavailable %q", err, snap.SystemUnavailable)
+	}
+	sh(`echo 'x = 1' > /app/unittest.py && printf '#!/bin/sh\nexit 0\n' > /usr/bin/sha224sum`)
+	if got := findings(snap); !reflect.DeepEqual(got, []string{"/app/unittest.py created python module unittest"}) {
+		t.Errorf("without find -printf: findings %q, want the work tree's only", got)
 	}
 }
