@@ -15,7 +15,7 @@ import (
 const rootTamperAgent = `#!/bin/bash
 echo '{"_tag":"Started"}'
 case "$PROCTOR_TASK" in
-sys-interp)
+sys-interp|sys-separate)
   printf '#!/bin/sh\necho OK >&2; exit 0\n' > /usr/bin/python3.11 && echo replaced ;;
 sys-unittest)
   sed -i '1i import sys; sys.exit(0)' /usr/lib/python3.11/unittest/main.py && echo edited ;;
@@ -30,7 +30,9 @@ esac
 // system's Python, passes the task's unittest run with no answer; the
 // verdict stays the test's, the cell is suspect and its findings name the
 // files (the link and its target both). An honest root agent that runs
-// Python and installs a tool outside the system's directories is not.
+// Python and installs a tool outside the system's directories is not, nor
+// is the interpreter's replacement when the verifier runs in a fresh
+// container of its own (it fails there, as the test says).
 func TestRootAgentTamperSuspect(t *testing.T) {
 	t.Parallel()
 	cli := testutil.Docker(t)
@@ -44,6 +46,10 @@ func TestRootAgentTamperSuspect(t *testing.T) {
 	for _, name := range []string{"sys-interp", "sys-unittest", "sys-honest"} {
 		writeTree(t, root, contentTask(name, "", "python:3.11-slim", noPyc, "echo 42 > /app/answer.txt\n", test, more))
 	}
+	// A verifier in a fresh container of its own never runs what the
+	// solve changed outside the work tree.
+	writeTree(t, root, contentTask("sys-separate", "\n[verifier]\ntimeout_sec = 60.0\nenvironment_mode = \"separate\"\n", "python:3.11-slim", noPyc,
+		"echo 42 > /app/answer.txt\n", test, map[string]string{"tests/test_answer.py": more["tests/test_answer.py"], "tests/Dockerfile": "FROM python:3.11-slim\n"}))
 	agentDir := t.TempDir()
 	writeTree(t, agentDir, map[string]string{"agent.toml": "run = \"bash /opt/proctor/agent/agent.sh\"\n", "agent.sh": rootTamperAgent})
 	arm := "agent:" + agentDir
@@ -57,14 +63,19 @@ func TestRootAgentTamperSuspect(t *testing.T) {
 		},
 		"sys-unittest": {{Path: "/usr/lib/python3.11/unittest/main.py", Change: "changed", Shadows: "file of the system's Python"}},
 		"sys-honest":   nil,
+		"sys-separate": nil,
 	} {
 		r, ok := rows[task+" "+arm]
 		if !ok {
 			t.Errorf("%s: no row", task)
 			continue
 		}
-		if r.Outcome != artifact.OutcomePassed || r.Metrics.Isolation["user"] != "0:0" {
-			t.Errorf("%s: %s %q as %v, want passed (the test's verdict) as root (stdout %q)", task, r.Outcome, r.Error, r.Metrics.Isolation["user"], r.StdoutTail)
+		outcome := artifact.OutcomePassed
+		if task == "sys-separate" {
+			outcome = artifact.OutcomeFailed // no answer, and the real python3
+		}
+		if r.Outcome != outcome || r.Metrics.Isolation["user"] != "0:0" {
+			t.Errorf("%s: %s %q as %v, want %s (the test's verdict) as root (stdout %q)", task, r.Outcome, r.Error, r.Metrics.Isolation["user"], outcome, r.StdoutTail)
 		}
 		if !reflect.DeepEqual(r.Metrics.TamperFindings, want) || r.Suspect() != (want != nil) {
 			t.Errorf("%s: tamper findings %+v, want %+v (tamper_scan %v)", task, r.Metrics.TamperFindings, want, r.Metrics.Isolation["tamper_scan"])

@@ -707,14 +707,16 @@ func (c *cell) environmentHealthy(ctx context.Context, p harness.Placement, h *s
 // its runner or standard modules (verify.SnapshotShadows), for
 // tamperFindings to compare after it; under --agent-user task, whose
 // solve may run as root, also the system's directories it could change
-// (the verifier's PATH, the system's Python, the shared libraries). A
+// (the verifier's PATH, the system's Python, the shared libraries),
+// unless the verifier runs in a fresh container of its own (a separate
+// verifier gets the work tree, not the system the solve changed). A
 // sandbox that cannot be scanned is logged and gives nil: its row then
 // says the scan was unavailable.
 func (c *cell) snapshotShadows(ctx context.Context, p harness.Placement, h *sandbox.Handle) *verify.ShadowSnapshot {
 	if p.Networks.Start == "" {
 		return nil
 	}
-	system := harness.AgentUserMode(c.Spec()) == harness.AgentUserTask
+	system := harness.AgentUserMode(c.Spec()) == harness.AgentUserTask && c.task.VerifierMode != task.VerifierSeparate
 	snap, err := verify.SnapshotShadows(ctx, p.Driver, h, c.workTree(p), c.task.VerifierEnv, system)
 	if err != nil {
 		c.Dir().Logf("tamper scan before the solve: %v", err)
