@@ -266,6 +266,16 @@ mkdir -p /usr/lib/python3/dist-packages/fakepkg/sub && touch /usr/lib/python3/di
 		t.Errorf("a change with its mtime restored:\n got %q\nwant %q", got, want)
 	}
 
+	// Past maxSystemFindings, one finding counts the rest.
+	snap = snapshot()
+	sh(`for i in $(seq 1000 1149); do : > /usr/local/bin/tool$i; done`)
+	got = findings(snap)
+	if len(got) != maxSystemFindings+1 || got[0] != "/usr/local/bin/tool1000 created command tool1000 on PATH" ||
+		got[maxSystemFindings] != "/usr/local/bin/tool1100 changed and 50 more files created or changed in the system's directories, from this path on" {
+		t.Errorf("150 commands created: %d findings, first %q, last %q", len(got), got[0], got[len(got)-1])
+	}
+	sh(`rm /usr/local/bin/tool1*`)
+
 	// A find that cannot -printf (busybox's): the system's directories
 	// are not listed, and the snapshot says why; the work tree's scan
 	// still runs.
