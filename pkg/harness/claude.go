@@ -136,16 +136,17 @@ func (a claudeArm) Check(baseDir string, getenv func(string) string) error {
 }
 
 // ClaudeBinary is the host path of the CLI binary: $PROCTOR_CLAUDE_BIN
-// (read through getenv), else ClaudeBinRel under baseDir or under the
-// working directory or one of its parents. The error says to run `make
-// setup-claude`.
+// (read through getenv), else ClaudeBinRel under baseDir, under the
+// working directory or one of its parents, or under the checkout the
+// running proctor was built in (bin/proctor's parent and up). The error
+// says to run `make setup-claude`.
 func ClaudeBinary(baseDir string, getenv func(string) string) (string, error) {
 	return findCLI(baseDir, getenv, ClaudeBinEnv, ClaudeBinRel, "the Claude Code CLI", "make setup-claude")
 }
 
 // findCLI is the host path of an agent CLI's binary: $envVar (read
-// through getenv), else rel under baseDir or under the working directory
-// or one of its parents; the error names what to run (setup).
+// through getenv), else rel under one of cliDirs; the error names what
+// to run (setup) and every path looked at, once each.
 func findCLI(baseDir string, getenv func(string) string, envVar, rel, name, setup string) (string, error) {
 	if p := orProcess(getenv)(envVar); p != "" {
 		if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
@@ -153,20 +154,10 @@ func findCLI(baseDir string, getenv func(string) string, envVar, rel, name, setu
 		}
 		return p, nil
 	}
+	wd, _ := os.Getwd()
+	exe, _ := os.Executable()
 	var tried []string
-	dirs := []string{baseDir}
-	if wd, err := os.Getwd(); err == nil {
-		for d := wd; ; d = filepath.Dir(d) {
-			dirs = append(dirs, d)
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
+	for _, d := range cliDirs(baseDir, wd, exe) {
 		p := filepath.Join(d, rel)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p, nil
@@ -174,6 +165,41 @@ func findCLI(baseDir string, getenv func(string) string, envVar, rel, name, setu
 		tried = append(tried, p)
 	}
 	return "", fmt.Errorf("%s is not installed (run `%s`, or set %s); looked at %s", name, setup, envVar, strings.Join(tried, ", "))
+}
+
+// cliDirs are the directories an agent CLI's cache is looked for under,
+// in order and each once: baseDir, the working directory wd and its
+// parents, then the parents of the directory of the running binary exe
+// (a proctor built into a checkout's bin/ and run from anywhere finds
+// the checkout's .cache). Empty arguments are skipped.
+func cliDirs(baseDir, wd, exe string) []string {
+	var dirs []string
+	seen := map[string]bool{}
+	add := func(d string) {
+		if d != "" && !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	add(baseDir)
+	up := func(start string) {
+		for d := start; ; d = filepath.Dir(d) {
+			add(d)
+			if filepath.Dir(d) == d {
+				return
+			}
+		}
+	}
+	if wd != "" {
+		up(wd)
+	}
+	if exe != "" {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		up(filepath.Dir(filepath.Dir(exe)))
+	}
+	return dirs
 }
 
 // ClaudeProvider is how the Claude arms' CLI reaches its model
