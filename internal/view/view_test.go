@@ -127,6 +127,48 @@ func onlyRun(t *testing.T, b *bus.Bus, n int) bus.RunRecord {
 	}
 }
 
+// TestViewComparisonRepeats makes a run with one task and two repeats, so
+// both pairs of the comparison are the same task: the run page gives the
+// pairs beside the one task behind them, the difference in percentage
+// points, and the report's pseudo-replication caveat with the bootstrap
+// over tasks, rather than a p-value stated as if the repeats were
+// independent tasks.
+func TestViewComparisonRepeats(t *testing.T) {
+	t.Parallel()
+	br := newBrowser(t)
+	home := useHome(t)
+	dir := t.TempDir()
+	root := makeTasks(t, "alpha")
+	pass := script(t, dir, "pass.sh", "exit 0\n")
+	fail := script(t, dir, "fail.sh", "exit 1\n")
+	hPass, hFail := "command:"+pass+" {task_name}", "command:"+fail+" {task_name}"
+	code, out := proctorRun(home, "--tasks-root", root, "--all", "--repeats", "2", "--harnesses", hPass, "--harnesses", hFail,
+		"--baseline-harness", hFail, "--output-dir", filepath.Join(dir, "out"))
+	if code != 0 {
+		t.Fatalf("tasks run: exit %d\n%s", code, out)
+	}
+	b := openStore(t, home)
+	rec := onlyRun(t, b, 1)
+	srv := startView(t, b, view.Config{Version: "test"})
+	br.open(t, srv.URL+"/runs/"+rec.ID, `document.querySelector("#comparisons-caveat")`)
+	row := br.text(t, "#comparisons tbody tr")
+	for _, want := range []string{"+100.0 pp", "2 (1)", "0.500"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("comparison row lacks %q:\n%s", want, row)
+		}
+	}
+	if head := br.text(t, "#comparisons thead"); !strings.Contains(head, "pairs (tasks)") || !strings.Contains(head, "excluded") {
+		t.Errorf("comparison header:\n%s", head)
+	}
+	caveat := br.text(t, "#comparisons-caveat")
+	for _, want := range []string{"pseudo-replication", `"` + hPass + `"`, "overstate the evidence", "bootstrap over tasks", "+100.0 pp to +100.0 pp"} {
+		if !strings.Contains(caveat, want) {
+			t.Errorf("caveat lacks %q:\n%s", want, caveat)
+		}
+	}
+	br.noErrors(t, "/runs/"+rec.ID)
+}
+
 // TestViewPages makes a real run (two tasks, two command: harnesses, one
 // the baseline; a pass, a failure and two partial rewards) and drives
 // every page in headless Chromium: the runs index, the run (summary with
@@ -180,7 +222,8 @@ func TestViewPages(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, summary)
 		}
 	}
-	if cmp := br.text(t, "#comparisons"); !strings.Contains(cmp, "+50.0 %") {
+	// A difference of two rates is in percentage points, never "%".
+	if cmp := br.text(t, "#comparisons"); !strings.Contains(cmp, "+50.0 pp") || strings.Contains(cmp, "+50.0 %") {
 		t.Errorf("comparisons:\n%s", cmp)
 	}
 	// What the comparison means, in plain words, beside the statistics.

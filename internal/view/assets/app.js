@@ -51,6 +51,9 @@ function el(tag, attrs, ...kids) {
 }
 
 const pct = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(1) + " %");
+// pp is a difference of two rates, in percentage points (never "%", which
+// would read as a relative change).
+const pp = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(1) + " pp");
 const usd = (x) => (x === null || x === undefined ? "—" : "$" + x.toFixed(4));
 const num = (x) => (x === null || x === undefined ? "—" : String(x));
 // A p-value below 1e-300 is stored as that bound with an *_underflow flag.
@@ -233,19 +236,38 @@ function comparisonTable(d) {
   if (!hs.length) return null;
   const rows = hs.map((h) => {
     const c = d.comparisons[h], m = c.mcnemar;
-    const ci = m.ci_lo === null || m.ci_lo === undefined ? "—" : `${signed(m.ci_lo, pct)} … ${signed(m.ci_hi, pct)}`;
+    const ci = m.ci_lo === null || m.ci_lo === undefined ? "—" : `${signed(m.ci_lo, pp)} … ${signed(m.ci_hi, pp)}`;
     return el("tr", {},
       el("td", {}, el("code", { text: h })), el("td", {}, el("code", { text: c.baseline })),
-      el("td", { class: "num", text: signed(c.pass_rate_delta, pct) }),
-      el("td", { class: "num", text: signed(m.paired_pass_rate_delta, pct) }), el("td", { class: "num", text: ci }),
-      el("td", { class: "num", text: m.n }), el("td", { class: "num", text: m.n_gained }), el("td", { class: "num", text: m.n_lost }),
+      el("td", { class: "num", text: signed(c.pass_rate_delta, pp) }),
+      el("td", { class: "num", text: signed(m.paired_pass_rate_delta, pp) }), el("td", { class: "num", text: ci }),
+      el("td", { class: "num", text: m.n_units === undefined ? m.n : `${m.n} (${m.n_units})` }),
+      el("td", { class: "num", text: m.n_gained }), el("td", { class: "num", text: m.n_lost }),
       el("td", { class: "num", text: m.n_both_passed }), el("td", { class: "num", text: m.n_both_failed }),
+      el("td", { class: "num", text: m.n_excluded || 0 }),
       el("td", { class: "num", text: pValue(m.p_exact, m.p_exact_underflow) }),
       el("td", { class: "num", text: pValue(m.p_adjusted, m.p_adjusted_underflow) }),
       el("td", { text: m.significant === null ? "—" : m.significant ? "yes" : "no" }),
       el("td", { class: "num", text: signed(c.cost_delta_usd, (x) => "$" + x.toFixed(4)) }));
   });
-  return table(["harness", "baseline", "Δ pass rate", "paired Δ", "95 % CI", "pairs", "gained", "lost", "both passed", "both failed", "p exact", "p adjusted", "significant", "Δ cost"], rows, { id: "comparisons" });
+  return table(["harness", "baseline", "Δ pass rate", "paired Δ", "95 % CI", "pairs (tasks)", "gained", "lost", "both passed", "both failed", "excluded", "p exact", "p adjusted", "significant", "Δ cost"], rows, { id: "comparisons" });
+}
+
+// pseudoCaveat is the report's pseudo-replication caveat: when an arm's
+// pairs hold several repeats of one task, the exact p and the Newcombe
+// interval overstate the evidence; the tasks count and the bootstrap over
+// tasks are what to judge by. Null when no arm's pairs repeat a task.
+function pseudoCaveat(d) {
+  const hs = Object.keys(d.comparisons || {}).filter((h) => d.comparisons[h].mcnemar.pseudo_replicated)
+    .sort((a, b) => d.harnesses.indexOf(a) - d.harnesses.indexOf(b));
+  if (!hs.length) return null;
+  const boots = hs.map((h) => d.comparisons[h].mcnemar).map((m, i) =>
+    m.bootstrap_ci_lo === null || m.bootstrap_ci_lo === undefined ? null : `"${hs[i]}" ${signed(m.bootstrap_ci_lo, pp)} to ${signed(m.bootstrap_ci_hi, pp)}`).filter(Boolean);
+  return el("p", { id: "comparisons-caveat", class: "caveat", text:
+    `Caveat (pseudo-replication): the pairs of ${hs.map((h) => `"${h}"`).join(", ")} include several repeats of the same task, ` +
+    "which are not independent; the exact p-values and the Newcombe interval treat every pair as independent and overstate the evidence. " +
+    "Judge by the tasks count beside the pairs" +
+    (boots.length ? `, and by the seeded bootstrap over tasks, which keeps a task's repeats together (95 %: ${boots.join("; ")})` : "") + "." });
 }
 
 function gridTable(d) {
@@ -341,7 +363,7 @@ function comparisonsPart(d) {
   // What each comparison means, in one plain sentence, before the terms.
   const plain = d.comparisons_plain || {};
   const hs = Object.keys(plain).sort((a, b) => d.harnesses.indexOf(a) - d.harnesses.indexOf(b));
-  return el("div", { id: "comparisons-body" }, t, el("div", { id: "comparisons-plain" }, hs.map((h) => el("p", { text: plain[h] }))));
+  return el("div", { id: "comparisons-body" }, t, el("div", { id: "comparisons-plain" }, hs.map((h) => el("p", { text: plain[h] }))), pseudoCaveat(d));
 }
 
 function figuresPart(d) {
