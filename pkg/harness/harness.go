@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
@@ -162,10 +163,23 @@ func Parse(s string) (Ref, error) {
 		return r, nil
 	}
 	var known []string
+	near, nearD := "", 0
 	for _, in := range Registry() {
-		if in.Available {
-			known = append(known, in.Syntax)
+		if !in.Available {
+			continue
 		}
+		known = append(known, in.Syntax)
+		k := string(in.Kind)
+		d := levenshtein.ComputeDistance(kind, k)
+		if limit := max(2, len(k)/3); d <= limit && (near == "" || d < nearD) {
+			near, nearD = in.Syntax, d
+		}
+	}
+	if near != "" {
+		if i := strings.Index(near, ":"); i >= 0 && hasArg {
+			near = near[:i+1] + arg
+		}
+		return r, fmt.Errorf("%w %q: did you mean %s? (available: %s)", ErrUnknown, s, near, strings.Join(known, ", "))
 	}
 	return r, fmt.Errorf("%w %q (available: %s)", ErrUnknown, s, strings.Join(known, ", "))
 }

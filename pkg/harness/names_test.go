@@ -42,4 +42,18 @@ func TestSeedAliases(t *testing.T) {
 	if !errors.Is(err, harness.ErrUnknown) || !strings.Contains(err.Error(), "--command-template") {
 		t.Errorf("bare command: %v", err)
 	}
+	// A misspelt harness gets the closest name, its argument kept; a name
+	// far from every harness gets only the list.
+	for in, want := range map[string]string{
+		"docker-claud":                "did you mean docker-claude?",
+		"docker-claude-skil:skills/x": "did you mean docker-claude-skill:skills/x?",
+		"orcale":                      "did you mean oracle?",
+	} {
+		if _, err := harness.Parse(in); !errors.Is(err, harness.ErrUnknown) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want %q", in, err, want)
+		}
+	}
+	if _, err := harness.Parse("gpt-agent"); err == nil || strings.Contains(err.Error(), "did you mean") || !strings.Contains(err.Error(), "available: oracle") {
+		t.Errorf("Parse(gpt-agent) = %v", err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/proctor-eval/proctor/pkg/textsafe"
 )
 
@@ -264,6 +265,24 @@ func entryIsFile(dir string, de os.DirEntry) bool {
 	return false
 }
 
+// nearestName is the task name of byName closest to name within a few
+// edits (at most a third of its length, at least 1, 2 from 5 letters: a
+// swap), the alphabetically first of equals; "" when none is that close.
+func nearestName(name string, byName map[string]*Task) string {
+	best, bestD := "", 0
+	for cand := range byName {
+		d := levenshtein.ComputeDistance(name, cand)
+		limit := max(1, len(cand)/3)
+		if len(cand) >= 5 {
+			limit = max(2, limit)
+		}
+		if d <= limit && (best == "" || d < bestD || (d == bestD && cand < best)) {
+			best, bestD = cand, d
+		}
+	}
+	return best
+}
+
 // Select returns the tasks of d named in names, in the order given and
 // without repeats. Names are matched exactly against Task.Name (a leading
 // "./" and a trailing "/" are ignored). Every unknown name is listed in one
@@ -293,6 +312,10 @@ func Select(d *Discovery, names []string) ([]*Task, error) {
 		}
 		if why, ok := notes[key]; ok {
 			unknown = append(unknown, fmt.Sprintf("%q (skipped: %s)", n, why))
+			continue
+		}
+		if near := nearestName(key, byName); near != "" {
+			unknown = append(unknown, fmt.Sprintf("%q (did you mean %s?)", n, near))
 			continue
 		}
 		unknown = append(unknown, fmt.Sprintf("%q", n))

@@ -259,6 +259,11 @@ func TestSelect(t *testing.T) {
 	if !errors.Is(err, ErrTaskNotFound) || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), `"authoring-notes" (skipped: `) {
 		t.Errorf("Select of unknown names: %v", err)
 	}
+	// A misspelt name gets the closest task; a name far from every task gets none.
+	_, err = Select(d, []string{"fix-totl", "nope"})
+	if !errors.Is(err, ErrTaskNotFound) || !strings.Contains(err.Error(), `"fix-totl" (did you mean fix-total?)`) || strings.Contains(err.Error(), `"nope" (did you mean`) {
+		t.Errorf("Select of a misspelt name: %v", err)
+	}
 	if got, err := Select(d, nil); err != nil || len(got) != 0 {
 		t.Errorf("Select(nil) = %v, %v", got, err)
 	}
