@@ -178,7 +178,8 @@ func TestSIGTERMRemovesEverything(t *testing.T) {
 	root, _ := filepath.Abs("testdata/slow-root")
 	js := filepath.Join(out, "a.json")
 	cmd := exec.Command(bin, "tasks", "run", "--tasks-root", root, "--all", "--harnesses", "oracle", "--output-dir", out, "--out-json", js)
-	cmd.Env = append(os.Environ(), "PROCTOR_HOME="+t.TempDir())
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "PROCTOR_HOME="+home)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +199,12 @@ func TestSIGTERMRemovesEverything(t *testing.T) {
 	if runID == "" {
 		t.Fatal("no run id on stderr")
 	}
+	var rest strings.Builder
+	drained := make(chan struct{})
 	go func() { // keep draining stderr
+		defer close(drained)
 		for sc.Scan() {
+			rest.WriteString(sc.Text() + "\n")
 		}
 	}()
 	// Wait until the solve is running in its container.
@@ -219,8 +224,19 @@ func TestSIGTERMRemovesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = cmd.Wait()
+	<-drained
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitInterrupted {
 		t.Fatalf("exit: %v, want %d", err, ExitInterrupted)
+	}
+	// The interrupted run says how to continue it, and so does runs show.
+	hint := "`proctor runs resume " + runID + "` continues it"
+	if !strings.Contains(rest.String(), hint) {
+		t.Errorf("stderr of the interrupted run lacks %q:\n%s", hint, rest.String())
+	}
+	show := exec.Command(bin, "runs", "show", runID)
+	show.Env = append(os.Environ(), "PROCTOR_HOME="+home)
+	if b, err := show.CombinedOutput(); err != nil || !strings.Contains(string(b), "interrupted") || !strings.Contains(string(b), "note       "+hint) {
+		t.Errorf("runs show of the interrupted run (%v):\n%s", err, b)
 	}
 	if c, n := leftovers(t, cli, runID); c+n != 0 {
 		t.Fatalf("%d containers and %d networks of run %s remain after SIGTERM", c, n, runID)

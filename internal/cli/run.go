@@ -584,12 +584,21 @@ func (g *globals) printResult(rec bus.RunRecord) error {
 	g.warnUnusedImageMapRules(rec)
 	g.firewallHint(rec)
 	switch rec.Status {
+	case bus.StatusInterrupted:
+		fmt.Fprintf(g.stderr, "%s\n", resumeHint(rec.ID))
 	case bus.StatusFailed:
 		return fmt.Errorf("run %s failed: %s", rec.ID, rec.Error)
 	case bus.StatusCancelled:
 		return fmt.Errorf("run %s %s", rec.ID, rec.Error)
 	}
 	return nil
+}
+
+// resumeHint is what to do with an interrupted run: resume it, which runs
+// again the cells the interruption left without a verdict and keeps the
+// others (the log keeps both attempts).
+func resumeHint(runID string) string {
+	return fmt.Sprintf("`proctor runs resume %s` continues it: the cells the interruption left without a verdict run again, the others are kept", runID)
 }
 
 // warnUnusedImageMapRules prints, on stderr, the image-map rules no image

@@ -342,6 +342,8 @@ func writeRunView(w io.Writer, v runView) {
 		fmt.Fprintf(w, "note       the run's lease ended at %s (its owner %s stopped renewing it): `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.LeaseUntil, textsafe.Line(orDash(v.Owner)), v.ID, v.ID)
 	case v.Stale:
 		fmt.Fprintf(w, "note       no proctor process serves this store: the run's process died; `proctor runs resume %s` continues it; `proctor replay %s` projects what finished\n", v.ID, v.ID)
+	case v.Status == bus.StatusInterrupted:
+		fmt.Fprintf(w, "note       %s\n", resumeHint(v.ID))
 	}
 	if c := v.Control; c.Paused {
 		why := "by " + c.PausedBy
