@@ -2,6 +2,7 @@ package view
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -211,13 +212,23 @@ func (l *live) note(id string) {
 // when events arrived since the last one and artifactEvery has passed
 // (at once when the run finished); it runs in the background, because the
 // bootstrap intervals of the comparisons take seconds on a large run, and
-// wakes the run's streams when done. Call with mu held.
+// wakes the run's streams when done. While the run goes, the build is over
+// the cells that ended. Call with mu held.
 func (l *live) artifact(version string) (*artifact.Artifact, []artifact.Figure, bool) {
 	stale := l.art == nil || (l.artVer != l.version && (l.p.Finished() || time.Since(l.artAt) >= artifactEvery))
 	if stale && !l.building {
 		l.building = true
 		l.artAt = time.Now()
 		run, rows := l.p.Input(version)
+		if !l.p.Finished() {
+			// As the summary does: a running or queued cell is not
+			// missing data yet, so neither an errored cell nor an
+			// excluded pair of the comparisons.
+			rows = slices.DeleteFunc(rows, func(r artifact.Result) bool {
+				s := l.p.CellState(r.CellID)
+				return s == projection.StateRunning || s == projection.StateQueued
+			})
+		}
 		rows = detach(rows)
 		opts := l.p.BuildOptions()
 		ver := l.version
