@@ -124,7 +124,7 @@ func VerifierStatic(t *task.Task) []Finding {
 				if !instructionNames(t, p) {
 					helpers[p] = rel
 				}
-			} else if under(p, workdir) || underAny(p, agentWritable) {
+			} else if (under(p, workdir) || underAny(p, agentWritable)) && !overwrittenFirst(text, m[1]) {
 				reads[p] = rel
 			}
 		}
@@ -350,4 +350,31 @@ func toSet(m map[string]string) map[string]bool {
 		out[k] = true
 	}
 	return out
+}
+
+// overwrittenFirst reports whether the first mention of raw (a path as
+// the script spells it) in a test script's text is the target of a
+// truncating redirect (`printf ... > /app/nums.txt`): the tests then
+// write the file before anything reads it, so what the agent left there
+// is never trusted. An append (>>) keeps the agent's content.
+func overwrittenFirst(text, raw string) bool {
+	i := strings.Index(text, raw)
+	for i >= 0 && i+len(raw) < len(text) && isPathByte(text[i+len(raw)]) {
+		// a longer path that starts with raw (/app/nums.txt.orig)
+		j := strings.Index(text[i+1:], raw)
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	if i < 0 {
+		return false
+	}
+	before := strings.TrimRight(text[:i], " \t")
+	return strings.HasSuffix(before, ">") && !strings.HasSuffix(before, ">>") && !strings.HasSuffix(before, "&>>")
+}
+
+// isPathByte is a byte absPath takes inside a path.
+func isPathByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("/_.+@%,-", c) >= 0
 }
