@@ -56,7 +56,7 @@ var cdCall = regexp.MustCompile(`(?:^|[;&|(]|\bthen\b|\bdo\b)\s*cd\s+("[^"]*"|'[
 //     write or fix, and the tests running it is the task;
 //   - a file the tests read under the agent's work tree (or /tmp) that the
 //     build context ships (WARN: a grader reading a file the agent can
-//     rewrite);
+//     rewrite), unless the tests' first mention of it truncates it (> F);
 //   - pytest run on tests in the agent's work tree, or from it without a
 //     test path (WARN: pytest loads a conftest.py the agent plants there,
 //     as root);
