@@ -342,6 +342,11 @@ func (g *globals) tasksRun(ctx context.Context, f *runFlags) error {
 		return err
 	}
 	if b := f.baselineAdded(); b != "" {
+		// A misspelt baseline is refused before the line that says it
+		// will run.
+		if _, err := harness.Parse(b); err != nil {
+			return usageError{fmt.Errorf("--baseline-harness: %w", err)}
+		}
 		// The task-runs seed's line, word for word.
 		fmt.Fprintf(g.stderr, "will also run the baseline harness %s\n", b)
 	}

@@ -55,6 +55,12 @@ func TestSeedNamesDryRun(t *testing.T) {
 	if code != ExitUsage || !strings.Contains(errOut, "--command-template") {
 		t.Errorf("bare command without a template: exit %d, stderr %s", code, errOut)
 	}
+	// A misspelt baseline is refused with the closest name, before any
+	// line says it will run.
+	_, errOut, code = proctor(t, "tasks", "run", "--tasks-root", root, "--all", "--dry-run", "--harnesses", "oracle", "--baseline-harness", "docker-claud")
+	if code != ExitUsage || !strings.Contains(errOut, "--baseline-harness: harness: unknown harness \"docker-claud\": did you mean docker-claude?") || strings.Contains(errOut, "will also run") {
+		t.Errorf("misspelt baseline: exit %d, stderr %s", code, errOut)
+	}
 }
 
 // TestDryRunArtifact: --dry-run with --out-json writes the schema-valid
