@@ -353,7 +353,12 @@ func writeRunView(w io.Writer, v runView) {
 		if c.PausedWhy != "" {
 			why += ": " + c.PausedWhy
 		}
-		line("paused", why+"; `proctor runs continue "+v.ID+"` or `proctor runs cancel "+v.ID+"`")
+		if terminalStatus(v.Status) {
+			// Nothing is left to continue or cancel.
+			line("paused", why+"; the run ended "+v.Status+" while paused")
+		} else {
+			line("paused", why+"; `proctor runs continue "+v.ID+"` or `proctor runs cancel "+v.ID+"`")
+		}
 	}
 	for _, c := range v.ControlLog {
 		line("control", c)
