@@ -483,6 +483,11 @@ func plainComparisonOf(h string, c *Comparison, name func(string) string) string
 	s := fmt.Sprintf("In plain words: on the same tasks, %s passed %d %s that %s failed and failed %d that it passed; ",
 		name(h), m.NGained, plural(m.NGained, "attempt", "attempts"), name(c.Baseline), m.NLost)
 	switch {
+	case m.Significant != nil && *m.Significant && m.PseudoReplicated && !bootstrapAgrees(m):
+		// The p-value took repeats of the same tasks for independent
+		// attempts; over tasks the difference may be chance.
+		return s + fmt.Sprintf("the exact test takes these for independent attempts, but they repeat %d %s, and over tasks the difference could be chance, so the run does not show that either is better (more tasks would tell).",
+			m.NUnits, plural(m.NUnits, "task", "tasks"))
 	case m.Significant != nil && *m.Significant && m.NGained > m.NLost:
 		return s + fmt.Sprintf("a difference this large is unlikely to be chance, so %s is likely better.", name(h))
 	case m.Significant != nil && *m.Significant:
@@ -492,6 +497,19 @@ func plainComparisonOf(h string, c *Comparison, name func(string) string) string
 	default:
 		return s + "with this few attempts that could be chance, so the run does not show that either is better (more tasks would tell)."
 	}
+}
+
+// bootstrapAgrees reports whether the bootstrap interval over tasks
+// excludes 0 on the side the pairs lean to: the difference holds with a
+// task's repeats kept together.
+func bootstrapAgrees(m McNemar) bool {
+	if m.BootstrapCILo == nil || m.BootstrapCIHi == nil {
+		return false
+	}
+	if m.NGained > m.NLost {
+		return *m.BootstrapCILo > 0
+	}
+	return *m.BootstrapCIHi < 0
 }
 
 func plural(n int, one, many string) string {
