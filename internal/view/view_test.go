@@ -279,8 +279,12 @@ func TestViewPages(t *testing.T) {
 	// A cell: follow the grid's link.
 	cell := "alpha/" + hPass + "/default/1"
 	br.open(t, srv.URL+cellPath(rec.ID, cell), `document.querySelector("#timeline") && document.querySelector("#files")`)
-	if tl := br.text(t, "#timeline"); !strings.Contains(tl, "CellPlanned") || !strings.Contains(tl, "Operation") || !strings.Contains(tl, "Verdict") {
+	if tl := br.text(t, "#timeline"); !strings.Contains(tl, "CellPlanned") || !strings.Contains(tl, "Operation") || !strings.Contains(tl, "Verdict") || !strings.Contains(tl, "attempt") {
 		t.Errorf("timeline:\n%s", tl)
+	}
+	// The timeline is in log order, and says so: its times need not rise.
+	if note := br.text(t, "#timeline-order"); !strings.Contains(note, "In the order the log recorded them") {
+		t.Errorf("timeline order note: %q", note)
 	}
 	files := br.text(t, "#files")
 	for _, want := range []string{"solve.log", "working on alpha", "reward.txt", "whole file"} {

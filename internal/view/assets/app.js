@@ -501,8 +501,12 @@ async function renderCell(run, cell) {
       el("ul", { id: "verifier-findings" }, vfind.map((f) => el("li", {}, el("code", { text: f.kind }), el("span", { text: ": " + f.detail })))));
   }
   // Timeline.
+  // In log order: what the launcher gathers after the solve (egress
+  // decisions, model calls, operations) is logged then, with the times it
+  // happened, so "at" can go back down the table.
   parts.push(el("h2", { text: "Timeline" }), pager(d.timeline_paging, "events"),
-    d.timeline.length ? table(["at (UTC)", "#", "type", "source", "data"], d.timeline.map((e) => el("tr", { "data-type": e.type },
+    d.timeline.length ? el("p", { class: "muted", id: "timeline-order", text: "In the order the log recorded them; \"at\" is when each happened, so what is gathered after the solve (egress decisions, model calls, operations) can show an earlier time than the rows above it." }) : null,
+    d.timeline.length ? table(["at (UTC)", "attempt", "type", "source", "data"], d.timeline.map((e) => el("tr", { "data-type": e.type },
       el("td", { text: shortTime(e.at) }), el("td", { class: "num", text: e.attempt || 1 }), el("td", {}, el("b", { text: e.type })),
       el("td", { class: "muted", text: e.source }), el("td", {}, el("code", { text: compact(e.data, 240) })))), { id: "timeline" })
       : el("p", { class: "muted", text: d.state === "pending" ? "pending" : "no events" }));
