@@ -223,6 +223,15 @@ func TestSkillPluginCopyRules(t *testing.T) {
 	if _, err := LoadSkill(base, "greet"); err == nil || !strings.Contains(err.Error(), "skill name") {
 		t.Errorf("a name with ../: %v", err)
 	}
+	// A misspelt skill directory is named as a directory that is not
+	// there; a directory without SKILL.md names the file.
+	if _, err := LoadSkill(base, "gret"); err == nil || !strings.Contains(err.Error(), "skill "+filepath.Join(base, "gret")+": no such directory") {
+		t.Errorf("a missing skill directory: %v", err)
+	}
+	must(os.MkdirAll(filepath.Join(base, "empty"), 0o755))
+	if _, err := LoadSkill(base, "empty"); err == nil || !strings.Contains(err.Error(), filepath.Join(base, "empty", "SKILL.md")) {
+		t.Errorf("a skill directory without SKILL.md: %v", err)
+	}
 }
 
 // TestGatewayCAEnv: behind the gateway the operator's CA bundles give way

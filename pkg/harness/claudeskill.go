@@ -93,6 +93,9 @@ func LoadSkill(baseDir, p string) (*Skill, error) {
 // tree fetched into a node's cache is named by its digest).
 func loadSkillDir(p, dirName string) (*Skill, error) {
 	md := filepath.Join(p, "SKILL.md")
+	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("skill %s: no such directory (a skill is a directory holding SKILL.md; a relative path is taken from the directory the run was started in)", p)
+	}
 	b, err := os.ReadFile(md)
 	if err != nil {
 		return nil, fmt.Errorf("skill %s: %w", p, err)
