@@ -15,7 +15,7 @@ import (
 // TestSlowHandlersTakeNoExpiredJobs is fault 9: two launchers (nodes n1
 // and n2, one cell at a time each) and two aggregators share the work
 // queue of a run whose every solve takes twice the launchers' AckWait. A
-// launcher holds no job it has no slot for (bus.Serve pulls one only when
+// launcher holds no job it has no slot for (Bus.Serve pulls one only when
 // a handler slot is free, and heartbeats the one it runs), so no job
 // waits in a buffer past its ack deadline and is handed to the other
 // launcher as well: the run finishes and every cell was solved once, with

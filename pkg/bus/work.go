@@ -108,11 +108,23 @@ func Attempt(m jetstream.Msg) int {
 // redelivered; a handler that crashes with the process stops heartbeating
 // and its job is redelivered after the consumer's AckWait. The handler
 // acks, naks or terms the message itself.
-func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartbeat time.Duration, handle func(context.Context, jetstream.Msg)) error {
+//
+// A pull left without a server to answer it is replaced at once: when the
+// consumer's leader moves (the old leader drops its pending pulls
+// unanswered, the new one answers with 409 Leadership Change only those
+// it heard of) and when the connection reconnects (a pull parked on the
+// server that went away). Serve learns of a move from the 409 and from
+// the consumer's leader-elected advisory, so a job published while the
+// leader moves waits for the election, not for the client to miss two of
+// the pull's 5 s heartbeats
+// (docs/decisions/2026-12-03-repull-when-the-leader-moves.md).
+func (b *Bus) Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartbeat time.Duration, handle func(context.Context, jetstream.Msg)) error {
 	concurrency = max(concurrency, 1)
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	w := b.watchPulls(cons)
+	defer w.close()
 	backoff := RetryFirst
 	for {
 		select {
@@ -120,11 +132,17 @@ func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartb
 		case <-ctx.Done():
 			return nil
 		}
-		m, err := cons.Next(jetstream.FetchContext(ctx))
+		pctx, done := w.pull(ctx)
+		m, err := cons.Next(jetstream.FetchContext(pctx))
+		orphaned := done()
 		if err != nil {
 			<-sem
 			if ctx.Err() != nil {
 				return nil
+			}
+			if orphaned || errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
+				// The pull's leader is gone: pull the new one now.
+				continue
 			}
 			if Transient(err) {
 				// A leader moving, a server restarting: wait and pull
@@ -134,6 +152,9 @@ func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartb
 					select {
 					case <-ctx.Done():
 						return nil
+					case <-w.elected:
+						// A leader again (no responders while there was
+						// none): pull it now.
 					case <-time.After(backoff):
 					}
 					backoff = min(2*backoff, RetryMax)
@@ -166,4 +187,83 @@ func Serve(ctx context.Context, cons jetstream.Consumer, concurrency int, heartb
 			close(stop)
 		}()
 	}
+}
+
+// errOrphaned is the cause a pending pull is cancelled with when its
+// consumer's leader moved or the connection reconnected.
+var errOrphaned = errors.New("bus: pull orphaned")
+
+// pullWatch cancels Serve's pending pull when it is orphaned: on the
+// consumer's leader-elected advisory and on the connection reconnecting.
+type pullWatch struct {
+	nc     *nats.Conn
+	sub    *nats.Subscription
+	status chan nats.Status
+	// elected holds a token once a leader was elected or the connection
+	// came back since the last pull began: it cuts a backoff short.
+	elected chan struct{}
+
+	mu     sync.Mutex
+	cancel context.CancelCauseFunc // the pending pull's; nil between pulls
+}
+
+// watchPulls subscribes to cons's leader-elected advisory (sent only by a
+// replicated consumer's new leader) and to the connection's reconnects.
+// A subscription refused (no permission) leaves the 409 and the pull's
+// heartbeats to notice a move, as before.
+func (b *Bus) watchPulls(cons jetstream.Consumer) *pullWatch {
+	w := &pullWatch{nc: b.NC, status: b.NC.StatusChanged(nats.CONNECTED), elected: make(chan struct{}, 1)}
+	if info := cons.CachedInfo(); info != nil {
+		subj := "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED." + info.Stream + "." + info.Name
+		if sub, err := b.NC.Subscribe(subj, func(*nats.Msg) { w.orphan() }); err == nil {
+			w.sub = sub
+		}
+	}
+	go func() {
+		for range w.status {
+			w.orphan()
+		}
+	}()
+	return w
+}
+
+// pull returns the context of the next pull, under ctx, and the function
+// that ends it, reporting whether the pull was orphaned meanwhile.
+func (w *pullWatch) pull(ctx context.Context) (context.Context, func() bool) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	w.mu.Lock()
+	select {
+	case <-w.elected:
+	default:
+	}
+	w.cancel = cancel
+	w.mu.Unlock()
+	return pctx, func() bool {
+		w.mu.Lock()
+		w.cancel = nil
+		w.mu.Unlock()
+		orphaned := errors.Is(context.Cause(pctx), errOrphaned)
+		cancel(nil)
+		return orphaned
+	}
+}
+
+// orphan cancels the pending pull, if any, and ends a backoff.
+func (w *pullWatch) orphan() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel(errOrphaned)
+	}
+	select {
+	case w.elected <- struct{}{}:
+	default:
+	}
+}
+
+func (w *pullWatch) close() {
+	if w.sub != nil {
+		_ = w.sub.Unsubscribe()
+	}
+	w.nc.RemoveStatusListener(w.status)
 }

@@ -106,7 +106,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) serve(ctx context.Context, cons jetstream.Consumer) error {
-	return bus.Serve(ctx, cons, 256, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
+	return s.bus.Serve(ctx, cons, 256, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
 		e, err := events.Decode(m.Data())
 		if err != nil {
 			_ = m.Term()

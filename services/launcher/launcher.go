@@ -157,7 +157,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.cfg.Slots != nil {
 		pulls = s.cfg.Slots.Pulls()
 	}
-	return bus.Serve(ctx, cons, pulls, s.cfg.AckWait/3, s.handle)
+	return s.bus.Serve(ctx, cons, pulls, s.cfg.AckWait/3, s.handle)
 }
 
 // ClaimedMsg is the message of the debug line a launcher logs when it

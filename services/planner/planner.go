@@ -271,7 +271,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return bus.Serve(ctx, cons, 1, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
+	return s.bus.Serve(ctx, cons, 1, 20*time.Second, func(ctx context.Context, m jetstream.Msg) {
 		e, err := events.Decode(m.Data())
 		if err != nil {
 			s.log.Error("bad RunRequested", "err", err)

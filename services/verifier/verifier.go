@@ -125,7 +125,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.ctl.Close()
-	return bus.Serve(ctx, cons, s.cfg.Concurrency, s.cfg.AckWait/3, s.handle)
+	return s.bus.Serve(ctx, cons, s.cfg.Concurrency, s.cfg.AckWait/3, s.handle)
 }
 
 func (s *Service) handle(ctx context.Context, m jetstream.Msg) {
