@@ -1,19 +1,10 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/proctor-eval/proctor/internal/testutil"
 	"github.com/proctor-eval/proctor/pkg/bus"
@@ -21,109 +12,13 @@ import (
 	"github.com/proctor-eval/proctor/services/launcher"
 )
 
-// natsBin is the nats-server of the version go.mod requires, built from
-// the module cache once per test binary.
-var natsBin = testutil.Binary{Pkg: "github.com/nats-io/nats-server/v2"}
-
-// natsServerBinary builds nats-server once and returns its path
-// (testutil.Binary); the test fails when the build does.
-func natsServerBinary(t *testing.T) string {
+// natsCluster starts three nats-server processes (n1, n2, n3; see
+// testutil.StartNATSCluster) and returns them with the client URLs,
+// comma-separated.
+func natsCluster(t *testing.T) ([]*testutil.NATSNode, string) {
 	t.Helper()
-	return natsBin.Path(t)
-}
-
-// node is one nats-server process of a test cluster.
-type node struct {
-	name string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
-	args []string // the process's command line, to start it again
-}
-
-// restart starts the node's nats-server again (same ports, same store)
-// after it was stopped or killed.
-func (n *node) restart(t *testing.T) {
-	t.Helper()
-	n.cmd = exec.Command(n.cmd.Path, n.args...)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// natsCluster starts three nats-server processes (n1, n2, n3) with
-// JetStream on loopback ports and t.TempDir() stores, routed into one
-// cluster, and returns them with the client URLs, comma-separated. Every
-// process still running is stopped when the test ends.
-func natsCluster(t *testing.T) ([]*node, string) {
-	t.Helper()
-	bin := natsServerBinary(t)
-	ports := testutil.FreePorts(t, 6)
-	var routes, urls []string
-	for i := range 3 {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
-	}
-	var nodes []*node
-	for i := range 3 {
-		n := &node{name: fmt.Sprintf("n%d", i+1), log: &bytes.Buffer{}}
-		n.args = []string{"-a", "127.0.0.1", "-p", fmt.Sprint(ports[i]), "-js", "-sd", t.TempDir(),
-			"--server_name", n.name, "--cluster_name", "proctor",
-			"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
-		n.cmd = exec.Command(bin, n.args...)
-		n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-		if err := n.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if n.cmd.Process != nil && n.cmd.ProcessState == nil {
-				_ = n.cmd.Process.Signal(syscall.SIGTERM)
-				_ = n.cmd.Wait()
-			}
-		})
-		nodes = append(nodes, n)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i := range 3 {
-		for {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]))
-			if err == nil {
-				_ = c.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("nats-server %s not listening: %v\n%s", nodes[i].name, err, nodes[i].log)
-			}
-			time.Sleep(50 * time.Millisecond) // polling the port, not synchronising on time
-		}
-	}
-	// Ready once an R3 stream can be placed (a meta leader elected, every
-	// peer known).
-	nc, err := nats.Connect(strings.Join(urls, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "READY", Subjects: []string{"ready"}, Replicas: 3, Storage: jetstream.MemoryStorage})
-		if err == nil {
-			err = js.DeleteStream(ctx, "READY")
-		}
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("JetStream cluster not ready: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the cluster, not synchronising on time
-	}
-	return nodes, strings.Join(urls, ",")
+	c := testutil.StartNATSCluster(t)
+	return c.Nodes, c.URL()
 }
 
 // streamLeader is the server name of the stream's leader, "" while there
@@ -152,7 +47,6 @@ func streamLeader(ctx context.Context, b *bus.Bus, stream string) string {
 // cell solved once and one verdict each.
 func TestStreamLeaderMoves(t *testing.T) {
 	t.Chdir(t.TempDir())
-	natsServerBinary(t)
 	start := time.Now()
 	nodes, url := natsCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -162,7 +56,7 @@ func TestStreamLeaderMoves(t *testing.T) {
 		c, err := bus.Connect(ctx, url, log)
 		if err != nil {
 			for _, n := range nodes {
-				t.Logf("%s:\n%s", n.name, n.log)
+				t.Logf("%s:\n%s", n.Name, n.Log)
 			}
 			t.Fatal(err)
 		}
@@ -227,12 +121,9 @@ func TestStreamLeaderMoves(t *testing.T) {
 		}
 	}
 	for _, n := range nodes {
-		if n.name == leader {
-			if err := n.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			_ = n.cmd.Wait()
-			t.Logf("killed %s, the event log's new leader, at %.1f s", n.name, time.Since(start).Seconds())
+		if n.Name == leader {
+			n.Kill(t)
+			t.Logf("killed %s, the event log's new leader, at %.1f s", n.Name, time.Since(start).Seconds())
 		}
 	}
 

@@ -448,7 +448,6 @@ func TestControlScenario(t *testing.T) {
 // services and the control each on their own connection.
 func TestControlScenarioOnACluster(t *testing.T) {
 	t.Chdir(t.TempDir())
-	natsServerBinary(t)
 	_, url := natsCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

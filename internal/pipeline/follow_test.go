@@ -76,13 +76,10 @@ func TestFollowSurvivesItsConsumerServerKilled(t *testing.T) {
 	host := consumerHost(t, ctx, follower)
 	var pubOn string
 	for _, n := range nodes {
-		if n.name == host {
-			if err := n.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			_ = n.cmd.Wait()
+		if n.Name == host {
+			n.Kill(t)
 		} else if pubOn == "" {
-			pubOn = n.name
+			pubOn = n.Name
 		}
 	}
 	killed := time.Now()

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,13 +61,10 @@ func TestStartWhileANodeIsDown(t *testing.T) {
 	// R3 asset on it.
 	down := nodes[2]
 	for _, n := range nodes {
-		if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		_ = n.cmd.Wait()
+		n.Stop(t)
 	}
-	nodes[0].restart(t)
-	nodes[1].restart(t)
+	nodes[0].Restart(t)
+	nodes[1].Restart(t)
 	probe, err := nats.Connect(url, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		t.Fatal(err)
@@ -82,14 +78,14 @@ func TestStartWhileANodeIsDown(t *testing.T) {
 		name := fmt.Sprintf("PROBE%d", n)
 		_, err := js.CreateStream(pctx, jetstream.StreamConfig{Name: name, Subjects: []string{"probe." + name}, Replicas: 3, Storage: jetstream.MemoryStorage})
 		if err == nil {
-			t.Fatalf("an R3 stream was placed with %s down", down.name)
+			t.Fatalf("an R3 stream was placed with %s down", down.Name)
 		}
 		pcancel()
 		if strings.Contains(err.Error(), "peer offline") || strings.Contains(err.Error(), "miscellaneous issue") {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no placement error with %s down: %v", down.name, err)
+			t.Fatalf("no placement error with %s down: %v", down.Name, err)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the restarted cluster
 	}
@@ -112,24 +108,24 @@ func TestStartWhileANodeIsDown(t *testing.T) {
 			if r.err == nil {
 				r.b.Close()
 			}
-			t.Fatalf("Connect returned with %s down: %v (log: %s)", down.name, r.err, logs)
+			t.Fatalf("Connect returned with %s down: %v (log: %s)", down.Name, r.err, logs)
 		case <-ctx.Done():
-			t.Fatalf("no placement error retried while %s is down; log:\n%s", down.name, logs)
+			t.Fatalf("no placement error retried while %s is down; log:\n%s", down.Name, logs)
 		case <-time.After(100 * time.Millisecond): // polling the service's log
 		}
 	}
-	t.Logf("placement error retried while %s is down", down.name)
-	down.restart(t)
+	t.Logf("placement error retried while %s is down", down.Name)
+	down.Restart(t)
 	var b *bus.Bus
 	select {
 	case r := <-connected:
 		if r.err != nil {
-			t.Fatalf("Connect after %s returned: %v", down.name, r.err)
+			t.Fatalf("Connect after %s returned: %v", down.Name, r.err)
 		}
 		b = r.b
 		t.Cleanup(b.Close)
 	case <-ctx.Done():
-		t.Fatalf("Connect did not return after %s came back; log:\n%s", down.name, logs)
+		t.Fatalf("Connect did not return after %s came back; log:\n%s", down.Name, logs)
 	}
 	for _, name := range []string{bus.EventsStream, bus.WorkStream, "KV_" + bus.RunsBucket} {
 		s, err := b.JS.Stream(ctx, name)

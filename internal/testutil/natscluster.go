@@ -125,6 +125,15 @@ func (n *NATSNode) stop() {
 	}
 }
 
+// Stop ends the node's process with SIGTERM and waits for it.
+func (n *NATSNode) Stop(t testing.TB) {
+	t.Helper()
+	if err := n.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = n.cmd.Wait()
+}
+
 // Kill ends the node's process with SIGKILL and reaps it.
 func (n *NATSNode) Kill(t testing.TB) {
 	t.Helper()
@@ -135,7 +144,7 @@ func (n *NATSNode) Kill(t testing.TB) {
 }
 
 // Restart starts the node's nats-server again (same ports, same store)
-// after Kill, and returns once it listens.
+// after Kill or Stop, and returns once it listens.
 func (n *NATSNode) Restart(t testing.TB) {
 	t.Helper()
 	n.cmd = exec.Command(n.cmd.Path, n.args...)
