@@ -205,6 +205,9 @@ type pullWatch struct {
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // the pending pull's; nil between pulls
+	// reconnects is the connection's reconnect count when the pending
+	// pull began: a reconnect before it orphaned no pull of its own.
+	reconnects uint64
 }
 
 // watchPulls subscribes to cons's leader-elected advisory (sent only by a
@@ -221,7 +224,7 @@ func (b *Bus) watchPulls(cons jetstream.Consumer) *pullWatch {
 	}
 	go func() {
 		for range w.status {
-			w.orphan()
+			w.reconnected()
 		}
 	}()
 	return w
@@ -237,6 +240,7 @@ func (w *pullWatch) pull(ctx context.Context) (context.Context, func() bool) {
 	default:
 	}
 	w.cancel = cancel
+	w.reconnects = w.nc.Stats().Reconnects
 	w.mu.Unlock()
 	return pctx, func() bool {
 		w.mu.Lock()
@@ -253,6 +257,20 @@ func (w *pullWatch) orphan() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cancel != nil {
+		w.cancel(errOrphaned)
+	}
+	select {
+	case w.elected <- struct{}{}:
+	default:
+	}
+}
+
+// reconnected cancels the pending pull if it began before the
+// connection's last reconnect, and ends a backoff.
+func (w *pullWatch) reconnected() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil && w.reconnects < w.nc.Stats().Reconnects {
 		w.cancel(errOrphaned)
 	}
 	select {
