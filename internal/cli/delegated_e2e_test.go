@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +14,10 @@ import (
 
 // delegatedFakes puts pkg/harness's fake harbor, bench and docker first on
 // PATH, with per-agent, per-task cases from lines "<agent> <task> <case>".
+// The fake docker sees only the test's own containers (FAKE_DOCKER_SCOPE):
+// the BenchFlow preflight refuses to run beside any running
+// benchflow.owned container, and pkg/harness's tests, run at the same
+// time on the same engine, start such containers as another sweep.
 func delegatedFakes(t *testing.T, cases string) {
 	t.Helper()
 	dir, err := filepath.Abs("../../pkg/harness/testdata/fakes")
@@ -20,6 +25,7 @@ func delegatedFakes(t *testing.T, cases string) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKE_DOCKER_SCOPE", "proctor.test="+t.Name()+"-"+strconv.Itoa(os.Getpid()))
 	f := filepath.Join(t.TempDir(), "cases")
 	if err := os.WriteFile(f, []byte(cases), 0o644); err != nil {
 		t.Fatal(err)

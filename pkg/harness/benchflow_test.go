@@ -383,7 +383,7 @@ func TestBenchflowBudgets(t *testing.T) {
 func TestBenchflowOuterKill(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
-	label := "proctor.test=TestBenchflowOuterKill-" + strconv.Itoa(os.Getpid())
+	label := dockerScope(t) // the fake docker's view (fakes)
 	t.Cleanup(func() {
 		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+label).Output()
 		if ids := strings.Fields(string(out)); len(ids) > 0 {
@@ -639,7 +639,7 @@ func TestBenchflowConcurrentSweep(t *testing.T) {
 	cli := testutil.Docker(t)
 	testutil.RequireImage(t, cli, "debian:bookworm-slim")
 	fakes(t)
-	out, err := exec.Command("docker", "run", "-d", "--label", "benchflow.owned=true", "--label", "proctor.test=TestBenchflowConcurrentSweep", "debian:bookworm-slim", "sleep", "600").Output()
+	out, err := exec.Command("docker", "run", "-d", "--label", "benchflow.owned=true", "--label", dockerScope(t), "debian:bookworm-slim", "sleep", "600").Output()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,10 +24,24 @@ import (
 var fakesDir, _ = filepath.Abs("testdata/fakes")
 
 // fakes puts the fake harbor, bench and docker of testdata/fakes first on
-// PATH (the host driver runs with the caller's environment).
+// PATH (the host driver runs with the caller's environment), the fake
+// docker scoped to the test's own containers (dockerScope).
 func fakes(t *testing.T) {
 	t.Helper()
 	t.Setenv("PATH", fakesDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKE_DOCKER_SCOPE", dockerScope(t))
+}
+
+// dockerScope is the label of a test's containers on the shared engine
+// (one for a test and its subtests, in this process). Through the fake
+// docker (FAKE_DOCKER_SCOPE) a test starts containers with it and lists
+// only those: the BenchFlow arms' preflight refuses to run beside any
+// running benchflow.owned container, and the stand-ins for another sweep
+// that one test starts would otherwise stop the runs of tests in other
+// packages running at the same time (internal/cli's BenchFlow rows).
+func dockerScope(t *testing.T) string {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	return "proctor.test=" + top + "-" + strconv.Itoa(os.Getpid())
 }
 
 // delegatedRun runs harness name on tk with the fake tools, case c, and
