@@ -270,7 +270,10 @@ func TestDockerThaw(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Destroy(ctx, h)
-	execOK(t, d, h, `sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &`)
+	// The writer has written once before the stop: a stop that came
+	// first left no /tmp/tick to read after the thaw.
+	execOK(t, d, h, `sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &
+until [ -s /tmp/tick ]; do sleep 0.05; done`)
 	execOK(t, d, h, `kill -STOP -1 2>/dev/null; true`)
 	if _, err := d.Freeze(ctx, h); err != nil {
 		t.Fatal(err)

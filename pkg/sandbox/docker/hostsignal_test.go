@@ -56,7 +56,13 @@ func TestHostSignalsPassAStopper(t *testing.T) {
 	if err != nil || !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode {
 		t.Fatalf("got %+v %v, want the timeout result", res, err)
 	}
-	if el := time.Since(start); el > 15*time.Second {
+	// A stopped signal exec holds Exec to its housekeeping bound,
+	// DestroyTimeout + Grace (61 s, TestDockerTimeoutWhenSignalExecIsStopped);
+	// signals from this machine end it within the grace and the engine's
+	// calls (5-8 s on a loaded machine). 30 s sits far from both.
+	el := time.Since(start)
+	t.Logf("Exec returned after %v", el.Round(time.Millisecond))
+	if el > 30*time.Second {
 		t.Fatalf("Exec returned %v after its 1 s timeout and 1 s grace", el.Round(time.Millisecond))
 	}
 	if n, ok := hostAlive(d.cgroupRoot, h.State["container"], mustPid1(t, d, h)); !ok || n != 0 {
