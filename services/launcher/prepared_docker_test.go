@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -71,9 +72,12 @@ func TestPreparedSolveWaitsForItsGate(t *testing.T) {
 	}
 	run := events.NewID()
 	t.Cleanup(func() { _, _, _ = dd.GC(context.Background(), run) })
-	const budget = 3 // seconds
+	// The budget of the held cells: the late one waits longer than it at
+	// its gate, then solves (1 s) within it, with room for a loaded
+	// engine to start and report the solve.
+	const budget = 6 // seconds
 	held := harnesstest.Files{
-		"task.toml":         "version = \"1.0\"\n\n[agent]\ntimeout_sec = 3\n\n[verifier]\ntimeout_sec = 30\n",
+		"task.toml":         fmt.Sprintf("version = \"1.0\"\n\n[agent]\ntimeout_sec = %d\n\n[verifier]\ntimeout_sec = 30\n", budget),
 		"solution/solve.sh": "echo ran > " + marker + "\nsleep 1\n",
 	}
 	first := harnesstest.PlanCell(t, b, run, harnesstest.Task(t, "first", harnesstest.Files{

@@ -509,14 +509,17 @@ func preparedExecs(t *testing.T, d sandbox.Driver, h *sandbox.Handle, fx Fixture
 	}
 	var ranOut, lateOut, overOut syncBuffer
 	ran := prep(`echo ran > /tmp/prep-ran; cat; echo "out $(cat /tmp/prep-ran)"; exit 3`, 0, &ranOut)
-	// Budget 1 s, run 0.2 s: it must not count the wait before Run.
-	late := prep(`sleep 0.2; exit 4`, time.Second, &lateOut)
+	// Budget 3 s, run 0.2 s: it must not count the wait before Run (3.5 s).
+	// The budget leaves a loaded engine room to report the exit; a budget
+	// counted from the preparation has run out before Run.
+	const lateBudget = 3 * time.Second
+	late := prep(`sleep 0.2; exit 4`, lateBudget, &lateOut)
 	over := prep(`sleep 100 & sleep 100`, time.Second, &overOut)
 	discarded := prep(`echo x > /tmp/prep-discarded`, 0, nil)
 	cancelled := prep(`echo x > /tmp/prep-cancelled`, 0, nil)
 	// The passing of time is what is checked here (the budget of late
 	// must not run before Run), not a synchronisation.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(lateBudget + 500*time.Millisecond)
 	absent("/tmp/prep-ran", "before Run")
 
 	discarded.Discard()
@@ -528,7 +531,7 @@ func preparedExecs(t *testing.T, d sandbox.Driver, h *sandbox.Handle, fx Fixture
 	if res, err := ran.Run(ctx); err != nil || res.ExitCode != 3 || res.TimedOut || strings.TrimSpace(ranOut.String()) != "out ran" {
 		t.Errorf("Run: %+v %v, output %q; want exit 3 and \"out ran\" (stdin empty)", res, err, ranOut.String())
 	}
-	if res, err := late.Run(ctx); err != nil || res.ExitCode != 4 || res.TimedOut || res.Duration >= time.Second {
+	if res, err := late.Run(ctx); err != nil || res.ExitCode != 4 || res.TimedOut || res.Duration >= lateBudget {
 		t.Errorf("Run of a command prepared longer ago than its budget: %+v %v; want exit 4 within its budget counted from Run", res, err)
 	}
 	if res, err := over.Run(ctx); err != nil || !res.TimedOut || res.ExitCode != sandbox.TimeoutExitCode {
