@@ -443,7 +443,9 @@ func waitDead(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(pb)))
-	deadline := time.Now().Add(5 * time.Second)
+	// Far from the failure (a child left out of the kill lives 300 s),
+	// and room for a loaded machine to reap the killed one.
+	deadline := time.Now().Add(time.Minute)
 	for syscall.Kill(pid, 0) == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("the tool's background child %d outlived it", pid)
