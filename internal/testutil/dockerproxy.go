@@ -60,6 +60,11 @@ type ProxyRule struct {
 	once    sync.Once
 	// cmd, for StallExecStart: the exec's command line contains it.
 	cmd string
+	// fail, for Fail: the first fail requests are answered with status
+	// and message, the later ones forwarded at once.
+	fail    int64
+	status  int
+	message string
 
 	hits, answered atomic.Int64
 	hit            chan struct{}
@@ -207,6 +212,16 @@ func (p *DockerProxy) Hold(route string) *ProxyRule {
 	return p.add(&ProxyRule{method: m, pattern: pat, delay: -1})
 }
 
+// Fail answers the first n requests of route with the engine's error,
+// status and message as the engine writes them ({"message": ...}),
+// without forwarding them, and forwards every later one at once: an
+// engine that refuses a call a few times, as it does when the runtime
+// cannot freeze a busy container. Hits counts every request of route.
+func (p *DockerProxy) Fail(route string, status int, message string, n int) *ProxyRule {
+	m, pat := splitRoute(route)
+	return p.add(&ProxyRule{method: m, pattern: pat, fail: int64(n), status: status, message: message})
+}
+
 // StallExecStart stalls the start (POST /exec/{id}/start) of every exec
 // whose command line, as its create request sends it, contains s: the
 // exec is created, and the engine never hears of its start.
@@ -276,8 +291,18 @@ func (p *DockerProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	rule.hits.Add(1)
+	hit := rule.hits.Add(1)
 	rule.hitOnce.Do(func() { close(rule.hit) })
+	if rule.fail > 0 {
+		if hit <= rule.fail {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rule.status)
+			_ = json.NewEncoder(w).Encode(map[string]string{"message": rule.message})
+			return
+		}
+		p.rp.ServeHTTP(w, r)
+		return
+	}
 	if rule.stall {
 		select {
 		case <-p.closed:

@@ -24,12 +24,14 @@ import (
 // write reaches the container's files. After Freeze, CopyOut and ReadFile
 // still work, Exec does not, and Destroy removes the container. A
 // container that is no longer running has nothing alive (0, nil); one
-// already paused is counted as it is. When the engine runs on this
-// machine the count comes from the container's cgroup on the host (its
-// cgroup.procs, each process's state from /proc; see hostAlive), else
-// from the engine's top (ps on the engine's host, filtered to the
-// container's processes). Both are read outside the container, after the
-// pause, so nothing in it can change them.
+// already paused is counted as it is; a pause the runtime could not
+// complete (a busy cgroup v1 freezer) is asked for again (see pause).
+// When the engine runs on this machine the count comes from the
+// container's cgroup on the host (its cgroup.procs, each process's state
+// from /proc; see hostAlive), else from the engine's top (ps on the
+// engine's host, filtered to the container's processes). Both are read
+// outside the container, after the pause, so nothing in it can change
+// them.
 //
 // The verifier freezes the container when the test script has ended and
 // before it reads the reward, so the reward is what the script left, not
@@ -47,7 +49,7 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 		return 0, nil
 	}
 	if !ins.State.Paused {
-		if err := d.cli.ContainerPause(ctx, cid); err != nil {
+		if err := d.pause(ctx, cid); err != nil {
 			if cerrdefs.IsNotFound(err) {
 				return 0, fmt.Errorf("%w: %v", sandbox.ErrDestroyed, err)
 			}
@@ -62,6 +64,37 @@ func (d *Driver) Freeze(ctx context.Context, h *sandbox.Handle) (alive int, err 
 		return 0, fmt.Errorf("sandbox: docker: list the processes of %s: %w", short(cid), err)
 	}
 	return countAlive(top.Titles, top.Processes, ins.State.Pid)
+}
+
+// pauseTries bounds the pauses of one Freeze that the runtime could not
+// complete (see pause).
+const pauseTries = 8
+
+// pause pauses container cid through the engine, again when the runtime
+// failed to freeze it: the cgroup v1 freezer can stay FREEZING while
+// processes fork or wait in the kernel, and runc then thaws the cgroup
+// and fails with "unable to freeze" ("a game of chances", its source
+// says; retrying is what the kernel's freezer documentation asks of
+// userspace). The container is left running, so the pause can be asked
+// for again. Up to pauseTries pauses, 100 ms apart and doubling to 1 s
+// (about 5 s in all); any other error, or the last, is returned.
+func (d *Driver) pause(ctx context.Context, cid string) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := d.cli.ContainerPause(ctx, cid)
+		if err == nil || try == pauseTries || !strings.Contains(err.Error(), "OCI runtime pause failed") {
+			return err
+		}
+		d.log.Debug("sandbox: the runtime could not freeze the container; pausing again", "container", short(cid), "try", try, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // Thaw undoes Freeze for a multi-step task's next step: it unpauses the

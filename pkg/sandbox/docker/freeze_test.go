@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -345,5 +346,49 @@ func TestThawSettlesThePausedFlag(t *testing.T) {
 		case err := <-errc:
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFreezeAsksAgainWhenTheRuntimeCouldNotFreeze: the cgroup v1 freezer
+// can stay FREEZING while the container's processes fork, and runc then
+// thaws the container and fails the pause ("unable to freeze"); on a
+// loaded machine `runs pause --now` failed so on a solve that forks a
+// `sleep` every 0.2 s. Freeze asks for the pause again: after two such
+// refusals (the engine's own words, through a proxy) the container is
+// paused; a refusal every time is an error with the runtime's words after
+// pauseTries pauses; another error of the engine is not asked again.
+func TestFreezeAsksAgainWhenTheRuntimeCouldNotFreeze(t *testing.T) {
+	t.Parallel()
+	const refusal = "Cannot pause container 0123: OCI runtime pause failed: unable to freeze: unknown"
+	for _, c := range []struct {
+		name          string
+		status, fails int
+		msg           string
+		hits          int
+	}{
+		{"twice", http.StatusInternalServerError, 2, refusal, 3},
+		{"always", http.StatusInternalServerError, 100, refusal, pauseTries},
+		{"other", http.StatusConflict, 100, "Container 0123 is restarting, wait until the container is running", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d, p := proxiedDocker(t, 0)
+			h := startLong(t, d)
+			rule := p.Fail("POST /containers/*/pause", c.status, c.msg, c.fails)
+			alive, err := d.Freeze(context.Background(), h)
+			if got := rule.Hits(); got != c.hits {
+				t.Errorf("%d pauses asked for, want %d", got, c.hits)
+			}
+			paused := d.paused(context.Background(), h.State["container"])
+			if c.fails < c.hits {
+				if err != nil || !paused || alive != 0 {
+					t.Fatalf("Freeze after %d refusals: %d alive, %v, paused %v; want the container paused", c.fails, alive, err, paused)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.msg) || paused {
+				t.Fatalf("Freeze refused every time: %v, paused %v; want the engine's error %q", err, paused, c.msg)
+			}
+		})
 	}
 }
