@@ -266,6 +266,11 @@ type respBody struct {
 	n    int64
 	head int64
 	eof  bool
+	// cut is set when the client has gone (see cutShort): an end of the
+	// body read after it is the upstream's answer to the gateway hanging
+	// up (its last chunk can still arrive as the connection closes), not
+	// the response's own end, and Close records the call as ended early.
+	cut atomic.Bool
 }
 
 func (b *respBody) Read(p []byte) (int, error) {
@@ -274,11 +279,19 @@ func (b *respBody) Read(p []byte) (int, error) {
 		b.n += int64(n)
 		_, _ = b.p.Write(p[:n])
 	}
-	if err == io.EOF {
+	if err == io.EOF && !b.cut.Load() {
 		b.eof = true
 		b.done("")
 	}
 	return n, err
+}
+
+// cutShort marks a call's response body (a respBody) as cut short by the
+// client's going, before the gateway closes the upstream connection.
+func cutShort(body io.ReadCloser) {
+	if b, ok := body.(*respBody); ok {
+		b.cut.Store(true)
+	}
 }
 
 func (b *respBody) Close() error {

@@ -377,8 +377,11 @@ func (x *exchange) writeResponse(cw *bufio.Writer, resp *http.Response) bool {
 	// drain, once the client is gone, closes the upstream connection (as
 	// the client's own going would have: a model stops generating), ends
 	// the reader and returns its buffers: the reader is gone before the
-	// caller closes the body, and the call is recorded as ended early.
+	// caller closes the body, and the call is recorded as ended early,
+	// even when the upstream's last chunk, its answer to the hang-up,
+	// arrives before the connection is closed (cutShort).
 	drain := func() {
+		cutShort(resp.Body)
 		x.closeUpstream()
 		close(stop)
 		for p := range pieces {
