@@ -429,13 +429,18 @@ func TestBenchflowOuterKill(t *testing.T) {
 			} else {
 				wantErrored(t, out, err, "exit 124", "killed 1s past its hard deadline of 1s before the agent made an attempt")
 			}
+			// SIGTERM comes at the exported 1 s deadline + 1 s margin (1.7-2.1
+			// s after bench was up beside CPU burners: bash runs its trap once
+			// the command in hand ends); the wrong deadline, the computed
+			// one, is over 1800 s. SIGKILL comes the 1 s grace later, the
+			// rollout container's removal on a loaded engine after it (2-5
+			// s); bench itself never ends. Both bounds sit far from both.
 			termAt := readStamp(t, termFile)
-			if d := termAt.Sub(readStamp(t, ready)); d > 3*time.Second {
+			t.Logf("SIGTERM %s after bench was up, SIGKILL %s after it", termAt.Sub(readStamp(t, ready)), start.Add(elapsed).Sub(termAt))
+			if d := termAt.Sub(readStamp(t, ready)); d > 10*time.Second {
 				t.Errorf("SIGTERM %s after bench was up, want at the 1 s deadline + 1 s margin", d)
 			}
-			// The upper bound leaves room for the rollout container's
-			// removal on a loaded engine; bench itself would run 300 s.
-			if d := start.Add(elapsed).Sub(termAt); d < 900*time.Millisecond || d > 20*time.Second {
+			if d := start.Add(elapsed).Sub(termAt); d < 900*time.Millisecond || d > time.Minute {
 				t.Errorf("killed %s after SIGTERM, want the 1 s grace", d)
 			}
 			waitDead(t, childPid)
