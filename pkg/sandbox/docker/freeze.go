@@ -73,10 +73,10 @@ const pauseTries = 8
 // pause pauses container cid through the engine, again when the runtime
 // failed to freeze it: the cgroup v1 freezer can stay FREEZING while
 // processes fork or wait in the kernel, and runc then thaws the cgroup
-// and fails with "unable to freeze" ("a game of chances", its source
-// says; retrying is what the kernel's freezer documentation asks of
-// userspace). The container is left running, so the pause can be asked
-// for again. Up to pauseTries pauses, 100 ms apart and doubling to 1 s
+// and fails with "unable to freeze" (its source calls freezing a busy
+// cgroup v1 "a game of chances"; the kernel's older freezer
+// documentation told userspace to retry or thaw). The container is left
+// running, so the pause can be asked for again. Up to pauseTries pauses, 100 ms apart and doubling to 1 s
 // (about 5 s in all); any other error, or the last, is returned.
 func (d *Driver) pause(ctx context.Context, cid string) error {
 	wait := 100 * time.Millisecond
