@@ -15,17 +15,7 @@ import (
 // section of SCHEMA.md that starts with heading.
 func schemaRows(t *testing.T, heading string) [][2]string {
 	t.Helper()
-	doc, err := os.ReadFile("SCHEMA.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), heading)
-	if !ok {
-		t.Fatalf("SCHEMA.md has no section %q", heading)
-	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
-	}
+	section := schemaSection(t, heading)
 	re := regexp.MustCompile("(?m)^\\| \\d+ \\| `([a-z_0-9]+)` \\| ([^|]+) \\|")
 	var rows [][2]string
 	for _, m := range re.FindAllStringSubmatch(section, -1) {
@@ -93,17 +83,7 @@ func parquetNames(typ reflect.Type) []string {
 // "null when" cell says anything but "never".
 func schemaNullable(t *testing.T, heading string) map[string]bool {
 	t.Helper()
-	doc, err := os.ReadFile("SCHEMA.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), heading)
-	if !ok {
-		t.Fatalf("SCHEMA.md has no section %q", heading)
-	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
-	}
+	section := schemaSection(t, heading)
 	re := regexp.MustCompile("(?m)^\\| \\d+ \\| `([a-z_0-9]+)` \\| [^|]+ \\| ([^|]+) \\|")
 	out := map[string]bool{}
 	for _, m := range re.FindAllStringSubmatch(section, -1) {
@@ -167,4 +147,22 @@ func openParquet(t *testing.T, path string) *parquet.File {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return pf
+}
+
+// schemaSection is the text of SCHEMA.md's section that starts with
+// heading, up to the next section.
+func schemaSection(t *testing.T, heading string) string {
+	t.Helper()
+	doc, err := os.ReadFile("SCHEMA.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), heading)
+	if !ok {
+		t.Fatalf("SCHEMA.md has no section %q", heading)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	return section
 }

@@ -22,18 +22,8 @@ import (
 // solve plants or changes that the verifier would run instead of its
 // runner or a standard module is, and nothing else it writes is.
 func TestShadowFindings(t *testing.T) {
-	cli := testutil.Docker(t)
-	testutil.RequireImage(t, cli, "python:3.11-slim")
-	d, err := docker.New(docker.Options{Client: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, h := pythonSandbox(t)
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: "python:3.11-slim", Lifetime: 5 * time.Minute, RunID: "test-" + events.NewID()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Destroy(context.Background(), h) })
 	sh := func(user, script string) {
 		t.Helper()
 		var out bytes.Buffer
@@ -141,18 +131,8 @@ echo 'import os' > /usr/lib/python3/dist-packages/zz-evil.pth && echo 'x = 1' > 
 // image whose find cannot -printf has its system's directories unlisted,
 // said so, and its work tree scanned as ever.
 func TestSystemTamperFindings(t *testing.T) {
-	cli := testutil.Docker(t)
-	testutil.RequireImage(t, cli, "python:3.11-slim")
-	d, err := docker.New(docker.Options{Client: cli})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, h := pythonSandbox(t)
 	ctx := context.Background()
-	h, err := d.Start(ctx, sandbox.Spec{Image: "python:3.11-slim", Lifetime: 5 * time.Minute, RunID: "test-" + events.NewID()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Destroy(context.Background(), h) })
 	sh := func(script string) string {
 		t.Helper()
 		var out bytes.Buffer
@@ -280,7 +260,7 @@ mkdir -p /usr/lib/python3/dist-packages/fakepkg/sub && touch /usr/lib/python3/di
 	// are not listed, and the snapshot says why; the work tree's scan
 	// still runs.
 	sh(`printf '#!/bin/sh\nfor a; do [ "$a" = -printf ] && { echo "find: unrecognized: -printf" >&2; exit 1; }; done\nexec /usr/bin/find "$@"\n' > /usr/local/sbin/find && chmod +x /usr/local/sbin/find`)
-	snap, err = SnapshotShadows(ctx, d, h, "/app", env, true)
+	snap, err := SnapshotShadows(ctx, d, h, "/app", env, true)
 	if err != nil || !strings.Contains(snap.SystemUnavailable, "-printf") || snap.sys != nil {
 		t.Fatalf("without find -printf: %v, unavailable %q", err, snap.SystemUnavailable)
 	}
@@ -288,4 +268,22 @@ mkdir -p /usr/lib/python3/dist-packages/fakepkg/sub && touch /usr/lib/python3/di
 	if got := findings(snap); !reflect.DeepEqual(got, []string{"/app/unittest.py created python module unittest"}) {
 		t.Errorf("without find -printf: findings %q, want the work tree's only", got)
 	}
+}
+
+// pythonSandbox starts a sandbox of python:3.11-slim on the engine,
+// destroyed when the test ends.
+func pythonSandbox(t *testing.T) (*docker.Driver, *sandbox.Handle) {
+	t.Helper()
+	cli := testutil.Docker(t)
+	testutil.RequireImage(t, cli, "python:3.11-slim")
+	d, err := docker.New(docker.Options{Client: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Start(context.Background(), sandbox.Spec{Image: "python:3.11-slim", Lifetime: 5 * time.Minute, RunID: "test-" + events.NewID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Destroy(context.Background(), h) })
+	return d, h
 }
