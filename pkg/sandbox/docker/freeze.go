@@ -76,8 +76,9 @@ const pauseTries = 8
 // and fails with "unable to freeze" (its source calls freezing a busy
 // cgroup v1 "a game of chances"; the kernel's older freezer
 // documentation told userspace to retry or thaw). The container is left
-// running, so the pause can be asked for again. Up to pauseTries pauses, 100 ms apart and doubling to 1 s
-// (about 5 s in all); any other error, or the last, is returned.
+// running, so the pause can be asked for again. Up to pauseTries pauses,
+// 100 ms apart and doubling to 1 s (about 5 s in all); any other error,
+// or the last, is returned.
 func (d *Driver) pause(ctx context.Context, cid string) error {
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
