@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/agnivade/levenshtein"
 	"github.com/proctor-eval/proctor/pkg/events"
 	"github.com/proctor-eval/proctor/pkg/task"
 )
@@ -162,20 +161,19 @@ func Parse(s string) (Ref, error) {
 		}
 		return r, nil
 	}
-	var known []string
-	near, nearD := "", 0
+	var known, kinds []string
+	syntax := map[string]string{} // a kind's first syntax
 	for _, in := range Registry() {
 		if !in.Available {
 			continue
 		}
 		known = append(known, in.Syntax)
-		k := string(in.Kind)
-		d := levenshtein.ComputeDistance(kind, k)
-		if limit := max(2, len(k)/3); d <= limit && (near == "" || d < nearD) {
-			near, nearD = in.Syntax, d
+		if k := string(in.Kind); syntax[k] == "" {
+			kinds = append(kinds, k)
+			syntax[k] = in.Syntax
 		}
 	}
-	if near != "" {
+	if near := syntax[task.Nearest(kind, kinds)]; near != "" {
 		if i := strings.Index(near, ":"); i >= 0 && hasArg {
 			near = near[:i+1] + arg
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -265,12 +266,13 @@ func entryIsFile(dir string, de os.DirEntry) bool {
 	return false
 }
 
-// nearestName is the task name of byName closest to name within a few
-// edits (at most a third of its length, at least 1, 2 from 5 letters: a
-// swap), the alphabetically first of equals; "" when none is that close.
-func nearestName(name string, byName map[string]*Task) string {
+// Nearest is the candidate closest to name within a few edits (at most a
+// third of the candidate's length, at least 1, 2 from 5 letters: a swap),
+// the alphabetically first of equals; "" when none is that close. It is
+// the "did you mean" of every misspelt name: tasks, harnesses.
+func Nearest(name string, candidates []string) string {
 	best, bestD := "", 0
-	for cand := range byName {
+	for _, cand := range candidates {
 		d := levenshtein.ComputeDistance(name, cand)
 		limit := max(1, len(cand)/3)
 		if len(cand) >= 5 {
@@ -314,7 +316,7 @@ func Select(d *Discovery, names []string) ([]*Task, error) {
 			unknown = append(unknown, fmt.Sprintf("%q (skipped: %s)", n, why))
 			continue
 		}
-		if near := nearestName(key, byName); near != "" {
+		if near := Nearest(key, slices.Collect(maps.Keys(byName))); near != "" {
 			unknown = append(unknown, fmt.Sprintf("%q (did you mean %s?)", n, near))
 			continue
 		}
