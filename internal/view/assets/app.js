@@ -76,9 +76,18 @@ function crumbs(...parts) {
 
 // getJSON fetches a page's JSON. A 503 with "pending" (the log changing
 // hands, a run still being read) throws an error marked pending, which
-// fail shows as such and retries.
+// fail shows as such and retries; so does a request that reached no
+// answer (the viewer restarting, a connection dropped under load),
+// marked unreachable.
 async function getJSON(path) {
-  const r = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+  let r;
+  try {
+    r = await fetch(path, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+  } catch (err) {
+    const e = new Error("the viewer did not answer (" + err.message + "); retrying…");
+    e.unreachable = true;
+    throw e;
+  }
   const body = await r.json().catch(() => ({ error: r.statusText }));
   if (r.status === 503 && body.pending) {
     const e = new Error(body.pending);
@@ -145,6 +154,10 @@ function fail(err) {
     return;
   }
   main.replaceChildren(el("p", { class: "error", text: "error: " + err.message }));
+  if (err.unreachable) {
+    clearTimeout(pendingRetry);
+    pendingRetry = setTimeout(() => route().catch(fail), 2000);
+  }
 }
 
 // ---- runs -----------------------------------------------------------------
