@@ -52,8 +52,10 @@ func TestServeSweepsDeadCellDirectories(t *testing.T) {
 		cmd.SetArgs([]string{"launcher", "--sandbox", "fake", "--node", "n1"})
 		done <- cmd.ExecuteContext(sctx)
 	}()
+	// The sweep removes the cell's directory, then the parents it
+	// emptied: wait for the last of them.
 	for {
-		if _, err := os.Stat(dead); os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(home, "cells", "ended")); os.IsNotExist(err) {
 			break
 		}
 		select {
